@@ -1,0 +1,35 @@
+// Layer 3: runs a validated pipeline as a oneTBB flow graph. Only runner.cc includes TBB.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "wam/error.h"
+#include "wam/metrics.h"
+#include "wam/pipeline.h"
+
+namespace wam {
+
+struct RunOptions {
+  // Seconds between live progress lines (who is busy, who is starved); 0 disables them.
+  double report_every_s = 0;
+  // Set asynchronously (e.g. by a SIGINT handler) to stop cleanly; the summary is still produced.
+  const std::atomic<bool>* interrupt = nullptr;
+  // Log sink for progress and skipped samples; stderr when empty.
+  std::function<void(const std::string&)> log;
+  // Called for every item leaving a terminal node (after the `steps` cut), in the order they leave.
+  std::function<void(const Sample&)> on_output;
+};
+
+struct RunResult {
+  RunStats stats;
+  std::optional<StageError> error;  // set when a stage failed and the run stopped
+  nlohmann::json source_state;      // the source's state() when the run ended
+};
+
+// Runs the pipeline once (stages are stateful: a pipeline is run at most once).
+RunResult run_pipeline(ValidatedPipeline& pipeline, const RunOptions& options = {});
+
+}  // namespace wam

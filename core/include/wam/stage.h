@@ -1,0 +1,154 @@
+// What a stage author sees: Sample, the stage's Params, its Contract, an Emitter and a Context.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "wam/params.h"
+#include "wam/sample.h"
+
+namespace wam {
+
+// Run-wide settings from the pipeline file's "settings" object.
+struct Settings {
+  int64_t seed = 42;
+  int64_t steps = 0;  // items leaving the terminal node before the run stops; 0 = until exhausted
+  int64_t epochs = 1;
+  int64_t batch_size = 16;
+  int64_t threads = 0;  // worker threads; 0 = one per core
+  int64_t max_in_flight = 64;
+  bool ordered = true;
+  std::string device = "auto";
+
+  template <class V>
+  void visit(V& v) {
+    v("seed", seed, "Base seed; per-sample randomness derives from (seed, epoch, sample id).",
+      Min{0});
+    v("steps", steps, "Stop after the terminal node emitted this many items (0: run to the end).",
+      Min{0});
+    v("epochs", epochs, "Passes over the dataset.", Min{1});
+    v("batch_size", batch_size, "Samples per batch (per process).", Min{1});
+    v("threads", threads, "Worker threads (0: one per core).", Min{0});
+    v("max_in_flight", max_in_flight,
+      "Most source samples inside the graph at once: bounds every queue.", Min{1});
+    v("ordered", ordered,
+      "Restore source order before order-sensitive nodes: serial and parallel runs give the same "
+      "result.");
+    v("device", device, "Where training runs.", OneOf{"auto", "cpu", "cuda"});
+  }
+};
+
+// How many calls of process() may run at once.
+struct Concurrency {
+  static constexpr int64_t kUnlimited = 0;
+  int64_t limit = 1;  // 1 = serial, 0 = unlimited
+
+  static Concurrency serial() { return {1}; }
+  static Concurrency unlimited() { return {kUnlimited}; }
+  static Concurrency at_most(int64_t n) { return {n}; }
+  std::string to_string() const;
+};
+
+struct FieldSpec {
+  std::string name;
+  FieldType type;
+};
+
+// A stage's declared interface, checked by validation before anything is opened.
+class Contract {
+ public:
+  void reads(std::string name, FieldType type) { reads_.push_back({std::move(name), type}); }
+  void writes(std::string name, FieldType type) { writes_.push_back({std::move(name), type}); }
+  // Fields this stage drops: downstream stages cannot read them.
+  void removes(std::string name) { removes_.push_back(std::move(name)); }
+  void concurrency(Concurrency c) { concurrency_ = c; }
+  // Under `ordered: true` the runner delivers samples to this stage in source order.
+  void order_sensitive() { order_sensitive_ = true; }
+
+  const std::vector<FieldSpec>& read_fields() const { return reads_; }
+  const std::vector<FieldSpec>& written_fields() const { return writes_; }
+  const std::vector<std::string>& removed_fields() const { return removes_; }
+  Concurrency default_concurrency() const { return concurrency_; }
+  bool is_order_sensitive() const { return order_sensitive_; }
+
+ private:
+  std::vector<FieldSpec> reads_, writes_;
+  std::vector<std::string> removes_;
+  Concurrency concurrency_ = Concurrency::serial();
+  bool order_sensitive_ = false;
+};
+
+class Emitter {
+ public:
+  virtual ~Emitter() = default;
+  virtual void emit(Sample sample) = 0;
+};
+
+// A named count a stage reports (cache hits, retries...); shown in the run summary and stats.
+class Counter {
+ public:
+  void add(int64_t n = 1) { value_.fetch_add(n, std::memory_order_relaxed); }
+  int64_t value() const { return value_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> value_{0};
+};
+
+// Per-node services handed to open().
+class Context {
+ public:
+  Context(std::string node_id, std::string type, const Settings& settings,
+          std::function<void(const std::string&)> log);
+
+  const std::string& node_id() const { return node_id_; }
+  const std::string& type() const { return type_; }
+  const Settings& settings() const { return settings_; }
+  // The same name returns the same counter; the reference stays valid for the whole run.
+  Counter& counter(const std::string& name);
+  std::vector<std::pair<std::string, int64_t>> counters() const;
+  void log(const std::string& message) const;
+
+ private:
+  std::string node_id_, type_;
+  const Settings& settings_;
+  std::function<void(const std::string&)> log_;
+  mutable std::mutex counters_mutex_;
+  std::deque<std::pair<std::string, Counter>> counters_;  // deque: stable addresses
+};
+
+class StageBase {
+ public:
+  virtual ~StageBase() = default;
+  virtual void declare(Contract& contract) const = 0;
+  // Opens files, models, devices. Errors thrown here name the node.
+  virtual void open(Context& context) { (void)context; }
+};
+
+// Produces the samples; called serially until it returns nothing.
+class Source : public StageBase {
+ public:
+  virtual std::optional<Sample> next() = 0;
+  // Position for exact resume (e.g. epoch and index); null when the source keeps none.
+  virtual nlohmann::json state() const { return nullptr; }
+  virtual void restore(const nlohmann::json& state) { (void)state; }
+  virtual void close() {}
+};
+
+// Transforms samples: each process() call emits 0..N samples.
+class Stage : public StageBase {
+ public:
+  virtual void process(Sample sample, Emitter& out) = 0;
+  // End of input: emit whatever is still held (e.g. a last partial batch).
+  virtual void close(Emitter& out) { (void)out; }
+};
+
+}  // namespace wam

@@ -1,0 +1,14 @@
+// Tensor access for Sample fields. Including this pulls in LibTorch: only stages that touch
+// tensors include it (and link wam::tensor).
+#pragma once
+
+#include <torch/torch.h>
+
+#include "wam/sample.h"
+
+namespace wam {
+
+// "float32[3, 9, 384, 256]"; used in shape errors.
+std::string describe_tensor(const at::Tensor& t);
+
+}  // namespace wam

@@ -1,0 +1,112 @@
+#include "wam/error.h"
+
+#include <algorithm>
+
+namespace wam {
+
+std::string Diagnostic::render() const {
+  std::string out = file;
+  if (!location.empty()) {
+    out += ':';
+    out += location;
+  }
+  if (!node.empty()) out += " [" + node + "]";
+  out += ": ";
+  out += message;
+  return out;
+}
+
+void Diagnostics::error(std::string location, std::string message, std::string node) {
+  items_.push_back({file_, std::move(location), std::move(node), std::move(message)});
+}
+
+void Diagnostics::error_in(std::string file, std::string location, std::string message,
+                           std::string node) {
+  items_.push_back({std::move(file), std::move(location), std::move(node), std::move(message)});
+}
+
+std::string Diagnostics::render() const {
+  std::string out;
+  for (const auto& d : items_) {
+    out += d.render();
+    out += '\n';
+  }
+  return out;
+}
+
+void Diagnostics::append(const Diagnostics& other) {
+  items_.insert(items_.end(), other.items_.begin(), other.items_.end());
+}
+
+ConfigError::ConfigError(Diagnostics diagnostics)
+    : Error([&] {
+        std::string text = diagnostics.render();
+        if (!text.empty() && text.back() == '\n') text.pop_back();
+        return text;
+      }()),
+      diagnostics_(std::move(diagnostics)) {}
+
+StageError::StageError(std::string node, std::string type, std::string sample_key,
+                       std::string phase, std::string cause)
+    : Error("[" + node + ": " + type + "] " + phase +
+            (sample_key.empty() ? std::string() : " " + sample_key) + ": " + cause),
+      node_(std::move(node)),
+      type_(std::move(type)),
+      sample_key_(std::move(sample_key)),
+      phase_(std::move(phase)),
+      cause_(std::move(cause)) {}
+
+namespace {
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      size_t substitute = diagonal + (a[i - 1] == b[j - 1] ? 0 : 1);
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, substitute});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::string::npos;
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d < best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  // Suggest only plausible typos: at most a third of the word changed (and at least one edit allowed).
+  size_t limit = std::max<size_t>(1, std::max(word.size(), best.size()) / 3);
+  return best_distance <= limit ? best : std::string();
+}
+
+std::string unknown_with_suggestion(std::string_view what, std::string_view word,
+                                    const std::vector<std::string>& allowed) {
+  std::string out = "unknown " + std::string(what) + " \"" + std::string(word) + "\"";
+  std::string suggestion = closest_match(word, allowed);
+  if (!suggestion.empty()) out += "; did you mean \"" + suggestion + "\"?";
+  out += " (allowed: " + join(allowed, ", ") + ")";
+  return out;
+}
+
+std::string join(const std::vector<std::string>& parts, std::string_view separator) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += separator;
+    out += parts[i];
+  }
+  return out;
+}
+
+}  // namespace wam

@@ -1,0 +1,351 @@
+#include "wam/pipeline.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+
+namespace wam {
+
+using nlohmann::json;
+
+namespace {
+
+struct FieldOrigin {
+  FieldType type;
+  std::string writer;  // node id
+};
+using FieldSet = std::map<std::string, FieldOrigin>;
+
+std::optional<Concurrency> parse_concurrency(const json& value, const std::string& pointer,
+                                             const std::string& label, Diagnostics& diagnostics) {
+  if (value.is_null()) return std::nullopt;
+  if (value == "serial") return Concurrency::serial();
+  if (value == "unlimited") return Concurrency::unlimited();
+  if (value.is_number_integer() && value.get<int64_t>() >= 1) {
+    return Concurrency::at_most(value.get<int64_t>());
+  }
+  diagnostics.error(pointer, "concurrency must be a positive integer, \"serial\" or \"unlimited\"; got " +
+                                 value.dump(),
+                    label);
+  return std::nullopt;
+}
+
+// Names a cycle among the nodes that Kahn's algorithm could not order: "a -> b -> a".
+std::string describe_cycle(const std::vector<std::vector<size_t>>& inputs,
+                           const std::vector<std::string>& ids, const std::vector<bool>& ordered) {
+  size_t start = 0;
+  while (ordered[start]) ++start;
+  // Walk backwards along inputs among unordered nodes until a node repeats.
+  std::vector<size_t> path;
+  std::vector<int> position(ids.size(), -1);
+  size_t current = start;
+  while (position[current] < 0) {
+    position[current] = static_cast<int>(path.size());
+    path.push_back(current);
+    for (size_t input : inputs[current]) {
+      if (!ordered[input]) {
+        current = input;
+        break;
+      }
+    }
+  }
+  std::vector<std::string> names;
+  for (size_t i = path.size(); i-- > static_cast<size_t>(position[current]);) {
+    names.push_back(ids[path[i]]);
+  }
+  names.push_back(ids[current]);
+  return join(names, " -> ");
+}
+
+}  // namespace
+
+ValidatedPipeline ValidatedPipeline::from_config(const PipelineConfig& config,
+                                                 const StageRegistry& registry) {
+  Diagnostics diagnostics(config.file);
+  ValidatedPipeline pipeline;
+  pipeline.file_ = config.file;
+  pipeline.name_ = config.name;
+  pipeline.settings_ = parse_params<Settings>(config.settings, "/settings", diagnostics);
+
+  static const std::regex kIdPattern("[A-Za-z_][A-Za-z0-9_-]*");
+  const size_t count = config.nodes.size();
+  std::vector<ValidatedNode> nodes(count);
+  std::map<std::string, size_t> index_of;
+  std::vector<std::string> ids;
+  for (size_t i = 0; i < count; ++i) {
+    const NodeConfig& nc = config.nodes[i];
+    ValidatedNode& node = nodes[i];
+    node.id = nc.id;
+    node.type = nc.type;
+    node.pointer = nc.pointer;
+    node.on_error = nc.on_error;
+    ids.push_back(nc.id);
+    if (nc.id.empty()) continue;  // reported while loading
+    if (!std::regex_match(nc.id, kIdPattern)) {
+      diagnostics.error(nc.pointer + "/id",
+                        "invalid id \"" + nc.id + "\": use letters, digits, '_' and '-', starting "
+                        "with a letter or '_'");
+    } else if (!index_of.emplace(nc.id, i).second) {
+      diagnostics.error(nc.pointer + "/id", "duplicate id \"" + nc.id + "\" (first used at " +
+                                                config.nodes[index_of[nc.id]].pointer + ")");
+    }
+  }
+
+  for (size_t i = 0; i < count; ++i) {
+    const NodeConfig& nc = config.nodes[i];
+    ValidatedNode& node = nodes[i];
+    if (nc.type.empty()) continue;
+    const StageInfo* info = registry.find(nc.type);
+    if (!info) {
+      diagnostics.error(nc.pointer + "/type",
+                        unknown_with_suggestion("stage type", nc.type, registry.types()), nc.id);
+      continue;
+    }
+    node.kind = info->kind;
+    node.stage = info->create(nc.params, nc.pointer + "/params", diagnostics, node.label(),
+                              &node.params);
+    if (node.stage) {
+      node.stage->declare(node.contract);
+      node.concurrency = node.contract.default_concurrency();
+    }
+    if (auto c = parse_concurrency(nc.concurrency, nc.pointer + "/concurrency", node.label(),
+                                   diagnostics)) {
+      node.concurrency = *c;
+    }
+  }
+
+  // Edges.
+  std::vector<std::vector<size_t>> inputs(count);
+  for (size_t i = 0; i < count; ++i) {
+    const NodeConfig& nc = config.nodes[i];
+    std::set<std::string> seen;
+    for (size_t k = 0; k < nc.inputs.size(); ++k) {
+      const std::string& input = nc.inputs[k];
+      const std::string pointer = nc.pointer + "/inputs/" + std::to_string(k);
+      auto it = index_of.find(input);
+      if (it == index_of.end()) {
+        std::vector<std::string> known;
+        for (const auto& [id, index] : index_of) known.push_back(id);
+        diagnostics.error(pointer, unknown_with_suggestion("input node", input, known),
+                          nodes[i].label());
+      } else if (it->second == i) {
+        diagnostics.error(pointer, "a node cannot be its own input", nodes[i].label());
+      } else if (!seen.insert(input).second) {
+        diagnostics.error(pointer, "input \"" + input + "\" is listed twice", nodes[i].label());
+      } else {
+        inputs[i].push_back(it->second);
+      }
+    }
+  }
+
+  // Sources and their inputs.
+  std::vector<size_t> sources;
+  for (size_t i = 0; i < count; ++i) {
+    if (!nodes[i].stage && config.nodes[i].type.empty()) continue;
+    const StageInfo* info = registry.find(nodes[i].type);
+    if (!info) continue;
+    if (info->kind == StageKind::kSource) {
+      sources.push_back(i);
+      if (!config.nodes[i].inputs.empty()) {
+        diagnostics.error(config.nodes[i].pointer + "/inputs",
+                          "a source takes no inputs; it starts the graph", nodes[i].label());
+      }
+    } else if (config.nodes[i].inputs.empty()) {
+      diagnostics.error(config.nodes[i].pointer,
+                        "needs \"inputs\": only a source (e.g. EpisodeSampler) starts a graph",
+                        nodes[i].label());
+    }
+  }
+  if (sources.empty() && count > 0) {
+    diagnostics.error("/nodes", "the pipeline has no source node (a stage that produces samples, "
+                                "e.g. EpisodeSampler)");
+  }
+  for (size_t k = 1; k < sources.size(); ++k) {
+    diagnostics.error(config.nodes[sources[k]].pointer,
+                      "a pipeline has one source; \"" + nodes[sources[0]].id +
+                          "\" is already the source",
+                      nodes[sources[k]].label());
+  }
+
+  // Topological order (Kahn, stable by file order).
+  std::vector<size_t> order;
+  std::vector<bool> ordered(count, false);
+  std::vector<size_t> pending(count);
+  for (size_t i = 0; i < count; ++i) pending[i] = inputs[i].size();
+  std::vector<std::vector<size_t>> outputs(count);
+  for (size_t i = 0; i < count; ++i) {
+    for (size_t input : inputs[i]) outputs[input].push_back(i);
+  }
+  std::set<size_t> ready;
+  for (size_t i = 0; i < count; ++i) {
+    if (pending[i] == 0) ready.insert(i);
+  }
+  while (!ready.empty()) {
+    size_t i = *ready.begin();
+    ready.erase(ready.begin());
+    order.push_back(i);
+    ordered[i] = true;
+    for (size_t out : outputs[i]) {
+      if (--pending[out] == 0) ready.insert(out);
+    }
+  }
+  if (order.size() != count) {
+    size_t first = 0;
+    while (ordered[first]) ++first;
+    diagnostics.error(config.nodes[first].pointer + "/inputs",
+                      "the graph has a cycle: " + describe_cycle(inputs, ids, ordered),
+                      nodes[first].label());
+  }
+
+  // Field contracts, in topological order.
+  if (order.size() == count) {
+    std::vector<FieldSet> available(count);
+    for (size_t i : order) {
+      ValidatedNode& node = nodes[i];
+      const std::string& pointer = config.nodes[i].pointer;
+      FieldSet fields;
+      for (size_t input : inputs[i]) {
+        for (const auto& [name, origin] : available[input]) {
+          auto [it, inserted] = fields.emplace(name, origin);
+          if (!inserted && it->second.writer != origin.writer) {
+            diagnostics.error(pointer,
+                              "inputs carry two different fields named \"" + name +
+                                  "\" (written by \"" + it->second.writer + "\" and \"" +
+                                  origin.writer + "\"); rename one",
+                              node.label());
+          }
+        }
+      }
+      if (!node.stage) {
+        available[i] = std::move(fields);
+        continue;
+      }
+      for (const auto& read : node.contract.read_fields()) {
+        auto it = fields.find(read.name);
+        std::string expected(field_type_name(read.type));
+        if (it == fields.end()) {
+          diagnostics.error(pointer,
+                            "reads field \"" + read.name + "\" as " + expected +
+                                ", but no upstream stage writes it",
+                            node.label());
+        } else if (it->second.type != read.type) {
+          diagnostics.error(pointer,
+                            "reads field \"" + read.name + "\" as " + expected + ", but \"" +
+                                it->second.writer + "\" writes it as " +
+                                std::string(field_type_name(it->second.type)),
+                            node.label());
+        }
+      }
+      for (const auto& removed : node.contract.removed_fields()) fields.erase(removed);
+      for (const auto& written : node.contract.written_fields()) {
+        fields[written.name] = {written.type, node.id};
+      }
+      available[i] = std::move(fields);
+    }
+  }
+
+  if (!diagnostics.empty()) throw ConfigError(std::move(diagnostics));
+
+  // Reorder topologically and remap edges.
+  std::vector<size_t> new_index(count);
+  for (size_t k = 0; k < order.size(); ++k) new_index[order[k]] = k;
+  for (size_t old : order) {
+    ValidatedNode node = std::move(nodes[old]);
+    for (size_t input : inputs[old]) node.inputs.push_back(new_index[input]);
+    for (size_t output : outputs[old]) node.outputs.push_back(new_index[output]);
+    std::sort(node.outputs.begin(), node.outputs.end());
+    pipeline.nodes_.push_back(std::move(node));
+  }
+  return pipeline;
+}
+
+const ValidatedNode* ValidatedPipeline::find(const std::string& id) const {
+  for (const auto& node : nodes_) {
+    if (node.id == id) return &node;
+  }
+  return nullptr;
+}
+
+void ValidatedPipeline::keep_upstream_of(const std::string& node_id) {
+  const ValidatedNode* target = find(node_id);
+  if (!target) {
+    std::vector<std::string> ids;
+    for (const auto& node : nodes_) ids.push_back(node.id);
+    Diagnostics diagnostics(file_);
+    diagnostics.error_in("--stop-after", "", unknown_with_suggestion("node", node_id, ids));
+    throw ConfigError(std::move(diagnostics));
+  }
+  std::vector<bool> keep(nodes_.size(), false);
+  keep[static_cast<size_t>(target - nodes_.data())] = true;
+  for (size_t i = nodes_.size(); i-- > 0;) {  // reverse topological: outputs before inputs
+    if (!keep[i]) continue;
+    for (size_t input : nodes_[i].inputs) keep[input] = true;
+  }
+  std::vector<size_t> new_index(nodes_.size(), 0);
+  std::vector<ValidatedNode> kept;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (!keep[i]) continue;
+    new_index[i] = kept.size();
+    kept.push_back(std::move(nodes_[i]));
+  }
+  for (auto& node : kept) {
+    for (auto& input : node.inputs) input = new_index[input];
+    std::vector<size_t> outputs;
+    for (size_t output : node.outputs) {
+      if (keep[output]) outputs.push_back(new_index[output]);
+    }
+    node.outputs = std::move(outputs);
+  }
+  nodes_ = std::move(kept);
+}
+
+json ValidatedPipeline::effective_config() const {
+  json nodes = json::array();
+  for (const auto& node : nodes_) {
+    json inputs = json::array();
+    for (size_t input : node.inputs) inputs.push_back(nodes_[input].id);
+    nodes.push_back({{"id", node.id},
+                     {"type", node.type},
+                     {"inputs", inputs},
+                     {"params", node.params},
+                     {"concurrency", node.concurrency.to_string()},
+                     {"on_error", node.on_error == OnError::kSkip ? "skip" : "fail"}});
+  }
+  return {{"version", 1}, {"name", name_}, {"settings", params_to_json(settings_)}, {"nodes", nodes}};
+}
+
+std::string ValidatedPipeline::to_dot() const {
+  std::ostringstream out;
+  out << "digraph \"" << name_ << "\" {\n  rankdir=LR;\n  node [shape=box, fontname=\"Helvetica\"];\n";
+  for (const auto& node : nodes_) {
+    out << "  \"" << node.id << "\" [label=\"" << node.id << "\\n" << node.type;
+    if (node.concurrency.limit != 1) out << "\\nconcurrency " << node.concurrency.to_string();
+    out << "\"" << (node.kind == StageKind::kSource ? ", shape=ellipse" : "") << "];\n";
+  }
+  for (const auto& node : nodes_) {
+    for (size_t output : node.outputs) {
+      out << "  \"" << node.id << "\" -> \"" << nodes_[output].id << "\";\n";
+    }
+  }
+  out << "}\n";
+  return out.str();
+}
+
+ValidatedPipeline load_pipeline(const std::string& file, const LoadOptions& options,
+                                const StageRegistry& registry) {
+  Diagnostics diagnostics(file);
+  PipelineConfig config = load_pipeline_config(file, options, diagnostics);
+  std::optional<ValidatedPipeline> pipeline;
+  try {
+    pipeline = ValidatedPipeline::from_config(config, registry);
+  } catch (const ConfigError& e) {
+    diagnostics.append(e.diagnostics());
+  }
+  if (!diagnostics.empty()) throw ConfigError(std::move(diagnostics));
+  return std::move(*pipeline);
+}
+
+}  // namespace wam

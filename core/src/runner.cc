@@ -1,0 +1,571 @@
+// The only file that includes the oneTBB flow graph.
+//
+// Graph shape: input_node(source) -> limiter_node(max_in_flight) -> ... Every stage node is a
+// multifunction_node over Packets: the samples one source item became at that point, tagged with
+// the source sequence number. Packets stay dense (a skipped or filtered item leaves an empty
+// packet), so a sequencer_node can restore source order before order-sensitive stages and joins can
+// match inputs by sequence number. Terminal nodes return the limiter's credit once every terminal
+// has finished an item, so at most max_in_flight source items are inside the graph at any time.
+
+#include "wam/runner.h"
+
+#include <oneapi/tbb/flow_graph.h>
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <condition_variable>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+namespace wam {
+namespace {
+
+namespace flow = oneapi::tbb::flow;
+
+struct Packet {
+  uint64_t seq = 0;
+  size_t from = 0;  // index of the node that produced it (matches join inputs)
+  std::vector<Sample> samples;
+};
+using PacketPtr = std::shared_ptr<Packet>;
+using StageNode = flow::multifunction_node<PacketPtr, std::tuple<PacketPtr>>;
+
+class CollectingEmitter final : public Emitter {
+ public:
+  explicit CollectingEmitter(std::vector<Sample>& out) : out_(out) {}
+  void emit(Sample sample) override { out_.push_back(std::move(sample)); }
+
+ private:
+  std::vector<Sample>& out_;
+};
+
+enum class StopReason { kNone, kSteps, kInterrupted, kFailed };
+
+// Merges packets with equal seq from every input of a multi-input node.
+class Join {
+ public:
+  explicit Join(std::vector<size_t> inputs) : inputs_(std::move(inputs)) {}
+
+  // Returns the merged packet once every input delivered `packet->seq`, else null.
+  PacketPtr add(const PacketPtr& packet, const std::string& node_label) {
+    std::vector<PacketPtr> parts;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto& slot = pending_[packet->seq];
+      slot.resize(inputs_.size());
+      for (size_t k = 0; k < inputs_.size(); ++k) {
+        if (inputs_[k] == packet->from) slot[k] = packet;
+      }
+      for (const auto& part : slot) {
+        if (!part) return nullptr;
+      }
+      parts = std::move(slot);
+      pending_.erase(packet->seq);
+    }
+    auto merged = std::make_shared<Packet>();
+    merged->seq = packet->seq;
+    for (const auto& part : parts) {
+      if (part->samples.empty()) return merged;  // skipped on one branch: skipped here
+    }
+    const size_t count = parts[0]->samples.size();
+    for (const auto& part : parts) {
+      if (part->samples.size() != count) {
+        throw Error("[" + node_label + "] inputs emitted different numbers of samples for item " +
+                    std::to_string(packet->seq) + "; a join needs its inputs to emit together");
+      }
+    }
+    for (size_t s = 0; s < count; ++s) {
+      Sample sample = parts[0]->samples[s];
+      for (size_t k = 1; k < parts.size(); ++k) {
+        for (const auto& [name, value] : parts[k]->samples[s].fields()) {
+          if (!sample.has(name)) sample.set(name, value);
+        }
+      }
+      merged->samples.push_back(std::move(sample));
+    }
+    return merged;
+  }
+
+  size_t pending() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return pending_.size();
+  }
+
+ private:
+  std::vector<size_t> inputs_;
+  mutable std::mutex mutex_;
+  std::map<uint64_t, std::vector<PacketPtr>> pending_;
+};
+
+class Run {
+ public:
+  Run(ValidatedPipeline& pipeline, const RunOptions& options)
+      : pipeline_(pipeline), nodes_(pipeline.nodes()), options_(options),
+        metrics_(nodes_.size()), terminal_out_(nodes_.size()) {
+    log_ = options.log ? options.log : [](const std::string& line) { std::cerr << line << "\n"; };
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      contexts_.push_back(std::make_unique<Context>(nodes_[i].id, nodes_[i].type,
+                                                    pipeline.settings(), log_));
+      if (nodes_[i].outputs.empty()) ++terminal_count_;
+      if (nodes_[i].inputs.size() > 1) joins_.emplace(i, std::make_unique<Join>(nodes_[i].inputs));
+      for (size_t k = 0; k < terminal_out_.size(); ++k) terminal_out_[k].store(0);
+    }
+  }
+
+  RunResult execute() {
+    const int64_t threads = pipeline_.settings().threads > 0
+                                ? pipeline_.settings().threads
+                                : oneapi::tbb::info::default_concurrency();
+    oneapi::tbb::global_control parallelism(oneapi::tbb::global_control::max_allowed_parallelism,
+                                            static_cast<size_t>(threads));
+    threads_ = threads;
+    oneapi::tbb::task_arena arena(static_cast<int>(threads));
+    start_ = Clock::now();
+    std::thread reporter([this] { report_loop(); });
+    arena.execute([this] {
+      if (open_all()) run_graph();
+      if (stop_reason() == StopReason::kNone || stop_reason() == StopReason::kSteps) drain();
+      close_source();
+    });
+    const auto end = Clock::now();
+    {
+      std::lock_guard<std::mutex> lock(report_mutex_);
+      finished_ = true;
+    }
+    report_cv_.notify_all();
+    reporter.join();
+
+    RunResult result;
+    result.stats = collect_stats(end, threads);
+    if (error_) result.error = *error_;
+    if (nodes_[0].stage) result.source_state = nodes_[0].source().state();
+    return result;
+  }
+
+ private:
+  StopReason stop_reason() const { return stop_.load(); }
+  bool stopping() const {
+    return stop_.load(std::memory_order_relaxed) != StopReason::kNone ||
+           (options_.interrupt && options_.interrupt->load(std::memory_order_relaxed));
+  }
+  void request_stop(StopReason reason) {
+    StopReason expected = StopReason::kNone;
+    stop_.compare_exchange_strong(expected, reason);
+  }
+  void fail(StageError error) {
+    {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!error_) error_ = std::move(error);
+    }
+    request_stop(StopReason::kFailed);
+    if (graph_) graph_->cancel();
+  }
+
+  bool open_all() {
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      try {
+        nodes_[i].stage->open(*contexts_[i]);
+      } catch (const std::exception& e) {
+        fail(StageError(nodes_[i].id, nodes_[i].type, "", "open", e.what()));
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // Runs one node's stage over a packet; returns what it emitted (a packet, possibly empty).
+  PacketPtr process_packet(size_t index, const PacketPtr& input) {
+    ValidatedNode& node = nodes_[index];
+    NodeMetrics& metrics = metrics_[index];
+    auto output = std::make_shared<Packet>();
+    output->seq = input->seq;
+    output->from = index;
+    metrics.start();
+    const auto began = Clock::now();
+    const bool sole_owner = input.use_count() == 1;
+    if (!stopping()) {
+      metrics.add_in(static_cast<int64_t>(input->samples.size()));
+      for (auto& sample : input->samples) {
+        const size_t mark = output->samples.size();
+        std::string key = sample.key();
+        CollectingEmitter emitter(output->samples);
+        try {
+          // Received samples may be shared with a fan-out sibling: move only when we own them.
+          node.transform().process(sole_owner ? std::move(sample) : Sample(sample), emitter);
+        } catch (const std::exception& e) {
+          output->samples.resize(mark);
+          if (!handle_error(index, key, "process", e.what())) break;
+        }
+        if (stopping()) break;
+      }
+    }
+    metrics.finish(Clock::now() - began);
+    finish_output(index, *output);
+    return output;
+  }
+
+  // Applies the node's on_error policy; returns whether processing may go on.
+  bool handle_error(size_t index, const std::string& key, const std::string& phase,
+                    const std::string& what) {
+    ValidatedNode& node = nodes_[index];
+    if (node.on_error == OnError::kSkip) {
+      metrics_[index].add_skip();
+      int64_t shown = skips_logged_.fetch_add(1);
+      if (shown < kMaxSkipLogs) {
+        log_("[" + node.label() + "] skipped " + key + " (on_error: skip): " + what);
+      } else if (shown == kMaxSkipLogs) {
+        log_("further skipped samples are counted, not logged");
+      }
+      return true;
+    }
+    metrics_[index].add_error();
+    fail(StageError(node.id, node.type, key, phase, what));
+    return false;
+  }
+
+  // Counts what leaves a node; on a terminal node applies the `steps` cut and hands items out.
+  void finish_output(size_t index, Packet& output) {
+    if (nodes_[index].outputs.empty()) {
+      const int64_t steps = pipeline_.settings().steps;
+      if (steps > 0) {
+        const int64_t size = static_cast<int64_t>(output.samples.size());
+        const int64_t before = terminal_out_[index].fetch_add(size);
+        const int64_t keep = std::max<int64_t>(0, std::min(size, steps - before));
+        output.samples.resize(static_cast<size_t>(keep));
+        if (before + size >= steps) request_stop(StopReason::kSteps);
+      }
+      if (options_.on_output) {
+        std::lock_guard<std::mutex> lock(output_mutex_);
+        for (const auto& sample : output.samples) options_.on_output(sample);
+      }
+    }
+    metrics_[index].add_out(static_cast<int64_t>(output.samples.size()));
+  }
+
+  // A terminal finished `seq`; return the limiter credit once every terminal has.
+  void retire(uint64_t seq) {
+    if (terminal_count_ > 1) {
+      std::lock_guard<std::mutex> lock(retire_mutex_);
+      if (++retired_[seq] < terminal_count_) return;
+      retired_.erase(seq);
+    }
+    limiter_->decrementer().try_put(flow::continue_msg());
+  }
+
+  void run_graph() {
+    flow::graph graph;
+    graph_ = &graph;
+    const Settings& settings = pipeline_.settings();
+    ValidatedNode& source = nodes_[0];
+
+    flow::input_node<PacketPtr> input(graph, [this, &source](oneapi::tbb::flow_control& control) {
+      NodeMetrics& metrics = metrics_[0];
+      if (produced_any_) metrics.add_blocked(Clock::now() - last_emit_);
+      for (;;) {
+        if (stopping()) {
+          control.stop();
+          return PacketPtr();
+        }
+        const auto began = Clock::now();
+        std::optional<Sample> sample;
+        try {
+          sample = source.source().next();
+        } catch (const std::exception& e) {
+          metrics.add_busy(Clock::now() - began);
+          if (handle_error(0, "item " + std::to_string(next_seq_), "next", e.what())) continue;
+          control.stop();
+          return PacketPtr();
+        }
+        metrics.add_busy(Clock::now() - began);
+        if (!sample) {
+          control.stop();
+          return PacketPtr();
+        }
+        auto packet = std::make_shared<Packet>();
+        packet->seq = next_seq_++;
+        packet->from = 0;
+        sample->set_seq(packet->seq);
+        packet->samples.push_back(std::move(*sample));
+        finish_output(0, *packet);
+        announce(source.outputs);
+        produced_any_ = true;
+        last_emit_ = Clock::now();
+        return packet;
+      }
+    });
+    flow::limiter_node<PacketPtr> limiter(graph, static_cast<size_t>(settings.max_in_flight));
+    limiter_ = &limiter;
+    flow::make_edge(input, limiter);
+
+    // Entry receiver of each node: join -> sequencer -> stage, as present.
+    std::vector<std::unique_ptr<StageNode>> stage_nodes(nodes_.size());
+    std::vector<std::unique_ptr<flow::sequencer_node<PacketPtr>>> sequencers;
+    std::vector<std::unique_ptr<StageNode>> join_nodes;
+    std::vector<flow::receiver<PacketPtr>*> entry(nodes_.size(), nullptr);
+    std::unique_ptr<flow::function_node<PacketPtr>> source_sink;
+
+    for (size_t i = 1; i < nodes_.size(); ++i) {
+      const ValidatedNode& node = nodes_[i];
+      const size_t concurrency = node.concurrency.limit == Concurrency::kUnlimited
+                                     ? size_t(flow::unlimited)
+                                     : static_cast<size_t>(node.concurrency.limit);
+      stage_nodes[i] = std::make_unique<StageNode>(
+          graph, concurrency, [this, i](const PacketPtr& in, StageNode::output_ports_type& ports) {
+            PacketPtr out = process_packet(i, in);
+            forward(i, out, std::get<0>(ports));
+          });
+      flow::receiver<PacketPtr>* first = stage_nodes[i].get();
+      if (settings.ordered && node.contract.is_order_sensitive()) {
+        sequencers.push_back(std::make_unique<flow::sequencer_node<PacketPtr>>(
+            graph, [](const PacketPtr& p) { return static_cast<size_t>(p->seq); }));
+        flow::make_edge(*sequencers.back(), *stage_nodes[i]);
+        first = sequencers.back().get();
+      }
+      if (node.inputs.size() > 1) {
+        Join* join = joins_.at(i).get();
+        join_nodes.push_back(std::make_unique<StageNode>(
+            graph, flow::unlimited,
+            [this, i, join](const PacketPtr& in, StageNode::output_ports_type& ports) {
+              try {
+                if (PacketPtr merged = join->add(in, nodes_[i].label())) {
+                  metrics_[i].arrive();
+                  std::get<0>(ports).try_put(merged);
+                }
+              } catch (const std::exception& e) {
+                fail(StageError(nodes_[i].id, nodes_[i].type, "", "join", e.what()));
+              }
+            }));
+        flow::make_edge(flow::output_port<0>(*join_nodes.back()), *first);
+        first = join_nodes.back().get();
+      }
+      entry[i] = first;
+    }
+    for (size_t i = 1; i < nodes_.size(); ++i) {
+      for (size_t output : nodes_[i].outputs) {
+        flow::make_edge(flow::output_port<0>(*stage_nodes[i]), *entry[output]);
+      }
+    }
+    if (source.outputs.empty()) {  // `--stop-after` the source: count and retire
+      source_sink = std::make_unique<flow::function_node<PacketPtr>>(
+          graph, flow::unlimited, [this](const PacketPtr& p) {
+            if (options_.on_output) {
+              std::lock_guard<std::mutex> lock(output_mutex_);
+              for (const auto& sample : p->samples) options_.on_output(sample);
+            }
+            retire(p->seq);
+            return flow::continue_msg();
+          });
+      flow::make_edge(limiter, *source_sink);
+    } else {
+      for (size_t output : source.outputs) flow::make_edge(limiter, *entry[output]);
+    }
+
+    input.activate();
+    try {
+      graph.wait_for_all();
+    } catch (const std::exception& e) {
+      fail(StageError("graph", "runtime", "", "run", e.what()));
+    }
+    if (options_.interrupt && options_.interrupt->load()) request_stop(StopReason::kInterrupted);
+    graph_ = nullptr;
+    limiter_ = nullptr;
+  }
+
+  // Queue accounting: a join's arrival is announced once, when its inputs have merged.
+  void announce(const std::vector<size_t>& outputs) {
+    for (size_t output : outputs) {
+      if (nodes_[output].inputs.size() == 1) metrics_[output].arrive();
+    }
+  }
+
+  double slots(size_t index, int64_t threads) const {
+    const int64_t limit = nodes_[index].concurrency.limit;
+    return limit == Concurrency::kUnlimited ? double(threads)
+                                            : double(std::min<int64_t>(limit, threads));
+  }
+
+  // Sends a node's output on, or retires it at a terminal.
+  template <class Port>
+  void forward(size_t index, const PacketPtr& packet, Port& port) {
+    const auto& outputs = nodes_[index].outputs;
+    if (outputs.empty()) {
+      retire(packet->seq);
+      return;
+    }
+    announce(outputs);
+    port.try_put(packet);
+  }
+
+  // End of input: close() each stage in topological order and push what it flushes downstream,
+  // synchronously (the graph is quiescent, so this is serial and in order).
+  void drain() {
+    uint64_t seq = next_seq_;
+    for (size_t i = 1; i < nodes_.size(); ++i) {
+      auto packet = std::make_shared<Packet>();
+      packet->seq = seq++;
+      packet->from = i;
+      CollectingEmitter emitter(packet->samples);
+      try {
+        nodes_[i].transform().close(emitter);
+      } catch (const std::exception& e) {
+        fail(StageError(nodes_[i].id, nodes_[i].type, "", "close", e.what()));
+        return;
+      }
+      if (packet->samples.empty()) continue;
+      finish_output(i, *packet);
+      if (!deliver_downstream(i, packet)) return;
+    }
+    for (const auto& [index, join] : joins_) {
+      if (join->pending() > 0) {
+        fail(StageError(nodes_[index].id, nodes_[index].type, "", "close",
+                        "an input flushed samples at end of input that its other inputs did not; "
+                        "a join needs its inputs to emit together"));
+        return;
+      }
+    }
+  }
+
+  bool deliver_downstream(size_t index, const PacketPtr& packet) {
+    for (size_t output : nodes_[index].outputs) {
+      PacketPtr in = packet;
+      if (nodes_[output].inputs.size() > 1) {
+        try {
+          in = joins_.at(output)->add(packet, nodes_[output].label());
+        } catch (const std::exception& e) {
+          fail(StageError(nodes_[output].id, nodes_[output].type, "", "close", e.what()));
+          return false;
+        }
+        if (!in) continue;
+      }
+      metrics_[output].arrive();
+      PacketPtr out = process_packet(output, in);
+      if (error_) return false;
+      if (!deliver_downstream(output, out)) return false;
+    }
+    return true;
+  }
+
+  void close_source() {
+    try {
+      nodes_[0].source().close();
+    } catch (const std::exception& e) {
+      fail(StageError(nodes_[0].id, nodes_[0].type, "", "close", e.what()));
+    }
+  }
+
+  void report_loop() {
+    auto last_report = Clock::now();
+    std::vector<double> last_busy(nodes_.size(), 0.0);
+    int64_t last_out = 0;
+    std::unique_lock<std::mutex> lock(report_mutex_);
+    while (!report_cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return finished_; })) {
+      if (options_.interrupt && options_.interrupt->load() && !interrupt_seen_) {
+        interrupt_seen_ = true;
+        request_stop(StopReason::kInterrupted);
+        log_("interrupted: stopping (in-flight items are dropped)");
+      }
+      if (options_.report_every_s <= 0) continue;
+      const auto now = Clock::now();
+      const double interval = std::chrono::duration<double>(now - last_report).count();
+      if (interval < options_.report_every_s) continue;
+      int64_t out = 0;
+      for (size_t i = 0; i < nodes_.size(); ++i) {
+        if (nodes_[i].outputs.empty()) out += metrics_[i].out();
+      }
+      std::ostringstream line;
+      line.setf(std::ios::fixed);
+      line.precision(1);
+      line << "[" << std::chrono::duration<double>(now - start_).count() << " s] out " << out
+           << " (" << (out - last_out) / interval << "/s) busy%:";
+      for (size_t i = 0; i < nodes_.size(); ++i) {
+        const double busy = metrics_[i].busy_seconds();
+        line.precision(0);
+        line << " " << nodes_[i].id << " "
+             << 100.0 * (busy - last_busy[i]) / (interval * slots(i, threads_));
+        last_busy[i] = busy;
+      }
+      log_(line.str());
+      last_out = out;
+      last_report = now;
+    }
+  }
+
+  RunStats collect_stats(Clock::time_point end, int64_t threads) {
+    RunStats stats;
+    stats.pipeline = pipeline_.name();
+    stats.wall_s = std::chrono::duration<double>(end - start_).count();
+    stats.threads = threads;
+    switch (stop_reason()) {
+      case StopReason::kNone: stats.stop_reason = "exhausted"; break;
+      case StopReason::kSteps: stats.stop_reason = "steps"; break;
+      case StopReason::kInterrupted: stats.stop_reason = "interrupted"; break;
+      case StopReason::kFailed: stats.stop_reason = "failed"; break;
+    }
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const NodeMetrics& m = metrics_[i];
+      NodeStats n;
+      n.id = nodes_[i].id;
+      n.type = nodes_[i].type;
+      n.concurrency = nodes_[i].concurrency.to_string();
+      n.in = m.in();
+      n.out = m.out();
+      n.errors = m.errors();
+      n.skips = m.skips();
+      n.busy_s = m.busy_seconds();
+      n.utilisation = stats.wall_s > 0 ? n.busy_s / (stats.wall_s * slots(i, threads)) : 0.0;
+      n.starved_s = i == 0 ? 0.0 : m.starved_seconds(end);
+      n.blocked_s = m.blocked_seconds();
+      n.queue_mean = m.mean_queue_depth();
+      n.queue_max = m.max_queue_depth();
+      n.counters = contexts_[i]->counters();
+      stats.nodes.push_back(std::move(n));
+    }
+    return stats;
+  }
+
+  static constexpr int64_t kMaxSkipLogs = 20;
+
+  ValidatedPipeline& pipeline_;
+  std::vector<ValidatedNode>& nodes_;
+  const RunOptions& options_;
+  std::function<void(const std::string&)> log_;
+  std::vector<NodeMetrics> metrics_;
+  std::vector<std::atomic<int64_t>> terminal_out_;
+  std::vector<std::unique_ptr<Context>> contexts_;
+  std::map<size_t, std::unique_ptr<Join>> joins_;
+  size_t terminal_count_ = 0;
+  int64_t threads_ = 1;
+
+  std::atomic<StopReason> stop_{StopReason::kNone};
+  std::mutex error_mutex_;
+  std::optional<StageError> error_;
+  std::atomic<int64_t> skips_logged_{0};
+
+  flow::graph* graph_ = nullptr;
+  flow::limiter_node<PacketPtr>* limiter_ = nullptr;
+  std::mutex retire_mutex_;
+  std::map<uint64_t, size_t> retired_;
+  std::mutex output_mutex_;
+
+  uint64_t next_seq_ = 0;  // touched only by the serial source body, then by drain()
+  bool produced_any_ = false;
+  Clock::time_point last_emit_;
+  Clock::time_point start_;
+
+  std::mutex report_mutex_;
+  std::condition_variable report_cv_;
+  bool finished_ = false;
+  bool interrupt_seen_ = false;
+};
+
+}  // namespace
+
+RunResult run_pipeline(ValidatedPipeline& pipeline, const RunOptions& options) {
+  Run run(pipeline, options);
+  return run.execute();
+}
+
+}  // namespace wam

@@ -1,0 +1,37 @@
+#include "wam/stage.h"
+
+namespace wam {
+
+std::string Concurrency::to_string() const {
+  if (limit == kUnlimited) return "unlimited";
+  if (limit == 1) return "serial";
+  return std::to_string(limit);
+}
+
+Context::Context(std::string node_id, std::string type, const Settings& settings,
+                 std::function<void(const std::string&)> log)
+    : node_id_(std::move(node_id)), type_(std::move(type)), settings_(settings),
+      log_(std::move(log)) {}
+
+Counter& Context::counter(const std::string& name) {
+  std::lock_guard<std::mutex> lock(counters_mutex_);
+  for (auto& [counter_name, counter] : counters_) {
+    if (counter_name == name) return counter;
+  }
+  counters_.emplace_back(std::piecewise_construct, std::forward_as_tuple(name),
+                         std::forward_as_tuple());
+  return counters_.back().second;
+}
+
+std::vector<std::pair<std::string, int64_t>> Context::counters() const {
+  std::lock_guard<std::mutex> lock(counters_mutex_);
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const auto& [name, counter] : counters_) out.emplace_back(name, counter.value());
+  return out;
+}
+
+void Context::log(const std::string& message) const {
+  if (log_) log_("[" + node_id_ + "] " + message);
+}
+
+}  // namespace wam
