@@ -130,7 +130,8 @@ int cmd_describe(const std::string& type) {
     stage->declare(contract);
     std::cout << "\ncontract (default params): concurrency "
               << contract.default_concurrency().to_string()
-              << (contract.is_order_sensitive() ? ", order-sensitive" : "") << "\n";
+              << (contract.is_order_sensitive() ? ", order-sensitive" : "")
+              << (contract.is_batching() ? ", batches its inputs" : "") << "\n";
     for (const auto& f : contract.read_fields()) {
       std::cout << "  reads   " << f.name << ": " << wam::field_type_name(f.type) << "\n";
     }

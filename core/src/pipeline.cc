@@ -240,6 +240,12 @@ ValidatedPipeline ValidatedPipeline::from_config(const PipelineConfig& config,
         }
       }
       for (const auto& removed : node.contract.removed_fields()) fields.erase(removed);
+      if (node.contract.is_batching()) {
+        for (auto& [name, origin] : fields) {
+          if (origin.type == FieldType::kString) origin.type = FieldType::kJson;
+          else if (origin.type != FieldType::kJson) origin.type = FieldType::kTensor;
+        }
+      }
       for (const auto& written : node.contract.written_fields()) {
         fields[written.name] = {written.type, node.id};
       }

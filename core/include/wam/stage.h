@@ -73,18 +73,23 @@ class Contract {
   void concurrency(Concurrency c) { concurrency_ = c; }
   // Under `ordered: true` the runner delivers samples to this stage in source order.
   void order_sensitive() { order_sensitive_ = true; }
+  // Emits batches of its inputs: downstream, Tensor fields gain a batch dimension, Int/Double/Bool
+  // fields become Tensors and String/Json fields become Json arrays.
+  void batches() { batches_ = true; }
 
   const std::vector<FieldSpec>& read_fields() const { return reads_; }
   const std::vector<FieldSpec>& written_fields() const { return writes_; }
   const std::vector<std::string>& removed_fields() const { return removes_; }
   Concurrency default_concurrency() const { return concurrency_; }
   bool is_order_sensitive() const { return order_sensitive_; }
+  bool is_batching() const { return batches_; }
 
  private:
   std::vector<FieldSpec> reads_, writes_;
   std::vector<std::string> removes_;
   Concurrency concurrency_ = Concurrency::serial();
   bool order_sensitive_ = false;
+  bool batches_ = false;
 };
 
 class Emitter {
