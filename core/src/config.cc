@@ -36,8 +36,8 @@ std::optional<json> read_json_file(const std::string& file, Diagnostics& diagnos
   try {
     return json::parse(text);
   } catch (const json::parse_error& e) {
-    // Locate the byte nlohmann reports (1-based, just past the offending character).
-    size_t byte = e.byte == 0 ? 0 : std::min<size_t>(e.byte - 1, text.size());
+    // nlohmann reports the 1-based offset of the offending character.
+    size_t byte = std::min<size_t>(e.byte, text.size());
     size_t line = 1, column = 1;
     for (size_t i = 0; i < byte; ++i) {
       if (text[i] == '\n') {

@@ -52,8 +52,9 @@ std::string describe_cycle(const std::vector<std::vector<size_t>>& inputs,
       }
     }
   }
-  std::vector<std::string> names;
-  for (size_t i = path.size(); i-- > static_cast<size_t>(position[current]);) {
+  // Inputs point against the data flow; list the cycle in flow order.
+  std::vector<std::string> names = {ids[current]};
+  for (size_t i = path.size() - 1; i > static_cast<size_t>(position[current]); --i) {
     names.push_back(ids[path[i]]);
   }
   names.push_back(ids[current]);
@@ -101,7 +102,8 @@ ValidatedPipeline ValidatedPipeline::from_config(const PipelineConfig& config,
     const StageInfo* info = registry.find(nc.type);
     if (!info) {
       diagnostics.error(nc.pointer + "/type",
-                        unknown_with_suggestion("stage type", nc.type, registry.types()), nc.id);
+                        unknown_with_suggestion("stage type", nc.type, registry.types()),
+                        node.label());
       continue;
     }
     node.kind = info->kind;

@@ -1,1 +1,143 @@
+#include "wam/config.h"
+
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "testing/temp_dir.h"
+
+namespace wam {
+namespace {
+
+using nlohmann::json;
+using testing::TempDir;
+
+TEST(Config, ParseErrorsGiveLineAndColumn) {
+  TempDir dir;
+  std::string file = dir.write("bad.json", "{\n  \"name\": \"x\",\n  \"nodes\": [\n    {\"id\": }\n");
+  Diagnostics d(file);
+  load_pipeline_config(file, {}, d);
+  ASSERT_EQ(d.size(), 1u);
+  EXPECT_EQ(d.items()[0].location, "4:13");
+  EXPECT_EQ(d.items()[0].render(),
+            file + ":4:13: malformed JSON: syntax error while parsing value - unexpected '}'; "
+                   "expected '[', '{', or a literal");
+}
+
+TEST(Config, MissingFileIsReported) {
+  Diagnostics d("none.json");
+  load_pipeline_config("/nonexistent/p.json", {}, d);
+  EXPECT_EQ(d.render(), "/nonexistent/p.json: cannot read file: no such file\n");
+}
+
+TEST(Config, EnvironmentExpansionWithDefaults) {
+  setenv("WAM_TEST_ROOT", "/datasets", 1);
+  unsetenv("WAM_TEST_UNSET");
+  unsetenv("WAM_DATA_ROOT");
+  unsetenv("WAM_CACHE_ROOT");
+  unsetenv("WAM_LATENT_CACHE");
+  json value = {{"a", "${WAM_TEST_ROOT}/robotwin"},
+                {"b", "${WAM_TEST_UNSET:-fallback}/x"},
+                {"c", {"${WAM_DATA_ROOT}", "${WAM_LATENT_CACHE}"}},
+                {"d", "${WAM_TEST_UNSET}"}};
+  Diagnostics d("p.json");
+  expand_environment(value, "p.json", "/params", d);
+  EXPECT_EQ(value["a"], "/datasets/robotwin");
+  EXPECT_EQ(value["b"], "fallback/x");
+  EXPECT_EQ(value["c"], json({"data", ".cache/wam/latents"}));
+  EXPECT_EQ(d.render(), "p.json:/params/d: environment variable WAM_TEST_UNSET is not set; export "
+                        "it or write ${WAM_TEST_UNSET:-default}\n");
+}
+
+TEST(Config, OverridesAddressKeysIndicesAndNodeIds) {
+  json doc = json::parse(R"({"settings": {"batch_size": 16},
+    "nodes": [{"id": "src", "params": {}}, {"id": "decode", "params": {"mode": "sparse"}}]})");
+  Diagnostics d("p.json");
+  apply_override(doc, "settings.batch_size=8", d);
+  apply_override(doc, "nodes.decode.params.mode=full", d);
+  apply_override(doc, "nodes.0.params.cameras=[\"a\",\"b\"]", d);
+  apply_override(doc, "include.model=configs/model/tiny.json", d);
+  EXPECT_TRUE(d.empty()) << d.render();
+  EXPECT_EQ(doc["settings"]["batch_size"], 8);
+  EXPECT_EQ(doc["nodes"][1]["params"]["mode"], "full");
+  EXPECT_EQ(doc["nodes"][0]["params"]["cameras"], json({"a", "b"}));
+  EXPECT_EQ(doc["include"]["model"], "configs/model/tiny.json");
+
+  apply_override(doc, "nodes.augment.params.x=1", d);
+  apply_override(doc, "no-equals-sign", d);
+  EXPECT_EQ(d.render(),
+            "--set nodes.augment.params.x=1: no element \"augment\" in nodes\n"
+            "--set no-equals-sign: expected path.to.key=VALUE\n");
+}
+
+TEST(Config, IncludesAndRefsResolveWithMergedSiblings) {
+  TempDir dir;
+  dir.write("configs/data/robotwin.json",
+            R"({"window": {"num_frames": 33, "ratio": 4}, "cameras": ["cam_high"]})");
+  std::string file = dir.write("pipelines/p.json", R"({
+    "version": 1, "name": "p", "include": {"data": "configs/data/robotwin.json"},
+    "nodes": [{"id": "s", "type": "Count",
+               "params": {"window": {"$ref": "data/window", "ratio": 2},
+                          "cams": {"$ref": "data/cameras"}}}]})");
+  Diagnostics d(file);
+  PipelineConfig config = load_pipeline_config(file, {}, d);
+  EXPECT_TRUE(d.empty()) << d.render();
+  ASSERT_EQ(config.nodes.size(), 1u);
+  EXPECT_EQ(config.nodes[0].params["window"], json({{"num_frames", 33}, {"ratio", 2}}));
+  EXPECT_EQ(config.nodes[0].params["cams"], json({"cam_high"}));
+}
+
+TEST(Config, BadIncludesAndRefsAreReported) {
+  TempDir dir;
+  dir.write("configs/data/a.json", R"({"x": 1})");
+  std::string file = dir.write("pipelines/p.json", R"({
+    "version": 1, "name": "p",
+    "include": {"data": "configs/data/a.json", "model": "configs/model/missing.json"},
+    "nodes": [{"id": "s", "type": "Count",
+               "params": {"a": {"$ref": "dta/x"}, "b": {"$ref": "data/y"}}}]})");
+  Diagnostics d(file);
+  load_pipeline_config(file, {}, d);
+  EXPECT_EQ(d.render(),
+            file + ":/include/model: included file " +
+                std::filesystem::relative(dir.file("configs/model/missing.json")).string() +
+                " does not exist\n" + file +
+                ":/nodes/0/params/a/$ref: unknown include \"dta\"; did you mean \"data\"? "
+                "(allowed: data)\n" +
+                file + ":/nodes/0/params/b/$ref: \"/y\" does not exist in include \"data\" (" +
+                std::filesystem::relative(dir.file("configs/data/a.json")).string() + ")\n");
+}
+
+TEST(Config, OverrideSwapsAWholeInclude) {
+  TempDir dir;
+  dir.write("configs/model/small.json", R"({"width": 512})");
+  dir.write("configs/model/tiny.json", R"({"width": 64})");
+  std::string file = dir.write("pipelines/p.json", R"({
+    "version": 1, "name": "p", "include": {"model": "configs/model/small.json"},
+    "nodes": [{"id": "s", "type": "Count", "params": {"width": {"$ref": "model/width"}}}]})");
+  Diagnostics d(file);
+  auto config = load_pipeline_config(file, {{"include.model=configs/model/tiny.json"}}, d);
+  EXPECT_TRUE(d.empty()) << d.render();
+  EXPECT_EQ(config.nodes[0].params["width"], 64);
+}
+
+TEST(Config, StructuralProblemsAreAllReported) {
+  TempDir dir;
+  std::string file = dir.write("p.json", R"({
+    "version": 2, "nmae": "p",
+    "nodes": [{"id": 3, "type": "Count", "inputz": []}, {"type": "X", "on_error": "ignore"}]})");
+  Diagnostics d(file);
+  load_pipeline_config(file, {}, d);
+  EXPECT_EQ(d.render(),
+            file + ":/nmae: unknown top-level key \"nmae\"; did you mean \"name\"? (allowed: "
+                   "version, name, description, include, settings, nodes)\n" +
+                file + ":/version: unsupported version 2; expected 1\n" + file +
+                ":/name: \"name\" must be a non-empty string\n" + file +
+                ":/nodes/0/inputz: unknown node key \"inputz\"; did you mean \"inputs\"? "
+                "(allowed: id, type, inputs, params, concurrency, on_error, description)\n" +
+                file + ":/nodes/0/id: \"id\" must be a string\n" + file +
+                ":/nodes/1/id: missing \"id\"\n" + file +
+                ":/nodes/1/on_error: unknown on_error policy \"ignore\" (allowed: fail, skip)\n");
+}
+
+}  // namespace
+}  // namespace wam

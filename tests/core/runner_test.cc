@@ -1,1 +1,233 @@
+#include "wam/runner.h"
+
 #include <gtest/gtest.h>
+
+#include "testing/temp_dir.h"
+#include "testing/test_stages.h"
+
+namespace wam {
+namespace {
+
+using nlohmann::json;
+using testing::TempDir;
+
+struct Outcome {
+  RunResult result;
+  std::vector<Sample> outputs;
+  const NodeStats& node(const std::string& id) const {
+    for (const auto& n : result.stats.nodes) {
+      if (n.id == id) return n;
+    }
+    throw Error("no node " + id);
+  }
+};
+
+Outcome run_json(const std::string& text, const std::vector<std::string>& overrides = {},
+                 const std::string& stop_after = {}) {
+  TempDir dir;
+  std::string file = dir.write("p.json", text);
+  ValidatedPipeline pipeline = load_pipeline(file, {overrides}, testing::test_registry());
+  if (!stop_after.empty()) pipeline.keep_upstream_of(stop_after);
+  Outcome outcome;
+  RunOptions options;
+  options.log = [](const std::string&) {};
+  options.on_output = [&](const Sample& s) { outcome.outputs.push_back(s); };
+  outcome.result = run_pipeline(pipeline, options);
+  return outcome;
+}
+
+std::vector<int64_t> values(const std::vector<Sample>& samples, const std::string& field = "value") {
+  std::vector<int64_t> out;
+  for (const auto& s : samples) out.push_back(s.get_int(field));
+  return out;
+}
+
+std::vector<int64_t> range(int64_t begin, int64_t end) {
+  std::vector<int64_t> out;
+  for (int64_t v = begin; v < end; ++v) out.push_back(v);
+  return out;
+}
+
+// Every runner case runs serial (1 thread) and parallel (4 threads).
+class Runner : public ::testing::TestWithParam<int> {
+ protected:
+  std::string threads() const { return "settings.threads=" + std::to_string(GetParam()); }
+};
+
+const char* kChain = R"({"version": 1, "name": "chain", "nodes": [
+  {"id": "source", "type": "Count", "params": {"count": 200}},
+  {"id": "delay", "type": "Delay", "inputs": ["source"], "params": {"max_us": 300}},
+  {"id": "plus", "type": "Increment", "inputs": ["delay"], "params": {"by": 1000}},
+  {"id": "batch", "type": "Batch", "inputs": ["plus"], "params": {"size": 16}}]})";
+
+TEST_P(Runner, OrderedRunRestoresSourceOrderBeforeOrderSensitiveStages) {
+  Outcome o = run_json(kChain, {threads()});
+  ASSERT_FALSE(o.result.error) << o.result.error->what();
+  ASSERT_EQ(o.outputs.size(), 13u);  // 12 full batches of 16 and the flushed 8
+  std::vector<int64_t> all;
+  for (const auto& batch : o.outputs) {
+    for (const auto& v : batch.get_json("values")) all.push_back(v.get<int64_t>());
+  }
+  EXPECT_EQ(all, range(1000, 1200));
+  EXPECT_EQ(o.outputs.back().get_json("values").size(), 8u);
+  EXPECT_EQ(o.result.stats.stop_reason, "exhausted");
+  EXPECT_EQ(o.node("source").out, 200);
+  EXPECT_EQ(o.node("plus").in, 200);
+  EXPECT_EQ(o.node("batch").out, 13);
+}
+
+TEST_P(Runner, FanOutAndJoinMergeBranchesBySequence) {
+  Outcome o = run_json(R"({"version": 1, "name": "fan", "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 100}},
+    {"id": "slow", "type": "Delay", "inputs": ["source"], "params": {"max_us": 200}},
+    {"id": "tag", "type": "Tag", "inputs": ["slow"], "params": {"field": "tag", "value": "t"}},
+    {"id": "mark", "type": "Tag", "inputs": ["source"], "params": {"field": "mark", "value": "m"}},
+    {"id": "join", "type": "Probe", "inputs": ["tag", "mark"],
+     "params": {"reads": {"tag": "String", "mark": "String", "value": "Int"}}},
+    {"id": "batch", "type": "Batch", "inputs": ["join"], "params": {"size": 100}}]})",
+                       {threads()});
+  ASSERT_FALSE(o.result.error) << o.result.error->what();
+  ASSERT_EQ(o.outputs.size(), 1u);
+  std::vector<int64_t> all;
+  for (const auto& v : o.outputs[0].get_json("values")) all.push_back(v.get<int64_t>());
+  EXPECT_EQ(all, range(0, 100));
+  EXPECT_EQ(o.node("join").in, 100);
+}
+
+TEST_P(Runner, FailureAtSampleNStopsTheRunAndNamesNodeKeyAndPhase) {
+  Outcome o = run_json(R"({"version": 1, "name": "fail", "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 1000}},
+    {"id": "check", "type": "FailAt", "inputs": ["source"], "params": {"at": 37}}]})",
+                       {threads()});
+  ASSERT_TRUE(o.result.error);
+  EXPECT_EQ(std::string(o.result.error->what()),
+            "[check: FailAt] process item:37: corrupt input at value 37");
+  EXPECT_EQ(o.result.error->node(), "check");
+  EXPECT_EQ(o.result.error->sample_key(), "item:37");
+  EXPECT_EQ(o.result.stats.stop_reason, "failed");
+  EXPECT_EQ(o.node("check").errors, 1);
+  EXPECT_LT(o.node("source").out, 1000);  // stopped early
+}
+
+TEST_P(Runner, SourceFailureIsReportedWithPhaseNext) {
+  Outcome o = run_json(R"({"version": 1, "name": "fail", "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 10, "fail_at": 4}},
+    {"id": "plus", "type": "Increment", "inputs": ["source"]}]})",
+                       {threads()});
+  ASSERT_TRUE(o.result.error);
+  EXPECT_EQ(std::string(o.result.error->what()),
+            "[source: Count] next item 4: cannot produce item 4");
+}
+
+TEST_P(Runner, SkipPolicyCountsAndDropsTheFaultySample) {
+  Outcome o = run_json(R"({"version": 1, "name": "skip", "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 50}},
+    {"id": "check", "type": "FailAt", "inputs": ["source"], "params": {"at": 7},
+     "on_error": "skip"},
+    {"id": "batch", "type": "Batch", "inputs": ["check"], "params": {"size": 100}}]})",
+                       {threads()});
+  ASSERT_FALSE(o.result.error);
+  EXPECT_EQ(o.node("check").skips, 1);
+  EXPECT_EQ(o.node("check").out, 49);
+  std::vector<int64_t> expected = range(0, 50);
+  expected.erase(expected.begin() + 7);
+  std::vector<int64_t> all;
+  for (const auto& v : o.outputs.at(0).get_json("values")) all.push_back(v.get<int64_t>());
+  EXPECT_EQ(all, expected);
+}
+
+TEST_P(Runner, InFlightItemsStayWithinMaxInFlight) {
+  testing::InFlightProbe::reset();
+  Outcome o = run_json(R"({"version": 1, "name": "bounded",
+    "settings": {"max_in_flight": 3},
+    "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 300, "track_in_flight": true}},
+    {"id": "delay", "type": "Delay", "inputs": ["source"], "params": {"max_us": 100}},
+    {"id": "exit", "type": "InFlightExit", "inputs": ["delay"]}]})",
+                       {threads()});
+  ASSERT_FALSE(o.result.error);
+  EXPECT_EQ(o.node("exit").out, 300);
+  // The input node holds one produced item ready while the limiter is full: bound + 1.
+  EXPECT_LE(testing::InFlightProbe::max_live.load(), 3 + 1);
+  EXPECT_GE(testing::InFlightProbe::max_live.load(), 1);
+  EXPECT_LE(o.node("delay").queue_max, 3);
+}
+
+TEST_P(Runner, StepsStopAfterNTerminalItems) {
+  Outcome o = run_json(kChain, {threads(), "settings.steps=3"});
+  ASSERT_FALSE(o.result.error);
+  EXPECT_EQ(o.outputs.size(), 3u);
+  EXPECT_EQ(o.node("batch").out, 3);
+  EXPECT_EQ(o.result.stats.stop_reason, "steps");
+  EXPECT_EQ(o.outputs[2].get_json("values").front(), 1032);
+}
+
+TEST_P(Runner, StopAfterRunsOnlyTheUpstreamPart) {
+  Outcome o = run_json(kChain, {threads()}, "plus");
+  ASSERT_FALSE(o.result.error);
+  ASSERT_EQ(o.result.stats.nodes.size(), 3u);
+  EXPECT_EQ(o.node("plus").out, 200);
+  std::vector<int64_t> got = values(o.outputs);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, range(1000, 1200));
+}
+
+TEST_P(Runner, ExpandAndFilterKeepSequencesDense) {
+  Outcome o = run_json(R"({"version": 1, "name": "expand", "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 20}},
+    {"id": "three", "type": "Expand", "inputs": ["source"], "params": {"copies": 3}},
+    {"id": "delay", "type": "Delay", "inputs": ["three"], "params": {"max_us": 200}},
+    {"id": "batch", "type": "Batch", "inputs": ["delay"], "params": {"size": 6}}]})",
+                       {threads()});
+  ASSERT_FALSE(o.result.error);
+  std::vector<int64_t> all;
+  for (const auto& b : o.outputs) {
+    for (const auto& v : b.get_json("values")) all.push_back(v.get<int64_t>());
+  }
+  std::vector<int64_t> expected;
+  for (int64_t v = 0; v < 20; ++v) expected.insert(expected.end(), {v, v, v});
+  EXPECT_EQ(all, expected);
+  EXPECT_EQ(o.node("three").out, 60);
+}
+
+TEST_P(Runner, InterruptStopsCleanlyWithStats) {
+  TempDir dir;
+  std::string file = dir.write("p.json", R"({"version": 1, "name": "long", "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 100000000}},
+    {"id": "delay", "type": "Delay", "inputs": ["source"], "params": {"max_us": 50}}]})");
+  ValidatedPipeline pipeline = load_pipeline(file, {{threads()}}, testing::test_registry());
+  std::atomic<bool> interrupt{false};
+  RunOptions options;
+  options.log = [](const std::string&) {};
+  options.interrupt = &interrupt;
+  int64_t seen = 0;
+  options.on_output = [&](const Sample&) {
+    if (++seen == 100) interrupt = true;
+  };
+  RunResult result = run_pipeline(pipeline, options);
+  EXPECT_FALSE(result.error);
+  EXPECT_EQ(result.stats.stop_reason, "interrupted");
+  EXPECT_GE(result.stats.nodes[1].out, 100);
+  EXPECT_LT(result.stats.nodes[0].out, 100000000);
+  EXPECT_GT(result.source_state.at("next").get<int64_t>(), 99);
+}
+
+INSTANTIATE_TEST_SUITE_P(SerialAndParallel, Runner, ::testing::Values(1, 4),
+                         [](const auto& info) { return "threads" + std::to_string(info.param); });
+
+TEST(RunStats, JsonAndTableNameEveryNode) {
+  Outcome o = run_json(kChain);
+  json stats = o.result.stats.to_json();
+  ASSERT_EQ(stats["nodes"].size(), 4u);
+  EXPECT_EQ(stats["nodes"][1]["id"], "delay");
+  EXPECT_EQ(stats["nodes"][1]["in"], 200);
+  EXPECT_EQ(stats["nodes"][1]["concurrency"], "unlimited");
+  EXPECT_GT(stats["nodes"][1]["busy_s"].get<double>(), 0.0);
+  std::string table = o.result.stats.table();
+  EXPECT_NE(table.find("pipeline chain:"), std::string::npos);
+  EXPECT_NE(table.find("delay"), std::string::npos);
+  EXPECT_NE(table.find("starved%"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace wam
