@@ -161,7 +161,9 @@ ValidatedPipeline ValidatedPipeline::from_config(const PipelineConfig& config,
                         nodes[i].label());
     }
   }
-  if (sources.empty() && count > 0) {
+  bool all_types_known = true;
+  for (const auto& nc : config.nodes) all_types_known = all_types_known && registry.find(nc.type);
+  if (sources.empty() && count > 0 && all_types_known) {
     diagnostics.error("/nodes", "the pipeline has no source node (a stage that produces samples, "
                                 "e.g. EpisodeSampler)");
   }
