@@ -231,8 +231,9 @@ void synthesize_dataset(const SynthOptions& o) {
 
     for (size_t c = 0; c < preset.cameras.size(); ++c) {
       const SynthCamera& camera = preset.cameras[c];
-      video::VideoWriter video(writer.episode_video_file(episode, camera.key), camera.width,
-                               camera.height, encode);
+      const std::string video_file = writer.episode_video_file(episode, camera.key);
+      std::filesystem::create_directories(std::filesystem::path(video_file).parent_path());
+      video::VideoWriter video(video_file, camera.width, camera.height, encode);
       std::vector<uint8_t> rgb(static_cast<size_t>(camera.width) * camera.height * 3);
       for (int64_t t = 0; t < frames; ++t) {
         render_frame(data.floats["observation.state"], t, static_cast<int>(c), camera.width,
