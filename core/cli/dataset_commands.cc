@@ -116,9 +116,9 @@ int run_inspect(const std::string& dir) {
     }
   }
   std::cout << "stats     "
-            << (ds.has_episode_stats() ? "meta/episodes_stats.jsonl"
-                                       : "missing (run: wam-pipeline dataset stats " + ds.root() +
-                                             ")")
+            << (ds.has_episode_stats()
+                    ? "meta/episodes_stats.jsonl"
+                    : "missing (run: wam-pipeline dataset stats " + ds.root() + ")")
             << "\n";
   std::vector<std::string> problems = ds.problems();
   std::cout << "cameras   " << info.video_keys().size() << "\n";
@@ -174,8 +174,9 @@ DatasetCommands::DatasetCommands(CLI::App& app) {
   dataset_->require_subcommand(1);
 
   synth_ = dataset_->add_subcommand(
-      "synth", "Write a synthetic LIBERO- or RoboTwin-shaped dataset (moving shapes driven by the "
-               "actions, every frame stamped with its index)");
+      "synth",
+      "Write a synthetic LIBERO- or RoboTwin-shaped dataset (moving shapes driven by the "
+      "actions, every frame stamped with its index)");
   synth_->add_option("--preset", preset_, "Robot and cameras to imitate")
       ->required()
       ->check(CLI::IsMember({"libero", "robotwin"}));
@@ -203,8 +204,9 @@ DatasetCommands::DatasetCommands(CLI::App& app) {
   inspect_->add_option("dir", dir_, "Dataset directory")->required();
 
   stats_ = dataset_->add_subcommand(
-      "stats", "Write meta/episodes_stats.jsonl (min/max/mean/std of action and observation.state "
-               "per episode) when it is missing");
+      "stats",
+      "Write meta/episodes_stats.jsonl (min/max/mean/std of action and observation.state "
+      "per episode) when it is missing");
   stats_->add_option("dir", dir_, "Dataset directory")->required();
   stats_->add_flag("--force", force_, "Overwrite an existing episodes_stats.jsonl");
 }

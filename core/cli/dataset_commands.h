@@ -1,10 +1,9 @@
 // `wam-pipeline dataset synth|inspect|stats`: make, look at and complete LeRobot-layout datasets.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 namespace wam::cli {
 

@@ -16,7 +16,8 @@
 // the first floor(n / W) * W entries, so every rank gets the same count and none waits forever on
 // an uneven shard.
 //
-// Example: {"id": "sampler", "type": "EpisodeSampler", "params": {"dataset_dirs": ["data/robotwin"],
+// Example: {"id": "sampler", "type": "EpisodeSampler", "params": {"dataset_dirs":
+// ["data/robotwin"],
 //           "cameras": ["observation.images.cam_high", "observation.images.cam_left_wrist",
 //                       "observation.images.cam_right_wrist"], "normalization": "z_score"}}
 #include <algorithm>
@@ -99,8 +100,8 @@ std::vector<Range> parse_layout(const nlohmann::json& layout, const char* name, 
   for (size_t i = 0; i < layout.size(); ++i) {
     const auto& r = layout[i];
     const std::string entry = where + "[" + std::to_string(i) + "] " + r.dump();
-    if (!r.is_array() || r.size() != 3 || !r[0].is_number_integer() ||
-        !r[1].is_number_integer() || !r[2].is_number_integer()) {
+    if (!r.is_array() || r.size() != 3 || !r[0].is_number_integer() || !r[1].is_number_integer() ||
+        !r[2].is_number_integer()) {
       throw Error(entry + ": expected [src_begin, src_end, dst_begin] integers");
     }
     Range range{r[0].get<int64_t>(), r[1].get<int64_t>(), r[2].get<int64_t>()};
@@ -113,7 +114,8 @@ std::vector<Range> parse_layout(const nlohmann::json& layout, const char* name, 
       throw Error(entry + ": destination must lie in [0, 80)");
     }
     for (int64_t d = range.dst_begin; d < dst_end; ++d) {
-      if (taken[d]) throw Error(entry + ": destination dim " + std::to_string(d) + " is used twice");
+      if (taken[d])
+        throw Error(entry + ": destination dim " + std::to_string(d) + " is used twice");
       taken[d] = true;
     }
     ranges.push_back(range);
@@ -196,9 +198,9 @@ class EpisodeSampler final : public Source {
     }
     if ((horizon / p_.action_video_freq_ratio) % 4 != 0) {
       throw Error("The sampled RGB window must satisfy T % 4 == 1 for the Wan VAE: num_frames=" +
-                  std::to_string(p_.num_frames) + " and action_video_freq_ratio=" +
-                  std::to_string(p_.action_video_freq_ratio) + " give T=" +
-                  std::to_string(horizon / p_.action_video_freq_ratio + 1));
+                  std::to_string(p_.num_frames) +
+                  " and action_video_freq_ratio=" + std::to_string(p_.action_video_freq_ratio) +
+                  " give T=" + std::to_string(horizon / p_.action_video_freq_ratio + 1));
     }
     if (p_.rank >= p_.world_size) {
       throw Error("EpisodeSampler: rank " + std::to_string(p_.rank) + " must be < world_size " +
@@ -278,7 +280,8 @@ class EpisodeSampler final : public Source {
       if (!ds.has_episode_stats()) {
         throw Error(ds.episodes_stats_path() +
                     ": missing; normalisation needs per-episode stats: run `wam-pipeline dataset "
-                    "stats " + ds.root() + "`");
+                    "stats " +
+                    ds.root() + "`");
       }
       for (const auto& info : ds.episodes()) {
         Episode e;
@@ -308,7 +311,8 @@ class EpisodeSampler final : public Source {
         auto stats = ds.episode_stats().find(info.episode_index);
         if (stats == ds.episode_stats().end() || !stats->second.count("action") ||
             !stats->second.count("observation.state")) {
-          throw Error(ds.episodes_stats_path() + ": no action / observation.state stats for episode " +
+          throw Error(ds.episodes_stats_path() +
+                      ": no action / observation.state stats for episode " +
                       std::to_string(info.episode_index) + ": run `wam-pipeline dataset stats " +
                       ds.root() + " --force`");
         }
@@ -330,7 +334,8 @@ class EpisodeSampler final : public Source {
     }
     action_layout_ = parse_layout(p_.action_layout, "action_layout", action_dims);
     state_layout_ = parse_layout(p_.state_layout, "state_layout", state_dims);
-    const auto action_norm = Normalizer::make(data::aggregate_stats(action_parts), p_.normalization);
+    const auto action_norm =
+        Normalizer::make(data::aggregate_stats(action_parts), p_.normalization);
     const auto state_norm = Normalizer::make(data::aggregate_stats(state_parts), p_.normalization);
     for (auto& e : episodes_) {
       action_norm.apply(e.action);
@@ -446,9 +451,9 @@ class EpisodeSampler final : public Source {
   // keeps the values identical across standard libraries.
   void add_proprio_noise(torch::Tensor& proprio, const torch::Tensor& dim_is_pad,
                          int64_t sample_id) const {
-    std::mt19937_64 rng(mix_seed(
-        mix_seed(mix_seed(seed_, kProprioNoiseStream), static_cast<uint64_t>(epoch_)),
-        static_cast<uint64_t>(sample_id)));
+    std::mt19937_64 rng(
+        mix_seed(mix_seed(mix_seed(seed_, kProprioNoiseStream), static_cast<uint64_t>(epoch_)),
+                 static_cast<uint64_t>(sample_id)));
     auto uniform = [&] { return (static_cast<double>(rng() >> 11) + 0.5) * 0x1.0p-53; };
     float* values = proprio.data_ptr<float>();
     const bool* pad = dim_is_pad.data_ptr<bool>();

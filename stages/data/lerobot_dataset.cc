@@ -125,7 +125,8 @@ FeatureStats stats_from_json(const nlohmann::json& j, const std::string& where) 
   s.mean = field<std::vector<double>>(j, "mean", where);
   s.std = field<std::vector<double>>(j, "std", where);
   auto count = j.find("count");
-  if (count != j.end() && count->is_array() && !count->empty()) s.count = (*count)[0].get<int64_t>();
+  if (count != j.end() && count->is_array() && !count->empty())
+    s.count = (*count)[0].get<int64_t>();
   if (count != j.end() && count->is_number_integer()) s.count = count->get<int64_t>();
   size_t dims = s.min.size();
   if (s.max.size() != dims || s.mean.size() != dims || s.std.size() != dims) {
@@ -135,7 +136,8 @@ FeatureStats stats_from_json(const nlohmann::json& j, const std::string& where) 
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -277,7 +279,8 @@ nlohmann::ordered_json DatasetInfo::to_json() const {
     nlohmann::ordered_json fj;
     fj["dtype"] = f.dtype;
     fj["shape"] = f.shape;
-    fj["names"] = f.names.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(f.names);
+    fj["names"] =
+        f.names.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(f.names);
     if (f.dtype == "video") fj["info"] = nlohmann::ordered_json::parse(f.video_info.dump());
     features_json[f.key] = fj;
   }
@@ -294,7 +297,8 @@ LeRobotDataset LeRobotDataset::open(const std::string& root) {
   const std::string info_path = ds.root_ + "/meta/info.json";
   // nlohmann::json sorts object keys; ordered_json keeps the features in the file's order.
   std::ifstream info_in(info_path);
-  if (!info_in) throw Error(info_path + ": cannot open; is " + root + " a LeRobot dataset directory?");
+  if (!info_in)
+    throw Error(info_path + ": cannot open; is " + root + " a LeRobot dataset directory?");
   nlohmann::ordered_json info;
   try {
     info = nlohmann::ordered_json::parse(info_in);
@@ -412,10 +416,12 @@ std::string LeRobotDataset::video_file(int64_t episode_index, const std::string&
 EpisodeData LeRobotDataset::read_episode(int64_t episode_index) const {
   const std::string path = data_file(episode_index);
   if (ends_with(path, ".parquet")) {
-    throw Error(path + ": per-frame columns are stored in parquet, which is not readable here (no "
+    throw Error(path +
+                ": per-frame columns are stored in parquet, which is not readable here (no "
                 "parquet library on Debian 12); convert the dataset to the HDF5 layout: one "
                 "data/chunk-XXX/episode_XXXXXX.h5 per episode with one dataset per column, and "
-                "data_path \"" + std::string(kHdf5DataPath) + "\" in meta/info.json");
+                "data_path \"" +
+                std::string(kHdf5DataPath) + "\" in meta/info.json");
   }
   if (!ends_with(path, ".h5")) {
     throw Error(root_ + "/meta/info.json: data_path \"" + info_.data_path +
@@ -426,22 +432,23 @@ EpisodeData LeRobotDataset::read_episode(int64_t episode_index) const {
                 " is listed in meta/episodes.jsonl)");
   }
   silence_hdf5();
-  H5Handle file(h5_check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "open the file",
-                         path, ""),
-                H5Fclose);
+  H5Handle file(
+      h5_check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "open the file", path, ""),
+      H5Fclose);
   std::vector<std::string> names;
-  h5_check(H5Literate(file.get(), H5_INDEX_NAME, H5_ITER_NATIVE, nullptr,
-                      [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
-                        static_cast<std::vector<std::string>*>(data)->push_back(name);
-                        return 0;
-                      },
-                      &names),
+  h5_check(H5Literate(
+               file.get(), H5_INDEX_NAME, H5_ITER_NATIVE, nullptr,
+               [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+                 static_cast<std::vector<std::string>*>(data)->push_back(name);
+                 return 0;
+               },
+               &names),
            "list the datasets", path, "");
   EpisodeData data;
   for (const auto& name : names) {
-    H5Handle dataset(h5_check(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), "open the dataset",
-                              path, name),
-                     H5Dclose);
+    H5Handle dataset(
+        h5_check(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), "open the dataset", path, name),
+        H5Dclose);
     H5Handle space(h5_check(H5Dget_space(dataset.get()), "read the dataspace", path, name),
                    H5Sclose);
     int rank = h5_check(H5Sget_simple_extent_ndims(space.get()), "read the rank", path, name);
@@ -465,9 +472,9 @@ EpisodeData LeRobotDataset::read_episode(int64_t episode_index) const {
       data.floats[name] = std::move(column);
     } else if (type_class == H5T_INTEGER && rank == 1) {
       std::vector<int64_t> values(static_cast<size_t>(rows));
-      h5_check(H5Dread(dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                       values.data()),
-               "read the values", path, name);
+      h5_check(
+          H5Dread(dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
+          "read the values", path, name);
       data.ints[name] = std::move(values);
     } else {
       throw Error(path + " (dataset " + name +
@@ -486,7 +493,8 @@ EpisodeData LeRobotDataset::read_episode(int64_t episode_index) const {
     }
   };
   for (const auto& [name, column] : data.floats) check_rows(name, column.rows);
-  for (const auto& [name, column] : data.ints) check_rows(name, static_cast<int64_t>(column.size()));
+  for (const auto& [name, column] : data.ints)
+    check_rows(name, static_cast<int64_t>(column.size()));
   return data;
 }
 
@@ -538,8 +546,8 @@ std::vector<std::string> LeRobotDataset::problems() const {
                       first_missing + " is missing)");
     } else if (missing > 0) {
       found.push_back("camera " + key + ": " + std::to_string(missing) + " of " +
-                      std::to_string(episodes_.size()) + " episodes lack a video file (first: " +
-                      first_missing + ")");
+                      std::to_string(episodes_.size()) +
+                      " episodes lack a video file (first: " + first_missing + ")");
     }
   }
   for (const auto& e : episodes_) {
@@ -571,7 +579,7 @@ void write_episode_hdf5(const std::string& path, const EpisodeData& data) {
   silence_hdf5();
   fs::create_directories(fs::path(path).parent_path());
   const std::string temporary = path + ".tmp";
-  {
+  try {
     H5Handle file(h5_check(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
                            "create the file", temporary, ""),
                   H5Fclose);
@@ -589,6 +597,9 @@ void write_episode_hdf5(const std::string& path, const EpisodeData& data) {
                     {static_cast<hsize_t>(column.size())}, column.data());
     }
     h5_check(H5Fflush(file.get(), H5F_SCOPE_LOCAL), "flush the file", temporary, "");
+  } catch (...) {
+    fs::remove(temporary);  // never leave a half-written episode behind
+    throw;
   }
   std::error_code ec;
   fs::rename(temporary, path, ec);
@@ -621,9 +632,9 @@ std::string LeRobotWriter::episode_video_file(int64_t episode_index,
 }
 
 void LeRobotWriter::write_episode(const EpisodeInfo& episode, const EpisodeData& data) {
-  const std::string path =
-      root_ + "/" +
-      format_path(info_.data_path, episode.episode_index / info_.chunks_size, episode.episode_index);
+  const std::string path = root_ + "/" +
+                           format_path(info_.data_path, episode.episode_index / info_.chunks_size,
+                                       episode.episode_index);
   write_episode_hdf5(path, data);
   EpisodeStats stats;
   for (const auto& [name, column] : data.floats) {
@@ -634,8 +645,9 @@ void LeRobotWriter::write_episode(const EpisodeInfo& episode, const EpisodeData&
 }
 
 void LeRobotWriter::finish() {
-  std::sort(episodes_.begin(), episodes_.end(),
-            [](const EpisodeInfo& a, const EpisodeInfo& b) { return a.episode_index < b.episode_index; });
+  std::sort(episodes_.begin(), episodes_.end(), [](const EpisodeInfo& a, const EpisodeInfo& b) {
+    return a.episode_index < b.episode_index;
+  });
   info_.total_episodes = static_cast<int64_t>(episodes_.size());
   info_.total_frames = 0;
   for (const auto& e : episodes_) info_.total_frames += e.length;

@@ -8,11 +8,10 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace wam::data {
 
@@ -69,7 +68,8 @@ struct FloatColumn {
 // The per-frame columns of one episode.
 struct EpisodeData {
   std::map<std::string, FloatColumn> floats;  // action, observation.state, timestamp
-  std::map<std::string, std::vector<int64_t>> ints;  // frame_index, episode_index, index, task_index
+  std::map<std::string, std::vector<int64_t>>
+      ints;  // frame_index, episode_index, index, task_index
 };
 
 // Normalisation statistics of one feature, per dimension.
@@ -105,7 +105,7 @@ class LeRobotDataset {
   std::string episodes_stats_path() const;
 
   int64_t total_frames() const;
-  std::string data_file(int64_t episode_index) const;  // absolute
+  std::string data_file(int64_t episode_index) const;                                 // absolute
   std::string video_file(int64_t episode_index, const std::string& video_key) const;  // absolute
   EpisodeData read_episode(int64_t episode_index) const;
 

@@ -41,7 +41,8 @@ FloatColumn smooth_actions(std::mt19937_64& rng, int64_t frames, int64_t dims) {
       phase[k] = uniform(0.0, 2 * M_PI);
     }
     for (int64_t t = 0; t < frames; ++t) {
-      const double progress = static_cast<double>(t) / static_cast<double>(std::max<int64_t>(frames, 2));
+      const double progress =
+          static_cast<double>(t) / static_cast<double>(std::max<int64_t>(frames, 2));
       double value = 0;
       for (int k = 0; k < 3; ++k) {
         value += amplitude[k] * std::sin(2 * M_PI * frequency[k] * progress + phase[k]);
@@ -54,7 +55,8 @@ FloatColumn smooth_actions(std::mt19937_64& rng, int64_t frames, int64_t dims) {
 
 // The robot integrates its actions: state dim j follows action dim j % action_dims.
 FloatColumn integrate_state(std::mt19937_64& rng, const FloatColumn& actions, int64_t dims) {
-  FloatColumn state{actions.rows, dims, std::vector<float>(static_cast<size_t>(actions.rows * dims))};
+  FloatColumn state{actions.rows, dims,
+                    std::vector<float>(static_cast<size_t>(actions.rows * dims))};
   for (int64_t j = 0; j < dims; ++j) {
     float value = static_cast<float>(static_cast<double>(rng() >> 11) * 0x1.0p-53 - 0.5);
     for (int64_t t = 0; t < actions.rows; ++t) {
@@ -180,7 +182,10 @@ void synthesize_dataset(const SynthOptions& o) {
   info.robot_type = preset.robot_type;
   info.fps = fps;
   for (const auto& camera : preset.cameras) {
-    Feature f{camera.key, "video", {camera.height, camera.width, 3}, {"height", "width", "channel"},
+    Feature f{camera.key,
+              "video",
+              {camera.height, camera.width, 3},
+              {"height", "width", "channel"},
               nlohmann::json{{"video.height", camera.height},
                              {"video.width", camera.width},
                              {"video.codec", o.codec},

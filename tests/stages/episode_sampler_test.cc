@@ -114,8 +114,8 @@ TEST_F(EpisodeSamplerTest, FirstFrameOfAnEpisode) {
             "A video recorded from a robot's point of view executing the following instruction: "
             "stack the blocks");
   EXPECT_EQ(s.get_json("video_files"),
-            nlohmann::json::array(
-                {fs::absolute(root_).string() + "/videos/chunk-000/" + kCamera + "/episode_000000.mp4"}));
+            nlohmann::json::array({fs::absolute(root_).string() + "/videos/chunk-000/" + kCamera +
+                                   "/episode_000000.mp4"}));
   EXPECT_EQ(s.get_json("frame_plan"),
             (nlohmann::json{{"fps", 25.0},
                             {"anchor", 0},
@@ -183,8 +183,7 @@ TEST_F(EpisodeSamplerTest, SecondEpisodeStartsItsOwnFrames) {
   EXPECT_EQ(s.get_int("episode_index"), 1);
   EXPECT_EQ(s.get_int("frame_index"), 5);
   EXPECT_EQ(s.get_string("task"), "lift the pot");
-  EXPECT_EQ(s.get_json("frame_plan")["window"],
-            nlohmann::json({5, 9, 13, 17, 19, 19, 19, 19, 19}));
+  EXPECT_EQ(s.get_json("frame_plan")["window"], nlohmann::json({5, 9, 13, 17, 19, 19, 19, 19, 19}));
   EXPECT_EQ(s.tensor("action")[0][0].item<float>(), 1005);
   EXPECT_EQ(s.tensor("action")[20][0].item<float>(), 1019);
   EXPECT_TRUE(s.tensor("action_is_pad")[15].item<bool>());
@@ -239,18 +238,18 @@ TEST_F(EpisodeSamplerTest, ShuffleIsASeededPermutationPerEpoch) {
   EXPECT_EQ(ids(drain(R"(, "shuffle": true)", 2)), all);  // same seed, same order
   testing::HarnessOptions other_seed;
   other_seed.settings.seed = 7;
-  EXPECT_NE(ids(testing::drain_source("EpisodeSampler", params(R"(, "shuffle": true)"), 60,
-                                      other_seed)),
-            epoch0);
+  EXPECT_NE(
+      ids(testing::drain_source("EpisodeSampler", params(R"(, "shuffle": true)"), 60, other_seed)),
+      epoch0);
 }
 
 TEST_F(EpisodeSamplerTest, ShardsAreDisjointAndEqualSized) {
   for (int64_t max_samples : {0, 50}) {
     std::set<int64_t> seen;
     for (int64_t rank = 0; rank < 3; ++rank) {
-      const auto shard = ids(drain(R"(, "shuffle": true, "world_size": 3, "rank": )" +
-                                   std::to_string(rank) +
-                                   R"(, "max_samples": )" + std::to_string(max_samples)));
+      const auto shard =
+          ids(drain(R"(, "shuffle": true, "world_size": 3, "rank": )" + std::to_string(rank) +
+                    R"(, "max_samples": )" + std::to_string(max_samples)));
       // 60 samples -> 20 per rank; 50 -> 16 per rank (the remainder of 2 is dropped).
       EXPECT_EQ(shard.size(), max_samples == 0 ? 20u : 16u);
       for (int64_t id : shard) EXPECT_TRUE(seen.insert(id).second) << "sample " << id << " twice";
@@ -312,8 +311,9 @@ TEST_F(EpisodeSamplerTest, ProprioNoiseIsSeededAndSkipsPaddedDims) {
   EXPECT_TRUE(noisy[3].tensor("proprio").equal(again[3].tensor("proprio")));
   EXPECT_GT(diff.abs().max().item<float>(), 0.0f);
   EXPECT_LT(diff.abs().max().item<float>(), 0.1f);
-  EXPECT_NEAR(diff.index_select(1, torch::tensor({0, 1, 2, 3, 4, 5, 16, 40, 56})).std().item<float>(),
-              0.01f, 0.003f);
+  EXPECT_NEAR(
+      diff.index_select(1, torch::tensor({0, 1, 2, 3, 4, 5, 16, 40, 56})).std().item<float>(),
+      0.01f, 0.003f);
   EXPECT_EQ(noisy[3].tensor("proprio")[0][6].item<float>(), 0.0f);  // padded dim
   EXPECT_TRUE(noisy[3].tensor("action").equal(clean[3].tensor("action")));
 }
@@ -352,8 +352,10 @@ TEST_F(EpisodeSamplerTest, MissingStatsNameTheCommandToRun) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              root + "/meta/episodes_stats.jsonl: missing; normalisation needs per-episode stats: "
-                     "run `wam-pipeline dataset stats " + root + "`");
+              root +
+                  "/meta/episodes_stats.jsonl: missing; normalisation needs per-episode stats: "
+                  "run `wam-pipeline dataset stats " +
+                  root + "`");
   }
 }
 
@@ -367,8 +369,9 @@ TEST_F(EpisodeSamplerTest, RefusesParquetColumns) {
   fs::create_directory_symlink(fs::absolute(real / "videos"), fs::path(copy) / "videos");
   set_stats(copy, {0.0, 1.0, 0.0, 1.0});
   try {
-    testing::drain_source("EpisodeSampler", R"({"dataset_dirs": [")" + copy +
-                                                R"("], "cameras": ["observation.images.ego_view"]})");
+    testing::drain_source(
+        "EpisodeSampler",
+        R"({"dataset_dirs": [")" + copy + R"("], "cameras": ["observation.images.ego_view"]})");
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),

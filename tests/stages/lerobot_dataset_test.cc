@@ -28,7 +28,10 @@ class LeRobotDatasetTest : public ::testing::Test {
   std::string write_dataset(const std::string& name, double fps) {
     DatasetInfo info;
     info.fps = fps;
-    info.features = {{"observation.images.top", "video", {64, 64, 3}, {"height", "width", "channel"},
+    info.features = {{"observation.images.top",
+                      "video",
+                      {64, 64, 3},
+                      {"height", "width", "channel"},
                       nlohmann::json{{"video.codec", "h264"}}},
                      {"action", "float32", {2}, {"a0", "a1"}, nullptr},
                      {"observation.state", "float32", {1}, {"s0"}, nullptr}};
@@ -104,8 +107,8 @@ TEST_F(LeRobotDatasetTest, WriterOutputReadsBack) {
 }
 
 TEST_F(LeRobotDatasetTest, AggregatesStatsLikeLeRobot) {
-  FeatureStats a{{0}, {2}, {1}, {1}, 2};    // values 0, 2
-  FeatureStats b{{4}, {4}, {4}, {0}, 1};    // value 4
+  FeatureStats a{{0}, {2}, {1}, {1}, 2};  // values 0, 2
+  FeatureStats b{{4}, {4}, {4}, {0}, 1};  // value 4
   const FeatureStats total = aggregate_stats({a, b});
   EXPECT_EQ(total.count, 3);
   EXPECT_DOUBLE_EQ(total.min[0], 0);
@@ -154,14 +157,18 @@ TEST_F(LeRobotDatasetTest, ReportsTheQuirksOfRealData) {
   EXPECT_FALSE(ds.has_episode_stats());
   const std::string info = ds.root() + "/meta/info.json";
   const std::vector<std::string> expected = {
-      info + ": total_chunks is 0 but the episodes need 1; chunks are computed from "
-             "episode_index / chunks_size",
-      info + ": splits.train \"0:100\" goes beyond the 5 episodes; every episode in "
-             "meta/episodes.jsonl is used",
-      info + ": data_path \"data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet\" "
-             "is parquet, which is not readable here; convert to the HDF5 layout",
+      info +
+          ": total_chunks is 0 but the episodes need 1; chunks are computed from "
+          "episode_index / chunks_size",
+      info +
+          ": splits.train \"0:100\" goes beyond the 5 episodes; every episode in "
+          "meta/episodes.jsonl is used",
+      info +
+          ": data_path \"data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet\" "
+          "is parquet, which is not readable here; convert to the HDF5 layout",
       "camera observation.images.egoview is declared in meta/info.json but has no video files (" +
-          ds.root() + "/videos/chunk-000/observation.images.egoview/episode_000000.mp4 is missing)"};
+          ds.root() +
+          "/videos/chunk-000/observation.images.egoview/episode_000000.mp4 is missing)"};
   EXPECT_EQ(ds.problems(), expected);
 }
 
@@ -173,8 +180,8 @@ TEST_F(LeRobotDatasetTest, CombinedDatasetsMustShareFps) {
     open_datasets({a, b});
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "All dataset_dirs must have the same fps: " + a +
-                                         " has 10; " + b +
+    EXPECT_EQ(std::string(e.what()), "All dataset_dirs must have the same fps: " + a + " has 10; " +
+                                         b +
                                          " has 20; resample the videos or use the directories in "
                                          "separate runs");
   }
@@ -187,8 +194,8 @@ TEST_F(LeRobotDatasetTest, MissingMetaNamesTheFile) {
     LeRobotDataset::open(root);
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), root + "/meta/info.json: cannot open; is " + root +
-                                         " a LeRobot dataset directory?");
+    EXPECT_EQ(std::string(e.what()),
+              root + "/meta/info.json: cannot open; is " + root + " a LeRobot dataset directory?");
   }
 }
 

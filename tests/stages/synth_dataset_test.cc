@@ -58,7 +58,8 @@ TEST_F(SynthDatasetTest, LiberoRoundTripsThroughTheReader) {
   EXPECT_EQ(ds.info().codebase_version, "v2.1");
   EXPECT_EQ(ds.info().video_keys(), (std::vector<std::string>{"observation.images.image",
                                                               "observation.images.wrist_image"}));
-  EXPECT_EQ(ds.info().feature("observation.images.image")->shape, (std::vector<int64_t>{64, 64, 3}));
+  EXPECT_EQ(ds.info().feature("observation.images.image")->shape,
+            (std::vector<int64_t>{64, 64, 3}));
   EXPECT_EQ(ds.info().feature("observation.images.image")->video_info["video.codec"], "h264");
   EXPECT_EQ(ds.info().feature("action")->shape, std::vector<int64_t>{7});
   const auto& state_names = ds.info().feature("observation.state")->names;
