@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/dataset_commands.h"
 #include "wam/pipeline.h"
 #include "wam/registry.h"
 #include "wam/runner.h"
@@ -203,6 +204,8 @@ int main(int argc, char** argv) {
   add_pipeline_args(*graph, graph_args);
   graph->add_option("-o,--output", graph_out, "Output .dot file (default: stdout)");
 
+  wam::cli::DatasetCommands dataset_commands(app);
+
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -211,6 +214,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("stages")) return cmd_stages();
     if (*describe) return cmd_describe(describe_type);
     if (*graph) return cmd_graph(graph_args, graph_out);
+    if (dataset_commands.selected()) return dataset_commands.run();
   } catch (const wam::ConfigError& e) {
     std::cerr << e.what() << "\n";
     return kExitInvalid;

@@ -1,0 +1,491 @@
+// EpisodeSampler: the source of the robot data path. One sample per frame index of the
+// concatenated episodes of one or more LeRobot datasets, in a seeded per-epoch order, sharded over
+// ranks. It plans which video frames a sample needs (decoding is VideoDecode's job) and emits the
+// normalised actions and proprio merged into the 80-D layout, with pad flags for every index that
+// fell outside the episode and was clamped back into it.
+//
+// Writes: sample_id, epoch, episode_index, frame_index (Int); task, prompt (String); video_files,
+// frame_plan (Json: {fps, anchor, recent, window[9]}); image_is_pad [9], memory_video_anchor_is_pad
+// [1], memory_video_recent_is_pad [1] (bool); action [32,80], action_is_pad [32],
+// action_dim_is_pad [80]; proprio [32,80], proprio_is_pad [32], proprio_dim_is_pad [80];
+// memory_video_anchor_proprio [1,80], memory_video_recent_proprio [1,80] (float32 / bool).
+//
+// Order: per epoch a Fisher-Yates shuffle driven by std::mt19937_64 seeded from (seed, epoch), with
+// j = rng() % (i + 1) (no std::uniform_int_distribution: its output differs between standard
+// libraries). The permutation is cut to max_samples, then rank r takes positions r, r + W, ... of
+// the first floor(n / W) * W entries, so every rank gets the same count and none waits forever on
+// an uneven shard.
+//
+// Example: {"id": "sampler", "type": "EpisodeSampler", "params": {"dataset_dirs":
+// ["data/robotwin"],
+//           "cameras": ["observation.images.cam_high", "observation.images.cam_left_wrist",
+//                       "observation.images.cam_right_wrist"], "normalization": "z_score"}}
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "data/lerobot_dataset.h"
+#include "wam/registry.h"
+#include "wam/tensor.h"
+
+namespace wam::stages {
+namespace {
+
+constexpr int64_t kMergedDim = 80;
+constexpr uint64_t kProprioNoiseStream = 0x70726f7072696f;  // "proprio": separates noise from order
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+uint64_t mix_seed(uint64_t a, uint64_t b) { return splitmix64(a ^ splitmix64(b)); }
+
+struct EpisodeSamplerParams {
+  std::vector<std::string> dataset_dirs;
+  std::vector<std::string> cameras;
+  int64_t num_frames = 33;
+  int64_t action_video_freq_ratio = 4;
+  int64_t memory_recent_frame_offset = 32;
+  bool shuffle = true;
+  int64_t max_samples = 0;
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  std::string normalization = "z_score";
+  // RoboTwin's merger (reference-system.md section 1): [src_begin, src_end, dst_begin] ranges.
+  nlohmann::json action_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
+  nlohmann::json state_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
+  double state_noise_std = 0.0;
+
+  template <class V>
+  void visit(V& v) {
+    v("dataset_dirs", dataset_dirs, "LeRobot dataset directories used together (same fps).",
+      NonEmpty{});
+    v("cameras", cameras, "Video feature keys, in the order of video_files.", NonEmpty{});
+    v("num_frames", num_frames, "Frames spanned by the window (window = every ratio-th).", Min{2});
+    v("action_video_freq_ratio", action_video_freq_ratio, "Actions per RGB window step.", Min{1});
+    v("memory_recent_frame_offset", memory_recent_frame_offset,
+      "How far back the recent memory frame lies.", Min{1});
+    v("shuffle", shuffle, "Seeded shuffle per epoch (else dataset order).");
+    v("max_samples", max_samples, "Samples per epoch before sharding (0: all).", Min{0});
+    v("rank", rank, "This process's shard.", Min{0});
+    v("world_size", world_size, "Number of shards.", Min{1});
+    v("normalization", normalization,
+      "How action and state are normalised with the dataset stats (LIBERO min_max, RoboTwin "
+      "z_score).",
+      OneOf{"min_max", "z_score"});
+    v("action_layout", action_layout,
+      "Merge into 80-D: [[src_begin, src_end, dst_begin], ...] over the action dims.");
+    v("state_layout", state_layout,
+      "Merge into 80-D: [[src_begin, src_end, dst_begin], ...] over the state dims.");
+    v("state_noise_std", state_noise_std,
+      "Gaussian noise on the normalised proprio rows, drawn from (seed, epoch, sample id); LIBERO "
+      "uses 0.01.",
+      Min{0.0});
+  }
+};
+
+struct Range {
+  int64_t src_begin, src_end, dst_begin;
+};
+
+std::vector<Range> parse_layout(const nlohmann::json& layout, const char* name, int64_t src_dims) {
+  const std::string where = std::string("EpisodeSampler param ") + name;
+  if (!layout.is_array() || layout.empty()) {
+    throw Error(where + ": expected a non-empty array of [src_begin, src_end, dst_begin]");
+  }
+  std::vector<Range> ranges;
+  std::vector<bool> taken(kMergedDim, false);
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const auto& r = layout[i];
+    const std::string entry = where + "[" + std::to_string(i) + "] " + r.dump();
+    if (!r.is_array() || r.size() != 3 || !r[0].is_number_integer() || !r[1].is_number_integer() ||
+        !r[2].is_number_integer()) {
+      throw Error(entry + ": expected [src_begin, src_end, dst_begin] integers");
+    }
+    Range range{r[0].get<int64_t>(), r[1].get<int64_t>(), r[2].get<int64_t>()};
+    if (range.src_begin < 0 || range.src_end <= range.src_begin || range.src_end > src_dims) {
+      throw Error(entry + ": source range must lie in [0, " + std::to_string(src_dims) +
+                  ") of the dataset's dims");
+    }
+    const int64_t dst_end = range.dst_begin + (range.src_end - range.src_begin);
+    if (range.dst_begin < 0 || dst_end > kMergedDim) {
+      throw Error(entry + ": destination must lie in [0, 80)");
+    }
+    for (int64_t d = range.dst_begin; d < dst_end; ++d) {
+      if (taken[d])
+        throw Error(entry + ": destination dim " + std::to_string(d) + " is used twice");
+      taken[d] = true;
+    }
+    ranges.push_back(range);
+  }
+  return ranges;
+}
+
+// Per-dimension affine normalisation: x * scale + offset.
+struct Normalizer {
+  std::vector<float> scale, offset;
+
+  static Normalizer make(const data::FeatureStats& s, const std::string& mode) {
+    Normalizer n;
+    for (size_t d = 0; d < s.min.size(); ++d) {
+      if (mode == "min_max") {  // to [-1, 1]
+        double range = std::max(s.max[d] - s.min[d], 1e-6);
+        n.scale.push_back(static_cast<float>(2.0 / range));
+        n.offset.push_back(static_cast<float>(-2.0 * s.min[d] / range - 1.0));
+      } else {  // z_score
+        double std = std::max(s.std[d], 1e-6);
+        n.scale.push_back(static_cast<float>(1.0 / std));
+        n.offset.push_back(static_cast<float>(-s.mean[d] / std));
+      }
+    }
+    return n;
+  }
+  void apply(data::FloatColumn& column) const {
+    for (int64_t r = 0; r < column.rows; ++r) {
+      for (int64_t d = 0; d < column.cols; ++d) {
+        float& v = column.values[r * column.cols + d];
+        v = v * scale[d] + offset[d];
+      }
+    }
+  }
+};
+
+struct Episode {
+  size_t dataset = 0;
+  int64_t episode_index = 0;
+  int64_t length = 0;
+  int64_t global_start = 0;
+  std::vector<std::string> video_files;
+  data::FloatColumn action, state;  // normalised
+  std::vector<int64_t> task_index;  // per frame; empty when the dataset has no such column
+  std::string default_task;
+};
+
+class EpisodeSampler final : public Source {
+ public:
+  static constexpr std::string_view kType = "EpisodeSampler";
+  static constexpr std::string_view kSummary =
+      "Source: one sample per frame of LeRobot episodes; frame plan, normalised 80-D actions and "
+      "proprio, seeded shuffle, sharding, resumable.";
+  using Params = EpisodeSamplerParams;
+
+  explicit EpisodeSampler(Params p) : p_(std::move(p)) {}
+
+  void declare(Contract& c) const override {
+    for (const char* name : {"sample_id", "epoch", "episode_index", "frame_index"}) {
+      c.writes(name, FieldType::kInt);
+    }
+    c.writes("task", FieldType::kString);
+    c.writes("prompt", FieldType::kString);
+    c.writes("video_files", FieldType::kJson);
+    c.writes("frame_plan", FieldType::kJson);
+    for (const char* name :
+         {"image_is_pad", "memory_video_anchor_is_pad", "memory_video_recent_is_pad", "action",
+          "action_is_pad", "action_dim_is_pad", "proprio", "proprio_is_pad", "proprio_dim_is_pad",
+          "memory_video_anchor_proprio", "memory_video_recent_proprio"}) {
+      c.writes(name, FieldType::kTensor);
+    }
+  }
+
+  void open(Context& context) override {
+    const int64_t horizon = p_.num_frames - 1;
+    if (horizon % p_.action_video_freq_ratio != 0) {
+      throw Error("Action horizon must be divisible by action_video_freq_ratio: num_frames-1=" +
+                  std::to_string(horizon) +
+                  ", action_video_freq_ratio=" + std::to_string(p_.action_video_freq_ratio));
+    }
+    if ((horizon / p_.action_video_freq_ratio) % 4 != 0) {
+      throw Error("The sampled RGB window must satisfy T % 4 == 1 for the Wan VAE: num_frames=" +
+                  std::to_string(p_.num_frames) +
+                  " and action_video_freq_ratio=" + std::to_string(p_.action_video_freq_ratio) +
+                  " give T=" + std::to_string(horizon / p_.action_video_freq_ratio + 1));
+    }
+    if (p_.rank >= p_.world_size) {
+      throw Error("EpisodeSampler: rank " + std::to_string(p_.rank) + " must be < world_size " +
+                  std::to_string(p_.world_size));
+    }
+    seed_ = static_cast<uint64_t>(context.settings().seed);
+    epochs_ = context.settings().epochs;
+    load(data::open_datasets(p_.dataset_dirs));
+
+    int64_t per_epoch = total_frames_;
+    if (p_.max_samples > 0) per_epoch = std::min(per_epoch, p_.max_samples);
+    per_rank_ = per_epoch / p_.world_size;
+    if (per_rank_ == 0) {
+      throw Error("EpisodeSampler: " + std::to_string(per_epoch) +
+                  " samples per epoch cannot be shared by world_size " +
+                  std::to_string(p_.world_size) + " ranks");
+    }
+    check_position();
+    opened_ = true;
+    context.log("EpisodeSampler: " + std::to_string(episodes_.size()) + " episodes, " +
+                std::to_string(total_frames_) + " frames; " + std::to_string(per_rank_) +
+                " samples per epoch for rank " + std::to_string(p_.rank) + "/" +
+                std::to_string(p_.world_size));
+  }
+
+  std::optional<Sample> next() override {
+    while (epoch_ < epochs_) {
+      if (order_epoch_ != epoch_) build_order();
+      if (position_ < per_rank_) {
+        const int64_t sample_id = order_[p_.rank + position_ * p_.world_size];
+        ++position_;
+        return make_sample(sample_id);
+      }
+      ++epoch_;
+      position_ = 0;
+    }
+    return std::nullopt;
+  }
+
+  nlohmann::json state() const override { return {{"epoch", epoch_}, {"position", position_}}; }
+
+  void restore(const nlohmann::json& state) override {
+    if (!state.is_object() || !state.contains("epoch") || !state.contains("position") ||
+        !state["epoch"].is_number_integer() || !state["position"].is_number_integer()) {
+      throw Error("EpisodeSampler: cannot restore from " + state.dump() +
+                  ": expected {\"epoch\": int, \"position\": int}");
+    }
+    epoch_ = state["epoch"].get<int64_t>();
+    position_ = state["position"].get<int64_t>();
+    if (opened_) check_position();
+  }
+
+ private:
+  void check_position() const {
+    if (epoch_ < 0 || position_ < 0 || position_ > per_rank_) {
+      throw Error("EpisodeSampler: saved state {epoch " + std::to_string(epoch_) + ", position " +
+                  std::to_string(position_) + "} does not fit this dataset (" +
+                  std::to_string(per_rank_) +
+                  " samples per epoch for this rank); was it saved with other params?");
+    }
+  }
+
+  void load(const std::vector<data::LeRobotDataset>& datasets) {
+    std::vector<data::FeatureStats> action_parts, state_parts;
+    for (size_t d = 0; d < datasets.size(); ++d) {
+      const auto& ds = datasets[d];
+      tasks_.push_back(ds.tasks());
+      fps_ = ds.info().fps;
+      for (const auto& camera : p_.cameras) {
+        const data::Feature* feature = ds.info().feature(camera);
+        if (!feature || feature->dtype != "video") {
+          throw Error(ds.root() + "/meta/info.json: camera " + camera +
+                      " is not a video feature (video features: " +
+                      join(ds.info().video_keys(), ", ") + ")");
+        }
+      }
+      if (!ds.has_episode_stats()) {
+        throw Error(ds.episodes_stats_path() +
+                    ": missing; normalisation needs per-episode stats: run `wam-pipeline dataset "
+                    "stats " +
+                    ds.root() + "`");
+      }
+      for (const auto& info : ds.episodes()) {
+        Episode e;
+        e.dataset = d;
+        e.episode_index = info.episode_index;
+        e.length = info.length;
+        e.global_start = total_frames_;
+        e.default_task = info.tasks.empty() ? std::string() : info.tasks.front();
+        for (const auto& camera : p_.cameras) {
+          std::string file = ds.video_file(info.episode_index, camera);
+          if (!std::filesystem::exists(file)) {
+            throw Error(file + ": missing video of camera " + camera + " for episode " +
+                        std::to_string(info.episode_index));
+          }
+          e.video_files.push_back(std::move(file));
+        }
+        data::EpisodeData columns = ds.read_episode(info.episode_index);
+        const std::string file = ds.data_file(info.episode_index);
+        for (const char* key : {"action", "observation.state"}) {
+          if (!columns.floats.count(key)) {
+            throw Error(file + ": no \"" + key + "\" column");
+          }
+        }
+        e.action = std::move(columns.floats["action"]);
+        e.state = std::move(columns.floats["observation.state"]);
+        if (columns.ints.count("task_index")) e.task_index = std::move(columns.ints["task_index"]);
+        auto stats = ds.episode_stats().find(info.episode_index);
+        if (stats == ds.episode_stats().end() || !stats->second.count("action") ||
+            !stats->second.count("observation.state")) {
+          throw Error(ds.episodes_stats_path() +
+                      ": no action / observation.state stats for episode " +
+                      std::to_string(info.episode_index) + ": run `wam-pipeline dataset stats " +
+                      ds.root() + " --force`");
+        }
+        action_parts.push_back(stats->second.at("action"));
+        state_parts.push_back(stats->second.at("observation.state"));
+        total_frames_ += e.length;
+        episodes_.push_back(std::move(e));
+      }
+    }
+    const int64_t action_dims = episodes_.front().action.cols;
+    const int64_t state_dims = episodes_.front().state.cols;
+    for (const auto& e : episodes_) {
+      if (e.action.cols != action_dims || e.state.cols != state_dims) {
+        throw Error(datasets[e.dataset].data_file(e.episode_index) + ": action/state have " +
+                    std::to_string(e.action.cols) + "/" + std::to_string(e.state.cols) +
+                    " dims, but the first episode has " + std::to_string(action_dims) + "/" +
+                    std::to_string(state_dims));
+      }
+    }
+    action_layout_ = parse_layout(p_.action_layout, "action_layout", action_dims);
+    state_layout_ = parse_layout(p_.state_layout, "state_layout", state_dims);
+    const auto action_norm =
+        Normalizer::make(data::aggregate_stats(action_parts), p_.normalization);
+    const auto state_norm = Normalizer::make(data::aggregate_stats(state_parts), p_.normalization);
+    for (auto& e : episodes_) {
+      action_norm.apply(e.action);
+      state_norm.apply(e.state);
+    }
+  }
+
+  void build_order() {
+    order_.resize(static_cast<size_t>(total_frames_));
+    for (int64_t i = 0; i < total_frames_; ++i) order_[i] = i;
+    if (p_.shuffle) {
+      std::mt19937_64 rng(mix_seed(seed_, static_cast<uint64_t>(epoch_)));
+      for (int64_t i = total_frames_ - 1; i > 0; --i) {
+        std::swap(order_[i], order_[rng() % static_cast<uint64_t>(i + 1)]);
+      }
+    }
+    order_epoch_ = epoch_;
+  }
+
+  // Writes one row of `column` (clamped row `row`) merged into out[80].
+  static void merge_row(const data::FloatColumn& column, int64_t row,
+                        const std::vector<Range>& layout, float* out) {
+    for (const auto& r : layout) {
+      for (int64_t k = 0; k < r.src_end - r.src_begin; ++k) {
+        out[r.dst_begin + k] = column.at(row, r.src_begin + k);
+      }
+    }
+  }
+
+  static torch::Tensor dim_pad_mask(const std::vector<Range>& layout) {
+    torch::Tensor mask = torch::ones({kMergedDim}, torch::kBool);
+    bool* m = mask.data_ptr<bool>();
+    for (const auto& r : layout) {
+      for (int64_t d = r.dst_begin; d < r.dst_begin + (r.src_end - r.src_begin); ++d) m[d] = false;
+    }
+    return mask;
+  }
+
+  Sample make_sample(int64_t sample_id) const {
+    auto it = std::upper_bound(episodes_.begin(), episodes_.end(), sample_id,
+                               [](int64_t id, const Episode& e) { return id < e.global_start; });
+    const Episode& e = *(it - 1);
+    const int64_t frame = sample_id - e.global_start;
+    const int64_t last = e.length - 1;
+    const int64_t horizon = p_.num_frames - 1;
+    const int64_t window_size = horizon / p_.action_video_freq_ratio + 1;
+
+    Sample s("sample:" + std::to_string(sample_id));
+    s.set("sample_id", sample_id);
+    s.set("epoch", epoch_);
+    s.set("episode_index", e.episode_index);
+    s.set("frame_index", frame);
+    std::string task = e.default_task;
+    if (!e.task_index.empty()) {
+      const auto& tasks = tasks_[e.dataset];
+      auto t = tasks.find(e.task_index[frame]);
+      if (t != tasks.end()) task = t->second;
+    }
+    s.set("prompt",
+          "A video recorded from a robot's point of view executing the following instruction: " +
+              task);
+    s.set("task", std::move(task));
+    s.set("video_files", nlohmann::json(e.video_files));
+
+    const bool recent_is_pad = frame < p_.memory_recent_frame_offset;
+    const int64_t recent = recent_is_pad ? 0 : frame - p_.memory_recent_frame_offset;
+    nlohmann::json window = nlohmann::json::array();
+    torch::Tensor image_is_pad = torch::zeros({window_size}, torch::kBool);
+    for (int64_t k = 0; k < window_size; ++k) {
+      const int64_t index = frame + k * p_.action_video_freq_ratio;
+      window.push_back(std::min(index, last));
+      image_is_pad.data_ptr<bool>()[k] = index > last;
+    }
+    s.set("frame_plan",
+          nlohmann::json{{"fps", fps_}, {"anchor", 0}, {"recent", recent}, {"window", window}});
+    s.set_tensor("image_is_pad", image_is_pad);
+    s.set_tensor("memory_video_anchor_is_pad", torch::zeros({1}, torch::kBool));
+    s.set_tensor("memory_video_recent_is_pad", torch::full({1}, recent_is_pad, torch::kBool));
+
+    torch::Tensor action = torch::zeros({horizon, kMergedDim}, torch::kFloat);
+    torch::Tensor action_is_pad = torch::zeros({horizon}, torch::kBool);
+    torch::Tensor proprio = torch::zeros({horizon, kMergedDim}, torch::kFloat);
+    torch::Tensor proprio_is_pad = torch::zeros({horizon}, torch::kBool);
+    for (int64_t i = 0; i < horizon; ++i) {
+      const int64_t index = frame + i;
+      const int64_t row = std::min(index, last);
+      merge_row(e.action, row, action_layout_, action.data_ptr<float>() + i * kMergedDim);
+      merge_row(e.state, row, state_layout_, proprio.data_ptr<float>() + i * kMergedDim);
+      action_is_pad.data_ptr<bool>()[i] = index > last;
+      proprio_is_pad.data_ptr<bool>()[i] = index > last;
+    }
+    torch::Tensor proprio_dim_is_pad = dim_pad_mask(state_layout_);
+    if (p_.state_noise_std > 0) add_proprio_noise(proprio, proprio_dim_is_pad, sample_id);
+
+    torch::Tensor anchor_proprio = torch::zeros({1, kMergedDim}, torch::kFloat);
+    torch::Tensor recent_proprio = torch::zeros({1, kMergedDim}, torch::kFloat);
+    merge_row(e.state, 0, state_layout_, anchor_proprio.data_ptr<float>());
+    merge_row(e.state, recent, state_layout_, recent_proprio.data_ptr<float>());
+
+    s.set_tensor("action", action);
+    s.set_tensor("action_is_pad", action_is_pad);
+    s.set_tensor("action_dim_is_pad", dim_pad_mask(action_layout_));
+    s.set_tensor("proprio", proprio);
+    s.set_tensor("proprio_is_pad", proprio_is_pad);
+    s.set_tensor("proprio_dim_is_pad", proprio_dim_is_pad);
+    s.set_tensor("memory_video_anchor_proprio", anchor_proprio);
+    s.set_tensor("memory_video_recent_proprio", recent_proprio);
+    return s;
+  }
+
+  // N(0, state_noise_std) on every real dim of the proprio rows, from (seed, epoch, sample id) so
+  // the same sample gets the same noise whatever the thread count. Box-Muller on mt19937_64 output
+  // keeps the values identical across standard libraries.
+  void add_proprio_noise(torch::Tensor& proprio, const torch::Tensor& dim_is_pad,
+                         int64_t sample_id) const {
+    std::mt19937_64 rng(
+        mix_seed(mix_seed(mix_seed(seed_, kProprioNoiseStream), static_cast<uint64_t>(epoch_)),
+                 static_cast<uint64_t>(sample_id)));
+    auto uniform = [&] { return (static_cast<double>(rng() >> 11) + 0.5) * 0x1.0p-53; };
+    float* values = proprio.data_ptr<float>();
+    const bool* pad = dim_is_pad.data_ptr<bool>();
+    for (int64_t i = 0; i < proprio.size(0); ++i) {
+      for (int64_t d = 0; d < kMergedDim; ++d) {
+        if (pad[d]) continue;
+        const double gaussian =
+            std::sqrt(-2.0 * std::log(uniform())) * std::cos(2.0 * M_PI * uniform());
+        values[i * kMergedDim + d] += static_cast<float>(p_.state_noise_std * gaussian);
+      }
+    }
+  }
+
+  Params p_;
+  uint64_t seed_ = 0;
+  int64_t epochs_ = 1;
+  double fps_ = 0;
+  std::vector<Episode> episodes_;
+  std::vector<std::map<int64_t, std::string>> tasks_;  // per dataset
+  std::vector<Range> action_layout_, state_layout_;
+  int64_t total_frames_ = 0;
+  int64_t per_rank_ = 0;
+  bool opened_ = false;
+
+  int64_t epoch_ = 0;
+  int64_t position_ = 0;  // samples this rank already emitted in epoch_
+  int64_t order_epoch_ = -1;
+  std::vector<int64_t> order_;
+};
+
+}  // namespace
+
+WAM_REGISTER_STAGE(EpisodeSampler);
+
+}  // namespace wam::stages

@@ -1,0 +1,390 @@
+// EpisodeSampler against hand-computed cases on a tiny dataset: 2 episodes of 40 and 20 frames,
+// 14-D action and state (RoboTwin's layout) where action[f][d] = 1000 * episode + f + 100 * d and
+// state = action + 0.5. With z_score stats of mean 0 / std 1 the values pass through unchanged,
+// so every number below is a frame index in disguise.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "data/lerobot_dataset.h"
+#include "testing/stage_harness.h"
+#include "wam/tensor.h"
+
+namespace wam {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr const char* kCamera = "observation.images.cam_high";
+constexpr int64_t kDims = 14;
+
+class EpisodeSamplerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = (fs::temp_directory_path() /
+             ("episode_sampler_test_" + std::to_string(::getpid()) + "_" +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+                .string();
+    fs::remove_all(root_);
+    write_dataset(root_);
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  static void write_dataset(const std::string& root) {
+    data::DatasetInfo info;
+    info.fps = 25;
+    info.features = {{kCamera, "video", {64, 64, 3}, {}, nlohmann::json::object()},
+                     {"action", "float32", {kDims}, {}, nullptr},
+                     {"observation.state", "float32", {kDims}, {}, nullptr}};
+    data::LeRobotWriter writer(root, info, {{0, "stack the blocks"}, {1, "lift the pot"}});
+    for (int64_t e = 0; e < 2; ++e) {
+      const int64_t n = e == 0 ? 40 : 20;
+      data::EpisodeData columns;
+      columns.floats["action"] = {n, kDims, {}};
+      columns.floats["observation.state"] = {n, kDims, {}};
+      for (int64_t f = 0; f < n; ++f) {
+        for (int64_t d = 0; d < kDims; ++d) {
+          const auto value = static_cast<float>(1000 * e + f + 100 * d);
+          columns.floats["action"].values.push_back(value);
+          columns.floats["observation.state"].values.push_back(value + 0.5f);
+        }
+        columns.ints["task_index"].push_back(e);
+      }
+      writer.write_episode({e, {e == 0 ? "stack the blocks" : "lift the pot"}, n}, columns);
+      // The sampler only plans frames; it checks that the videos exist but never decodes them.
+      const std::string video = writer.episode_video_file(e, kCamera);
+      fs::create_directories(fs::path(video).parent_path());
+      std::ofstream(video).put('\0');
+    }
+    writer.finish();
+    set_stats(root, {0.0, 1.0, 0.0, 1.0});
+  }
+
+  // Same stats for every dim of action and state in both episodes.
+  static void set_stats(const std::string& root, std::array<double, 4> min_max_mean_std) {
+    data::FeatureStats s;
+    s.min.assign(kDims, min_max_mean_std[0]);
+    s.max.assign(kDims, min_max_mean_std[1]);
+    s.mean.assign(kDims, min_max_mean_std[2]);
+    s.std.assign(kDims, min_max_mean_std[3]);
+    s.count = 10;
+    std::map<int64_t, data::EpisodeStats> stats;
+    for (int64_t e = 0; e < 2; ++e) stats[e] = {{"action", s}, {"observation.state", s}};
+    data::write_episodes_stats(root + "/meta/episodes_stats.jsonl", stats);
+  }
+
+  std::string params(const std::string& extra = "") const {
+    return R"({"dataset_dirs": [")" + root_ + R"("], "cameras": [")" + kCamera +
+           R"("], "shuffle": false)" + extra + "}";
+  }
+
+  std::vector<Sample> drain(const std::string& extra = "", int64_t epochs = 1) const {
+    testing::HarnessOptions options;
+    options.settings.epochs = epochs;
+    return testing::drain_source("EpisodeSampler", params(extra), SIZE_MAX, options);
+  }
+
+  static std::vector<int64_t> ids(const std::vector<Sample>& samples) {
+    std::vector<int64_t> out;
+    for (const auto& s : samples) out.push_back(s.get_int("sample_id"));
+    return out;
+  }
+
+  template <class T>
+  static std::vector<T> values(const at::Tensor& t) {
+    at::Tensor c = t.contiguous();
+    return std::vector<T>(c.data_ptr<T>(), c.data_ptr<T>() + c.numel());
+  }
+
+  std::string root_;
+};
+
+TEST_F(EpisodeSamplerTest, FirstFrameOfAnEpisode) {
+  const auto samples = drain();
+  ASSERT_EQ(samples.size(), 60u);
+  const Sample& s = samples[0];
+  EXPECT_EQ(s.key(), "sample:0");
+  EXPECT_EQ(s.get_int("sample_id"), 0);
+  EXPECT_EQ(s.get_int("epoch"), 0);
+  EXPECT_EQ(s.get_int("episode_index"), 0);
+  EXPECT_EQ(s.get_int("frame_index"), 0);
+  EXPECT_EQ(s.get_string("task"), "stack the blocks");
+  EXPECT_EQ(s.get_string("prompt"),
+            "A video recorded from a robot's point of view executing the following instruction: "
+            "stack the blocks");
+  EXPECT_EQ(s.get_json("video_files"),
+            nlohmann::json::array({fs::absolute(root_).string() + "/videos/chunk-000/" + kCamera +
+                                   "/episode_000000.mp4"}));
+  EXPECT_EQ(s.get_json("frame_plan"),
+            (nlohmann::json{{"fps", 25.0},
+                            {"anchor", 0},
+                            {"recent", 0},
+                            {"window", {0, 4, 8, 12, 16, 20, 24, 28, 32}}}));
+  EXPECT_EQ(values<bool>(s.tensor("image_is_pad")), std::vector<bool>(9, false));
+  EXPECT_EQ(values<bool>(s.tensor("memory_video_anchor_is_pad")), std::vector<bool>{false});
+  // Not yet 32 frames into the episode: recent is the episode start, flagged as padding.
+  EXPECT_EQ(values<bool>(s.tensor("memory_video_recent_is_pad")), std::vector<bool>{true});
+
+  const at::Tensor& action = s.tensor("action");
+  ASSERT_EQ(describe_tensor(action), "Float[32, 80]");
+  EXPECT_EQ(values<bool>(s.tensor("action_is_pad")), std::vector<bool>(32, false));
+  // RoboTwin merger: [0,6)->[0,6), [6,7)->[16,17), [7,13)->[40,46), [13,14)->[56,57).
+  EXPECT_EQ(action[5][0].item<float>(), 5);
+  EXPECT_EQ(action[5][3].item<float>(), 305);
+  EXPECT_EQ(action[5][16].item<float>(), 605);
+  EXPECT_EQ(action[5][40].item<float>(), 705);
+  EXPECT_EQ(action[5][45].item<float>(), 1205);
+  EXPECT_EQ(action[5][56].item<float>(), 1305);
+  EXPECT_EQ(action[5][6].item<float>(), 0);  // padded dim
+  std::vector<bool> dim_pad(80, true);
+  for (int d : {0, 1, 2, 3, 4, 5, 16, 40, 41, 42, 43, 44, 45, 56}) dim_pad[d] = false;
+  EXPECT_EQ(values<bool>(s.tensor("action_dim_is_pad")), dim_pad);
+  EXPECT_EQ(values<bool>(s.tensor("proprio_dim_is_pad")), dim_pad);
+  EXPECT_EQ(s.tensor("proprio")[31][0].item<float>(), 31.5f);
+  EXPECT_EQ(describe_tensor(s.tensor("memory_video_anchor_proprio")), "Float[1, 80]");
+  EXPECT_EQ(s.tensor("memory_video_anchor_proprio")[0][16].item<float>(), 600.5f);
+}
+
+TEST_F(EpisodeSamplerTest, WindowNearTheEpisodeEndIsClampedAndFlagged) {
+  const auto samples = drain();
+  const Sample& s = samples[20];  // episode 0 (40 frames), frame 20
+  EXPECT_EQ(s.get_int("frame_index"), 20);
+  EXPECT_EQ(s.get_json("frame_plan")["window"],
+            nlohmann::json({20, 24, 28, 32, 36, 39, 39, 39, 39}));
+  EXPECT_EQ(values<bool>(s.tensor("image_is_pad")),
+            (std::vector<bool>{false, false, false, false, false, true, true, true, true}));
+  std::vector<bool> row_pad(32, false);
+  for (int i = 20; i < 32; ++i) row_pad[i] = true;  // frames 40..51 are past the end (39)
+  EXPECT_EQ(values<bool>(s.tensor("action_is_pad")), row_pad);
+  EXPECT_EQ(values<bool>(s.tensor("proprio_is_pad")), row_pad);
+  EXPECT_EQ(s.tensor("action")[19][0].item<float>(), 39);
+  EXPECT_EQ(s.tensor("action")[25][0].item<float>(), 39);  // clamped to the last frame
+  EXPECT_EQ(s.tensor("proprio")[31][40].item<float>(), 739.5f);
+}
+
+TEST_F(EpisodeSamplerTest, RecentFrameOnceFarEnoughIntoTheEpisode) {
+  const auto samples = drain();
+  const Sample& s = samples[35];  // episode 0, frame 35
+  EXPECT_EQ(s.get_json("frame_plan")["recent"], 3);
+  EXPECT_EQ(s.get_json("frame_plan")["anchor"], 0);
+  EXPECT_EQ(values<bool>(s.tensor("memory_video_recent_is_pad")), std::vector<bool>{false});
+  EXPECT_EQ(s.tensor("memory_video_recent_proprio")[0][0].item<float>(), 3.5f);
+  EXPECT_EQ(s.tensor("memory_video_anchor_proprio")[0][0].item<float>(), 0.5f);
+  // 35 + 4k > 39 from k = 2 on.
+  EXPECT_EQ(s.get_json("frame_plan")["window"],
+            nlohmann::json({35, 39, 39, 39, 39, 39, 39, 39, 39}));
+}
+
+TEST_F(EpisodeSamplerTest, SecondEpisodeStartsItsOwnFrames) {
+  const auto samples = drain();
+  const Sample& s = samples[45];  // episode 1 (20 frames), frame 5
+  EXPECT_EQ(s.key(), "sample:45");
+  EXPECT_EQ(s.get_int("episode_index"), 1);
+  EXPECT_EQ(s.get_int("frame_index"), 5);
+  EXPECT_EQ(s.get_string("task"), "lift the pot");
+  EXPECT_EQ(s.get_json("frame_plan")["window"], nlohmann::json({5, 9, 13, 17, 19, 19, 19, 19, 19}));
+  EXPECT_EQ(s.tensor("action")[0][0].item<float>(), 1005);
+  EXPECT_EQ(s.tensor("action")[20][0].item<float>(), 1019);
+  EXPECT_TRUE(s.tensor("action_is_pad")[15].item<bool>());
+  EXPECT_FALSE(s.tensor("action_is_pad")[14].item<bool>());
+  EXPECT_EQ(s.tensor("memory_video_anchor_proprio")[0][0].item<float>(), 1000.5f);
+  EXPECT_EQ(s.get_json("video_files")[0].get<std::string>().substr(
+                s.get_json("video_files")[0].get<std::string>().size() - 18),
+            "episode_000001.mp4");
+}
+
+TEST_F(EpisodeSamplerTest, MinMaxNormalisesToMinusOneOne) {
+  set_stats(root_, {-1.0, 3.0, 0.0, 1.0});
+  const auto samples = drain(R"(, "normalization": "min_max")");
+  // x -> 2 (x + 1) / 4 - 1: frame 1, dim 0 -> 0; state 1.5 -> 0.25.
+  EXPECT_FLOAT_EQ(samples[0].tensor("action")[1][0].item<float>(), 0.0f);
+  EXPECT_FLOAT_EQ(samples[0].tensor("proprio")[1][0].item<float>(), 0.25f);
+  EXPECT_FLOAT_EQ(samples[0].tensor("action")[3][0].item<float>(), 1.0f);
+}
+
+TEST_F(EpisodeSamplerTest, ZScoreNormalisesWithTheStats) {
+  set_stats(root_, {0.0, 1.0, 2.0, 4.0});
+  const auto samples = drain(R"(, "normalization": "z_score")");
+  // (x - 2) / 4: frame 6 -> 1; dim 1 at frame 2 -> (102 - 2) / 4 = 25.
+  EXPECT_FLOAT_EQ(samples[0].tensor("action")[6][0].item<float>(), 1.0f);
+  EXPECT_FLOAT_EQ(samples[0].tensor("action")[2][1].item<float>(), 25.0f);
+  // std 0 is clamped to 1e-6 instead of dividing by zero.
+  set_stats(root_, {0.0, 1.0, 0.0, 0.0});
+  const auto clamped = drain(R"(, "normalization": "z_score")");
+  EXPECT_FLOAT_EQ(clamped[0].tensor("action")[1][0].item<float>(), 1e6f);
+}
+
+TEST_F(EpisodeSamplerTest, CustomLayoutMergesIntoTheGivenDims) {
+  const auto samples = drain(R"(, "action_layout": [[0, 7, 47], [13, 14, 0]])");
+  const at::Tensor& action = samples[2].tensor("action");
+  EXPECT_EQ(action[0][47].item<float>(), 2);
+  EXPECT_EQ(action[0][53].item<float>(), 602);
+  EXPECT_EQ(action[0][0].item<float>(), 1302);
+  std::vector<bool> dim_pad(80, true);
+  for (int d : {0, 47, 48, 49, 50, 51, 52, 53}) dim_pad[d] = false;
+  EXPECT_EQ(values<bool>(samples[2].tensor("action_dim_is_pad")), dim_pad);
+}
+
+TEST_F(EpisodeSamplerTest, ShuffleIsASeededPermutationPerEpoch) {
+  const auto two_epochs = drain(R"(, "shuffle": true)", 2);
+  ASSERT_EQ(two_epochs.size(), 120u);
+  std::vector<int64_t> all = ids(two_epochs);
+  std::vector<int64_t> epoch0(all.begin(), all.begin() + 60), epoch1(all.begin() + 60, all.end());
+  EXPECT_EQ(std::set<int64_t>(epoch0.begin(), epoch0.end()).size(), 60u);
+  EXPECT_EQ(std::set<int64_t>(epoch1.begin(), epoch1.end()).size(), 60u);
+  EXPECT_NE(epoch0, epoch1);
+  EXPECT_EQ(two_epochs[60].get_int("epoch"), 1);
+  EXPECT_EQ(ids(drain(R"(, "shuffle": true)", 2)), all);  // same seed, same order
+  testing::HarnessOptions other_seed;
+  other_seed.settings.seed = 7;
+  EXPECT_NE(
+      ids(testing::drain_source("EpisodeSampler", params(R"(, "shuffle": true)"), 60, other_seed)),
+      epoch0);
+}
+
+TEST_F(EpisodeSamplerTest, ShardsAreDisjointAndEqualSized) {
+  for (int64_t max_samples : {0, 50}) {
+    std::set<int64_t> seen;
+    for (int64_t rank = 0; rank < 3; ++rank) {
+      const auto shard =
+          ids(drain(R"(, "shuffle": true, "world_size": 3, "rank": )" + std::to_string(rank) +
+                    R"(, "max_samples": )" + std::to_string(max_samples)));
+      // 60 samples -> 20 per rank; 50 -> 16 per rank (the remainder of 2 is dropped).
+      EXPECT_EQ(shard.size(), max_samples == 0 ? 20u : 16u);
+      for (int64_t id : shard) EXPECT_TRUE(seen.insert(id).second) << "sample " << id << " twice";
+    }
+  }
+}
+
+TEST_F(EpisodeSamplerTest, ResumesExactlyFromASavedState) {
+  const std::string p = params(R"(, "shuffle": true, "world_size": 2, "rank": 1)");
+  Settings settings;
+  settings.epochs = 2;
+  const auto log = [](const std::string&) {};
+
+  std::vector<int64_t> reference;
+  {
+    auto base = testing::make_stage("EpisodeSampler", p);
+    auto& source = dynamic_cast<Source&>(*base);
+    Context context("sampler", "EpisodeSampler", settings, log);
+    source.open(context);
+    while (auto s = source.next()) reference.push_back(s->get_int("sample_id"));
+  }
+  ASSERT_EQ(reference.size(), 60u);
+
+  for (size_t cut : {size_t{0}, size_t{17}, size_t{30}, size_t{45}}) {
+    nlohmann::json saved;
+    {
+      auto base = testing::make_stage("EpisodeSampler", p);
+      auto& source = dynamic_cast<Source&>(*base);
+      Context context("sampler", "EpisodeSampler", settings, log);
+      source.open(context);
+      for (size_t i = 0; i < cut; ++i) source.next();
+      saved = source.state();
+    }
+    auto base = testing::make_stage("EpisodeSampler", p);
+    auto& source = dynamic_cast<Source&>(*base);
+    source.restore(saved);
+    Context context("sampler", "EpisodeSampler", settings, log);
+    source.open(context);
+    std::vector<int64_t> rest;
+    while (auto s = source.next()) rest.push_back(s->get_int("sample_id"));
+    EXPECT_EQ(rest, std::vector<int64_t>(reference.begin() + cut, reference.end()))
+        << "cut " << cut << " state " << saved.dump();
+  }
+  EXPECT_EQ(nlohmann::json({{"epoch", 1}, {"position", 15}}), [&] {
+    auto base = testing::make_stage("EpisodeSampler", p);
+    auto& source = dynamic_cast<Source&>(*base);
+    Context context("sampler", "EpisodeSampler", settings, log);
+    source.open(context);
+    for (int i = 0; i < 45; ++i) source.next();
+    return source.state();
+  }());
+}
+
+TEST_F(EpisodeSamplerTest, ProprioNoiseIsSeededAndSkipsPaddedDims) {
+  const auto clean = drain();
+  const auto noisy = drain(R"(, "state_noise_std": 0.01)");
+  const auto again = drain(R"(, "state_noise_std": 0.01)");
+  const at::Tensor diff = noisy[3].tensor("proprio") - clean[3].tensor("proprio");
+  EXPECT_TRUE(noisy[3].tensor("proprio").equal(again[3].tensor("proprio")));
+  EXPECT_GT(diff.abs().max().item<float>(), 0.0f);
+  EXPECT_LT(diff.abs().max().item<float>(), 0.1f);
+  EXPECT_NEAR(
+      diff.index_select(1, torch::tensor({0, 1, 2, 3, 4, 5, 16, 40, 56})).std().item<float>(),
+      0.01f, 0.003f);
+  EXPECT_EQ(noisy[3].tensor("proprio")[0][6].item<float>(), 0.0f);  // padded dim
+  EXPECT_TRUE(noisy[3].tensor("action").equal(clean[3].tensor("action")));
+}
+
+TEST_F(EpisodeSamplerTest, RejectsWindowsTheVaeCannotTake) {
+  auto error_of = [&](const std::string& extra) {
+    try {
+      drain(extra);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of(R"(, "num_frames": 31)"),
+            "Action horizon must be divisible by action_video_freq_ratio: num_frames-1=30, "
+            "action_video_freq_ratio=4");
+  EXPECT_EQ(error_of(R"(, "num_frames": 29)"),
+            "The sampled RGB window must satisfy T % 4 == 1 for the Wan VAE: num_frames=29 and "
+            "action_video_freq_ratio=4 give T=8");
+  EXPECT_EQ(error_of(R"(, "world_size": 2, "rank": 2)"),
+            "EpisodeSampler: rank 2 must be < world_size 2");
+  EXPECT_EQ(error_of(R"(, "action_layout": [[0, 15, 0]])"),
+            "EpisodeSampler param action_layout[0] [0,15,0]: source range must lie in [0, 14) of "
+            "the dataset's dims");
+  EXPECT_EQ(error_of(R"(, "cameras": ["observation.images.wrist"])"),
+            fs::absolute(root_).string() +
+                "/meta/info.json: camera observation.images.wrist is not a video feature (video "
+                "features: observation.images.cam_high)");
+}
+
+TEST_F(EpisodeSamplerTest, MissingStatsNameTheCommandToRun) {
+  fs::remove(root_ + "/meta/episodes_stats.jsonl");
+  const std::string root = fs::absolute(root_).string();
+  try {
+    drain();
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              root +
+                  "/meta/episodes_stats.jsonl: missing; normalisation needs per-episode stats: "
+                  "run `wam-pipeline dataset stats " +
+                  root + "`");
+  }
+}
+
+TEST_F(EpisodeSamplerTest, RefusesParquetColumns) {
+  // The real LeRobot dataset, given stats so that the sampler gets as far as the columns.
+  const fs::path real = fs::path(WAM_SOURCE_DIR "/../shared/data/lerobot-gr00t-picknplace");
+  const std::string copy = root_ + "_parquet";
+  fs::remove_all(copy);
+  fs::create_directories(copy);
+  fs::copy(real / "meta", fs::path(copy) / "meta");
+  fs::create_directory_symlink(fs::absolute(real / "videos"), fs::path(copy) / "videos");
+  set_stats(copy, {0.0, 1.0, 0.0, 1.0});
+  try {
+    testing::drain_source(
+        "EpisodeSampler",
+        R"({"dataset_dirs": [")" + copy + R"("], "cameras": ["observation.images.ego_view"]})");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fs::absolute(copy).string() +
+                  "/data/chunk-000/episode_000000.parquet: per-frame columns are stored in "
+                  "parquet, which is not readable here (no parquet library on Debian 12); convert "
+                  "the dataset to the HDF5 layout: one data/chunk-XXX/episode_XXXXXX.h5 per "
+                  "episode with one dataset per column, and data_path "
+                  "\"data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.h5\" in "
+                  "meta/info.json");
+  }
+  fs::remove_all(copy);
+}
+
+}  // namespace
+}  // namespace wam
