@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # End-to-end checks of the wam-pipeline command line: exit codes and the exact lines users see.
-# Usage: cli_test.sh WAM_PIPELINE_BINARY (run from the source root)
+# Usage: cli_test.sh WAM_PIPELINE_BINARY CUSTOM_EXAMPLE_BINARY (run from the source root)
 set -uo pipefail
 bin=$1
+custom_bin=$2
 failures=0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -35,6 +36,10 @@ expect "version flag" 0 "wam-pipeline 0.1.0" -- "$bin" --version
 expect "describe unknown type" 2 \
   "unknown stage type \"Colate\"; did you mean \"Collate\"? (allowed: $("$bin" stages | awk '{print $1}' | paste -sd, - | sed 's/,/, /g'))" \
   -- "$bin" describe Colate
+expect "custom stage registers beside the built-ins" 0 \
+  "Brightness          stage   Scales a video tensor by a constant gain." -- "$custom_bin" stages
+expect "custom stage describes its params" 0 \
+  '  gain    number  1.1      [>= 0, <= 4] Multiplier applied to the video.' -- "$custom_bin" describe Brightness
 for pipeline in pipelines/*.json; do
   expect "validate $pipeline" 0 "" -- "$bin" validate "$pipeline"
   expect "graph $pipeline" 0 "" -- "$bin" graph "$pipeline" -o "$work/graph.dot"

@@ -1,0 +1,232 @@
+// wam-pipeline: run, validate, inspect and draw training pipelines.
+#include "cli/app.h"
+
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/dataset_commands.h"
+#include "wam/pipeline.h"
+#include "wam/registry.h"
+#include "wam/runner.h"
+
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitInvalid = 2;
+constexpr int kExitInterrupted = 130;
+
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_sigint(int) {
+  g_interrupted.store(true);
+  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+
+struct PipelineArgs {
+  std::string file;
+  std::vector<std::string> overrides;
+};
+
+void add_pipeline_args(CLI::App& command, PipelineArgs& args) {
+  command.add_option("pipeline", args.file, "Pipeline JSON file")->required();
+  command.add_option("--set", args.overrides,
+                     "Override a value before includes resolve: path.to.key=VALUE (VALUE is JSON, "
+                     "else a string); e.g. --set settings.batch_size=8 --set "
+                     "nodes.decode.params.mode=full --set include.model=configs/model/tiny.json");
+}
+
+int cmd_run(const PipelineArgs& args, int64_t steps, const std::string& stop_after,
+            const std::string& stats_out, double report_every, int64_t threads, bool print_config) {
+  wam::LoadOptions options{args.overrides};
+  if (steps >= 0) options.overrides.push_back("settings.steps=" + std::to_string(steps));
+  if (threads >= 0) options.overrides.push_back("settings.threads=" + std::to_string(threads));
+  wam::ValidatedPipeline pipeline = wam::load_pipeline(args.file, options);
+  if (!stop_after.empty()) pipeline.keep_upstream_of(stop_after);
+  if (print_config) std::cout << pipeline.effective_config().dump(2) << "\n";
+  std::cerr << "running " << pipeline.name() << " (" << pipeline.nodes().size() << " nodes"
+            << (stop_after.empty() ? "" : ", stopping after " + stop_after) << ")\n";
+
+  std::signal(SIGINT, on_sigint);
+  wam::RunOptions run_options;
+  run_options.report_every_s = report_every;
+  run_options.interrupt = &g_interrupted;
+  wam::RunResult result = wam::run_pipeline(pipeline, run_options);
+  std::signal(SIGINT, SIG_DFL);
+
+  std::cout << result.stats.table();
+  if (!stats_out.empty()) {
+    nlohmann::json stats = result.stats.to_json();
+    if (!result.source_state.is_null()) stats["source_state"] = result.source_state;
+    if (result.error) stats["error"] = result.error->what();
+    wam::write_file_atomically(stats_out, stats.dump(2) + "\n");
+    std::cerr << "wrote " << stats_out << "\n";
+  }
+  if (result.error) {
+    std::cerr << "error: " << result.error->what() << "\n";
+    return kExitFailed;
+  }
+  return result.stats.stop_reason == "interrupted" ? kExitInterrupted : kExitOk;
+}
+
+int cmd_validate(const std::vector<std::string>& files, const std::vector<std::string>& overrides) {
+  int status = kExitOk;
+  for (const auto& file : files) {
+    try {
+      wam::ValidatedPipeline pipeline = wam::load_pipeline(file, {overrides});
+      std::cout << "ok: " << file << " (" << pipeline.name() << ", " << pipeline.nodes().size()
+                << " nodes)\n";
+    } catch (const wam::ConfigError& e) {
+      std::cerr << e.what() << "\n";
+      std::cerr << file << ": " << e.diagnostics().size() << " error"
+                << (e.diagnostics().size() == 1 ? "" : "s") << "\n";
+      status = kExitInvalid;
+    }
+  }
+  return status;
+}
+
+int cmd_stages() {
+  const auto& registry = wam::StageRegistry::builtin();
+  for (const auto& type : registry.types()) {
+    const wam::StageInfo* info = registry.find(type);
+    std::cout << std::left << std::setw(20) << type << std::setw(8)
+              << (info->kind == wam::StageKind::kSource ? "source" : "stage") << info->summary
+              << "\n";
+  }
+  return kExitOk;
+}
+
+int cmd_describe(const std::string& type) {
+  const auto& registry = wam::StageRegistry::builtin();
+  const wam::StageInfo* info = registry.find(type);
+  if (!info) {
+    std::cerr << wam::unknown_with_suggestion("stage type", type, registry.types()) << "\n";
+    return kExitInvalid;
+  }
+  std::cout << type << " (" << (info->kind == wam::StageKind::kSource ? "source" : "stage")
+            << "): " << info->summary << "\n\nparams:\n";
+  auto rows = info->describe();
+  size_t name_width = 6, type_width = 6, default_width = 9;
+  for (const auto& row : rows) {
+    name_width = std::max(name_width, row.name.size() + 2);
+    type_width = std::max(type_width, row.type.size() + 2);
+    default_width = std::max(default_width, row.default_value.dump().size() + 2);
+  }
+  std::cout << "  " << std::left << std::setw(name_width) << "name" << std::setw(type_width)
+            << "type" << std::setw(default_width) << "default" << "constraints / doc\n";
+  for (const auto& row : rows) {
+    std::cout << "  " << std::left << std::setw(name_width) << row.name << std::setw(type_width)
+              << row.type << std::setw(default_width) << row.default_value.dump()
+              << (row.constraints.empty() ? "" : "[" + row.constraints + "] ") << row.doc << "\n";
+  }
+  // The contract with default params.
+  wam::Diagnostics diagnostics(type);
+  auto stage = info->create(nlohmann::json::object(), "", diagnostics, type, nullptr);
+  if (stage) {
+    wam::Contract contract;
+    stage->declare(contract);
+    std::cout << "\ncontract (default params): concurrency "
+              << contract.default_concurrency().to_string()
+              << (contract.is_order_sensitive() ? ", order-sensitive" : "")
+              << (contract.is_batching() ? ", batches its inputs" : "") << "\n";
+    for (const auto& f : contract.read_fields()) {
+      std::cout << "  reads   " << f.name << ": " << wam::field_type_name(f.type) << "\n";
+    }
+    for (const auto& f : contract.written_fields()) {
+      std::cout << "  writes  " << f.name << ": " << wam::field_type_name(f.type) << "\n";
+    }
+    for (const auto& f : contract.removed_fields()) std::cout << "  removes " << f << "\n";
+  } else {
+    std::cout << "\n(contract depends on required params; see the docs above)\n";
+  }
+  return kExitOk;
+}
+
+int cmd_graph(const PipelineArgs& args, const std::string& out) {
+  wam::ValidatedPipeline pipeline = wam::load_pipeline(args.file, {args.overrides});
+  const std::string dot = pipeline.to_dot();
+  if (out.empty()) {
+    std::cout << dot;
+  } else {
+    wam::write_file_atomically(out, dot);
+    std::cerr << "wrote " << out << " (render: dot -Tsvg " << out << " -o graph.svg)\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+namespace wam::cli {
+
+int run_cli(int argc, char** argv) {
+  CLI::App app{"wam-pipeline: train robot world action models with a oneTBB flow graph of stages "
+               "described in JSON pipeline files.",
+               "wam-pipeline"};
+  app.set_version_flag("--version", std::string("wam-pipeline ") + WAM_VERSION);
+  app.require_subcommand(1);
+
+  PipelineArgs run_args;
+  int64_t steps = -1, threads = -1;
+  std::string stop_after, stats_out;
+  double report_every = 10;
+  bool print_config = false;
+  auto* run = app.add_subcommand("run", "Run a pipeline and print a per-node summary");
+  add_pipeline_args(*run, run_args);
+  run->add_option("--steps", steps, "Stop after the terminal node emitted N items (overrides settings.steps)")
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--stop-after", stop_after,
+                  "Run only NODE and what is upstream of it; what leaves NODE is counted and dropped");
+  run->add_option("--stats-out", stats_out, "Write the per-node statistics as JSON to this file");
+  run->add_option("--report-every", report_every,
+                  "Seconds between progress lines showing each node's busy%; 0 turns them off")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  run->add_option("--threads", threads, "Worker threads (overrides settings.threads; 0: one per core)")
+      ->check(CLI::NonNegativeNumber);
+  run->add_flag("--print-config", print_config, "Print the effective pipeline (defaults filled in)");
+
+  std::vector<std::string> validate_files, validate_overrides;
+  auto* validate = app.add_subcommand("validate", "Check pipeline files; report every problem at once");
+  validate->add_option("pipelines", validate_files, "Pipeline JSON files")->required();
+  validate->add_option("--set", validate_overrides, "Override a value (path.to.key=VALUE)");
+
+  app.add_subcommand("stages", "List the registered stage types");
+
+  std::string describe_type;
+  auto* describe = app.add_subcommand("describe", "Show a stage type's params and contract");
+  describe->add_option("type", describe_type, "Stage type, e.g. VideoDecode")->required();
+
+  PipelineArgs graph_args;
+  std::string graph_out;
+  auto* graph = app.add_subcommand("graph", "Write the pipeline's graph as Graphviz DOT");
+  add_pipeline_args(*graph, graph_args);
+  graph->add_option("-o,--output", graph_out, "Output .dot file (default: stdout)");
+
+  DatasetCommands dataset_commands(app);
+
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (*run) return cmd_run(run_args, steps, stop_after, stats_out, report_every, threads, print_config);
+    if (*validate) return cmd_validate(validate_files, validate_overrides);
+    if (app.got_subcommand("stages")) return cmd_stages();
+    if (*describe) return cmd_describe(describe_type);
+    if (*graph) return cmd_graph(graph_args, graph_out);
+    if (dataset_commands.selected()) return dataset_commands.run();
+  } catch (const wam::ConfigError& e) {
+    std::cerr << e.what() << "\n";
+    return kExitInvalid;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitFailed;
+  }
+  return kExitOk;
+}
+
+}  // namespace wam::cli
