@@ -1,3 +1,4 @@
+#include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
 #include <array>
@@ -244,7 +245,7 @@ TEST(AugmentTest, RejectsFramesThatDoNotFitTheParams) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
                  "field frames has 1 frames per camera; `frames: all` needs [anchor, recent, "
-                 "window...] (at least 3); got unsigned char[2, 1, 8, 8, 3]");
+                 "window...] (at least 3); got Byte[2, 1, 8, 8, 3]");
   }
   try {
     run_one(R"({"canvas": "robotwin", "deterministic": true})",

@@ -95,7 +95,7 @@ TEST(CollateTest, ShapeMismatchNamesFieldBothSamplesAndBothShapes) {
   auto inputs = numbered_samples(3);
   inputs[1].set_tensor("action", torch::zeros({2, 4}));
   EXPECT_EQ(collate_error(inputs),
-            "Collate: field \"action\" is float[2, 4] in sample \"sample:1\" but float[2, 3] in "
+            "Collate: field \"action\" is Float[2, 4] in sample \"sample:1\" but Float[2, 3] in "
             "sample \"sample:0\" (batch 0); samples of a batch must have equal shapes");
 }
 
