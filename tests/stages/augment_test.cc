@@ -17,8 +17,8 @@ using Colour = std::array<int64_t, 3>;
 // uint8 [V, T, H, W, 3]; camera v, frame t is filled with colours[v] + t * time_step per channel.
 at::Tensor solid_frames(const std::vector<Colour>& colours, int64_t time, int64_t height,
                         int64_t width, int64_t time_step = 0) {
-  auto frames = torch::empty({static_cast<int64_t>(colours.size()), time, height, width, 3},
-                             torch::kUInt8);
+  auto frames =
+      torch::empty({static_cast<int64_t>(colours.size()), time, height, width, 3}, torch::kUInt8);
   for (size_t v = 0; v < colours.size(); ++v) {
     for (int64_t t = 0; t < time; ++t) {
       for (int64_t c = 0; c < 3; ++c) {
@@ -171,7 +171,8 @@ TEST(AugmentTest, SplitsAnchorRecentAndWindowAndKeepsRawCurrentFrameForVlm) {
 TEST(AugmentTest, CurrentFramesWriteOnlyVlmImages) {
   auto frames = noise_frames(3, 1, 12, 16);
   auto out = run_one(R"({"frames": "current", "canvas": "robotwin"})", frame_sample(frames, 1));
-  EXPECT_TRUE(torch::equal(out.tensor("vlm_current_images"), frames.select(1, 0).permute({0, 3, 1, 2})));
+  EXPECT_TRUE(
+      torch::equal(out.tensor("vlm_current_images"), frames.select(1, 0).permute({0, 3, 1, 2})));
   EXPECT_FALSE(out.has("frames"));
   for (const auto& field : kCanvasFields) EXPECT_FALSE(out.has(field)) << field;
 }
@@ -185,7 +186,8 @@ TEST(AugmentTest, DeterministicIsBitIdenticalAcrossRunsAndThreads) {
   expect_same_canvas(reference, run_one(params, frame_sample(sample.tensor("frames"), 6, 3)));
   for (const Sample& out : run_concurrently(params, sample, 4)) expect_same_canvas(reference, out);
   // Deterministic means no transform at all: the same as every strength at zero.
-  expect_same_canvas(reference, run_one(R"({"canvas": "robotwin", "camera_size": [60, 80]})", sample));
+  expect_same_canvas(reference,
+                     run_one(R"({"canvas": "robotwin", "camera_size": [60, 80]})", sample));
 }
 
 TEST(AugmentTest, RandomAugmentDependsOnlyOnSeedEpochAndSampleId) {
@@ -281,17 +283,17 @@ TEST(AugmentTest, DataConfigAugmentObjectsAreValidParams) {
     int64_t cameras;
     bool deterministic;
   };
-  for (const Case& c : {Case{"libero.json", 2, false}, Case{"libero_deterministic.json", 2, true},
-                        Case{"robotwin.json", 3, false},
-                        Case{"robotwin_deterministic.json", 3, true}}) {
+  for (const Case& c :
+       {Case{"libero.json", 2, false}, Case{"libero_deterministic.json", 2, true},
+        Case{"robotwin.json", 3, false}, Case{"robotwin_deterministic.json", 3, true}}) {
     SCOPED_TRACE(c.file);
     std::ifstream file(std::string(WAM_SOURCE_DIR) + "/configs/data/" + c.file);
     ASSERT_TRUE(file.good());
     const auto config = nlohmann::json::parse(file);
     const auto& augment = config.at("augment");
     EXPECT_EQ(augment.at("deterministic").get<bool>(), c.deterministic);
-    EXPECT_EQ(config.at("sampler").at("state_noise_std").get<double>() == 0.0, c.deterministic ||
-              std::string(c.file).rfind("robotwin", 0) == 0);
+    EXPECT_EQ(config.at("sampler").at("state_noise_std").get<double>() == 0.0,
+              c.deterministic || std::string(c.file).rfind("robotwin", 0) == 0);
     auto out = run_one(augment.dump(), frame_sample(noise_frames(c.cameras, 11, 24, 32), 1));
     EXPECT_EQ(out.tensor("video").sizes(), (std::vector<int64_t>{3, 9, 384, 256}));
   }

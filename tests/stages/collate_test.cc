@@ -8,7 +8,8 @@
 namespace wam::testing {
 namespace {
 
-// Sample i: a float [2, 3] tensor filled with i, Int i, Double i / 2, Bool (i odd), String and Json.
+// Sample i: a float [2, 3] tensor filled with i, Int i, Double i / 2, Bool (i odd), String and
+// Json.
 Sample numbered_sample(int64_t i) {
   Sample sample("sample:" + std::to_string(i));
   sample.set_tensor("action", torch::full({2, 3}, static_cast<float>(i)));
@@ -64,8 +65,7 @@ TEST(CollateTest, StacksTensorsScalarsStringsAndJson) {
   EXPECT_TRUE(torch::equal(odd, torch::tensor({false, true})));
 
   EXPECT_EQ(batches[1].get_json("prompt"), (nlohmann::json{"task 2", "task 3"}));
-  EXPECT_EQ(batches[1].get_json("frame_plan"),
-            (nlohmann::json{{{"anchor", 2}}, {{"anchor", 3}}}));
+  EXPECT_EQ(batches[1].get_json("frame_plan"), (nlohmann::json{{{"anchor", 2}}, {{"anchor", 3}}}));
   EXPECT_EQ(batches[1].get_json("sample_keys"), (nlohmann::json{"sample:2", "sample:3"}));
 
   // The last, partial batch is flushed by close().
@@ -77,8 +77,8 @@ TEST(CollateTest, StacksTensorsScalarsStringsAndJson) {
 }
 
 TEST(CollateTest, DropLastDiscardsThePartialBatch) {
-  auto batches = run_stage("Collate", R"({"batch_size": 2, "drop_last": true})",
-                           numbered_samples(5));
+  auto batches =
+      run_stage("Collate", R"({"batch_size": 2, "drop_last": true})", numbered_samples(5));
   ASSERT_EQ(batches.size(), 2u);
   EXPECT_EQ(batches[1].get_json("sample_keys"), (nlohmann::json{"sample:2", "sample:3"}));
 }
