@@ -276,6 +276,24 @@ TEST(AugmentTest, RejectsFramesThatDoNotFitTheParams) {
   }
 }
 
+TEST(AugmentTest, CameraJitterAndSensorNoiseTouchOnlySelectedCameras) {
+  const auto frames = noise_frames(2, 11, 24, 32);
+  const Sample plain = run_one(R"({"deterministic": true})", frame_sample(frames, 4));
+  const Sample jittered = run_one(R"({"camera_jitter_cameras": [0], "camera_jitter_prob": 1,
+      "camera_jitter_rotation": 20, "camera_jitter_translate": 0.1, "sensor_noise_cameras": [0],
+      "sensor_noise_gaussian_prob": 1, "sensor_noise_gaussian_std": 0.1})",
+                                  frame_sample(frames, 4));
+  // Camera 0 fills rows [0, 192) of the vertical canvas, camera 1 rows [192, 384).
+  for (const auto& field : kCanvasFields) {
+    const auto& before = plain.tensor(field);
+    const auto& after = jittered.tensor(field);
+    EXPECT_FALSE(torch::equal(region(before, 0, 192, 0, 256), region(after, 0, 192, 0, 256)))
+        << field;
+    EXPECT_TRUE(torch::equal(region(before, 192, 192, 0, 256), region(after, 192, 192, 0, 256)))
+        << field;
+  }
+}
+
 // The data configs' augment objects are Augment params (unknown keys would be rejected) and run.
 TEST(AugmentTest, DataConfigAugmentObjectsAreValidParams) {
   struct Case {
