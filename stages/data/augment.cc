@@ -1,0 +1,388 @@
+// Augment: turns decoded camera frames into the model's video canvas. Per camera: resize to
+// `camera_size`, camera jitter (selected cameras); then canvas composition to 384x256, colour
+// jitter, domain jitter (RGB gain, shadow), sensor noise (selected cameras), normalise to [-1, 1].
+// The random parameters are drawn once per sample from (settings.seed, epoch, sample_id) and used
+// for every frame of it, so a sample is bit-identical serial or parallel, run to run.
+//
+// Reads:  frames (Tensor uint8 [V, T, H, W, 3]; T = 11 [anchor, recent, window 0..8] with
+//         `frames: all`, T = 1 [current] with `frames: current`); sample_id, epoch (Int) unless
+//         deterministic
+// Writes: vlm_current_images (uint8 [V, 3, H, W], the raw current frame per camera); with
+//         `frames: all` also video (float [3, T-2, 384, 256]), memory_video_anchor and
+//         memory_video_recent (float [3, 1, 384, 256])
+// Removes: frames
+// Example: {"id": "augment", "type": "Augment", "inputs": ["decode"],
+//           "params": {"$ref": "data/augment"}}
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "data/image_ops.h"
+#include "wam/registry.h"
+#include "wam/tensor.h"
+
+namespace wam::stages {
+namespace {
+
+namespace ops = image_ops;
+
+constexpr int64_t kCanvasHeight = 384;
+constexpr int64_t kCanvasWidth = 256;
+// frames: all = [anchor, recent, window...]
+constexpr int64_t kAnchorIndex = 0;
+constexpr int64_t kRecentIndex = 1;
+constexpr int64_t kWindowStart = 2;
+
+struct AugmentParams {
+  std::string frames = "all";
+  std::string canvas = "vertical";
+  std::vector<int64_t> camera_size = {192, 256};
+  bool deterministic = false;
+
+  std::vector<int64_t> camera_jitter_cameras;
+  double camera_jitter_prob = 0.0;
+  std::vector<double> camera_jitter_scale = {1.0, 1.0};
+  double camera_jitter_translate = 0.0;
+  double camera_jitter_rotation = 0.0;
+  bool camera_jitter_random_crop = false;
+
+  double color_jitter_brightness = 0.0;
+  double color_jitter_contrast = 0.0;
+  double color_jitter_saturation = 0.0;
+  double color_jitter_gamma = 0.0;
+
+  double domain_jitter_rgb_prob = 0.0;
+  std::vector<double> domain_jitter_rgb_gain = {0.8, 1.2};
+  double domain_jitter_shadow_prob = 0.0;
+  std::vector<double> domain_jitter_shadow_depth = {0.15, 0.35};
+  std::vector<double> domain_jitter_shadow_sigma = {0.25, 0.6};
+
+  std::vector<int64_t> sensor_noise_cameras;
+  double sensor_noise_gaussian_prob = 0.0;
+  double sensor_noise_gaussian_std = 0.02;
+  double sensor_noise_blur_prob = 0.0;
+  int64_t sensor_noise_blur_kernel_size = 3;
+  double sensor_noise_downsample_prob = 0.0;
+  double sensor_noise_downsample_scale_min = 0.75;
+
+  template <class V>
+  void visit(V& v) {
+    v("frames", frames,
+      "What `frames` holds: all = [anchor, recent, window...] (writes the video canvas), "
+      "current = the current frame only (writes only vlm_current_images).",
+      OneOf{"all", "current"});
+    v("canvas", canvas,
+      "Camera layout on the 384x256 canvas: vertical = cameras stacked in equal rows; robotwin = "
+      "camera 0 at 256x256 on top, cameras 1 and 2 at 128x128 side by side below.",
+      OneOf{"vertical", "robotwin"});
+    v("camera_size", camera_size, "Per-camera resize [H, W] before jitter and composition.",
+      Min{1});
+    v("deterministic", deterministic,
+      "Turn every random transform off, whatever the jitter params say (latent caches need it).");
+
+    v("camera_jitter_cameras", camera_jitter_cameras, "Camera indices that get camera jitter.",
+      Min{0});
+    v("camera_jitter_prob", camera_jitter_prob, "Chance a selected camera is jittered.", Min{0.0},
+      Max{1.0});
+    v("camera_jitter_scale", camera_jitter_scale,
+      "[min, max] fraction of the field of view kept (zoom in by up to 1/min).", Min{0.01},
+      Max{1.0});
+    v("camera_jitter_translate", camera_jitter_translate,
+      "Largest shift, as a fraction of the camera's width and height.", Min{0.0}, Max{0.5});
+    v("camera_jitter_rotation", camera_jitter_rotation, "Largest rotation in degrees.", Min{0.0},
+      Max{180.0});
+    v("camera_jitter_random_crop", camera_jitter_random_crop,
+      "Place the kept field of view anywhere in the frame instead of at its centre.");
+
+    v("color_jitter_brightness", color_jitter_brightness,
+      "Brightness factor drawn from [1 - b, 1 + b] (0: off).", Min{0.0});
+    v("color_jitter_contrast", color_jitter_contrast,
+      "Contrast factor drawn from [1 - c, 1 + c] (0: off).", Min{0.0});
+    v("color_jitter_saturation", color_jitter_saturation,
+      "Saturation factor drawn from [1 - s, 1 + s] (0: off).", Min{0.0});
+    v("color_jitter_gamma", color_jitter_gamma, "Gamma drawn from [1 - g, 1 + g] (0: off).",
+      Min{0.0}, Max{0.99});
+
+    v("domain_jitter_rgb_prob", domain_jitter_rgb_prob, "Chance of a per-channel RGB gain.",
+      Min{0.0}, Max{1.0});
+    v("domain_jitter_rgb_gain", domain_jitter_rgb_gain, "[min, max] gain of each channel.",
+      Min{0.0});
+    v("domain_jitter_shadow_prob", domain_jitter_shadow_prob, "Chance of a soft shadow.", Min{0.0},
+      Max{1.0});
+    v("domain_jitter_shadow_depth", domain_jitter_shadow_depth,
+      "[min, max] darkening at the shadow's centre.", Min{0.0}, Max{1.0});
+    v("domain_jitter_shadow_sigma", domain_jitter_shadow_sigma,
+      "[min, max] shadow radius (Gaussian sigma) as a fraction of the canvas.", Min{0.01});
+
+    v("sensor_noise_cameras", sensor_noise_cameras, "Camera indices that get sensor noise.",
+      Min{0});
+    v("sensor_noise_gaussian_prob", sensor_noise_gaussian_prob, "Chance of Gaussian pixel noise.",
+      Min{0.0}, Max{1.0});
+    v("sensor_noise_gaussian_std", sensor_noise_gaussian_std,
+      "Standard deviation of the pixel noise (pixel values in [0, 1]).", Min{0.0});
+    v("sensor_noise_blur_prob", sensor_noise_blur_prob, "Chance of a Gaussian blur.", Min{0.0},
+      Max{1.0});
+    v("sensor_noise_blur_kernel_size", sensor_noise_blur_kernel_size,
+      "Blur kernel size (odd); sigma is drawn from [0.1, 2].", Min{1});
+    v("sensor_noise_downsample_prob", sensor_noise_downsample_prob,
+      "Chance of a down- and up-sampling round trip.", Min{0.0}, Max{1.0});
+    v("sensor_noise_downsample_scale_min", sensor_noise_downsample_scale_min,
+      "Smallest down-sampling scale; the scale is drawn from [min, 1].", Min{0.05}, Max{1.0});
+  }
+};
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// The random source of one sample: a function of (seed, epoch, sample id) only, never of the
+// thread or the order in which samples arrive.
+class SampleRandom {
+ public:
+  SampleRandom(uint64_t seed, uint64_t epoch, uint64_t sample_id)
+      : engine_(splitmix64(splitmix64(splitmix64(seed) ^ epoch) ^ sample_id)) {}
+
+  // From the top 53 bits, not std::uniform_real_distribution, whose algorithm is left to the
+  // standard library: the draws stay the same across toolchains.
+  double uniform(double low, double high) {
+    return low + (high - low) * static_cast<double>(engine_() >> 11) * 0x1.0p-53;
+  }
+  double uniform(const std::vector<double>& range) { return uniform(range[0], range[1]); }
+  bool chance(double probability) { return probability > 0.0 && uniform(0.0, 1.0) < probability; }
+  at::Generator torch_generator() { return at::make_generator<at::CPUGeneratorImpl>(engine_()); }
+
+ private:
+  std::mt19937_64 engine_;
+};
+
+// Under OpenMP the intra-op thread count is per OS thread, so each worker that runs this stage
+// sets it once; the graph, not torch, provides the parallelism.
+void use_one_torch_thread() {
+  if (at::get_num_threads() != 1) at::set_num_threads(1);
+}
+
+bool contains(const std::vector<int64_t>& list, int64_t value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+class AugmentStage final : public Stage {
+ public:
+  static constexpr std::string_view kType = "Augment";
+  static constexpr std::string_view kSummary =
+      "Per-camera resize and jitter, 384x256 canvas, colour/domain jitter, sensor noise, "
+      "normalise to [-1, 1]; raw current frames for the VLM.";
+  using Params = AugmentParams;
+
+  explicit AugmentStage(Params params) : params_(std::move(params)) {}
+
+  void declare(Contract& contract) const override {
+    contract.reads("frames", FieldType::kTensor);
+    contract.removes("frames");
+    contract.writes("vlm_current_images", FieldType::kTensor);
+    if (all_frames()) {
+      if (!params_.deterministic) {
+        contract.reads("sample_id", FieldType::kInt);
+        contract.reads("epoch", FieldType::kInt);
+      }
+      contract.writes("video", FieldType::kTensor);
+      contract.writes("memory_video_anchor", FieldType::kTensor);
+      contract.writes("memory_video_recent", FieldType::kTensor);
+    }
+    contract.concurrency(Concurrency::unlimited());
+  }
+
+  void open(Context& context) override {
+    check_pair("camera_size", params_.camera_size);
+    check_range("camera_jitter_scale", params_.camera_jitter_scale);
+    check_range("domain_jitter_rgb_gain", params_.domain_jitter_rgb_gain);
+    check_range("domain_jitter_shadow_depth", params_.domain_jitter_shadow_depth);
+    check_range("domain_jitter_shadow_sigma", params_.domain_jitter_shadow_sigma);
+    if (params_.sensor_noise_blur_kernel_size % 2 == 0) {
+      throw Error("param sensor_noise_blur_kernel_size must be odd, got " +
+                  std::to_string(params_.sensor_noise_blur_kernel_size));
+    }
+    seed_ = static_cast<uint64_t>(context.settings().seed);
+    use_one_torch_thread();
+  }
+
+  void process(Sample sample, Emitter& out) override {
+    use_one_torch_thread();
+    const at::Tensor frames = sample.tensor("frames");
+    check_frames(frames);
+    const int64_t current = all_frames() ? kWindowStart : 0;
+    sample.set_tensor("vlm_current_images",
+                      frames.select(1, current).permute({0, 3, 1, 2}).contiguous());
+    if (all_frames()) {
+      std::optional<SampleRandom> random;
+      if (!params_.deterministic) {
+        random.emplace(seed_, static_cast<uint64_t>(sample.get_int("epoch")),
+                       static_cast<uint64_t>(sample.get_int("sample_id")));
+      }
+      // [T, 3, H, W] -> [3, T, H, W], each output its own compact tensor.
+      const at::Tensor canvas = render(frames, random ? &*random : nullptr).permute({1, 0, 2, 3});
+      const int64_t window = frames.size(1) - kWindowStart;
+      sample.set_tensor("video", canvas.narrow(1, kWindowStart, window).contiguous());
+      sample.set_tensor("memory_video_anchor", canvas.narrow(1, kAnchorIndex, 1).contiguous());
+      sample.set_tensor("memory_video_recent", canvas.narrow(1, kRecentIndex, 1).contiguous());
+    }
+    sample.erase("frames");
+    out.emit(std::move(sample));
+  }
+
+ private:
+  bool all_frames() const { return params_.frames == "all"; }
+
+  static void check_pair(const std::string& name, const std::vector<int64_t>& value) {
+    if (value.size() != 2) {
+      throw Error("param " + name + " must be [height, width], got " +
+                  std::to_string(value.size()) + " values");
+    }
+  }
+  static void check_range(const std::string& name, const std::vector<double>& value) {
+    if (value.size() != 2 || value[0] > value[1]) {
+      throw Error("param " + name + " must be [min, max] with min <= max, got " +
+                  nlohmann::json(value).dump());
+    }
+  }
+
+  void check_frames(const at::Tensor& frames) const {
+    const bool layout_ok = frames.dim() == 5 && frames.scalar_type() == at::kByte &&
+                           frames.size(4) == 3 && frames.size(0) >= 1;
+    if (!layout_ok) {
+      throw FieldError("field frames must be uint8 [V, T, H, W, 3], got " +
+                       describe_tensor(frames));
+    }
+    const int64_t time = frames.size(1);
+    if (all_frames() && time <= kWindowStart) {
+      throw FieldError("field frames has " + std::to_string(time) +
+                       " frames per camera; `frames: all` needs [anchor, recent, window...] "
+                       "(at least 3); got " +
+                       describe_tensor(frames));
+    }
+    if (!all_frames() && time != 1) {
+      throw FieldError("field frames has " + std::to_string(time) +
+                       " frames per camera; `frames: current` needs exactly 1 (decode with "
+                       "frames: current, or set Augment's frames: all)");
+    }
+    const int64_t cameras = frames.size(0);
+    for (const auto& [name, list] :
+         {std::pair{"camera_jitter_cameras", &params_.camera_jitter_cameras},
+          std::pair{"sensor_noise_cameras", &params_.sensor_noise_cameras}}) {
+      for (int64_t camera : *list) {
+        if (camera >= cameras) {
+          throw Error(std::string("param ") + name + " names camera " + std::to_string(camera) +
+                      " but the sample has " + std::to_string(cameras) +
+                      " cameras (indices follow the sampler's cameras order)");
+        }
+      }
+    }
+  }
+
+  // frames uint8 [V, T, H, W, 3] -> canvas float [T, 3, 384, 256] in [-1, 1]. `random` is null
+  // when deterministic.
+  at::Tensor render(const at::Tensor& frames, SampleRandom* random) const {
+    const int64_t cameras = frames.size(0);
+    std::vector<at::Tensor> images;
+    for (int64_t camera = 0; camera < cameras; ++camera) {
+      at::Tensor image = ops::resize(ops::to_float_images(frames.select(0, camera)),
+                                     params_.camera_size[0], params_.camera_size[1]);
+      if (random && contains(params_.camera_jitter_cameras, camera) &&
+          random->chance(params_.camera_jitter_prob)) {
+        image = ops::warp(image, draw_camera_warp(*random));
+      }
+      images.push_back(std::move(image));
+    }
+    const auto slots = ops::canvas_layout(params_.canvas, cameras, kCanvasHeight, kCanvasWidth);
+    at::Tensor canvas = ops::compose_canvas(images, slots, kCanvasHeight, kCanvasWidth);
+    if (random) {
+      const ops::ColorAdjustment color = draw_color(*random);
+      if (color.brightness != 1.0 || color.contrast != 1.0 || color.saturation != 1.0 ||
+          color.gamma != 1.0) {
+        canvas = ops::adjust_color(canvas, color);
+      }
+      if (random->chance(params_.domain_jitter_rgb_prob)) {
+        const auto& gain = params_.domain_jitter_rgb_gain;
+        canvas = ops::apply_rgb_gain(
+            canvas, {random->uniform(gain), random->uniform(gain), random->uniform(gain)});
+      }
+      if (random->chance(params_.domain_jitter_shadow_prob)) {
+        ops::Shadow shadow;
+        shadow.center_y = random->uniform(0.0, 1.0);
+        shadow.center_x = random->uniform(0.0, 1.0);
+        shadow.depth = random->uniform(params_.domain_jitter_shadow_depth);
+        shadow.sigma = random->uniform(params_.domain_jitter_shadow_sigma);
+        canvas = ops::apply_shadow(canvas, shadow);
+      }
+      for (int64_t camera = 0; camera < cameras; ++camera) {
+        if (!contains(params_.sensor_noise_cameras, camera)) continue;
+        const ops::Rect& slot = slots[camera];
+        at::Tensor region =
+            canvas.narrow(2, slot.top, slot.height).narrow(3, slot.left, slot.width);
+        const at::Tensor noisy = add_sensor_noise(region, *random);
+        if (!noisy.is_same(region)) region.copy_(noisy);
+      }
+    }
+    return ops::to_signed_unit(canvas);
+  }
+
+  ops::CameraWarp draw_camera_warp(SampleRandom& random) const {
+    ops::CameraWarp warp;
+    warp.scale = random.uniform(params_.camera_jitter_scale);
+    if (params_.camera_jitter_random_crop) {
+      const double slack = (1.0 - warp.scale) / 2.0;
+      warp.translate_x = random.uniform(-slack, slack);
+      warp.translate_y = random.uniform(-slack, slack);
+    }
+    const double translate = params_.camera_jitter_translate;
+    warp.translate_x += random.uniform(-translate, translate);
+    warp.translate_y += random.uniform(-translate, translate);
+    const double rotation = params_.camera_jitter_rotation;
+    warp.rotation_degrees = random.uniform(-rotation, rotation);
+    return warp;
+  }
+
+  ops::ColorAdjustment draw_color(SampleRandom& random) const {
+    auto factor = [&](double strength) {
+      return strength > 0.0 ? random.uniform(std::max(0.0, 1.0 - strength), 1.0 + strength) : 1.0;
+    };
+    ops::ColorAdjustment color;
+    color.brightness = factor(params_.color_jitter_brightness);
+    color.contrast = factor(params_.color_jitter_contrast);
+    color.saturation = factor(params_.color_jitter_saturation);
+    color.gamma = factor(params_.color_jitter_gamma);
+    return color;
+  }
+
+  at::Tensor add_sensor_noise(const at::Tensor& region, SampleRandom& random) const {
+    at::Tensor out = region;
+    if (random.chance(params_.sensor_noise_downsample_prob)) {
+      out = ops::downsample_upsample(
+          out, random.uniform(params_.sensor_noise_downsample_scale_min, 1.0));
+    }
+    if (random.chance(params_.sensor_noise_blur_prob)) {
+      out =
+          ops::gaussian_blur(out, params_.sensor_noise_blur_kernel_size, random.uniform(0.1, 2.0));
+    }
+    if (random.chance(params_.sensor_noise_gaussian_prob)) {
+      at::Generator generator = random.torch_generator();
+      out = ops::add_gaussian_noise(out, params_.sensor_noise_gaussian_std, generator);
+    }
+    return out;
+  }
+
+  Params params_;
+  uint64_t seed_ = 0;
+};
+
+WAM_REGISTER_STAGE(AugmentStage);
+
+}  // namespace
+}  // namespace wam::stages

@@ -1,0 +1,269 @@
+// Collate: stacks samples into batches, in arrival order (order-sensitive, serial).
+// Tensor fields gain a leading batch dimension; Int, Double and Bool fields become 1-D int64,
+// float64 and bool tensors; String and Json fields become Json arrays. Every sample of a batch must
+// have the same fields, types and shapes as the batch's first sample.
+//
+// Samples are copied into batch buffers as they arrive, so their own tensors are released at once.
+// Each field keeps a small pool of buffers that are reused only when nothing downstream still
+// references them: an emitted batch is never written again.
+//
+// Reads:  every field (generic).  Writes: the same fields batched, sample_keys (Json array of the
+//         member samples' keys). A batch's key is "batch:<n>".
+// Example: {"id": "collate", "type": "Collate", "inputs": ["augment"],
+//           "params": {"batch_size": 16, "drop_last": true}}
+#include <cstdint>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "wam/registry.h"
+#include "wam/tensor.h"
+
+namespace wam::stages {
+namespace {
+
+struct CollateParams {
+  int64_t batch_size = 0;
+  bool drop_last = false;
+  int64_t buffers = 4;
+
+  template <class V>
+  void visit(V& v) {
+    v("batch_size", batch_size, "Samples per batch (0: the pipeline's settings.batch_size).",
+      Min{0});
+    v("drop_last", drop_last, "Drop the last batch when it is smaller than batch_size.");
+    v("buffers", buffers,
+      "Batch buffers kept for reuse per field; when all are still held downstream a new one is "
+      "allocated (counted as buffer_allocations).",
+      Min{1});
+  }
+};
+
+// One batched field. Tensor, Int, Double and Bool fields fill `buffer`; String and Json fields
+// fill `values`.
+struct Column {
+  std::string name;
+  FieldType type;
+  std::vector<int64_t> sample_sizes;  // Tensor fields: the first sample's sizes and dtype
+  at::ScalarType dtype = at::kFloat;
+  at::Tensor buffer;
+  nlohmann::json values = nlohmann::json::array();
+};
+
+std::string quoted(const std::string& text) { return "\"" + text + "\""; }
+
+// As describe_tensor: "float32[3, 9, 384, 256]".
+std::string describe_shape(at::ScalarType dtype, at::IntArrayRef sizes) {
+  std::ostringstream out;
+  out << c10::toString(dtype) << sizes;
+  return out.str();
+}
+
+class CollateStage final : public Stage {
+ public:
+  static constexpr std::string_view kType = "Collate";
+  static constexpr std::string_view kSummary =
+      "Stacks samples into batches (Tensor fields gain a batch dimension) in reusable buffers.";
+  using Params = CollateParams;
+
+  explicit CollateStage(Params params) : params_(params) {}
+
+  void declare(Contract& contract) const override {
+    contract.writes("sample_keys", FieldType::kJson);
+    contract.order_sensitive();
+    contract.batches();
+    contract.concurrency(Concurrency::serial());
+  }
+
+  void open(Context& context) override {
+    batch_size_ = params_.batch_size > 0 ? params_.batch_size : context.settings().batch_size;
+    buffer_allocations_ = &context.counter("buffer_allocations");
+    dropped_samples_ = &context.counter("dropped_samples");
+  }
+
+  void process(Sample sample, Emitter& out) override {
+    if (members_.empty()) {
+      start_batch(sample);
+    } else {
+      check_matches_first(sample);
+    }
+    append(sample);
+    if (static_cast<int64_t>(members_.size()) == batch_size_) flush(out);
+  }
+
+  void close(Emitter& out) override {
+    if (members_.empty()) return;
+    if (params_.drop_last) {
+      dropped_samples_->add(static_cast<int64_t>(members_.size()));
+      reset();
+      return;
+    }
+    flush(out);
+  }
+
+ private:
+  void start_batch(const Sample& first) {
+    for (const auto& [name, value] : first.fields()) {
+      Column column;
+      column.name = name;
+      column.type = type_of(value);
+      switch (column.type) {
+        case FieldType::kTensor: {
+          const at::Tensor& tensor = first.tensor(name);
+          column.sample_sizes = tensor.sizes().vec();
+          column.dtype = tensor.scalar_type();
+          std::vector<int64_t> sizes = {batch_size_};
+          sizes.insert(sizes.end(), tensor.sizes().begin(), tensor.sizes().end());
+          column.buffer = acquire(name, sizes, tensor.scalar_type());
+          break;
+        }
+        case FieldType::kInt:
+          column.buffer = acquire(name, {batch_size_}, at::kLong);
+          break;
+        case FieldType::kDouble:
+          column.buffer = acquire(name, {batch_size_}, at::kDouble);
+          break;
+        case FieldType::kBool:
+          column.buffer = acquire(name, {batch_size_}, at::kBool);
+          break;
+        case FieldType::kString:
+        case FieldType::kJson:
+          break;
+      }
+      columns_.push_back(std::move(column));
+    }
+  }
+
+  // A free pooled buffer of this size and dtype, else a new one. A buffer is free when this pool
+  // holds the only reference to both its tensor and its storage (views and emitted copies count).
+  at::Tensor acquire(const std::string& name, const std::vector<int64_t>& sizes,
+                     at::ScalarType dtype) {
+    auto& pool = pools_[name];
+    auto is_free = [](const at::Tensor& t) {
+      return t.use_count() == 1 && t.storage().use_count() == 1;
+    };
+    for (const at::Tensor& buffer : pool) {
+      if (buffer.sizes() == at::IntArrayRef(sizes) && buffer.scalar_type() == dtype &&
+          is_free(buffer)) {
+        return buffer;
+      }
+    }
+    at::Tensor fresh = at::empty(sizes, at::TensorOptions().dtype(dtype));
+    buffer_allocations_->add();
+    if (static_cast<int64_t>(pool.size()) < params_.buffers) {
+      pool.push_back(fresh);
+    } else {
+      // Replace a free buffer of another shape; when every buffer is held, this one is not kept.
+      for (at::Tensor& buffer : pool) {
+        if (is_free(buffer)) {
+          buffer = fresh;
+          break;
+        }
+      }
+    }
+    return fresh;
+  }
+
+  void check_matches_first(const Sample& sample) const {
+    const std::string& first_key = members_.front();
+    const std::string where = " (batch " + std::to_string(batch_index_) + ")";
+    for (const auto& [name, value] : sample.fields()) {
+      bool known = false;
+      for (const Column& column : columns_) known = known || column.name == name;
+      if (!known) {
+        throw Error("Collate: sample " + quoted(sample.key()) + " has field " + quoted(name) +
+                    " but sample " + quoted(first_key) + where +
+                    " does not; samples of a batch must have the same fields");
+      }
+    }
+    for (const Column& column : columns_) {
+      if (!sample.has(column.name)) {
+        throw Error("Collate: sample " + quoted(sample.key()) + " lacks field " +
+                    quoted(column.name) + " that sample " + quoted(first_key) + where +
+                    " has; samples of a batch must have the same fields");
+      }
+      const FieldType type = sample.type(column.name);
+      if (type != column.type) {
+        throw Error("Collate: field " + quoted(column.name) + " is " +
+                    std::string(field_type_name(type)) + " in sample " + quoted(sample.key()) +
+                    " but " + std::string(field_type_name(column.type)) + " in sample " +
+                    quoted(first_key) + where);
+      }
+      if (type != FieldType::kTensor) continue;
+      const at::Tensor& tensor = sample.tensor(column.name);
+      if (tensor.sizes() != at::IntArrayRef(column.sample_sizes) ||
+          tensor.scalar_type() != column.dtype) {
+        throw Error("Collate: field " + quoted(column.name) + " is " + describe_tensor(tensor) +
+                    " in sample " + quoted(sample.key()) + " but " +
+                    describe_shape(column.dtype, column.sample_sizes) + " in sample " +
+                    quoted(first_key) + where + "; samples of a batch must have equal shapes");
+      }
+    }
+  }
+
+  void append(const Sample& sample) {
+    const int64_t row = static_cast<int64_t>(members_.size());
+    for (Column& column : columns_) {
+      switch (column.type) {
+        case FieldType::kTensor:
+          column.buffer.select(0, row).copy_(sample.tensor(column.name));
+          break;
+        case FieldType::kInt:
+          column.buffer.data_ptr<int64_t>()[row] = sample.get_int(column.name);
+          break;
+        case FieldType::kDouble:
+          column.buffer.data_ptr<double>()[row] = sample.get_double(column.name);
+          break;
+        case FieldType::kBool:
+          column.buffer.data_ptr<bool>()[row] = sample.get_bool(column.name);
+          break;
+        case FieldType::kString:
+          column.values.push_back(sample.get_string(column.name));
+          break;
+        case FieldType::kJson:
+          column.values.push_back(sample.get_json(column.name));
+          break;
+      }
+    }
+    members_.push_back(sample.key());
+  }
+
+  void flush(Emitter& out) {
+    const int64_t rows = static_cast<int64_t>(members_.size());
+    Sample batch("batch:" + std::to_string(batch_index_));
+    batch.set_seq(static_cast<uint64_t>(batch_index_));
+    for (Column& column : columns_) {
+      if (column.type == FieldType::kString || column.type == FieldType::kJson) {
+        batch.set(column.name, std::move(column.values));
+      } else {
+        // A partial batch is a view: it shares the buffer's storage, which keeps it held.
+        batch.set_tensor(column.name,
+                         rows == batch_size_ ? column.buffer : column.buffer.narrow(0, 0, rows));
+      }
+    }
+    batch.set("sample_keys", nlohmann::json(members_));
+    ++batch_index_;
+    reset();
+    out.emit(std::move(batch));
+  }
+
+  void reset() {
+    columns_.clear();
+    members_.clear();
+  }
+
+  Params params_;
+  int64_t batch_size_ = 0;
+  Counter* buffer_allocations_ = nullptr;
+  Counter* dropped_samples_ = nullptr;
+  std::map<std::string, std::vector<at::Tensor>> pools_;
+  std::vector<Column> columns_;
+  std::vector<std::string> members_;  // keys of the samples in the current batch
+  int64_t batch_index_ = 0;
+};
+
+WAM_REGISTER_STAGE(CollateStage);
+
+}  // namespace
+}  // namespace wam::stages

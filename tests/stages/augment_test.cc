@@ -1,0 +1,321 @@
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "testing/stage_harness.h"
+#include "wam/tensor.h"
+
+namespace wam::testing {
+namespace {
+
+using Colour = std::array<int64_t, 3>;
+
+// uint8 [V, T, H, W, 3]; camera v, frame t is filled with colours[v] + t * time_step per channel.
+at::Tensor solid_frames(const std::vector<Colour>& colours, int64_t time, int64_t height,
+                        int64_t width, int64_t time_step = 0) {
+  auto frames =
+      torch::empty({static_cast<int64_t>(colours.size()), time, height, width, 3}, torch::kUInt8);
+  for (size_t v = 0; v < colours.size(); ++v) {
+    for (int64_t t = 0; t < time; ++t) {
+      for (int64_t c = 0; c < 3; ++c) {
+        frames[v][t].select(2, c).fill_(colours[v][c] + t * time_step);
+      }
+    }
+  }
+  return frames;
+}
+
+at::Tensor noise_frames(int64_t cameras, int64_t time, int64_t height, int64_t width) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(1234);
+  return torch::randint(0, 256, {cameras, time, height, width, 3}, generator,
+                        torch::TensorOptions().dtype(torch::kUInt8));
+}
+
+Sample frame_sample(const at::Tensor& frames, int64_t sample_id, int64_t epoch = 0) {
+  Sample sample("sample:" + std::to_string(sample_id));
+  sample.set_tensor("frames", frames);
+  sample.set("sample_id", sample_id);
+  sample.set("epoch", epoch);
+  return sample;
+}
+
+Sample run_one(const std::string& params, Sample sample, const HarnessOptions& options = {}) {
+  auto out = run_stage("Augment", params, {std::move(sample)}, options);
+  EXPECT_EQ(out.size(), 1u);
+  return out.at(0);
+}
+
+// Where a colour lands after normalisation to [-1, 1], as a [3, 1, 1, 1] tensor.
+at::Tensor normalised(const Colour& colour) {
+  return torch::tensor({colour[0] / 127.5 - 1.0, colour[1] / 127.5 - 1.0, colour[2] / 127.5 - 1.0},
+                       torch::kFloat)
+      .view({3, 1, 1, 1});
+}
+
+// video [3, T, 384, 256] restricted to rows [top, top + height) and columns [left, left + width).
+at::Tensor region(const at::Tensor& video, int64_t top, int64_t height, int64_t left,
+                  int64_t width) {
+  return video.narrow(2, top, height).narrow(3, left, width);
+}
+
+void expect_filled(const at::Tensor& video, int64_t top, int64_t height, int64_t left,
+                   int64_t width, const Colour& colour) {
+  auto expected = normalised(colour).expand_as(region(video, top, height, left, width));
+  EXPECT_TRUE(torch::allclose(region(video, top, height, left, width), expected, 0, 1e-5))
+      << "rows " << top << "+" << height << ", columns " << left << "+" << width;
+}
+
+class VectorEmitter final : public Emitter {
+ public:
+  void emit(Sample sample) override { samples.push_back(std::move(sample)); }
+  std::vector<Sample> samples;
+};
+
+// Every random transform on, so that a determinism test would see any stray randomness.
+const char* kEverythingOn = R"({
+  "canvas": "robotwin", "camera_size": [60, 80],
+  "camera_jitter_cameras": [0, 1], "camera_jitter_prob": 1, "camera_jitter_scale": [0.9, 1],
+  "camera_jitter_translate": 0.03, "camera_jitter_rotation": 5, "camera_jitter_random_crop": true,
+  "color_jitter_brightness": 0.2, "color_jitter_contrast": 0.2, "color_jitter_saturation": 0.25,
+  "color_jitter_gamma": 0.1,
+  "domain_jitter_rgb_prob": 1, "domain_jitter_shadow_prob": 1,
+  "sensor_noise_cameras": [0, 2], "sensor_noise_gaussian_prob": 1, "sensor_noise_blur_prob": 1,
+  "sensor_noise_downsample_prob": 1)";
+
+std::string everything_on(bool deterministic) {
+  return std::string(kEverythingOn) + ", \"deterministic\": " + (deterministic ? "true" : "false") +
+         "}";
+}
+
+const std::vector<std::string> kCanvasFields = {"video", "memory_video_anchor",
+                                                "memory_video_recent"};
+
+// Processes the same sample on `threads` std::threads at once through one opened stage.
+std::vector<Sample> run_concurrently(const std::string& params, const Sample& sample, int threads,
+                                     const Settings& settings = {}) {
+  auto base = make_stage("Augment", params);
+  auto* stage = dynamic_cast<Stage*>(base.get());
+  Context context("augment", "Augment", settings, [](const std::string& m) { std::cerr << m; });
+  stage->open(context);
+  std::vector<VectorEmitter> emitters(threads);
+  std::vector<std::thread> workers;
+  for (int i = 0; i < threads; ++i) {
+    workers.emplace_back([&, i] {
+      for (int repeat = 0; repeat < 2; ++repeat) stage->process(sample, emitters[i]);
+    });
+  }
+  for (auto& worker : workers) worker.join();
+  std::vector<Sample> out;
+  for (auto& emitter : emitters) {
+    for (auto& s : emitter.samples) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+void expect_same_canvas(const Sample& a, const Sample& b) {
+  for (const auto& field : kCanvasFields) {
+    EXPECT_TRUE(torch::equal(a.tensor(field), b.tensor(field))) << field;
+  }
+}
+
+TEST(AugmentTest, VerticalCanvasStacksCameraZeroAboveCameraOne) {
+  const Colour top = {200, 40, 10}, bottom = {10, 120, 250};
+  auto out = run_one(R"({"canvas": "vertical", "camera_size": [192, 256], "deterministic": true})",
+                     frame_sample(solid_frames({top, bottom}, 11, 24, 32), 0));
+  const auto& video = out.tensor("video");
+  ASSERT_EQ(video.sizes(), (std::vector<int64_t>{3, 9, 384, 256}));
+  expect_filled(video, 0, 192, 0, 256, top);
+  expect_filled(video, 192, 192, 0, 256, bottom);
+}
+
+TEST(AugmentTest, RobotwinCanvasPutsHighCameraOnTopAndWristsSideBySideBelow) {
+  const Colour high = {250, 0, 0}, left_wrist = {0, 250, 0}, right_wrist = {0, 0, 250};
+  auto out = run_one(R"({"canvas": "robotwin", "camera_size": [240, 320], "deterministic": true})",
+                     frame_sample(solid_frames({high, left_wrist, right_wrist}, 11, 48, 64), 0));
+  for (const auto& field : kCanvasFields) {
+    const auto& video = out.tensor(field);
+    ASSERT_EQ(video.size(0), 3);
+    ASSERT_EQ(video.size(2), 384);
+    ASSERT_EQ(video.size(3), 256);
+    expect_filled(video, 0, 256, 0, 256, high);
+    expect_filled(video, 256, 128, 0, 128, left_wrist);
+    expect_filled(video, 256, 128, 128, 128, right_wrist);
+  }
+}
+
+TEST(AugmentTest, SplitsAnchorRecentAndWindowAndKeepsRawCurrentFrameForVlm) {
+  // Frame t of every camera is brighter by 10 * t: anchor = t 0, recent = t 1, window = t 2..10.
+  const Colour base = {20, 30, 40};
+  auto frames = solid_frames({base, base}, 11, 16, 16, 10);
+  auto out = run_one(R"({"deterministic": true})", frame_sample(frames, 3));
+  auto shade = [&](int64_t t) { return Colour{20 + 10 * t, 30 + 10 * t, 40 + 10 * t}; };
+  EXPECT_EQ(out.tensor("memory_video_anchor").sizes(), (std::vector<int64_t>{3, 1, 384, 256}));
+  EXPECT_EQ(out.tensor("memory_video_recent").sizes(), (std::vector<int64_t>{3, 1, 384, 256}));
+  expect_filled(out.tensor("memory_video_anchor"), 0, 384, 0, 256, shade(0));
+  expect_filled(out.tensor("memory_video_recent"), 0, 384, 0, 256, shade(1));
+  for (int64_t k = 0; k < 9; ++k) {
+    expect_filled(out.tensor("video").narrow(1, k, 1), 0, 384, 0, 256, shade(2 + k));
+  }
+  const auto& vlm = out.tensor("vlm_current_images");
+  EXPECT_EQ(vlm.scalar_type(), torch::kUInt8);
+  EXPECT_EQ(vlm.sizes(), (std::vector<int64_t>{2, 3, 16, 16}));
+  EXPECT_TRUE(torch::equal(vlm, frames.select(1, 2).permute({0, 3, 1, 2})));
+  EXPECT_FALSE(out.has("frames"));
+  EXPECT_TRUE(out.has("sample_id"));
+}
+
+TEST(AugmentTest, CurrentFramesWriteOnlyVlmImages) {
+  auto frames = noise_frames(3, 1, 12, 16);
+  auto out = run_one(R"({"frames": "current", "canvas": "robotwin"})", frame_sample(frames, 1));
+  EXPECT_TRUE(
+      torch::equal(out.tensor("vlm_current_images"), frames.select(1, 0).permute({0, 3, 1, 2})));
+  EXPECT_FALSE(out.has("frames"));
+  for (const auto& field : kCanvasFields) EXPECT_FALSE(out.has(field)) << field;
+}
+
+TEST(AugmentTest, DeterministicIsBitIdenticalAcrossRunsAndThreads) {
+  const std::string params = everything_on(/*deterministic=*/true);
+  const Sample sample = frame_sample(noise_frames(3, 11, 30, 40), 5);
+  const Sample reference = run_one(params, sample);
+  expect_same_canvas(reference, run_one(params, sample));
+  // Different ids and epochs do not matter when deterministic.
+  expect_same_canvas(reference, run_one(params, frame_sample(sample.tensor("frames"), 6, 3)));
+  for (const Sample& out : run_concurrently(params, sample, 4)) expect_same_canvas(reference, out);
+  // Deterministic means no transform at all: the same as every strength at zero.
+  expect_same_canvas(reference,
+                     run_one(R"({"canvas": "robotwin", "camera_size": [60, 80]})", sample));
+}
+
+TEST(AugmentTest, RandomAugmentDependsOnlyOnSeedEpochAndSampleId) {
+  const std::string params = everything_on(/*deterministic=*/false);
+  const auto frames = noise_frames(3, 11, 30, 40);
+  const Sample reference = run_one(params, frame_sample(frames, 5, 2));
+  expect_same_canvas(reference, run_one(params, frame_sample(frames, 5, 2)));
+  for (const Sample& out : run_concurrently(params, frame_sample(frames, 5, 2), 4)) {
+    expect_same_canvas(reference, out);
+  }
+  const auto differs = [&](const Sample& other) {
+    return !torch::equal(reference.tensor("video"), other.tensor("video"));
+  };
+  EXPECT_TRUE(differs(run_one(params, frame_sample(frames, 6, 2))));
+  EXPECT_TRUE(differs(run_one(params, frame_sample(frames, 5, 3))));
+  HarnessOptions other_seed;
+  other_seed.settings.seed = 7;
+  EXPECT_TRUE(differs(run_one(params, frame_sample(frames, 5, 2), other_seed)));
+  // The output differs from the deterministic rendering, so the transforms did run.
+  EXPECT_TRUE(differs(run_one(everything_on(true), frame_sample(frames, 5, 2))));
+}
+
+TEST(AugmentTest, SameRandomParametersForEveryFrameOfASample) {
+  // Identical frames in, identical frames out: the draws are per sample, not per frame. Gaussian
+  // pixel noise is off here: like a real sensor's, its realisation differs from frame to frame.
+  auto frames = solid_frames({{90, 60, 30}, {30, 60, 90}, {60, 90, 30}}, 11, 30, 40)
+                    .add(noise_frames(3, 1, 30, 40).div(4, "floor"));
+  auto params = nlohmann::json::parse(everything_on(false));
+  params["sensor_noise_gaussian_prob"] = 0;
+  auto out = run_one(params.dump(), frame_sample(frames, 9));
+  const auto& video = out.tensor("video");
+  for (int64_t k = 1; k < 9; ++k) {
+    EXPECT_TRUE(torch::equal(video.select(1, 0), video.select(1, k))) << "frame " << k;
+  }
+  EXPECT_TRUE(torch::equal(video.select(1, 0), out.tensor("memory_video_anchor").select(1, 0)));
+}
+
+TEST(AugmentTest, OutputStaysInSignedUnitRangeAndInputIsUnchanged) {
+  const auto frames = noise_frames(3, 11, 30, 40);
+  const auto before = frames.clone();
+  for (int64_t id = 0; id < 4; ++id) {
+    auto out = run_one(everything_on(false), frame_sample(frames, id));
+    for (const auto& field : kCanvasFields) {
+      const auto& tensor = out.tensor(field);
+      EXPECT_EQ(tensor.scalar_type(), torch::kFloat) << field;
+      EXPECT_GE(tensor.min().item<float>(), -1.0f) << field;
+      EXPECT_LE(tensor.max().item<float>(), 1.0f) << field;
+    }
+  }
+  EXPECT_TRUE(torch::equal(frames, before));
+}
+
+TEST(AugmentTest, RejectsFramesThatDoNotFitTheParams) {
+  try {
+    run_one(R"({"deterministic": true})", frame_sample(noise_frames(2, 1, 8, 8), 0));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "field frames has 1 frames per camera; `frames: all` needs [anchor, recent, "
+                 "window...] (at least 3); got Byte[2, 1, 8, 8, 3]");
+  }
+  try {
+    run_one(R"({"canvas": "robotwin", "deterministic": true})",
+            frame_sample(noise_frames(2, 11, 8, 8), 0));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "canvas \"robotwin\" needs 3 cameras (high, left wrist, right wrist), got 2; "
+                 "check the sampler's cameras");
+  }
+  try {
+    run_one(R"({"camera_jitter_cameras": [2], "camera_jitter_prob": 1})",
+            frame_sample(noise_frames(2, 11, 8, 8), 0));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "param camera_jitter_cameras names camera 2 but the sample has 2 cameras "
+                 "(indices follow the sampler's cameras order)");
+  }
+  try {
+    run_one(R"({"camera_jitter_scale": [1, 0.9]})", frame_sample(noise_frames(2, 11, 8, 8), 0));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "param camera_jitter_scale must be [min, max] with min <= max, got [1.0,0.9]");
+  }
+}
+
+TEST(AugmentTest, CameraJitterAndSensorNoiseTouchOnlySelectedCameras) {
+  const auto frames = noise_frames(2, 11, 24, 32);
+  const Sample plain = run_one(R"({"deterministic": true})", frame_sample(frames, 4));
+  const Sample jittered = run_one(R"({"camera_jitter_cameras": [0], "camera_jitter_prob": 1,
+      "camera_jitter_rotation": 20, "camera_jitter_translate": 0.1, "sensor_noise_cameras": [0],
+      "sensor_noise_gaussian_prob": 1, "sensor_noise_gaussian_std": 0.1})",
+                                  frame_sample(frames, 4));
+  // Camera 0 fills rows [0, 192) of the vertical canvas, camera 1 rows [192, 384).
+  for (const auto& field : kCanvasFields) {
+    const auto& before = plain.tensor(field);
+    const auto& after = jittered.tensor(field);
+    EXPECT_FALSE(torch::equal(region(before, 0, 192, 0, 256), region(after, 0, 192, 0, 256)))
+        << field;
+    EXPECT_TRUE(torch::equal(region(before, 192, 192, 0, 256), region(after, 192, 192, 0, 256)))
+        << field;
+  }
+}
+
+// The data configs' augment objects are Augment params (unknown keys would be rejected) and run.
+TEST(AugmentTest, DataConfigAugmentObjectsAreValidParams) {
+  struct Case {
+    const char* file;
+    int64_t cameras;
+    bool deterministic;
+  };
+  for (const Case& c :
+       {Case{"libero.json", 2, false}, Case{"libero_deterministic.json", 2, true},
+        Case{"robotwin.json", 3, false}, Case{"robotwin_deterministic.json", 3, true}}) {
+    SCOPED_TRACE(c.file);
+    std::ifstream file(std::string(WAM_SOURCE_DIR) + "/configs/data/" + c.file);
+    ASSERT_TRUE(file.good());
+    const auto config = nlohmann::json::parse(file);
+    const auto& augment = config.at("augment");
+    EXPECT_EQ(augment.at("deterministic").get<bool>(), c.deterministic);
+    EXPECT_EQ(config.at("sampler").at("state_noise_std").get<double>() == 0.0,
+              c.deterministic || std::string(c.file).rfind("robotwin", 0) == 0);
+    auto out = run_one(augment.dump(), frame_sample(noise_frames(c.cameras, 11, 24, 32), 1));
+    EXPECT_EQ(out.tensor("video").sizes(), (std::vector<int64_t>{3, 9, 384, 256}));
+  }
+}
+
+}  // namespace
+}  // namespace wam::testing

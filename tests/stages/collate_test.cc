@@ -1,0 +1,183 @@
+#include <gtest/gtest.h>
+
+#include <iostream>
+
+#include "testing/stage_harness.h"
+#include "wam/tensor.h"
+
+namespace wam::testing {
+namespace {
+
+// Sample i: a float [2, 3] tensor filled with i, Int i, Double i / 2, Bool (i odd), String and
+// Json.
+Sample numbered_sample(int64_t i) {
+  Sample sample("sample:" + std::to_string(i));
+  sample.set_tensor("action", torch::full({2, 3}, static_cast<float>(i)));
+  sample.set("sample_id", i);
+  sample.set("weight", i / 2.0);
+  sample.set("is_odd", i % 2 == 1);
+  sample.set("prompt", std::string("task ") + std::to_string(i));
+  sample.set("frame_plan", nlohmann::json{{"anchor", i}});
+  return sample;
+}
+
+std::vector<Sample> numbered_samples(int64_t count) {
+  std::vector<Sample> samples;
+  for (int64_t i = 0; i < count; ++i) samples.push_back(numbered_sample(i));
+  return samples;
+}
+
+class VectorEmitter final : public Emitter {
+ public:
+  void emit(Sample sample) override { samples.push_back(std::move(sample)); }
+  std::vector<Sample> samples;
+};
+
+std::string collate_error(const std::vector<Sample>& inputs) {
+  try {
+    run_stage("Collate", R"({"batch_size": 3})", inputs);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(CollateTest, StacksTensorsScalarsStringsAndJson) {
+  auto batches = run_stage("Collate", R"({"batch_size": 2})", numbered_samples(5));
+  ASSERT_EQ(batches.size(), 3u);
+  const Sample& first = batches[0];
+  EXPECT_EQ(first.key(), "batch:0");
+  EXPECT_EQ(batches[2].key(), "batch:2");
+
+  const auto& action = first.tensor("action");
+  EXPECT_EQ(action.sizes(), (std::vector<int64_t>{2, 2, 3}));
+  EXPECT_TRUE(torch::equal(action[0], torch::zeros({2, 3})));
+  EXPECT_TRUE(torch::equal(action[1], torch::ones({2, 3})));
+
+  const auto& ids = batches[1].tensor("sample_id");
+  EXPECT_EQ(ids.scalar_type(), torch::kLong);
+  EXPECT_TRUE(torch::equal(ids, torch::tensor({2, 3}, torch::kLong)));
+  const auto& weights = batches[1].tensor("weight");
+  EXPECT_EQ(weights.scalar_type(), torch::kDouble);
+  EXPECT_TRUE(torch::equal(weights, torch::tensor({1.0, 1.5}, torch::kDouble)));
+  const auto& odd = batches[1].tensor("is_odd");
+  EXPECT_EQ(odd.scalar_type(), torch::kBool);
+  EXPECT_TRUE(torch::equal(odd, torch::tensor({false, true})));
+
+  EXPECT_EQ(batches[1].get_json("prompt"), (nlohmann::json{"task 2", "task 3"}));
+  EXPECT_EQ(batches[1].get_json("frame_plan"), (nlohmann::json{{{"anchor", 2}}, {{"anchor", 3}}}));
+  EXPECT_EQ(batches[1].get_json("sample_keys"), (nlohmann::json{"sample:2", "sample:3"}));
+
+  // The last, partial batch is flushed by close().
+  const Sample& last = batches[2];
+  EXPECT_EQ(last.tensor("action").sizes(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_TRUE(torch::equal(last.tensor("action")[0], torch::full({2, 3}, 4.0f)));
+  EXPECT_TRUE(torch::equal(last.tensor("sample_id"), torch::tensor({4}, torch::kLong)));
+  EXPECT_EQ(last.get_json("sample_keys"), (nlohmann::json{"sample:4"}));
+}
+
+TEST(CollateTest, DropLastDiscardsThePartialBatch) {
+  auto batches =
+      run_stage("Collate", R"({"batch_size": 2, "drop_last": true})", numbered_samples(5));
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[1].get_json("sample_keys"), (nlohmann::json{"sample:2", "sample:3"}));
+}
+
+TEST(CollateTest, BatchSizeZeroTakesTheSettings) {
+  HarnessOptions options;
+  options.settings.batch_size = 3;
+  auto batches = run_stage("Collate", "{}", numbered_samples(6), options);
+  ASSERT_EQ(batches.size(), 2u);
+  EXPECT_EQ(batches[0].tensor("action").size(0), 3);
+}
+
+TEST(CollateTest, ShapeMismatchNamesFieldBothSamplesAndBothShapes) {
+  auto inputs = numbered_samples(3);
+  inputs[1].set_tensor("action", torch::zeros({2, 4}));
+  EXPECT_EQ(collate_error(inputs),
+            "Collate: field \"action\" is Float[2, 4] in sample \"sample:1\" but Float[2, 3] in "
+            "sample \"sample:0\" (batch 0); samples of a batch must have equal shapes");
+}
+
+TEST(CollateTest, FieldSetAndTypeMismatchesNameBothSamples) {
+  auto missing = numbered_samples(3);
+  missing[2].erase("weight");
+  EXPECT_EQ(collate_error(missing),
+            "Collate: sample \"sample:2\" lacks field \"weight\" that sample \"sample:0\" (batch "
+            "0) has; samples of a batch must have the same fields");
+
+  auto extra = numbered_samples(3);
+  extra[1].set("extra", int64_t{1});
+  EXPECT_EQ(collate_error(extra),
+            "Collate: sample \"sample:1\" has field \"extra\" but sample \"sample:0\" (batch 0) "
+            "does not; samples of a batch must have the same fields");
+
+  auto retyped = numbered_samples(3);
+  retyped[1].set("sample_id", std::string("one"));
+  EXPECT_EQ(collate_error(retyped),
+            "Collate: field \"sample_id\" is String in sample \"sample:1\" but Int in sample "
+            "\"sample:0\" (batch 0)");
+}
+
+TEST(CollateTest, ReusesBuffersOnlyAfterDownstreamReleasesThem) {
+  auto base = make_stage("Collate", R"({"batch_size": 2, "buffers": 1})");
+  auto* stage = dynamic_cast<Stage*>(base.get());
+  Settings settings;
+  Context context("collate", "Collate", settings, [](const std::string& m) { std::cerr << m; });
+  stage->open(context);
+  VectorEmitter out;
+  auto inputs = numbered_samples(8);
+
+  stage->process(inputs[0], out);
+  stage->process(inputs[1], out);
+  ASSERT_EQ(out.samples.size(), 1u);
+  const at::Tensor held = out.samples[0].tensor("action");  // the test keeps batch 0
+  const void* held_data = held.data_ptr();
+  out.samples.clear();
+
+  stage->process(inputs[2], out);
+  stage->process(inputs[3], out);
+  ASSERT_EQ(out.samples.size(), 1u);
+  EXPECT_NE(out.samples[0].tensor("action").data_ptr(), held_data);
+  EXPECT_TRUE(torch::equal(held[1], torch::ones({2, 3}))) << "batch 0 was overwritten";
+  EXPECT_TRUE(torch::equal(out.samples[0].tensor("action")[1], torch::full({2, 3}, 3.0f)));
+  out.samples.clear();  // batch 1 released: the pooled buffer is free again
+
+  stage->process(inputs[4], out);
+  stage->process(inputs[5], out);
+  ASSERT_EQ(out.samples.size(), 1u);
+  EXPECT_TRUE(torch::equal(held[0], torch::zeros({2, 3})));
+  EXPECT_TRUE(torch::equal(held[1], torch::ones({2, 3})));
+
+  // A partial batch is a view of a pooled buffer; holding it keeps that buffer busy too.
+  stage->process(inputs[6], out);
+  stage->close(out);
+  ASSERT_EQ(out.samples.size(), 2u);
+  EXPECT_EQ(out.samples[1].tensor("action").sizes(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_TRUE(torch::equal(out.samples[1].tensor("action")[0], torch::full({2, 3}, 6.0f)));
+  EXPECT_TRUE(torch::equal(out.samples[0].tensor("action")[1], torch::full({2, 3}, 5.0f)));
+  EXPECT_TRUE(torch::equal(held[1], torch::ones({2, 3})));
+}
+
+TEST(CollateTest, ReusesAFreedBufferInsteadOfAllocating) {
+  auto base = make_stage("Collate", R"({"batch_size": 2, "buffers": 2})");
+  auto* stage = dynamic_cast<Stage*>(base.get());
+  Settings settings;
+  Context context("collate", "Collate", settings, [](const std::string& m) { std::cerr << m; });
+  stage->open(context);
+  VectorEmitter out;
+  auto inputs = numbered_samples(6);
+  stage->process(inputs[0], out);
+  stage->process(inputs[1], out);
+  const void* first_data = out.samples[0].tensor("action").data_ptr();
+  out.samples.clear();
+  stage->process(inputs[2], out);
+  stage->process(inputs[3], out);
+  EXPECT_EQ(out.samples[0].tensor("action").data_ptr(), first_data);
+  EXPECT_TRUE(torch::equal(out.samples[0].tensor("action")[0], torch::full({2, 3}, 2.0f)));
+  // One buffer per batched field (action, sample_id, weight, is_odd), allocated once.
+  EXPECT_EQ(context.counter("buffer_allocations").value(), 4);
+}
+
+}  // namespace
+}  // namespace wam::testing
