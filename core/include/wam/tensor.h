@@ -8,7 +8,7 @@
 
 namespace wam {
 
-// "float32[3, 9, 384, 256]"; used in shape errors.
+// "Float[3, 9, 384, 256]" (dtype and sizes); used in shape errors.
 std::string describe_tensor(const at::Tensor& t);
 
 }  // namespace wam
