@@ -1,0 +1,89 @@
+// The world action model's training interface: a MoT (mixture of transformers: a video expert and an
+// action expert joined in one masked self-attention per layer) and its flow-matching loss.
+// Randomness (noise, timesteps) is an explicit input so a whole step can be captured as a CUDA graph
+// over static buffers and replayed.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+namespace wam::models {
+
+// Widths and depths; presets live in configs/model/{tiny,small,base,paper}.json.
+struct MoTConfig {
+  int64_t latent_channels = 48;  // VAE latent channels (patchified (1,2,2) -> tokens)
+  int64_t video_hidden = 3072;
+  int64_t video_ffn = 14336;
+  int64_t action_hidden = 1024;
+  int64_t action_ffn = 4096;
+  int64_t num_layers = 30;
+  int64_t num_heads = 24;
+  int64_t head_dim = 128;
+  int64_t text_dim = 4096;   // T5 context width
+  int64_t vlm_dim = 2048;    // VLM hidden width (action expert cross-attention)
+  int64_t freq_dim = 256;    // timestep embedding
+  int64_t action_dim = 80;
+  int64_t proprio_dim = 80;
+  int64_t future_delta_tokens = 96;
+  double video_shift = 6.0;  // flow-matching timestep shift
+  double action_shift = 1.0;
+  double lambda_video = 0.5;
+  double lambda_action = 1.0;
+  double lambda_future_delta = 0.5;
+  // Activation checkpointing: 0 = none, k = recompute groups of k layers in backward.
+  int64_t checkpoint_group = 0;
+
+  // Reads a configs/model/*.json object; throws wam::Error naming the key on a bad value.
+  static MoTConfig from_json(const nlohmann::json& j);
+  nlohmann::json to_json() const;
+};
+
+// One training batch on the model's device (B = batch size). Latents come from VaeEncode or the
+// latent cache; context from TextEmbed; vlm_* from VlmEncode.
+struct TrainBatch {
+  at::Tensor video_latents;         // [B, C, 3, h, w]: frame 0 current (clean), 1.. future
+  at::Tensor anchor_latents;        // [B, C, 1, h, w]  clean condition
+  at::Tensor recent_latents;        // [B, C, 1, h, w]  clean condition
+  at::Tensor recent_is_pad;         // bool [B, 1]
+  at::Tensor context;               // [B, L, text_dim]
+  at::Tensor context_mask;          // bool [B, L]
+  at::Tensor vlm_context;           // [B, S, vlm_dim]
+  at::Tensor vlm_mask;              // bool [B, S]
+  at::Tensor action;                // [B, 32, 80]
+  at::Tensor action_is_pad;         // bool [B, 32]
+  at::Tensor action_dim_is_pad;     // bool [B, 80]
+  at::Tensor proprio;               // [B, 32, 80]  (row 0 is projected into one context token)
+};
+
+// The random draws of one flow-matching step, sampled outside the model.
+struct FlowNoise {
+  at::Tensor video_noise;   // like video_latents
+  at::Tensor video_sigma;   // [B] in (0, 1], shifted by video_shift
+  at::Tensor action_noise;  // like action
+  at::Tensor action_sigma;  // [B], shifted by action_shift
+};
+
+FlowNoise sample_flow_noise(const TrainBatch& batch, const MoTConfig& config, at::Generator gen);
+
+struct LossTerms {
+  at::Tensor total, video, action, future_delta;  // scalars
+};
+
+class WorldActionModelImpl : public torch::nn::Module {
+ public:
+  explicit WorldActionModelImpl(const MoTConfig& config);
+  // Noises the future latent frames and the action chunk, predicts velocities, returns the masked
+  // losses: total = lambda_video * video + lambda_action * action + lambda_future_delta * delta.
+  LossTerms loss(const TrainBatch& batch, const FlowNoise& noise);
+  const MoTConfig& config() const { return config_; }
+  int64_t parameter_count() const;
+
+ private:
+  MoTConfig config_;
+  // implementation-defined submodules
+};
+TORCH_MODULE(WorldActionModel);
+
+}  // namespace wam::models
