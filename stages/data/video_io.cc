@@ -158,8 +158,10 @@ VideoWriter::VideoWriter(const std::string& path, int width, int height,
     w.codec->max_b_frames = options.b_frames ? 2 : 0;
     av_opt_set(w.codec->priv_data, "crf", crf.c_str(), 0);
     av_opt_set(w.codec->priv_data, "preset", "veryfast", 0);
-    // No extra keyframes on scene cuts: keyframe spacing is exactly `gop`.
-    av_opt_set(w.codec->priv_data, "x264-params", "scenecut=0", 0);
+    // No extra keyframes on scene cuts: keyframe spacing is exactly `gop`. With B-frames, use them
+    // always (b-adapt=0), so that pts order really differs from dts order.
+    av_opt_set(w.codec->priv_data, "x264-params",
+               options.b_frames ? "scenecut=0:b-adapt=0" : "scenecut=0", 0);
   }
   rc = avcodec_open2(w.codec, encoder, nullptr);
   if (rc < 0) w.fail("cannot open the " + std::string(encoder_name) + " encoder", rc);
