@@ -143,6 +143,8 @@ struct CodecCase {
   std::string name;
   EncodeOptions options;
 };
+// Names the case in test listings instead of gtest's byte dump.
+void PrintTo(const CodecCase& c, std::ostream* os) { *os << c.name; }
 
 class VideoReaderTest : public ::testing::TestWithParam<CodecCase> {
  protected:
