@@ -187,8 +187,7 @@ class HostToDeviceStage final : public Stage {
     bytes_copied_ = &context.counter("bytes_copied");
     pool_waits_ = &context.counter("pool_waits");
     if (!device_.is_cuda()) {
-      context.log("HostToDevice: no CUDA device (training device is cpu); batches pass through "
-                  "unchanged");
+      context.log("HostToDevice: the training device is cpu; batches pass through unchanged");
       return;
     }
 #if WAM_WITH_CUDA

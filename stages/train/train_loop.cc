@@ -26,6 +26,12 @@
 namespace wam::train {
 namespace fs = std::filesystem;
 
+#if WAM_WITH_CUDA
+constexpr bool kCudaCodePaths = true;
+#else
+constexpr bool kCudaCodePaths = false;
+#endif
+
 at::Device resolve_device(const std::string& requested, const std::string& who) {
   const bool have_cuda = torch::cuda::is_available();
   if (requested == "cpu") return at::Device(at::kCPU);
@@ -330,7 +336,7 @@ struct StepRunner::Graph {
 StepRunner::StepRunner(models::WorldActionModel model, AdamW& optimizer, at::Device device,
                        StepOptions options, bool compiled, std::string tunableop_results)
     : model_(std::move(model)), optimizer_(optimizer), device_(device), options_(options),
-      compiled_(compiled && device.is_cuda()), tunableop_results_(std::move(tunableop_results)) {
+      compiled_(compiled && device.is_cuda() && kCudaCodePaths), tunableop_results_(std::move(tunableop_results)) {
 #if WAM_WITH_CUDA
   if (compiled_ && !tunableop_results_.empty()) {
     fs::create_directories(fs::path(tunableop_results_).parent_path());

@@ -116,7 +116,8 @@ struct StepOptions {
 // Runs training steps on one device: eager, or (CUDA) one captured graph replayed per step.
 class StepRunner {
  public:
-  // `compiled` requests CUDA-graph capture; it is honoured only on a CUDA device (see compiled()).
+  // `compiled` requests CUDA-graph capture; it is honoured only on a CUDA device in a build with
+  // the CUDA code paths (see compiled()).
   // `tunableop_results`: where TunableOp reads and writes GEMM results ("" = no TunableOp).
   StepRunner(models::WorldActionModel model, AdamW& optimizer, at::Device device,
              StepOptions options, bool compiled, std::string tunableop_results);

@@ -168,8 +168,11 @@ class TrainStepStage final : public Stage {
 #endif
       if (graph_capture) {
 #if WAM_WITH_CUDA
+        // Keyed by the preset as given: checkpointing does not change the GEMM shapes, and
+        // `wam-pipeline compile` finds the file from the preset alone.
         tunableop_results = train::tunableop_results_path(
-            at::cuda::getDeviceProperties(device_.index())->name, config_);
+            at::cuda::getDeviceProperties(device_.index())->name,
+            models::MoTConfig::from_json(params_.model));
         context.log("TrainStep: compiled step: captured once as a CUDA graph after warm-up; "
                     "TunableOp GEMM results in " + tunableop_results);
 #endif
