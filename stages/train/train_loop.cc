@@ -287,10 +287,7 @@ void pad_vlm_context(models::TrainBatch& batch, int64_t pad_to) {
 namespace {
 
 void reset_grads(const std::vector<at::Tensor>& params) {
-  for (const at::Tensor& p : params) {
-    at::Tensor& grad = const_cast<at::Tensor&>(p).mutable_grad();
-    grad = at::Tensor();
-  }
+  for (const at::Tensor& p : params) p.mutable_grad() = at::Tensor();
 }
 
 std::vector<double> to_doubles(const models::LossTerms& loss) {

@@ -72,7 +72,7 @@ TEST(HostToDeviceTest, PassesThroughOnCpuAndSaysSoOnce) {
     EXPECT_EQ(out.get_json("prompt"), in.get_json("prompt"));
   }
   EXPECT_EQ(h2d.log, std::vector<std::string>{
-                         "HostToDevice: the training device is cpu; batches pass through "
+                         "[h2d] HostToDevice: the training device is cpu; batches pass through "
                          "unchanged"});
   EXPECT_EQ(h2d.counter("bytes_copied"), 0);
 }
