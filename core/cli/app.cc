@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/compile_commands.h"
 #include "cli/dataset_commands.h"
 #include "wam/pipeline.h"
 #include "wam/registry.h"
@@ -209,6 +210,7 @@ int run_cli(int argc, char** argv) {
   graph->add_option("-o,--output", graph_out, "Output .dot file (default: stdout)");
 
   DatasetCommands dataset_commands(app);
+  CompileCommand compile_command(app);
 
   CLI11_PARSE(app, argc, argv);
 
@@ -219,6 +221,7 @@ int run_cli(int argc, char** argv) {
     if (*describe) return cmd_describe(describe_type);
     if (*graph) return cmd_graph(graph_args, graph_out);
     if (dataset_commands.selected()) return dataset_commands.run();
+    if (compile_command.selected()) return compile_command.run();
   } catch (const wam::ConfigError& e) {
     std::cerr << e.what() << "\n";
     return kExitInvalid;

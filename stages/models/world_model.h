@@ -1,13 +1,15 @@
-// The world action model's training interface: a MoT (mixture of transformers: a video expert and an
-// action expert joined in one masked self-attention per layer) and its flow-matching loss.
-// Randomness (noise, timesteps) is an explicit input so a whole step can be captured as a CUDA graph
-// over static buffers and replayed.
+// The world action model's training interface: a MoT (mixture of transformers: a video expert and
+// an action expert joined in one masked self-attention per layer) and its flow-matching loss.
+// Randomness (noise, timesteps) is an explicit input so a whole step can be captured as a CUDA
+// graph over static buffers and replayed.
 #pragma once
 
-#include <string>
-
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
 
 namespace wam::models {
 
@@ -21,13 +23,14 @@ struct MoTConfig {
   int64_t num_layers = 30;
   int64_t num_heads = 24;
   int64_t head_dim = 128;
-  int64_t text_dim = 4096;   // T5 context width
-  int64_t vlm_dim = 2048;    // VLM hidden width (action expert cross-attention)
-  int64_t freq_dim = 256;    // timestep embedding
+  int64_t text_dim = 4096;  // T5 context width
+  int64_t vlm_dim = 2048;   // VLM hidden width (action expert cross-attention)
+  int64_t freq_dim = 256;   // timestep embedding
   int64_t action_dim = 80;
   int64_t proprio_dim = 80;
-  int64_t future_delta_tokens = 96;
-  double video_shift = 6.0;  // flow-matching timestep shift
+  int64_t future_delta_tokens = 96;  // must equal the latent raster's tokens per frame
+  int64_t future_latent_frames = 2;  // video_latents frames after the current one
+  double video_shift = 6.0;          // flow-matching timestep shift
   double action_shift = 1.0;
   double lambda_video = 0.5;
   double lambda_action = 1.0;
@@ -37,24 +40,28 @@ struct MoTConfig {
 
   // Reads a configs/model/*.json object; throws wam::Error naming the key on a bad value.
   static MoTConfig from_json(const nlohmann::json& j);
+  // from_json on a file; errors name the file.
+  static MoTConfig from_file(const std::string& path);
   nlohmann::json to_json() const;
+  // Trainable parameters of WorldActionModel(*this), computed without allocating the model.
+  int64_t parameter_count() const;
 };
 
 // One training batch on the model's device (B = batch size). Latents come from VaeEncode or the
 // latent cache; context from TextEmbed; vlm_* from VlmEncode.
 struct TrainBatch {
-  at::Tensor video_latents;         // [B, C, 3, h, w]: frame 0 current (clean), 1.. future
-  at::Tensor anchor_latents;        // [B, C, 1, h, w]  clean condition
-  at::Tensor recent_latents;        // [B, C, 1, h, w]  clean condition
-  at::Tensor recent_is_pad;         // bool [B, 1]
-  at::Tensor context;               // [B, L, text_dim]
-  at::Tensor context_mask;          // bool [B, L]
-  at::Tensor vlm_context;           // [B, S, vlm_dim]
-  at::Tensor vlm_mask;              // bool [B, S]
-  at::Tensor action;                // [B, 32, 80]
-  at::Tensor action_is_pad;         // bool [B, 32]
-  at::Tensor action_dim_is_pad;     // bool [B, 80]
-  at::Tensor proprio;               // [B, 32, 80]  (row 0 is projected into one context token)
+  at::Tensor video_latents;      // [B, C, 3, h, w]: frame 0 current (clean), 1.. future
+  at::Tensor anchor_latents;     // [B, C, 1, h, w]  clean condition
+  at::Tensor recent_latents;     // [B, C, 1, h, w]  clean condition
+  at::Tensor recent_is_pad;      // bool [B, 1]
+  at::Tensor context;            // [B, L, text_dim]
+  at::Tensor context_mask;       // bool [B, L]
+  at::Tensor vlm_context;        // [B, S, vlm_dim]
+  at::Tensor vlm_mask;           // bool [B, S]
+  at::Tensor action;             // [B, 32, 80]
+  at::Tensor action_is_pad;      // bool [B, 32]
+  at::Tensor action_dim_is_pad;  // bool [B, 80]
+  at::Tensor proprio;            // [B, 32, 80]  (row 0 is projected into one context token)
 };
 
 // The random draws of one flow-matching step, sampled outside the model.
@@ -71,6 +78,13 @@ struct LossTerms {
   at::Tensor total, video, action, future_delta;  // scalars
 };
 
+namespace detail {
+class TimestepEmbedderImpl;
+class MoTLayerImpl;
+class OutputHeadImpl;
+struct LayerInputs;
+}  // namespace detail
+
 class WorldActionModelImpl : public torch::nn::Module {
  public:
   explicit WorldActionModelImpl(const MoTConfig& config);
@@ -81,8 +95,20 @@ class WorldActionModelImpl : public torch::nn::Module {
   int64_t parameter_count() const;
 
  private:
+  // Runs the layers, in checkpointed groups when config_.checkpoint_group > 0 and grad is on.
+  std::pair<at::Tensor, at::Tensor> run_layers(at::Tensor video_tokens, at::Tensor action_tokens,
+                                               const detail::LayerInputs& inputs);
+
   MoTConfig config_;
-  // implementation-defined submodules
+  torch::nn::Linear patch_embed_{nullptr};         // (C*2*2) -> video_hidden
+  at::Tensor delta_queries_;                       // [future_delta_tokens, video_hidden]
+  torch::nn::Linear action_embed_{nullptr};        // action_dim -> action_hidden
+  torch::nn::Linear proprio_to_text_{nullptr};     // proprio row 0 -> one text-context token
+  torch::nn::Linear proprio_to_vlm_{nullptr};      // proprio row 0 -> one VLM-context token
+  torch::nn::Sequential text_embedding_{nullptr};  // text_dim -> video_hidden (Wan)
+  std::shared_ptr<detail::TimestepEmbedderImpl> video_time_, action_time_;
+  torch::nn::ModuleList layers_{nullptr};  // detail::MoTLayerImpl
+  std::shared_ptr<detail::OutputHeadImpl> video_head_, delta_head_, action_head_;
 };
 TORCH_MODULE(WorldActionModel);
 

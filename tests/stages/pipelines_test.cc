@@ -39,7 +39,8 @@ INSTANTIATE_TEST_SUITE_P(All, ShippedPipeline, ::testing::ValuesIn(shipped_pipel
 
 TEST(BuiltinRegistry, ListsEveryBuiltinStage) {
   EXPECT_EQ(StageRegistry::builtin().types(),
-            (std::vector<std::string>{"Augment", "Collate", "EpisodeSampler", "VideoDecode"}));
+            (std::vector<std::string>{"Augment", "Collate", "EpisodeSampler", "HostToDevice", "TrainStep",
+                                      "VideoDecode"}));
 }
 
 }  // namespace

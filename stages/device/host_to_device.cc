@@ -1,0 +1,339 @@
+// HostToDevice: moves every CPU tensor field of a batch to the training device.
+//
+// mode pageable: blocking .to(device) per field (the baseline).
+// mode pinned: a pool of `pool_batches` staging buffers (pinned host memory + device memory),
+//   sized from the first batch and grown (with a log line) when a batch does not fit. A batch is
+//   packed into the pinned buffer, copied with non_blocking copies on a dedicated CUDA stream and
+//   emitted as views of the buffer's device memory. The pool is the flow-control token: a buffer
+//   returns to the pool only when the last view of it is dropped downstream (the step consumed the
+//   batch); when every buffer is held, process() waits.
+//
+// Synchronisation, the one thing a consumer must know: the copy stream's completion event is
+// waited for on this stage's thread before the batch is emitted, so a consumer never sees data in
+// flight and needs no stream wait. The copy still overlaps the step, whose kernels run on its own
+// stream meanwhile. When the last view of a buffer is dropped, an event is recorded on the
+// dropping thread's current stream (the stream that used the batch) and the next copy into that
+// buffer waits for it on the copy stream, so a buffer is never overwritten under a running kernel.
+//
+// video_as_uint8: `video` (float in [-1, 1]) travels as uint8 (a quarter of the bytes) and is
+// normalised back to float on the GPU.
+// Without CUDA, batches pass through unchanged (logged once).
+//
+// Reads: every Tensor field (generic).  Writes: the same fields, on the device.
+// Example: {"id": "h2d", "type": "HostToDevice", "inputs": ["collate"],
+//           "params": {"mode": "pinned", "pool_batches": 4, "video_as_uint8": true}}
+#include <string>
+
+#include "train/train_loop.h"
+#include "wam/registry.h"
+#include "wam/tensor.h"
+
+#if WAM_WITH_CUDA
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace wam::stages {
+namespace {
+
+struct HostToDeviceParams {
+  std::string mode = "pageable";
+  int64_t pool_batches = 4;
+  bool video_as_uint8 = false;
+  std::string device = "auto";
+
+  template <class V>
+  void visit(V& v) {
+    v("mode", mode,
+      "pageable: blocking copies; pinned: pinned pool, side-stream copies, buffers as tokens.",
+      OneOf{"pageable", "pinned"});
+    v("pool_batches", pool_batches, "pinned: staging buffers (batches in flight to the step).",
+      Min{1});
+    v("video_as_uint8", video_as_uint8,
+      "Ship `video` as uint8 (4x fewer bytes) and normalise it to [-1, 1] on the GPU.");
+    v("device", device, "Target device (auto: settings.device).", OneOf{"auto", "cuda", "cpu"});
+  }
+};
+
+#if WAM_WITH_CUDA
+bool is_float_video(const std::string& name, const at::Tensor& t) {
+  return name == "video" && t.is_floating_point();
+}
+
+// [-1, 1] float -> uint8 levels 0..255, the inverse of normalise_video.
+at::Tensor quantize_video(const at::Tensor& video) {
+  return at::round((video + 1) * 127.5).clamp_(0, 255).to(at::kByte);
+}
+
+constexpr int64_t kAlignment = 256;
+constexpr auto kPoolWaitLimit = std::chrono::seconds(60);
+
+int64_t align(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+
+// Where one tensor field goes in a staging buffer.
+struct FieldLayout {
+  std::string name;
+  at::Tensor source;  // the CPU tensor
+  bool as_uint8 = false;
+  int64_t host_offset = 0, host_bytes = 0;      // what crosses the bus
+  int64_t device_offset = 0, device_bytes = 0;  // what is copied into
+  int64_t output_offset = 0;                    // the emitted tensor (as_uint8: float video)
+};
+
+// Pinned host + device staging buffers, shared with the deleters of the emitted views (which may
+// outlive the stage).
+class StagingPool {
+ public:
+  struct Buffer {
+    at::Tensor host;    // pinned uint8
+    at::Tensor device;  // uint8
+    at::cuda::CUDAEvent released;
+    bool used = false;
+    int64_t views = 0;  // emitted views still alive
+  };
+
+  StagingPool(at::Device device, int64_t count, int64_t host_bytes, int64_t device_bytes)
+      : device_(device) {
+    for (int64_t i = 0; i < count; ++i) {
+      auto buffer = std::make_unique<Buffer>();
+      allocate(*buffer, host_bytes, device_bytes);
+      buffers_.push_back(std::move(buffer));
+      free_.push_back(static_cast<size_t>(i));
+    }
+  }
+
+  // Blocks until a buffer is free; `waited` tells whether it had to.
+  size_t acquire(bool& waited) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    waited = free_.empty();
+    if (!cv_.wait_for(lock, kPoolWaitLimit, [&] { return !free_.empty(); })) {
+      throw Error("HostToDevice: all " + std::to_string(buffers_.size()) +
+                  " pinned buffers are still held downstream after 60 s; something keeps "
+                  "batches alive (raise pool_batches, or drop batches once consumed)");
+    }
+    const size_t index = free_.front();
+    free_.pop_front();
+    return index;
+  }
+
+  Buffer& buffer(size_t index) { return *buffers_[index]; }
+
+  void allocate(Buffer& buffer, int64_t host_bytes, int64_t device_bytes) {
+    buffer.host = at::empty({host_bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+    buffer.device = at::empty({device_bytes}, at::TensorOptions().dtype(at::kByte).device(device_));
+  }
+
+  // A view of the buffer's device memory; the buffer returns to the pool when the last one dies.
+  at::Tensor view(const std::shared_ptr<StagingPool>& self, size_t index, int64_t offset,
+                  at::IntArrayRef sizes, at::ScalarType dtype) {
+    Buffer& b = *buffers_[index];
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++b.views;
+    }
+    return at::from_blob(
+        b.device.data_ptr<uint8_t>() + offset, sizes,
+        [self, index](void*) { self->release_view(index); },
+        at::TensorOptions().dtype(dtype).device(device_));
+  }
+
+  int64_t size() const { return static_cast<int64_t>(buffers_.size()); }
+
+ private:
+  void release_view(size_t index) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    Buffer& b = *buffers_[index];
+    if (--b.views > 0) return;
+    b.released.record(at::cuda::getCurrentCUDAStream(device_.index()));
+    b.used = true;
+    free_.push_back(index);
+    cv_.notify_one();
+  }
+
+  at::Device device_;
+  std::vector<std::unique_ptr<Buffer>> buffers_;
+  std::deque<size_t> free_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+};
+#endif
+
+class HostToDeviceStage final : public Stage {
+ public:
+  static constexpr std::string_view kType = "HostToDevice";
+  static constexpr std::string_view kSummary =
+      "Moves every tensor field to the training device (pageable, or a pinned pool on a side "
+      "stream whose buffers are the flow-control tokens).";
+  using Params = HostToDeviceParams;
+
+  explicit HostToDeviceStage(Params params) : params_(std::move(params)) {}
+
+  void declare(Contract& contract) const override {
+    contract.concurrency(Concurrency::serial());
+  }
+
+  void open(Context& context) override {
+    context_ = &context;
+    device_ = train::resolve_device(
+        params_.device == "auto" ? context.settings().device : params_.device, "HostToDevice");
+    bytes_copied_ = &context.counter("bytes_copied");
+    pool_waits_ = &context.counter("pool_waits");
+    if (!device_.is_cuda()) {
+      context.log("HostToDevice: the training device is cpu; batches pass through unchanged");
+      return;
+    }
+#if WAM_WITH_CUDA
+    copy_stream_ = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+#endif
+  }
+
+  void process(Sample sample, Emitter& out) override {
+    if (!device_.is_cuda()) {
+      out.emit(std::move(sample));
+      return;
+    }
+#if WAM_WITH_CUDA
+    if (params_.mode == "pinned") {
+      copy_pinned(sample);
+    } else {
+      copy_pageable(sample);
+    }
+#endif
+    out.emit(std::move(sample));
+  }
+
+ private:
+#if WAM_WITH_CUDA
+  std::vector<std::string> cpu_tensor_fields(const Sample& sample) const {
+    std::vector<std::string> names;
+    for (const auto& [name, value] : sample.fields()) {
+      if (type_of(value) == FieldType::kTensor && !sample.tensor(name).is_cuda()) {
+        names.push_back(name);
+      }
+    }
+    return names;
+  }
+
+  void copy_pageable(Sample& sample) {
+    for (const std::string& name : cpu_tensor_fields(sample)) {
+      const at::Tensor& source = sample.tensor(name);
+      if (params_.video_as_uint8 && is_float_video(name, source)) {
+        const at::Tensor levels = quantize_video(source).to(device_);
+        bytes_copied_->add(static_cast<int64_t>(levels.nbytes()));
+        sample.set_tensor(name, levels.to(source.scalar_type()).div_(127.5).sub_(1.0));
+      } else {
+        bytes_copied_->add(static_cast<int64_t>(source.nbytes()));
+        sample.set_tensor(name, source.to(device_));
+      }
+    }
+  }
+
+  void copy_pinned(Sample& sample) {
+    std::vector<FieldLayout> layout;
+    int64_t host_bytes = 0, device_bytes = 0;
+    for (const std::string& name : cpu_tensor_fields(sample)) {
+      FieldLayout f;
+      f.name = name;
+      f.source = sample.tensor(name);
+      f.as_uint8 = params_.video_as_uint8 && is_float_video(name, f.source);
+      const int64_t output_bytes = static_cast<int64_t>(f.source.nbytes());
+      f.host_bytes = f.as_uint8 ? f.source.numel() : output_bytes;
+      f.host_offset = host_bytes;
+      host_bytes += align(f.host_bytes);
+      f.device_bytes = f.host_bytes;
+      f.device_offset = device_bytes;
+      device_bytes += align(f.device_bytes);
+      f.output_offset = f.device_offset;
+      if (f.as_uint8) {
+        f.output_offset = device_bytes;
+        device_bytes += align(output_bytes);
+      }
+      layout.push_back(std::move(f));
+    }
+    if (!pool_) {
+      pool_ = std::make_shared<StagingPool>(device_, params_.pool_batches, host_bytes,
+                                            device_bytes);
+      context_->log("HostToDevice: pinned pool of " + std::to_string(params_.pool_batches) +
+                    " buffers x " + std::to_string(host_bytes >> 20) + " MiB host, " +
+                    std::to_string(device_bytes >> 20) + " MiB device");
+    }
+
+    bool waited = false;
+    const size_t index = pool_->acquire(waited);
+    if (waited) pool_waits_->add();
+    StagingPool::Buffer& buffer = pool_->buffer(index);
+    if (buffer.host.numel() < host_bytes || buffer.device.numel() < device_bytes) {
+      const int64_t grown_host = host_bytes + host_bytes / 4;
+      const int64_t grown_device = device_bytes + device_bytes / 4;
+      context_->log("HostToDevice: batch " + sample.key() + " needs " +
+                    std::to_string(host_bytes) + " host bytes, more than a pool buffer's " +
+                    std::to_string(buffer.host.numel()) + "; growing that buffer to " +
+                    std::to_string(grown_host) + " (raise the pool size for steadier memory)");
+      pool_->allocate(buffer, grown_host, grown_device);
+    }
+
+    // Typed views of the staging buffers (offsets are aligned, so dtype views are valid).
+    auto typed = [](const at::Tensor& bytes, int64_t offset, int64_t size, at::ScalarType dtype,
+                    at::IntArrayRef sizes) {
+      return bytes.narrow(0, offset, size).view(dtype).view(sizes);
+    };
+    for (const FieldLayout& f : layout) {
+      const at::ScalarType staged = f.as_uint8 ? at::kByte : f.source.scalar_type();
+      typed(buffer.host, f.host_offset, f.host_bytes, staged, f.source.sizes())
+          .copy_(f.as_uint8 ? quantize_video(f.source) : f.source);
+    }
+    {
+      c10::cuda::CUDAStreamGuard guard(copy_stream_);
+      // The previous batch in this buffer may still be read by the step's kernels.
+      if (buffer.used) buffer.released.block(copy_stream_);
+      for (const FieldLayout& f : layout) {
+        const at::ScalarType staged = f.as_uint8 ? at::kByte : f.source.scalar_type();
+        at::Tensor target = typed(buffer.device, f.device_offset, f.device_bytes, staged,
+                                  f.source.sizes());
+        target.copy_(typed(buffer.host, f.host_offset, f.host_bytes, staged, f.source.sizes()),
+                     /*non_blocking=*/true);
+        if (f.as_uint8) {
+          const int64_t output_bytes = static_cast<int64_t>(f.source.nbytes());
+          typed(buffer.device, f.output_offset, output_bytes, f.source.scalar_type(),
+                f.source.sizes())
+              .copy_(target)
+              .div_(127.5)
+              .sub_(1.0);
+        }
+        bytes_copied_->add(f.host_bytes);
+      }
+      // Waited for here, on this stage's thread: the emitted batch is complete on the device.
+      at::cuda::CUDAEvent copied;
+      copied.record(copy_stream_);
+      copied.synchronize();
+    }
+    for (const FieldLayout& f : layout) {
+      sample.set_tensor(f.name, pool_->view(pool_, index, f.output_offset, f.source.sizes(),
+                                            f.source.scalar_type()));
+    }
+  }
+#endif
+
+  Params params_;
+  Context* context_ = nullptr;
+  at::Device device_ = at::Device(at::kCPU);
+  Counter* bytes_copied_ = nullptr;
+  Counter* pool_waits_ = nullptr;
+#if WAM_WITH_CUDA
+  c10::cuda::CUDAStream copy_stream_ = c10::cuda::getDefaultCUDAStream();
+  std::shared_ptr<StagingPool> pool_;
+#endif
+};
+
+WAM_REGISTER_STAGE(HostToDeviceStage);
+
+}  // namespace
+}  // namespace wam::stages

@@ -1,0 +1,70 @@
+// Hand-written because the LibTorch C++ API lacks torch.utils.checkpoint: a custom autograd
+// Function whose forward runs without a graph and whose backward recomputes with one.
+#include "models/checkpoint.h"
+
+#include <utility>
+
+namespace wam::models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Carries the recompute function from forward to backward through ctx->saved_data.
+struct CheckpointedFnHolder : torch::CustomClassHolder {
+  explicit CheckpointedFnHolder(CheckpointedFn f) : fn(std::move(f)) {}
+  CheckpointedFn fn;
+};
+
+class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+ public:
+  static variable_list forward(AutogradContext* ctx, variable_list inputs, CheckpointedFn fn) {
+    ctx->save_for_backward(inputs);
+    auto holder = c10::make_intrusive<CheckpointedFnHolder>(std::move(fn));
+    ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
+    // Function::apply already disables grad here; the guard states the point of the exercise.
+    torch::NoGradGuard no_grad;
+    return holder->fn(inputs);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto holder =
+        c10::static_intrusive_pointer_cast<CheckpointedFnHolder>(ctx->saved_data["fn"].toCapsule());
+    variable_list saved = ctx->get_saved_variables();
+    variable_list detached;
+    detached.reserve(saved.size());
+    for (const at::Tensor& input : saved) {
+      detached.push_back(input.detach().requires_grad_(input.requires_grad()));
+    }
+    variable_list outputs;
+    {
+      torch::AutoGradMode grad_on(true);
+      outputs = holder->fn(detached);
+    }
+    variable_list roots, root_grads;
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      if (outputs[i].requires_grad() && grad_outputs[i].defined()) {
+        roots.push_back(outputs[i]);
+        root_grads.push_back(grad_outputs[i]);
+      }
+    }
+    // A nested backward: the detached inputs are leaves, so their .grad is the input gradient;
+    // parameters used by fn accumulate their .grad as in any backward.
+    if (!roots.empty()) torch::autograd::backward(roots, root_grads);
+    variable_list input_grads;
+    input_grads.reserve(detached.size() + 1);
+    for (const at::Tensor& input : detached) {
+      input_grads.push_back(input.requires_grad() ? input.grad() : at::Tensor());
+    }
+    input_grads.push_back(at::Tensor());  // fn
+    return input_grads;
+  }
+};
+
+}  // namespace
+
+variable_list checkpoint(const CheckpointedFn& fn, const variable_list& inputs) {
+  return CheckpointFunction::apply(inputs, fn);
+}
+
+}  // namespace wam::models

@@ -1,0 +1,781 @@
+// The MoT world action model (reference-system.md section 3): a Wan-style video expert and an
+// action expert, each with its own weights, joined per layer in one masked self-attention over
+// [video tokens, future-delta queries, action tokens], trained with a flow-matching loss.
+//
+// Everything in loss() is device-side tensor work with static shapes (no host reads of tensor
+// values), so TrainStep can capture a whole step as a CUDA graph.
+#include "models/world_model.h"
+
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "models/checkpoint.h"
+#include "wam/error.h"
+
+namespace wam::models {
+namespace {
+
+constexpr double kNormEps = 1e-6;
+constexpr double kRopeTheta = 10000.0;
+constexpr double kNumTrainTimesteps = 1000.0;  // sigma in [0,1] -> timestep in [0,1000]
+constexpr int64_t kPatch = 2;                  // patch (1,2,2): frames are not merged
+// Latent frames on the video stream, in order: anchor, recent, current, then the future frames.
+// The first three are clean conditions; the future-delta queries sit one frame after the last.
+constexpr int64_t kConditionFrames = 3;
+constexpr int64_t kRecentFrame = 1;
+
+// ---------------------------------------------------------------------------------------------
+// Config parsing.
+
+// Free text in a preset file (what it is for, its parameter count); not a MoTConfig field.
+constexpr const char* kNotesKey = "notes";
+
+// One MoTConfig field as seen by from_json / to_json.
+struct FieldSpec {
+  std::function<void(MoTConfig&, const nlohmann::json&, const std::string&)> read;
+  std::function<nlohmann::json(const MoTConfig&)> write;
+};
+
+std::string key_error(const std::string& key, const std::string& what) {
+  return "model config key \"" + key + "\": " + what;
+}
+
+FieldSpec int_field(int64_t MoTConfig::*member, int64_t min_value) {
+  return {[member, min_value](MoTConfig& c, const nlohmann::json& v, const std::string& key) {
+            if (!v.is_number_integer()) {
+              throw Error(key_error(key, "expected an integer, got " + v.dump()));
+            }
+            int64_t value = v.get<int64_t>();
+            if (value < min_value) {
+              throw Error(key_error(key, "must be >= " + std::to_string(min_value) + ", got " +
+                                             std::to_string(value)));
+            }
+            c.*member = value;
+          },
+          [member](const MoTConfig& c) { return nlohmann::json(c.*member); }};
+}
+
+// Positive (strictly, when `positive`) or non-negative number.
+FieldSpec double_field(double MoTConfig::*member, bool positive) {
+  return {[member, positive](MoTConfig& c, const nlohmann::json& v, const std::string& key) {
+            if (!v.is_number()) throw Error(key_error(key, "expected a number, got " + v.dump()));
+            double value = v.get<double>();
+            if (!std::isfinite(value) || (positive ? value <= 0.0 : value < 0.0)) {
+              throw Error(key_error(key, std::string(positive ? "must be > 0" : "must be >= 0") +
+                                             ", got " + v.dump()));
+            }
+            c.*member = value;
+          },
+          [member](const MoTConfig& c) { return nlohmann::json(c.*member); }};
+}
+
+const std::map<std::string, FieldSpec>& field_specs() {
+  static const std::map<std::string, FieldSpec> specs = {
+      {"latent_channels", int_field(&MoTConfig::latent_channels, 1)},
+      {"video_hidden", int_field(&MoTConfig::video_hidden, 1)},
+      {"video_ffn", int_field(&MoTConfig::video_ffn, 1)},
+      {"action_hidden", int_field(&MoTConfig::action_hidden, 1)},
+      {"action_ffn", int_field(&MoTConfig::action_ffn, 1)},
+      {"num_layers", int_field(&MoTConfig::num_layers, 1)},
+      {"num_heads", int_field(&MoTConfig::num_heads, 1)},
+      {"head_dim", int_field(&MoTConfig::head_dim, 1)},
+      {"text_dim", int_field(&MoTConfig::text_dim, 1)},
+      {"vlm_dim", int_field(&MoTConfig::vlm_dim, 1)},
+      {"freq_dim", int_field(&MoTConfig::freq_dim, 2)},
+      {"action_dim", int_field(&MoTConfig::action_dim, 1)},
+      {"proprio_dim", int_field(&MoTConfig::proprio_dim, 1)},
+      {"future_delta_tokens", int_field(&MoTConfig::future_delta_tokens, 1)},
+      {"future_latent_frames", int_field(&MoTConfig::future_latent_frames, 1)},
+      {"video_shift", double_field(&MoTConfig::video_shift, true)},
+      {"action_shift", double_field(&MoTConfig::action_shift, true)},
+      {"lambda_video", double_field(&MoTConfig::lambda_video, false)},
+      {"lambda_action", double_field(&MoTConfig::lambda_action, false)},
+      {"lambda_future_delta", double_field(&MoTConfig::lambda_future_delta, false)},
+      {"checkpoint_group", int_field(&MoTConfig::checkpoint_group, 0)},
+  };
+  return specs;
+}
+
+// Checks between fields, once every key is read.
+void check_consistency(const MoTConfig& c) {
+  // 3-D RoPE splits head_dim into (frame, h, w) parts of whole rotation pairs: h and w get
+  // 2*(head_dim/6) dims each, the frame axis the rest (Wan's split).
+  if (c.head_dim % 2 != 0 || c.head_dim < 6) {
+    throw Error(
+        key_error("head_dim", "must be even and >= 6 for 3-D RoPE over (frame, h, w), got " +
+                                  std::to_string(c.head_dim)));
+  }
+  if (c.freq_dim % 2 != 0) {
+    throw Error(key_error("freq_dim",
+                          "must be even (cos and sin halves), got " + std::to_string(c.freq_dim)));
+  }
+  // The attention width num_heads*head_dim is independent of the hidden widths (the reference's
+  // action expert is 1024 wide with 24x128 = 3072 attention), but must not overflow int64 sizes.
+  if (c.num_heads > (int64_t{1} << 20) / c.head_dim) {
+    throw Error(key_error("num_heads", "num_heads*head_dim = " + std::to_string(c.num_heads) + "*" +
+                                           std::to_string(c.head_dim) +
+                                           " is beyond any model this code can build"));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensor helpers.
+
+// Applies fn to consecutive token segments (dim 1) that each have their own modulation row: the
+// video stream has a clean segment (condition frames, timestep 0) and a noised one.
+at::Tensor per_segment(const at::Tensor& x, c10::IntArrayRef segments,
+                       const std::function<at::Tensor(const at::Tensor&, int64_t)>& fn) {
+  if (segments.size() == 1) return fn(x, 0);
+  std::vector<at::Tensor> parts = x.split_with_sizes(segments, 1);
+  for (size_t i = 0; i < parts.size(); ++i) parts[i] = fn(parts[i], static_cast<int64_t>(i));
+  return at::cat(parts, 1);
+}
+
+// x * (1 + scale) + shift with per-segment shift/scale rows [B, S, D].
+at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
+                    c10::IntArrayRef segments) {
+  return per_segment(x, segments, [&](const at::Tensor& part, int64_t i) {
+    return part * (1 + scale.narrow(1, i, 1)) + shift.narrow(1, i, 1);
+  });
+}
+
+at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, c10::IntArrayRef segments) {
+  return per_segment(
+      x, segments, [&](const at::Tensor& part, int64_t i) { return part * gate.narrow(1, i, 1); });
+}
+
+at::Tensor plain_layer_norm(const at::Tensor& x) {
+  return at::layer_norm(x, {x.size(-1)}, {}, {}, kNormEps);
+}
+
+// q, k, v [B, N, H, d]; allowed: bool, broadcastable to [B, H, Nq, Nk], true = may attend. Every
+// query row must allow at least one key (the masks built here always do).
+at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                     const at::Tensor& allowed) {
+  const int64_t batch = q.size(0), tokens = q.size(1);
+  at::Tensor qh = q.transpose(1, 2), kh = k.transpose(1, 2), vh = v.transpose(1, 2);
+#if TORCH_VERSION_MAJOR >= 2
+  // Public SDPA (LibTorch >= 2.0) picks the fused memory-efficient kernel on CUDA for masked
+  // attention and the math kernel on CPU.
+  at::Tensor out = at::scaled_dot_product_attention(qh, kh, vh, allowed);
+#else
+  // LibTorch 1.13 exposes only the private _scaled_dot_product_attention: plain softmax attention.
+  at::Tensor scores = at::matmul(qh, kh.transpose(-2, -1)) * (1.0 / std::sqrt(double(q.size(3))));
+  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  at::Tensor out = at::matmul(at::softmax(scores, -1, at::kFloat).to(vh.scalar_type()), vh);
+#endif
+  return out.transpose(1, 2).reshape({batch, tokens, -1});
+}
+
+// [B, C, F, h, w] -> [B, F*(h/2)*(w/2), C*4], tokens frame-major then row-major.
+at::Tensor patchify(const at::Tensor& x) {
+  const int64_t b = x.size(0), c = x.size(1), f = x.size(2), hp = x.size(3) / kPatch,
+                wp = x.size(4) / kPatch;
+  return x.reshape({b, c, f, hp, kPatch, wp, kPatch})
+      .permute({0, 2, 3, 5, 1, 4, 6})
+      .reshape({b, f * hp * wp, c * kPatch * kPatch});
+}
+
+at::Tensor unpatchify(const at::Tensor& tokens, int64_t channels, int64_t frames, int64_t hp,
+                      int64_t wp) {
+  const int64_t b = tokens.size(0);
+  return tokens.reshape({b, frames, hp, wp, channels, kPatch, kPatch})
+      .permute({0, 4, 1, 2, 5, 3, 6})
+      .reshape({b, channels, frames, hp * kPatch, wp * kPatch});
+}
+
+// Per-token rotation angles for RoPE; x's pairs (2i, 2i+1) rotate by angles[..., i].
+struct Rope {
+  at::Tensor cos, sin;  // [N, head_dim/2], float32
+};
+
+at::Tensor axis_frequencies(int64_t dims, const at::TensorOptions& options) {
+  return at::pow(kRopeTheta, at::arange(0, dims, 2, options) / double(dims)).reciprocal();
+}
+
+Rope make_rope(const at::Tensor& angles) { return {angles.cos(), angles.sin()}; }
+
+// Video stream positions: (frame, row, column) for every token of `frames` latent frames, then
+// the future-delta queries on the same raster at frame index `frames`.
+Rope video_rope(int64_t frames, int64_t hp, int64_t wp, int64_t head_dim,
+                const at::TensorOptions& options) {
+  const int64_t hw_dims = 2 * (head_dim / 6), frame_dims = head_dim - 2 * hw_dims;
+  const int64_t all_frames = frames + 1;
+  at::Tensor f = at::arange(all_frames, options).view({-1, 1, 1}).expand({all_frames, hp, wp});
+  at::Tensor r = at::arange(hp, options).view({1, -1, 1}).expand({all_frames, hp, wp});
+  at::Tensor c = at::arange(wp, options).view({1, 1, -1}).expand({all_frames, hp, wp});
+  at::Tensor angles = at::cat({f.reshape({-1, 1}) * axis_frequencies(frame_dims, options),
+                               r.reshape({-1, 1}) * axis_frequencies(hw_dims, options),
+                               c.reshape({-1, 1}) * axis_frequencies(hw_dims, options)},
+                              1);
+  return make_rope(angles);
+}
+
+Rope action_rope(int64_t rows, int64_t head_dim, const at::TensorOptions& options) {
+  return make_rope(at::arange(rows, options).view({-1, 1}) * axis_frequencies(head_dim, options));
+}
+
+// x [B, N, H, d]
+at::Tensor apply_rope(const at::Tensor& x, const Rope& rope) {
+  const int64_t n = x.size(1), half = x.size(3) / 2;
+  at::Tensor pairs = x.to(at::kFloat).reshape({x.size(0), n, x.size(2), half, 2});
+  at::Tensor x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
+  at::Tensor cos = rope.cos.view({1, n, 1, half}), sin = rope.sin.view({1, n, 1, half});
+  return at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).flatten(-2).to(x.scalar_type());
+}
+
+// Sinusoidal timestep features [.., freq_dim]: cos half then sin half (Wan's order).
+at::Tensor sinusoidal_embedding(const at::Tensor& timesteps, int64_t freq_dim) {
+  const int64_t half = freq_dim / 2;
+  at::Tensor freqs = at::exp(at::arange(half, timesteps.options().dtype(at::kFloat)) *
+                             (-std::log(10000.0) / double(half)));
+  at::Tensor args = timesteps.to(at::kFloat).unsqueeze(-1) * freqs;
+  return at::cat({args.cos(), args.sin()}, -1);
+}
+
+at::Tensor modulation_table(int64_t rows, int64_t hidden) {
+  return torch::randn({rows, hidden}) / std::sqrt(double(hidden));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Modules.
+
+namespace detail {
+
+// RMSNorm with a learned scale; LibTorch 1.13 has no torch::nn::RMSNorm.
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  explicit RMSNormImpl(int64_t dim) { weight_ = register_parameter("weight", torch::ones({dim})); }
+  at::Tensor forward(const at::Tensor& x) {
+    at::Tensor x32 = x.to(at::kFloat);
+    at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, true) + kNormEps);
+    return normed.to(x.scalar_type()) * weight_;
+  }
+
+ private:
+  at::Tensor weight_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Timestep -> embedding (freq_dim -> hidden MLP) and the 6-chunk AdaLN modulation shared by all
+// layers of one expert; each layer adds its own learned table (Wan's design).
+class TimestepEmbedderImpl : public torch::nn::Module {
+ public:
+  TimestepEmbedderImpl(int64_t freq_dim, int64_t hidden) : freq_dim_(freq_dim) {
+    mlp_ = register_module(
+        "mlp", torch::nn::Sequential(torch::nn::Linear(freq_dim, hidden), torch::nn::SiLU(),
+                                     torch::nn::Linear(hidden, hidden)));
+    projection_ = register_module("projection", torch::nn::Linear(hidden, 6 * hidden));
+  }
+  // timesteps [B, S] -> embedding [B, S, D] and modulation [B, S, 6*D]
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& timesteps, at::ScalarType dtype) {
+    at::Tensor embedding = mlp_->forward(sinusoidal_embedding(timesteps, freq_dim_).to(dtype));
+    return {embedding, projection_->forward(at::silu(embedding))};
+  }
+
+ private:
+  int64_t freq_dim_;
+  torch::nn::Sequential mlp_{nullptr};
+  torch::nn::Linear projection_{nullptr};
+};
+
+// Final AdaLN (shift, scale from the timestep embedding plus a learned table) and a projection.
+class OutputHeadImpl : public torch::nn::Module {
+ public:
+  OutputHeadImpl(int64_t hidden, int64_t out) {
+    modulation_ = register_parameter("modulation", modulation_table(2, hidden));
+    linear_ = register_module("linear", torch::nn::Linear(hidden, out));
+  }
+  // x [B, N, D], embedding [B, 1, D] (one timestep for all of x)
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& embedding) {
+    std::vector<at::Tensor> mod = (modulation_.unsqueeze(0) + embedding).unbind(1);
+    return linear_->forward(plain_layer_norm(x) * (1 + mod[1].unsqueeze(1)) + mod[0].unsqueeze(1));
+  }
+
+ private:
+  at::Tensor modulation_;  // [2, D]: shift, scale
+  torch::nn::Linear linear_{nullptr};
+};
+
+// What one expert contributes to the joint attention, and its modulation for the post block.
+struct ExpertAttentionInput {
+  at::Tensor q, k, v;  // [B, N, H, d]
+  std::vector<at::Tensor>
+      mods;  // 6 x [B, S, D]: shift/scale/gate (attention), shift/scale/gate (FFN)
+};
+
+// One expert's half of a MoT layer.
+class ExpertBlockImpl : public torch::nn::Module {
+ public:
+  ExpertBlockImpl(int64_t hidden, int64_t ffn, int64_t heads, int64_t head_dim, int64_t context_dim)
+      : hidden_(hidden), heads_(heads), head_dim_(head_dim) {
+    const int64_t inner = heads * head_dim;
+    modulation_ = register_parameter("modulation", modulation_table(6, hidden));
+    q_ = register_module("q", torch::nn::Linear(hidden, inner));
+    k_ = register_module("k", torch::nn::Linear(hidden, inner));
+    v_ = register_module("v", torch::nn::Linear(hidden, inner));
+    o_ = register_module("o", torch::nn::Linear(inner, hidden));
+    q_norm_ = register_module("q_norm", RMSNorm(inner));
+    k_norm_ = register_module("k_norm", RMSNorm(inner));
+    cross_norm_ = register_module(
+        "cross_norm", torch::nn::LayerNorm(torch::nn::LayerNormOptions({hidden}).eps(kNormEps)));
+    cross_q_ = register_module("cross_q", torch::nn::Linear(hidden, inner));
+    cross_k_ = register_module("cross_k", torch::nn::Linear(context_dim, inner));
+    cross_v_ = register_module("cross_v", torch::nn::Linear(context_dim, inner));
+    cross_o_ = register_module("cross_o", torch::nn::Linear(inner, hidden));
+    cross_q_norm_ = register_module("cross_q_norm", RMSNorm(inner));
+    cross_k_norm_ = register_module("cross_k_norm", RMSNorm(inner));
+    ffn_in_ = register_module("ffn_in", torch::nn::Linear(hidden, ffn));
+    ffn_out_ = register_module("ffn_out", torch::nn::Linear(ffn, hidden));
+  }
+
+  // x [B, N, D]; t_mod [B, S, 6*D] over `segments`.
+  ExpertAttentionInput pre_attention(const at::Tensor& x, const at::Tensor& t_mod,
+                                     c10::IntArrayRef segments, const Rope& rope) {
+    const int64_t b = x.size(0), n = x.size(1);
+    ExpertAttentionInput out;
+    out.mods = (modulation_.view({1, 1, 6, hidden_}) + t_mod.view({b, t_mod.size(1), 6, hidden_}))
+                   .unbind(2);
+    at::Tensor h = modulate(plain_layer_norm(x), out.mods[0], out.mods[1], segments);
+    out.q = apply_rope(q_norm_->forward(q_->forward(h)).view({b, n, heads_, head_dim_}), rope);
+    out.k = apply_rope(k_norm_->forward(k_->forward(h)).view({b, n, heads_, head_dim_}), rope);
+    out.v = v_->forward(h).view({b, n, heads_, head_dim_});
+    return out;
+  }
+
+  // attended [B, N, H*d] from the joint attention; context [B, L, context_dim] with key mask
+  // context_allowed [B, 1, 1, L].
+  at::Tensor post_attention(at::Tensor x, const at::Tensor& attended,
+                            const std::vector<at::Tensor>& mods, c10::IntArrayRef segments,
+                            const at::Tensor& context, const at::Tensor& context_allowed) {
+    x = x + gated(o_->forward(attended), mods[2], segments);
+    x = x + cross_attention(cross_norm_->forward(x), context, context_allowed);
+    at::Tensor h = modulate(plain_layer_norm(x), mods[3], mods[4], segments);
+    at::Tensor ffn = ffn_out_->forward(at::gelu(ffn_in_->forward(h), "tanh"));
+    return x + gated(ffn, mods[5], segments);
+  }
+
+ private:
+  at::Tensor cross_attention(const at::Tensor& x, const at::Tensor& context,
+                             const at::Tensor& context_allowed) {
+    const int64_t b = x.size(0), n = x.size(1), l = context.size(1);
+    at::Tensor q = cross_q_norm_->forward(cross_q_->forward(x)).view({b, n, heads_, head_dim_});
+    at::Tensor k =
+        cross_k_norm_->forward(cross_k_->forward(context)).view({b, l, heads_, head_dim_});
+    at::Tensor v = cross_v_->forward(context).view({b, l, heads_, head_dim_});
+    return cross_o_->forward(attention(q, k, v, context_allowed));
+  }
+
+  int64_t hidden_, heads_, head_dim_;
+  at::Tensor modulation_;  // [6, D]
+  torch::nn::Linear q_{nullptr}, k_{nullptr}, v_{nullptr}, o_{nullptr};
+  RMSNorm q_norm_{nullptr}, k_norm_{nullptr};
+  torch::nn::LayerNorm cross_norm_{nullptr};
+  torch::nn::Linear cross_q_{nullptr}, cross_k_{nullptr}, cross_v_{nullptr}, cross_o_{nullptr};
+  RMSNorm cross_q_norm_{nullptr}, cross_k_norm_{nullptr};
+  torch::nn::Linear ffn_in_{nullptr}, ffn_out_{nullptr};
+};
+TORCH_MODULE(ExpertBlock);
+
+// Everything a layer reads besides the two hidden streams; the same for every layer of a step.
+struct LayerInputs {
+  // Differentiable (checkpoint passes them through as inputs so they receive gradients).
+  at::Tensor video_t_mod, action_t_mod;      // [B, S, 6*D]
+  at::Tensor video_context, action_context;  // [B, L+1, video_hidden], [B, S+1, vlm_dim]
+  // Constants.
+  std::vector<int64_t> video_segments, action_segments;
+  Rope video_rope, action_rope;
+  at::Tensor joint_allowed;                                  // bool [B, 1, N, N]
+  at::Tensor video_context_allowed, action_context_allowed;  // bool [B, 1, 1, L]
+};
+
+class MoTLayerImpl : public torch::nn::Module {
+ public:
+  explicit MoTLayerImpl(const MoTConfig& c) {
+    video_ = register_module(
+        "video", ExpertBlock(c.video_hidden, c.video_ffn, c.num_heads, c.head_dim, c.video_hidden));
+    action_ = register_module(
+        "action", ExpertBlock(c.action_hidden, c.action_ffn, c.num_heads, c.head_dim, c.vlm_dim));
+  }
+
+  std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& video, const at::Tensor& action,
+                                            const LayerInputs& in) {
+    ExpertAttentionInput v =
+        video_->pre_attention(video, in.video_t_mod, in.video_segments, in.video_rope);
+    ExpertAttentionInput a =
+        action_->pre_attention(action, in.action_t_mod, in.action_segments, in.action_rope);
+    at::Tensor attended = attention(at::cat({v.q, a.q}, 1), at::cat({v.k, a.k}, 1),
+                                    at::cat({v.v, a.v}, 1), in.joint_allowed);
+    const int64_t video_tokens = video.size(1);
+    at::Tensor video_out =
+        video_->post_attention(video, attended.narrow(1, 0, video_tokens), v.mods,
+                               in.video_segments, in.video_context, in.video_context_allowed);
+    at::Tensor action_out =
+        action_->post_attention(action, attended.narrow(1, video_tokens, action.size(1)), a.mods,
+                                in.action_segments, in.action_context, in.action_context_allowed);
+    return {video_out, action_out};
+  }
+
+ private:
+  ExpertBlock video_{nullptr}, action_{nullptr};
+};
+
+}  // namespace detail
+
+namespace {
+
+// The joint self-attention mask, true = may attend, over [video stream, action tokens], where the
+// video stream is `frames` latent frames of `hw` tokens (anchor, recent, current, future...) and
+// then `hw` future-delta queries, treated as one more frame.
+// - Video stream, first-frame causal: a token of frame f sees frames <= max(f, current), so the
+//   condition frames (anchor, recent, current) see each other and are visible to every token, and
+//   the queries see every frame. A padded recent frame is hidden from everyone.
+// - Video tokens never see action tokens: the video prediction must not depend on the actions.
+// - Action tokens see the whole video stream and every non-padded action row, in both directions:
+//   all rows share one noise level and are denoised together (as pi0's action expert does), so no
+//   row order is implied; padded rows are hidden so that their content cannot leak into the loss.
+at::Tensor joint_attention_mask(int64_t frames, int64_t hw, const at::Tensor& recent_is_pad,
+                                const at::Tensor& action_is_pad) {
+  const int64_t batch = action_is_pad.size(0), rows = action_is_pad.size(1);
+  const int64_t video_tokens = (frames + 1) * hw;
+  at::TensorOptions long_options = action_is_pad.options().dtype(at::kLong);
+  at::Tensor frame_of_token = at::arange(frames + 1, long_options).repeat_interleave(hw);  // [Nv]
+  at::Tensor visible_up_to = frame_of_token.clamp_min(kConditionFrames - 1);
+  at::Tensor video_video = frame_of_token.view({1, -1}) <= visible_up_to.view({-1, 1});
+
+  at::Tensor recent_visible = recent_is_pad.reshape({batch, 1}).logical_not().expand({batch, hw});
+  at::Tensor video_key_ok = at::ones({batch, video_tokens}, action_is_pad.options());
+  video_key_ok = at::cat(
+      {video_key_ok.narrow(1, 0, kRecentFrame * hw), recent_visible,
+       video_key_ok.narrow(1, (kRecentFrame + 1) * hw, video_tokens - (kRecentFrame + 1) * hw)},
+      1);
+  at::Tensor action_key_ok = action_is_pad.logical_not();
+
+  at::Tensor video_rows = at::cat({video_video.unsqueeze(0).logical_and(video_key_ok.unsqueeze(1)),
+                                   at::zeros({batch, video_tokens, rows}, action_is_pad.options())},
+                                  2);
+  at::Tensor action_rows = at::cat({video_key_ok.unsqueeze(1).expand({batch, rows, video_tokens}),
+                                    action_key_ok.unsqueeze(1).expand({batch, rows, rows})},
+                                   2);
+  return at::cat({video_rows, action_rows}, 1).unsqueeze(1);
+}
+
+// Context key mask plus the always-valid proprio token appended at the end: [B, 1, 1, L+1].
+at::Tensor context_allowed(const at::Tensor& mask) {
+  at::Tensor proprio = at::ones({mask.size(0), 1}, mask.options());
+  return at::cat({mask.to(at::kBool), proprio.to(at::kBool)}, 1).view({mask.size(0), 1, 1, -1});
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw Error("WorldActionModel: " + message);
+}
+
+std::string sizes_of(const at::Tensor& t) {
+  std::ostringstream out;
+  out << t.sizes();
+  return out.str();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// MoTConfig.
+
+MoTConfig MoTConfig::from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw Error("model config: expected a JSON object, got " + j.dump());
+  const auto& specs = field_specs();
+  std::vector<std::string> keys;
+  for (const auto& [name, spec] : specs) keys.push_back(name);
+  keys.push_back(kNotesKey);
+  MoTConfig config;
+  for (const auto& [key, value] : j.items()) {
+    if (key == kNotesKey) {
+      if (!value.is_string()) throw Error(key_error(key, "expected a string, got " + value.dump()));
+      continue;
+    }
+    auto it = specs.find(key);
+    if (it == specs.end())
+      throw Error("model config: " + unknown_with_suggestion("key", key, keys));
+    it->second.read(config, value, key);
+  }
+  check_consistency(config);
+  return config;
+}
+
+MoTConfig MoTConfig::from_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(path + ": cannot open the model config");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(path + ": " + e.what());
+  }
+  try {
+    return from_json(j);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
+  }
+}
+
+nlohmann::json MoTConfig::to_json() const {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, spec] : field_specs()) j[name] = spec.write(*this);
+  return j;
+}
+
+int64_t MoTConfig::parameter_count() const {
+  auto linear = [](int64_t in, int64_t out) { return in * out + out; };
+  const int64_t inner = num_heads * head_dim;
+  const int64_t patch_features = latent_channels * kPatch * kPatch;
+  auto expert_layer = [&](int64_t hidden, int64_t ffn, int64_t context_dim) {
+    return 6 * hidden                                           // modulation table
+           + 3 * linear(hidden, inner) + linear(inner, hidden)  // q, k, v, o
+           + 2 * inner                                          // q/k RMSNorm
+           + 2 * hidden                                         // cross-attention LayerNorm
+           + linear(hidden, inner) + 2 * linear(context_dim, inner) + linear(inner, hidden) +
+           2 * inner  // cross q, k, v, o, norms
+           + linear(hidden, ffn) + linear(ffn, hidden);
+  };
+  auto timestep_embedder = [&](int64_t hidden) {
+    return linear(freq_dim, hidden) + linear(hidden, hidden) + linear(hidden, 6 * hidden);
+  };
+  auto head = [&](int64_t hidden, int64_t out) { return 2 * hidden + linear(hidden, out); };
+  return linear(patch_features, video_hidden) + future_delta_tokens * video_hidden +
+         linear(action_dim, action_hidden) + linear(proprio_dim, text_dim) +
+         linear(proprio_dim, vlm_dim) + linear(text_dim, video_hidden) +
+         linear(video_hidden, video_hidden) + timestep_embedder(video_hidden) +
+         timestep_embedder(action_hidden) +
+         num_layers * (expert_layer(video_hidden, video_ffn, video_hidden) +
+                       expert_layer(action_hidden, action_ffn, vlm_dim)) +
+         head(video_hidden, patch_features) +
+         head(video_hidden, future_latent_frames * patch_features) +
+         head(action_hidden, action_dim);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Flow noise.
+
+FlowNoise sample_flow_noise(const TrainBatch& batch, const MoTConfig& config, at::Generator gen) {
+  const int64_t b = batch.video_latents.size(0);
+  at::TensorOptions sigma_options = batch.video_latents.options().dtype(at::kFloat);
+  // Shifted sigma: s*u / (1 + (s-1)*u), u ~ U(0,1); s > 1 pushes samples towards high noise.
+  auto shifted = [&](double shift) {
+    at::Tensor u = at::rand({b}, gen, sigma_options);
+    return shift * u / (1 + (shift - 1) * u);
+  };
+  FlowNoise noise;
+  noise.video_noise = at::randn(batch.video_latents.sizes(), gen, batch.video_latents.options());
+  noise.video_sigma = shifted(config.video_shift);
+  noise.action_noise = at::randn(batch.action.sizes(), gen, batch.action.options());
+  noise.action_sigma = shifted(config.action_shift);
+  return noise;
+}
+
+// ---------------------------------------------------------------------------------------------
+// WorldActionModel.
+
+WorldActionModelImpl::WorldActionModelImpl(const MoTConfig& config) : config_(config) {
+  check_consistency(config_);
+  const MoTConfig& c = config_;
+  const int64_t patch_features = c.latent_channels * kPatch * kPatch;
+  patch_embed_ = register_module("patch_embed", torch::nn::Linear(patch_features, c.video_hidden));
+  delta_queries_ = register_parameter("delta_queries",
+                                      torch::randn({c.future_delta_tokens, c.video_hidden}) * 0.02);
+  action_embed_ = register_module("action_embed", torch::nn::Linear(c.action_dim, c.action_hidden));
+  proprio_to_text_ =
+      register_module("proprio_to_text", torch::nn::Linear(c.proprio_dim, c.text_dim));
+  proprio_to_vlm_ = register_module("proprio_to_vlm", torch::nn::Linear(c.proprio_dim, c.vlm_dim));
+  text_embedding_ = register_module(
+      "text_embedding", torch::nn::Sequential(torch::nn::Linear(c.text_dim, c.video_hidden),
+                                              torch::nn::Functional([](const at::Tensor& x) {
+                                                return at::gelu(x, "tanh");
+                                              }),
+                                              torch::nn::Linear(c.video_hidden, c.video_hidden)));
+  video_time_ = register_module(
+      "video_time", std::make_shared<detail::TimestepEmbedderImpl>(c.freq_dim, c.video_hidden));
+  action_time_ = register_module(
+      "action_time", std::make_shared<detail::TimestepEmbedderImpl>(c.freq_dim, c.action_hidden));
+  layers_ = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    layers_->push_back(std::make_shared<detail::MoTLayerImpl>(c));
+  }
+  video_head_ = register_module(
+      "video_head", std::make_shared<detail::OutputHeadImpl>(c.video_hidden, patch_features));
+  delta_head_ =
+      register_module("delta_head", std::make_shared<detail::OutputHeadImpl>(
+                                        c.video_hidden, c.future_latent_frames * patch_features));
+  action_head_ = register_module(
+      "action_head", std::make_shared<detail::OutputHeadImpl>(c.action_hidden, c.action_dim));
+}
+
+int64_t WorldActionModelImpl::parameter_count() const {
+  int64_t count = 0;
+  for (const at::Tensor& p : parameters()) count += p.numel();
+  return count;
+}
+
+std::pair<at::Tensor, at::Tensor> WorldActionModelImpl::run_layers(
+    at::Tensor video_tokens, at::Tensor action_tokens, const detail::LayerInputs& inputs) {
+  const int64_t num_layers = config_.num_layers;
+  const bool use_checkpoint = config_.checkpoint_group > 0 && at::GradMode::is_enabled();
+  const int64_t group = use_checkpoint ? config_.checkpoint_group : num_layers;
+  for (int64_t start = 0; start < num_layers; start += group) {
+    const int64_t end = std::min(num_layers, start + group);
+    // The closure outlives this call when checkpointed (backward recomputes through it), so it
+    // holds its own copy of the constants; the differentiable tensors arrive as `in`: video,
+    // action, then LayerInputs' differentiable members in declaration order.
+    detail::LayerInputs constants = inputs;
+    constants.video_t_mod = constants.action_t_mod = at::Tensor();
+    constants.video_context = constants.action_context = at::Tensor();
+    auto run_group = [this, constants, start, end](const torch::autograd::variable_list& in) {
+      detail::LayerInputs group_inputs = constants;
+      group_inputs.video_t_mod = in[2];
+      group_inputs.action_t_mod = in[3];
+      group_inputs.video_context = in[4];
+      group_inputs.action_context = in[5];
+      at::Tensor video = in[0], action = in[1];
+      for (int64_t i = start; i < end; ++i) {
+        std::tie(video, action) =
+            layers_[i]->as<detail::MoTLayerImpl>()->forward(video, action, group_inputs);
+      }
+      return torch::autograd::variable_list{video, action};
+    };
+    torch::autograd::variable_list in = {video_tokens,         action_tokens,
+                                         inputs.video_t_mod,   inputs.action_t_mod,
+                                         inputs.video_context, inputs.action_context};
+    torch::autograd::variable_list out = use_checkpoint ? checkpoint(run_group, in) : run_group(in);
+    video_tokens = out[0];
+    action_tokens = out[1];
+  }
+  return {video_tokens, action_tokens};
+}
+
+LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& noise) {
+  const MoTConfig& c = config_;
+  const at::Tensor& latents = batch.video_latents;
+  require(latents.dim() == 5 && latents.size(1) == c.latent_channels &&
+              latents.size(2) == 1 + c.future_latent_frames,
+          "video_latents must be [B, " + std::to_string(c.latent_channels) + ", " +
+              std::to_string(1 + c.future_latent_frames) +
+              ", h, w] (latent_channels, 1 + future_latent_frames), got " + sizes_of(latents));
+  const int64_t b = latents.size(0), h = latents.size(3), w = latents.size(4);
+  require(h % kPatch == 0 && w % kPatch == 0,
+          "latent h and w must be even for the (1,2,2) patch, got " + sizes_of(latents));
+  const int64_t hp = h / kPatch, wp = w / kPatch, hw = hp * wp;
+  require(c.future_delta_tokens == hw,
+          "future_delta_tokens = " + std::to_string(c.future_delta_tokens) +
+              " must equal the latent raster's tokens per frame (" + std::to_string(hp) + "x" +
+              std::to_string(wp) + " = " + std::to_string(hw) + " for " + std::to_string(h) + "x" +
+              std::to_string(w) + " latents); set future_delta_tokens in the model config");
+  require(batch.action.dim() == 3 && batch.action.size(2) == c.action_dim,
+          "action must be [B, rows, " + std::to_string(c.action_dim) + "], got " +
+              sizes_of(batch.action));
+  require(batch.proprio.dim() == 3 && batch.proprio.size(2) == c.proprio_dim,
+          "proprio must be [B, rows, " + std::to_string(c.proprio_dim) + "], got " +
+              sizes_of(batch.proprio));
+  require(batch.context.dim() == 3 && batch.context.size(2) == c.text_dim,
+          "context must be [B, L, " + std::to_string(c.text_dim) + "] (text_dim), got " +
+              sizes_of(batch.context));
+  require(batch.vlm_context.dim() == 3 && batch.vlm_context.size(2) == c.vlm_dim,
+          "vlm_context must be [B, S, " + std::to_string(c.vlm_dim) + "] (vlm_dim), got " +
+              sizes_of(batch.vlm_context));
+
+  const at::ScalarType dtype = patch_embed_->weight.scalar_type();
+  const int64_t future = c.future_latent_frames, frames = kConditionFrames + future;
+  auto per_sample = [b](const at::Tensor& sigma) {
+    return sigma.to(at::kFloat).view({b, 1, 1, 1, 1});
+  };
+
+  // Video: the future frames are noised; anchor, recent (zeroed when padded) and current stay
+  // clean.
+  at::Tensor x0 = latents.to(at::kFloat);
+  at::Tensor current = x0.narrow(2, 0, 1), future_x0 = x0.narrow(2, 1, future);
+  at::Tensor future_noise = noise.video_noise.to(at::kFloat).narrow(2, 1, future);
+  at::Tensor video_sigma = per_sample(noise.video_sigma);
+  at::Tensor future_xt = (1 - video_sigma) * future_x0 + video_sigma * future_noise;
+  at::Tensor video_target = future_noise - future_x0;
+  at::Tensor recent_keep = batch.recent_is_pad.reshape({b, 1, 1, 1, 1}).logical_not();
+  at::Tensor recent = batch.recent_latents.to(at::kFloat) * recent_keep;
+  at::Tensor video_frames =
+      at::cat({batch.anchor_latents.to(at::kFloat), recent, current, future_xt}, 2);
+  at::Tensor video_tokens = at::cat({patch_embed_->forward(patchify(video_frames).to(dtype)),
+                                     delta_queries_.unsqueeze(0).expand({b, hw, c.video_hidden})},
+                                    1);
+
+  // Action: the whole chunk is noised; padded dims are zeroed so their content cannot leak in.
+  const int64_t rows = batch.action.size(1);
+  at::Tensor dim_keep = batch.action_dim_is_pad.logical_not().view({b, 1, c.action_dim});
+  at::Tensor action_x0 = batch.action.to(at::kFloat) * dim_keep;
+  at::Tensor action_sigma = noise.action_sigma.to(at::kFloat).view({b, 1, 1});
+  at::Tensor action_noise = noise.action_noise.to(at::kFloat);
+  at::Tensor action_xt = (1 - action_sigma) * action_x0 + action_sigma * action_noise;
+  at::Tensor action_target = action_noise - action_x0;
+  at::Tensor action_tokens = action_embed_->forward(action_xt.to(dtype));
+
+  // Timesteps: the video stream has a clean segment (timestep 0) and a noised one (future frames
+  // and delta queries); the action chunk has one.
+  at::Tensor video_timesteps = at::stack({at::zeros_like(noise.video_sigma, at::kFloat),
+                                          noise.video_sigma.to(at::kFloat) * kNumTrainTimesteps},
+                                         1);
+  auto [video_embedding, video_t_mod] = video_time_->forward(video_timesteps, dtype);
+  auto [action_embedding, action_t_mod] = action_time_->forward(
+      noise.action_sigma.to(at::kFloat).view({b, 1}) * kNumTrainTimesteps, dtype);
+
+  at::Tensor proprio_row = batch.proprio.narrow(1, 0, 1).to(dtype);
+  detail::LayerInputs inputs;
+  inputs.video_t_mod = video_t_mod;
+  inputs.action_t_mod = action_t_mod;
+  inputs.video_context = text_embedding_->forward(
+      at::cat({batch.context.to(dtype), proprio_to_text_->forward(proprio_row)}, 1));
+  inputs.action_context =
+      at::cat({batch.vlm_context.to(dtype), proprio_to_vlm_->forward(proprio_row)}, 1);
+  inputs.video_segments = {kConditionFrames * hw, (future + 1) * hw};
+  inputs.action_segments = {rows};
+  at::TensorOptions float_options = latents.options().dtype(at::kFloat);
+  inputs.video_rope = video_rope(frames, hp, wp, c.head_dim, float_options);
+  inputs.action_rope = action_rope(rows, c.head_dim, float_options);
+  inputs.joint_allowed = joint_attention_mask(frames, hw, batch.recent_is_pad.to(at::kBool),
+                                              batch.action_is_pad.to(at::kBool));
+  inputs.video_context_allowed = context_allowed(batch.context_mask);
+  inputs.action_context_allowed = context_allowed(batch.vlm_mask);
+
+  auto [video_out, action_out] = run_layers(video_tokens, action_tokens, inputs);
+
+  at::Tensor noised_embedding = video_embedding.narrow(1, 1, 1);
+  at::Tensor video_velocity =
+      unpatchify(video_head_->forward(video_out.narrow(1, kConditionFrames * hw, future * hw),
+                                      noised_embedding),
+                 c.latent_channels, future, hp, wp);
+  // Each delta query predicts its raster position's patch for every future frame.
+  at::Tensor delta_tokens =
+      delta_head_->forward(video_out.narrow(1, frames * hw, hw), noised_embedding)
+          .view({b, hw, future, -1})
+          .transpose(1, 2)
+          .reshape({b, future * hw, -1});
+  at::Tensor delta = unpatchify(delta_tokens, c.latent_channels, future, hp, wp);
+  at::Tensor action_velocity = action_head_->forward(action_out, action_embedding);
+
+  LossTerms terms;
+  terms.video = at::mse_loss(video_velocity.to(at::kFloat), video_target);
+  terms.future_delta = at::mse_loss(delta.to(at::kFloat), future_x0 - current);
+  at::Tensor action_weight =
+      batch.action_is_pad.logical_not().view({b, rows, 1}).logical_and(dim_keep).to(at::kFloat);
+  at::Tensor action_error = (action_velocity.to(at::kFloat) - action_target).pow(2);
+  terms.action = (action_error * action_weight).sum() / action_weight.sum().clamp_min(1.0);
+  terms.total = c.lambda_video * terms.video + c.lambda_action * terms.action +
+                c.lambda_future_delta * terms.future_delta;
+  return terms;
+}
+
+}  // namespace wam::models

@@ -1,0 +1,311 @@
+// TrainStep: the training sink. Trains the MoT world-action model one optimizer step per batch
+// (AdamW, linear warmup then cosine, grad clipping, bf16 autocast on CUDA) and emits one record per
+// step. `mode: eager` runs the step op by op with per-layer activation checkpointing (the
+// reference's baseline); `mode: compiled` captures the whole step (forward, backward, optimizer)
+// once as a CUDA graph over static input buffers and replays it, with GEMMs tuned by TunableOp
+// (results under $WAM_COMPILE_CACHE/tunableop). Without CUDA, compiled runs eager and says why once.
+//
+// The model preset is the `model` param's object, normally a $ref into an included
+// configs/model/*.json fragment, so `--set include.model=configs/model/tiny.json` swaps it.
+//
+// Checkpoints (checkpoint_dir/step_<N>.pt, written through a .tmp file; checkpoint_dir/latest
+// names the newest) hold the model, the optimizer state, the step count (the schedule's position)
+// and the noise generator's state; `resume` continues the exact loss curve when fed the same
+// batches. The source's position is not reachable from a stage: resume the source separately.
+//
+// Reads:  video_latents, memory_video_anchor_latents, memory_video_recent_latents,
+//         memory_video_recent_is_pad, context, context_mask, vlm_context, vlm_mask, action,
+//         action_is_pad, action_dim_is_pad, proprio (Tensor); epoch (when present, for the log).
+// Writes: step (Int), loss, loss_video, loss_action, loss_future_delta, lr (Double); a record
+//         replaces the batch.
+// Example: {"id": "step", "type": "TrainStep", "inputs": ["h2d"],
+//           "params": {"model": {"$ref": "model"}, "mode": "compiled", "log_every": 10}}
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "models/world_model.h"
+#include "train/train_loop.h"
+#include "wam/registry.h"
+#include "wam/tensor.h"
+
+#if WAM_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
+namespace wam::stages {
+namespace {
+
+struct TrainStepParams {
+  nlohmann::json model;
+  std::string mode = "eager";
+  int64_t checkpoint_group = -1;
+  double learning_rate = 1e-4;
+  double weight_decay = 0.01;
+  double warmup_ratio = 0.05;
+  double min_lr_ratio = 0.01;
+  double max_grad_norm = 1.0;
+  int64_t total_steps = 0;
+  int64_t log_every = 10;
+  std::string checkpoint_dir;
+  int64_t save_every = 0;
+  std::string resume;
+  bool autocast_bf16 = true;
+  int64_t seed = -1;
+  int64_t vlm_context_pad_to = 1024;
+
+  template <class V>
+  void visit(V& v) {
+    v("model", model,
+      "Model preset object (a configs/model/*.json fragment, usually {\"$ref\": \"model\"}).",
+      NonEmpty{});
+    v("mode", mode, "eager: op by op; compiled: the whole step replayed as one CUDA graph.",
+      OneOf{"eager", "compiled"});
+    v("checkpoint_group", checkpoint_group,
+      "Activation checkpointing: recompute groups of this many layers (0: off; -1: 1 for eager, "
+      "3 for compiled).",
+      Min{-1});
+    v("learning_rate", learning_rate, "Peak learning rate.", Min{0.0});
+    v("weight_decay", weight_decay, "AdamW decoupled weight decay.", Min{0.0});
+    v("warmup_ratio", warmup_ratio, "Fraction of total_steps with linear warmup.", Min{0.0},
+      Max{1.0});
+    v("min_lr_ratio", min_lr_ratio, "Cosine floor as a fraction of learning_rate.", Min{0.0},
+      Max{1.0});
+    v("max_grad_norm", max_grad_norm, "Clip the global gradient L2 norm to this.", Min{0.0});
+    v("total_steps", total_steps, "Schedule length (0: settings.steps).", Min{0});
+    v("log_every", log_every, "Log a [train] line every N steps.", Min{1});
+    v("checkpoint_dir", checkpoint_dir, "Where step_<N>.pt and `latest` go (\"\": none).");
+    v("save_every", save_every, "Checkpoint every N steps (0: only at the end of the run).",
+      Min{0});
+    v("resume", resume, "Checkpoint file or directory to continue from (\"\": start fresh).");
+    v("autocast_bf16", autocast_bf16, "bf16 autocast for the forward pass (CUDA only).");
+    v("seed", seed, "Seeds model init and the noise generator (-1: settings.seed).", Min{-1});
+    v("vlm_context_pad_to", vlm_context_pad_to,
+      "compiled: VLM context tokens padded to this for a stable graph; longer is an error.",
+      Min{1});
+  }
+};
+
+constexpr const char* kReads[] = {"video_latents",
+                                  "memory_video_anchor_latents",
+                                  "memory_video_recent_latents",
+                                  "memory_video_recent_is_pad",
+                                  "context",
+                                  "context_mask",
+                                  "vlm_context",
+                                  "vlm_mask",
+                                  "action",
+                                  "action_is_pad",
+                                  "action_dim_is_pad",
+                                  "proprio"};
+
+class TrainStepStage final : public Stage {
+ public:
+  static constexpr std::string_view kType = "TrainStep";
+  static constexpr std::string_view kSummary =
+      "Trains the world-action model one step per batch (eager or CUDA-graph compiled); emits "
+      "one record per step.";
+  using Params = TrainStepParams;
+
+  explicit TrainStepStage(Params params) : params_(std::move(params)) {}
+
+  void declare(Contract& contract) const override {
+    for (const char* name : kReads) {
+      contract.reads(name, FieldType::kTensor);
+      contract.removes(name);
+    }
+    contract.writes("step", FieldType::kInt);
+    for (const char* name : {"loss", "loss_video", "loss_action", "loss_future_delta", "lr"}) {
+      contract.writes(name, FieldType::kDouble);
+    }
+    contract.order_sensitive();
+    contract.concurrency(Concurrency::serial());
+  }
+
+  void open(Context& context) override {
+    context_ = &context;
+    device_ = train::resolve_device(context.settings().device, "TrainStep");
+    try {
+      config_ = models::MoTConfig::from_json(params_.model);
+    } catch (const std::exception& e) {
+      throw Error(std::string("TrainStep: params.model: ") + e.what());
+    }
+    const bool compiled = params_.mode == "compiled";
+    config_.checkpoint_group =
+        params_.checkpoint_group >= 0 ? params_.checkpoint_group : (compiled ? 3 : 1);
+    const int64_t total = params_.total_steps > 0 ? params_.total_steps : context.settings().steps;
+    if (total <= 0) {
+      throw Error(
+          "TrainStep: the learning-rate schedule needs the run length: set params.total_steps or "
+          "settings.steps (both are 0)");
+    }
+    schedule_ = {params_.learning_rate, params_.warmup_ratio, params_.min_lr_ratio, total};
+    const uint64_t seed =
+        static_cast<uint64_t>(params_.seed >= 0 ? params_.seed : context.settings().seed);
+
+    torch::manual_seed(seed);  // model initialisation
+    model_ = models::WorldActionModel(config_);
+    model_->to(device_);
+    model_->train();
+    optimizer_ = std::make_unique<train::AdamW>(
+        model_->parameters(), train::AdamWOptions{0.9, 0.95, 1e-8, params_.weight_decay});
+    noise_gen_ = train::make_noise_generator(device_, seed);
+
+    if (!params_.resume.empty()) {
+      const train::TrainProgress progress =
+          train::load_checkpoint(params_.resume, model_, *optimizer_);
+      step_ = progress.step;
+      std::lock_guard<std::mutex> lock(noise_gen_.mutex());
+      noise_gen_.set_state(progress.noise_rng_state);
+    }
+
+    bool graph_capture = false;
+    std::string tunableop_results;
+    if (compiled) {
+#if WAM_WITH_CUDA
+      graph_capture = device_.is_cuda();
+#endif
+      if (graph_capture) {
+#if WAM_WITH_CUDA
+        // Keyed by the preset as given: checkpointing does not change the GEMM shapes, and
+        // `wam-pipeline compile` finds the file from the preset alone.
+        tunableop_results = train::tunableop_results_path(
+            at::cuda::getDeviceProperties(device_.index())->name,
+            models::MoTConfig::from_json(params_.model));
+        context.log("TrainStep: compiled step: captured once as a CUDA graph after warm-up; "
+                    "TunableOp GEMM results in " + tunableop_results);
+#endif
+      } else {
+        context.log(std::string("TrainStep: mode \"compiled\" needs CUDA graphs and a CUDA "
+                                "device; ") +
+                    (device_.is_cuda() ? "this build has no CUDA code paths (WAM_WITH_CUDA off)"
+                                       : "the training device is cpu") +
+                    ", so the step runs eager.");
+      }
+    }
+    runner_ = std::make_unique<train::StepRunner>(
+        model_, *optimizer_, device_,
+        train::StepOptions{params_.max_grad_norm, params_.autocast_bf16}, graph_capture,
+        tunableop_results);
+
+    context.log("TrainStep: " + std::to_string(model_->parameter_count()) + " parameters on " +
+                device_.str() + ", mode " + params_.mode + ", checkpoint_group " +
+                std::to_string(config_.checkpoint_group) + ", " + std::to_string(total) +
+                " steps" +
+                (params_.resume.empty() ? std::string()
+                                        : ", resumed at step " + std::to_string(step_)));
+    saved_step_ = step_;
+    start_ = std::chrono::steady_clock::now();
+  }
+
+  void process(Sample sample, Emitter& out) override {
+    models::TrainBatch batch = read_batch(sample);
+    if (params_.mode == "compiled") train::pad_vlm_context(batch, params_.vlm_context_pad_to);
+
+    const int64_t step = step_ + 1;
+    const double lr = schedule_.at(step);
+    const std::vector<double> loss = runner_->step(batch, lr, noise_gen_);
+    step_ = step;
+    speed_.record(step_, seconds_since_open());
+
+    if (step_ % params_.log_every == 0) log_progress(sample, batch.action.size(0), loss, lr);
+    if (!params_.checkpoint_dir.empty() && params_.save_every > 0 &&
+        step_ % params_.save_every == 0) {
+      save();
+    }
+
+    Sample record("step:" + std::to_string(step_));
+    record.set_seq(sample.seq());
+    record.set("step", step_);
+    record.set("loss", loss[0]);
+    record.set("loss_video", loss[1]);
+    record.set("loss_action", loss[2]);
+    record.set("loss_future_delta", loss[3]);
+    record.set("lr", lr);
+    out.emit(std::move(record));
+  }
+
+  void close(Emitter&) override {
+    if (!params_.checkpoint_dir.empty() && step_ != saved_step_ && runner_) save();
+  }
+
+ private:
+  models::TrainBatch read_batch(const Sample& sample) const {
+    auto field = [&](const char* name) { return sample.tensor(name).to(device_); };
+    models::TrainBatch batch;
+    batch.video_latents = field("video_latents");
+    batch.anchor_latents = field("memory_video_anchor_latents");
+    batch.recent_latents = field("memory_video_recent_latents");
+    batch.recent_is_pad = field("memory_video_recent_is_pad");
+    batch.context = field("context");
+    batch.context_mask = field("context_mask");
+    batch.vlm_context = field("vlm_context");
+    batch.vlm_mask = field("vlm_mask");
+    batch.action = field("action");
+    batch.action_is_pad = field("action_is_pad");
+    batch.action_dim_is_pad = field("action_dim_is_pad");
+    batch.proprio = field("proprio");
+    return batch;
+  }
+
+  double seconds_since_open() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+  void log_progress(const Sample& sample, int64_t batch_size, const std::vector<double>& loss,
+                    double lr) const {
+    int64_t epoch = 0;
+    if (sample.has("epoch")) {
+      epoch = sample.type("epoch") == FieldType::kTensor
+                  ? sample.tensor("epoch").reshape({-1})[0].item<int64_t>()
+                  : sample.get_int("epoch");
+    }
+    const double steps_per_second = speed_.steps_per_second();
+    const double eta = steps_per_second > 0
+                           ? static_cast<double>(schedule_.total_steps - step_) / steps_per_second
+                           : -1;
+    char line[512];
+    std::snprintf(line, sizeof(line),
+                  "[train] epoch=%lld step=%lld/%lld loss=%.4f video=%.4f action=%.4f "
+                  "future_delta=%.4f lr=%.2e speed=%.2f optimizer_step/s, %.2f samples/s eta=%s",
+                  static_cast<long long>(epoch), static_cast<long long>(step_),
+                  static_cast<long long>(schedule_.total_steps), loss[0], loss[1], loss[2],
+                  loss[3], lr, steps_per_second,
+                  steps_per_second * static_cast<double>(batch_size),
+                  train::format_eta(eta).c_str());
+    context_->log(line);
+  }
+
+  void save() {
+    train::TrainProgress progress;
+    progress.step = step_;
+    {
+      std::lock_guard<std::mutex> lock(noise_gen_.mutex());
+      progress.noise_rng_state = noise_gen_.get_state();
+    }
+    const std::string path =
+        train::save_checkpoint(params_.checkpoint_dir, model_, *optimizer_, progress);
+    saved_step_ = step_;
+    context_->log("TrainStep: saved " + path);
+  }
+
+  Params params_;
+  Context* context_ = nullptr;
+  at::Device device_ = at::Device(at::kCPU);
+  models::MoTConfig config_;
+  train::LrSchedule schedule_;
+  models::WorldActionModel model_{nullptr};
+  std::unique_ptr<train::AdamW> optimizer_;
+  at::Generator noise_gen_;
+  std::unique_ptr<train::StepRunner> runner_;
+  train::SpeedMeter speed_;
+  std::chrono::steady_clock::time_point start_;
+  int64_t step_ = 0;
+  int64_t saved_step_ = 0;
+};
+
+WAM_REGISTER_STAGE(TrainStepStage);
+
+}  // namespace
+}  // namespace wam::stages

@@ -1,0 +1,171 @@
+// HostToDevice: CPU pass-through, and (CUDA only) pageable and pinned copies, uint8 video and the
+// pool as flow-control token.
+#include <atomic>
+#include <optional>
+#include <chrono>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "testing/stage_harness.h"
+#include "wam/tensor.h"
+
+namespace wam {
+namespace {
+
+Sample make_batch(int64_t seed) {
+  torch::manual_seed(seed);
+  Sample batch("batch:" + std::to_string(seed));
+  batch.set_tensor("video", torch::rand({2, 3, 9, 16, 8}) * 2 - 1);
+  batch.set_tensor("action", torch::randn({2, 32, 80}));
+  batch.set_tensor("action_is_pad", torch::rand({2, 32}) > 0.5);
+  batch.set_tensor("vlm_current_images", torch::randint(0, 256, {2, 2, 3, 8, 8}, torch::kByte));
+  batch.set_tensor("sample_id", torch::tensor({seed, seed + 1}, torch::kLong));
+  batch.set("prompt", nlohmann::json::array({"pick", "place"}));
+  return batch;
+}
+
+class VectorEmitter final : public Emitter {
+ public:
+  explicit VectorEmitter(std::vector<Sample>& out) : out_(out) {}
+  void emit(Sample sample) override { out_.push_back(std::move(sample)); }
+
+ private:
+  std::vector<Sample>& out_;
+};
+
+// A stage opened with a context whose log lines and counters the test reads.
+struct OpenedStage {
+  explicit OpenedStage(const std::string& params, std::string device = "auto") {
+    settings.device = std::move(device);
+    base = testing::make_stage("HostToDevice", params);
+    context = std::make_unique<Context>("h2d", "HostToDevice", settings,
+                                        [this](const std::string& line) { log.push_back(line); });
+    stage().open(*context);
+  }
+  Stage& stage() { return dynamic_cast<Stage&>(*base); }
+  Sample process(Sample sample) {
+    std::vector<Sample> out;
+    VectorEmitter emitter(out);
+    stage().process(std::move(sample), emitter);
+    EXPECT_EQ(out.size(), 1u);
+    return out.at(0);
+  }
+  int64_t counter(const std::string& name) { return context->counter(name).value(); }
+
+  Settings settings;
+  std::unique_ptr<StageBase> base;
+  std::unique_ptr<Context> context;
+  std::vector<std::string> log;
+};
+
+TEST(HostToDeviceTest, PassesThroughOnCpuAndSaysSoOnce) {
+  OpenedStage h2d(R"({"mode": "pinned", "device": "cpu"})");
+  for (int64_t i = 0; i < 3; ++i) {
+    const Sample in = make_batch(i);
+    const Sample out = h2d.process(in);
+    EXPECT_EQ(out.key(), in.key());
+    EXPECT_EQ(out.fields().size(), in.fields().size());
+    for (const char* name : {"video", "action", "action_is_pad", "vlm_current_images"}) {
+      EXPECT_EQ(out.tensor(name).data_ptr(), in.tensor(name).data_ptr()) << name;
+    }
+    EXPECT_EQ(out.get_json("prompt"), in.get_json("prompt"));
+  }
+  EXPECT_EQ(h2d.log, std::vector<std::string>{
+                         "[h2d] HostToDevice: the training device is cpu; batches pass through "
+                         "unchanged"});
+  EXPECT_EQ(h2d.counter("bytes_copied"), 0);
+}
+
+TEST(HostToDeviceTest, CudaRequestedWithoutCudaIsAnError) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has CUDA";
+  try {
+    OpenedStage h2d(R"({"device": "cuda"})");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("HostToDevice: device \"cuda\" was requested but this "
+                                          "LibTorch (",
+                                          0),
+              0u)
+        << e.what();
+  }
+}
+
+void expect_arrived_intact(const Sample& in, const Sample& out, bool video_as_uint8) {
+  for (const char* name : {"action", "action_is_pad", "vlm_current_images", "sample_id"}) {
+    ASSERT_TRUE(out.tensor(name).is_cuda()) << name;
+    EXPECT_TRUE(torch::equal(out.tensor(name).cpu(), in.tensor(name))) << name;
+  }
+  const at::Tensor video = out.tensor("video");
+  ASSERT_TRUE(video.is_cuda());
+  EXPECT_EQ(video.scalar_type(), at::kFloat);
+  const double error = (video.cpu() - in.tensor("video")).abs().max().item<double>();
+  if (video_as_uint8) {
+    EXPECT_LE(error, 0.5 / 127.5 + 1e-6);  // one uint8 level
+  } else {
+    EXPECT_EQ(error, 0.0);
+  }
+  EXPECT_EQ(out.get_json("prompt"), in.get_json("prompt"));
+}
+
+TEST(HostToDeviceCudaTest, PageableCopiesArriveIntact) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  OpenedStage h2d(R"({"mode": "pageable"})");
+  const Sample in = make_batch(1);
+  expect_arrived_intact(in, h2d.process(in), false);
+  EXPECT_GT(h2d.counter("bytes_copied"), 0);
+}
+
+TEST(HostToDeviceCudaTest, PinnedCopiesArriveIntactThroughRecycledBuffers) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (bool as_uint8 : {false, true}) {
+    OpenedStage h2d(std::string(R"({"mode": "pinned", "pool_batches": 2, "video_as_uint8": )") +
+                    (as_uint8 ? "true" : "false") + "}");
+    int64_t expected_bytes = 0;
+    for (int64_t i = 0; i < 6; ++i) {  // three passes over the two buffers
+      const Sample in = make_batch(i);
+      const Sample out = h2d.process(in);
+      expect_arrived_intact(in, out, as_uint8);
+      for (const auto& [name, value] : in.fields()) {
+        if (type_of(value) != FieldType::kTensor) continue;
+        const at::Tensor& t = in.tensor(name);
+        expected_bytes += (as_uint8 && name == "video") ? t.numel() : int64_t(t.nbytes());
+      }
+    }
+    EXPECT_EQ(h2d.counter("bytes_copied"), expected_bytes);
+    EXPECT_EQ(h2d.counter("pool_waits"), 0);
+  }
+}
+
+TEST(HostToDeviceCudaTest, PinnedPoolIsTheFlowControlToken) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  OpenedStage h2d(R"({"mode": "pinned", "pool_batches": 1})");
+  std::optional<Sample> held = h2d.process(make_batch(1));
+  std::atomic<bool> done{false};
+  std::thread second([&] {
+    h2d.process(make_batch(2));
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(done.load()) << "process() must wait while the only buffer is held downstream";
+  held.reset();  // the step consumed the batch: its buffer returns to the pool
+  second.join();
+  EXPECT_TRUE(done.load());
+  EXPECT_EQ(h2d.counter("pool_waits"), 1);
+}
+
+TEST(HostToDeviceCudaTest, PinnedPoolGrowsForALargerBatch) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  OpenedStage h2d(R"({"mode": "pinned", "pool_batches": 1})");
+  h2d.process(make_batch(1));
+  Sample larger = make_batch(2);
+  larger.set_tensor("action", torch::randn({2, 64, 80}));
+  const Sample out = h2d.process(larger);
+  EXPECT_TRUE(torch::equal(out.tensor("action").cpu(), larger.tensor("action")));
+  bool logged = false;
+  for (const auto& line : h2d.log) logged = logged || line.find("growing that buffer") != std::string::npos;
+  EXPECT_TRUE(logged);
+}
+
+}  // namespace
+}  // namespace wam

@@ -1,0 +1,359 @@
+// TrainStep and its machinery (schedule, AdamW, clipping, checkpoints, compiled step) on the tiny
+// preset. CUDA-only checks skip without a GPU.
+#include <fstream>
+#include <regex>
+
+#include <gtest/gtest.h>
+
+#include "testing/stage_harness.h"
+#include "testing/temp_dir.h"
+#include "train/train_loop.h"
+#include "wam/tensor.h"
+
+namespace wam {
+namespace {
+
+// The tiny preset on 8x8 latents (16 tokens per frame) instead of 24x16: a quarter of the tokens
+// keeps this file's ~60 CPU steps fast.
+nlohmann::json tiny_preset() {
+  std::ifstream in(std::string(WAM_SOURCE_DIR) + "/configs/model/tiny.json");
+  nlohmann::json preset = nlohmann::json::parse(in);
+  preset["future_delta_tokens"] = 16;
+  return preset;
+}
+
+// A batch as the encoders deliver it (B = 2), drawn from `seed`.
+Sample make_batch(const models::MoTConfig& config, int64_t seed) {
+  torch::manual_seed(seed);
+  const int64_t b = 2, h = 8, w = 8, text_len = 8, vlm_len = 6, chunk = 32;
+  Sample batch("batch:" + std::to_string(seed));
+  batch.set_tensor("video_latents", torch::randn({b, config.latent_channels, 3, h, w}));
+  batch.set_tensor("memory_video_anchor_latents", torch::randn({b, config.latent_channels, 1, h, w}));
+  batch.set_tensor("memory_video_recent_latents", torch::randn({b, config.latent_channels, 1, h, w}));
+  batch.set_tensor("memory_video_recent_is_pad", torch::tensor({false, true}).view({b, 1}));
+  batch.set_tensor("context", torch::randn({b, text_len, config.text_dim}));
+  batch.set_tensor("context_mask", torch::ones({b, text_len}, torch::kBool));
+  at::Tensor vlm_mask = torch::ones({b, vlm_len}, torch::kBool);
+  vlm_mask[1].narrow(0, 4, 2).fill_(false);
+  batch.set_tensor("vlm_context", torch::randn({b, vlm_len, config.vlm_dim}));
+  batch.set_tensor("vlm_mask", vlm_mask);
+  batch.set_tensor("action", torch::randn({b, chunk, config.action_dim}));
+  at::Tensor action_is_pad = torch::zeros({b, chunk}, torch::kBool);
+  action_is_pad[1].narrow(0, 28, 4).fill_(true);
+  batch.set_tensor("action_is_pad", action_is_pad);
+  at::Tensor dim_is_pad = torch::zeros({b, config.action_dim}, torch::kBool);
+  dim_is_pad.narrow(1, config.action_dim - 6, 6).fill_(true);
+  batch.set_tensor("action_dim_is_pad", dim_is_pad);
+  batch.set_tensor("proprio", torch::randn({b, chunk, config.proprio_dim}));
+  return batch;
+}
+
+std::string params(const nlohmann::json& extra) {
+  nlohmann::json p = {{"model", tiny_preset()}, {"log_every", 1000}};
+  p.update(extra);
+  return p.dump();
+}
+
+testing::HarnessOptions cpu_settings() {
+  testing::HarnessOptions options;
+  options.settings.device = "cpu";
+  return options;
+}
+
+// Runs a stage with a context whose log lines are kept.
+struct LoggedRun {
+  std::vector<Sample> out;
+  std::vector<std::string> log;
+};
+
+class VectorEmitter final : public Emitter {
+ public:
+  explicit VectorEmitter(std::vector<Sample>& out) : out_(out) {}
+  void emit(Sample sample) override { out_.push_back(std::move(sample)); }
+
+ private:
+  std::vector<Sample>& out_;
+};
+
+LoggedRun run_logged(const std::string& params_json, std::vector<Sample> inputs) {
+  LoggedRun run;
+  Settings settings;
+  settings.device = "cpu";
+  auto base = testing::make_stage("TrainStep", params_json);
+  auto& stage = dynamic_cast<Stage&>(*base);
+  Context context("step", "TrainStep", settings,
+                  [&](const std::string& line) { run.log.push_back(line); });
+  stage.open(context);
+  VectorEmitter emitter(run.out);
+  for (auto& sample : inputs) stage.process(std::move(sample), emitter);
+  stage.close(emitter);
+  return run;
+}
+
+TEST(LrScheduleTest, WarmupPeakCosineAndFloor) {
+  train::LrSchedule schedule{1e-3, 0.2, 0.01, 25};  // warmup 5 steps, cosine over 20
+  EXPECT_EQ(schedule.warmup_steps(), 5);
+  EXPECT_DOUBLE_EQ(schedule.at(1), 1e-3 / 5);
+  EXPECT_DOUBLE_EQ(schedule.at(3), 1e-3 * 3 / 5);
+  EXPECT_DOUBLE_EQ(schedule.at(5), 1e-3);
+  EXPECT_DOUBLE_EQ(schedule.at(15), 1e-5 + (1e-3 - 1e-5) * 0.5);
+  EXPECT_DOUBLE_EQ(schedule.at(25), 1e-5);
+  EXPECT_DOUBLE_EQ(schedule.at(30), 1e-5);
+  // 5% of 100 is 5 warmup steps despite binary rounding.
+  EXPECT_EQ((train::LrSchedule{1e-4, 0.05, 0.01, 100}.warmup_steps()), 5);
+}
+
+TEST(ClipGradNormTest, MatchesTorchClipGradNorm) {
+  torch::manual_seed(3);
+  std::vector<at::Tensor> ours, theirs;
+  for (auto sizes : {std::vector<int64_t>{4, 5}, std::vector<int64_t>{7}}) {
+    at::Tensor a = torch::zeros(sizes, torch::requires_grad());
+    at::Tensor b = torch::zeros(sizes, torch::requires_grad());
+    at::Tensor grad = torch::randn(sizes) * 3;
+    a.mutable_grad() = grad.clone();
+    b.mutable_grad() = grad.clone();
+    ours.push_back(a);
+    theirs.push_back(b);
+  }
+  const double expected = torch::nn::utils::clip_grad_norm_(theirs, 1.0);
+  const double norm = train::clip_grad_norm(ours, 1.0).item<double>();
+  EXPECT_NEAR(norm, expected, 1e-5);
+  EXPECT_GT(norm, 1.0);
+  for (size_t i = 0; i < ours.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(ours[i].grad(), theirs[i].grad(), 1e-6, 1e-7));
+  }
+  // Below the limit the gradients are left as they are.
+  const at::Tensor before = ours[0].grad().clone();
+  train::clip_grad_norm(ours, 100.0);
+  EXPECT_TRUE(torch::equal(ours[0].grad(), before));
+}
+
+TEST(AdamWTest, MatchesTorchOptimAdamW) {
+  torch::manual_seed(4);
+  at::Tensor ours = torch::randn({6, 3}, torch::requires_grad());
+  at::Tensor theirs = ours.detach().clone().requires_grad_();
+  train::AdamW adamw({ours}, train::AdamWOptions{0.9, 0.95, 1e-8, 0.1});
+  torch::optim::AdamW reference(
+      {theirs}, torch::optim::AdamWOptions(1e-2).betas({0.9, 0.95}).eps(1e-8).weight_decay(0.1));
+  for (int step = 0; step < 5; ++step) {
+    const at::Tensor grad = torch::randn({6, 3});
+    ours.mutable_grad() = grad.clone();
+    theirs.mutable_grad() = grad.clone();
+    adamw.set_lr(1e-2);
+    adamw.step();
+    reference.step();
+  }
+  EXPECT_EQ(adamw.step_count(), 5);
+  EXPECT_TRUE(torch::allclose(ours, theirs, 1e-5, 1e-6))
+      << (ours - theirs).abs().max().item<double>();
+}
+
+TEST(TrainStepTest, LossDecreasesOverThirtyStepsOnAFixedBatch) {
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  std::vector<Sample> inputs;
+  for (int i = 0; i < 30; ++i) inputs.push_back(make_batch(config, 7));
+  const auto records = testing::run_stage(
+      "TrainStep", params({{"learning_rate", 1e-2}, {"warmup_ratio", 0.0}, {"total_steps", 30}}),
+      inputs, cpu_settings());
+  ASSERT_EQ(records.size(), 30u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) {
+    first += records[i].get_double("loss");
+    last += records[25 + i].get_double("loss");
+  }
+  std::string curve;
+  for (const Sample& r : records) curve += std::to_string(r.get_double("loss")) + " ";
+  // Fresh noise every step leaves an irreducible flow-matching loss (about 3.8 here from 4.7), so
+  // the drop is measured against that floor's neighbourhood rather than zero.
+  EXPECT_LT(last, 0.93 * first) << curve;
+  for (int i = 0; i < 30; ++i) {
+    EXPECT_EQ(records[i].get_int("step"), i + 1);
+    EXPECT_TRUE(std::isfinite(records[i].get_double("loss_video")));
+    EXPECT_TRUE(std::isfinite(records[i].get_double("loss_action")));
+    EXPECT_TRUE(std::isfinite(records[i].get_double("loss_future_delta")));
+  }
+}
+
+TEST(TrainStepTest, RecordsCarryTheScheduledLearningRate) {
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  std::vector<Sample> inputs;
+  for (int i = 0; i < 4; ++i) inputs.push_back(make_batch(config, i));
+  const auto records = testing::run_stage(
+      "TrainStep", params({{"learning_rate", 1e-3}, {"warmup_ratio", 0.5}}), inputs,
+      [] {
+        auto options = cpu_settings();
+        options.settings.steps = 4;  // total_steps 0: the schedule follows settings.steps
+        return options;
+      }());
+  const train::LrSchedule schedule{1e-3, 0.5, 0.01, 4};
+  ASSERT_EQ(records.size(), 4u);
+  for (int i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(records[i].get_double("lr"), schedule.at(i + 1));
+  EXPECT_DOUBLE_EQ(records[1].get_double("lr"), 1e-3);
+  EXPECT_DOUBLE_EQ(records[3].get_double("lr"), 1e-5);
+}
+
+TEST(TrainStepTest, ResumeReproducesTheUninterruptedLossCurve) {
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  testing::TempDir dir;
+  const std::string ckpt = dir.file("ckpt");
+  auto batches = [&](int from, int to) {
+    std::vector<Sample> inputs;
+    for (int i = from; i <= to; ++i) inputs.push_back(make_batch(config, 100 + i));
+    return inputs;
+  };
+  const auto full = testing::run_stage(
+      "TrainStep",
+      params({{"total_steps", 10}, {"checkpoint_dir", ckpt}, {"save_every", 5},
+              {"learning_rate", 1e-3}}),
+      batches(1, 10), cpu_settings());
+  ASSERT_EQ(full.size(), 10u);
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step_5.pt"));
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step_10.pt"));
+  std::ifstream latest(ckpt + "/latest");
+  std::string pointer;
+  latest >> pointer;
+  EXPECT_EQ(pointer, "step_10.pt");
+
+  const auto resumed = testing::run_stage(
+      "TrainStep",
+      params({{"total_steps", 10}, {"resume", ckpt + "/step_5.pt"}, {"learning_rate", 1e-3}}),
+      batches(6, 10), cpu_settings());
+  ASSERT_EQ(resumed.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    const Sample& a = full[5 + i];
+    const Sample& b = resumed[i];
+    EXPECT_EQ(b.get_int("step"), a.get_int("step"));
+    for (const char* name : {"loss", "loss_video", "loss_action", "loss_future_delta", "lr"}) {
+      EXPECT_DOUBLE_EQ(b.get_double(name), a.get_double(name)) << name << " at step " << 6 + i;
+    }
+  }
+}
+
+TEST(TrainStepTest, ResumeFromAnotherPresetIsRefused) {
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  testing::TempDir dir;
+  testing::run_stage("TrainStep", params({{"total_steps", 1}, {"checkpoint_dir", dir.file("c")}}),
+                     {make_batch(config, 1)}, cpu_settings());
+  nlohmann::json other = tiny_preset();
+  other["lambda_video"] = 0.25;
+  nlohmann::json p = {{"model", other}, {"total_steps", 1}, {"resume", dir.file("c")}};
+  try {
+    testing::run_stage("TrainStep", p.dump(), {make_batch(config, 1)}, cpu_settings());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("resume: checkpoint " + dir.file("c") +
+                                         "/step_1.pt was written for model config"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("resume with the same model preset"), std::string::npos);
+  }
+}
+
+TEST(TrainStepTest, LogsInTheReferenceFormat) {
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  const auto run = run_logged(params({{"total_steps", 4}, {"log_every", 2}}),
+                              {make_batch(config, 1), make_batch(config, 2)});
+  std::vector<std::string> train_lines;
+  for (const auto& line : run.log) {
+    if (line.rfind("[step] [train]", 0) == 0) train_lines.push_back(line.substr(7));
+  }
+  ASSERT_EQ(train_lines.size(), 1u);
+  const std::regex format(
+      R"(\[train\] epoch=0 step=2/4 loss=\d+\.\d{4} video=\d+\.\d{4} action=\d+\.\d{4} )"
+      R"(future_delta=\d+\.\d{4} lr=\d\.\d{2}e[-+]\d{2} speed=\d+\.\d{2} optimizer_step/s, )"
+      R"(\d+\.\d{2} samples/s eta=\d{2}:\d{2}:\d{2})");
+  EXPECT_TRUE(std::regex_match(train_lines[0], format)) << train_lines[0];
+}
+
+TEST(TrainStepTest, CompiledModeOnCpuRunsEagerAndSaysWhyOnce) {
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  const auto run = run_logged(params({{"total_steps", 2}, {"mode", "compiled"}}),
+                              {make_batch(config, 1), make_batch(config, 2)});
+  const std::string expected =
+      "[step] TrainStep: mode \"compiled\" needs CUDA graphs and a CUDA device; the training device is "
+      "cpu, so the step runs eager.";
+  EXPECT_EQ(std::count(run.log.begin(), run.log.end(), expected), 1) << ::testing::PrintToString(run.log);
+  ASSERT_EQ(run.out.size(), 2u);
+  EXPECT_TRUE(std::isfinite(run.out[1].get_double("loss")));
+}
+
+TEST(TrainStepTest, VlmContextLongerThanThePadIsAnError) {
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  try {
+    testing::run_stage("TrainStep",
+                       params({{"total_steps", 1}, {"mode", "compiled"}, {"vlm_context_pad_to", 4}}),
+                       {make_batch(config, 1)}, cpu_settings());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "VLM context length 6 exceeds vlm_context_pad_to=4: increase it; the context "
+                 "will not be truncated.");
+  }
+}
+
+TEST(TrainStepTest, ScheduleNeedsARunLength) {
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  try {
+    testing::run_stage("TrainStep", params(nlohmann::json::object()), {make_batch(config, 1)},
+                       cpu_settings());
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(),
+                 "TrainStep: the learning-rate schedule needs the run length: set "
+                 "params.total_steps or settings.steps (both are 0)");
+  }
+}
+
+models::TrainBatch to_train_batch(const Sample& s, at::Device device) {
+  auto f = [&](const char* name) { return s.tensor(name).to(device); };
+  return {f("video_latents"), f("memory_video_anchor_latents"), f("memory_video_recent_latents"),
+          f("memory_video_recent_is_pad"), f("context"), f("context_mask"), f("vlm_context"),
+          f("vlm_mask"), f("action"), f("action_is_pad"), f("action_dim_is_pad"), f("proprio")};
+}
+
+// After 5 steps from the same weights on the same batches, the CUDA-graph step and the eager step
+// moved the parameters alike: the replayed optimizer advanced its step count and bias correction.
+TEST(TrainStepCudaTest, CompiledMatchesEagerAfterFiveSteps) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const at::Device device(at::kCUDA, 0);
+  auto config = models::MoTConfig::from_json(tiny_preset());
+  config.checkpoint_group = 1;
+  std::vector<std::vector<at::Tensor>> before, after;
+  for (bool compiled : {false, true}) {
+    torch::manual_seed(5);
+    models::WorldActionModel model(config);
+    model->to(device);
+    model->train();
+    std::vector<at::Tensor> initial;
+    for (const auto& p : model->parameters()) initial.push_back(p.detach().clone());
+    train::AdamW adamw(model->parameters(), train::AdamWOptions{});
+    train::StepRunner runner(model, adamw, device, train::StepOptions{}, compiled, "");
+    EXPECT_EQ(runner.compiled(), compiled);
+    at::Generator gen = train::make_noise_generator(device, 9);
+    for (int step = 1; step <= 5; ++step) {
+      models::TrainBatch batch = to_train_batch(make_batch(config, step), device);
+      train::pad_vlm_context(batch, 8);
+      runner.step(batch, 1e-3, gen);
+    }
+    EXPECT_EQ(adamw.step_count(), 5);
+    std::vector<at::Tensor> final_params;
+    for (const auto& p : model->parameters()) final_params.push_back(p.detach().clone());
+    before.push_back(initial);
+    after.push_back(final_params);
+  }
+  ASSERT_EQ(before[0].size(), before[1].size());
+  std::vector<at::Tensor> eager_delta, compiled_delta;
+  for (size_t i = 0; i < before[0].size(); ++i) {
+    EXPECT_TRUE(torch::equal(before[0][i], before[1][i]));
+    eager_delta.push_back((after[0][i] - before[0][i]).flatten());
+    compiled_delta.push_back((after[1][i] - before[1][i]).flatten());
+  }
+  const at::Tensor e = torch::cat(eager_delta), c = torch::cat(compiled_delta);
+  const double cosine = (torch::dot(e, c) / (e.norm() * c.norm())).item<double>();
+  const double relative = ((e - c).norm() / e.norm()).item<double>();
+  EXPECT_GT(cosine, 0.99);
+  EXPECT_LT(relative, 0.1);  // bf16 autocast: the two paths round differently
+}
+
+}  // namespace
+}  // namespace wam
