@@ -1,0 +1,258 @@
+#include "data/video_io.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libavutil/opt.h>
+#include <libswscale/swscale.h>
+}
+
+#include "wam/error.h"
+
+namespace wam::video {
+namespace {
+
+std::string av_message(int code) {
+  char buffer[AV_ERROR_MAX_STRING_SIZE] = {};
+  av_strerror(code, buffer, sizeof(buffer));
+  return buffer;
+}
+
+// The stamp: 16 data bits in two rows of 8 blocks, and below them the same bits inverted. A bit is
+// read by comparing a block with its inverted twin, so a uniform brightness shift from the codec
+// cancels out, and a pair that is not clearly different marks the stamp unreadable.
+constexpr int kBlock = 8;
+constexpr int kBitsPerRow = 8;
+constexpr int kBits = 16;
+constexpr int kStampWidth = kBitsPerRow * kBlock;  // 64
+constexpr int kStampHeight = 4 * kBlock;           // 32: two data rows, two inverted rows
+constexpr int kMinContrast = 64;                   // of 255, between a block and its twin
+constexpr int64_t kMaxStampedIndex = (int64_t{1} << kBits) - 1;
+
+void fill_block(uint8_t* rgb, int width, int block_x, int block_y, uint8_t value) {
+  for (int y = 0; y < kBlock; ++y) {
+    uint8_t* row = rgb + (static_cast<size_t>(block_y * kBlock + y) * width + block_x * kBlock) * 3;
+    std::fill(row, row + kBlock * 3, value);
+  }
+}
+
+// Mean luma-like value of the block's 4x4 centre: the edges carry most of the codec's ringing.
+int block_level(const uint8_t* rgb, int width, int block_x, int block_y) {
+  int sum = 0;
+  for (int y = 2; y < kBlock - 2; ++y) {
+    const uint8_t* row =
+        rgb + (static_cast<size_t>(block_y * kBlock + y) * width + block_x * kBlock + 2) * 3;
+    for (int x = 0; x < (kBlock - 4) * 3; ++x) sum += row[x];
+  }
+  return sum / ((kBlock - 4) * (kBlock - 4) * 3);
+}
+
+}  // namespace
+
+struct VideoWriter::Impl {
+  std::string path;
+  std::string temp_path;
+  int width = 0;
+  int height = 0;
+  AVFormatContext* format = nullptr;
+  AVCodecContext* codec = nullptr;
+  AVStream* stream = nullptr;
+  SwsContext* scaler = nullptr;
+  AVFrame* frame = nullptr;
+  AVPacket* packet = nullptr;
+  int64_t next_pts = 0;
+  bool finished = false;
+
+  ~Impl() {
+    sws_freeContext(scaler);
+    av_frame_free(&frame);
+    av_packet_free(&packet);
+    avcodec_free_context(&codec);
+    if (format) {
+      if (format->pb) avio_closep(&format->pb);
+      avformat_free_context(format);
+    }
+    if (!finished && !temp_path.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove(temp_path, ignored);
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& what, int code) const {
+    throw Error("cannot write video \"" + path + "\": " + what + ": " + av_message(code));
+  }
+
+  // Sends one frame (null flushes) and muxes every packet the encoder has ready.
+  void encode(const AVFrame* input) {
+    int rc = avcodec_send_frame(codec, input);
+    if (rc < 0) fail("encoding failed", rc);
+    while (true) {
+      rc = avcodec_receive_packet(codec, packet);
+      if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return;
+      if (rc < 0) fail("encoding failed", rc);
+      av_packet_rescale_ts(packet, codec->time_base, stream->time_base);
+      packet->stream_index = stream->index;
+      rc = av_interleaved_write_frame(format, packet);
+      if (rc < 0) fail("writing a packet failed", rc);
+    }
+  }
+};
+
+VideoWriter::VideoWriter(const std::string& path, int width, int height,
+                         const EncodeOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  Impl& w = *impl_;
+  w.path = path;
+  w.width = width;
+  w.height = height;
+  if (width <= 0 || height <= 0 || width % 2 != 0 || height % 2 != 0) {
+    throw Error("cannot write video \"" + path +
+                "\": width and height must be positive and even "
+                "(yuv420p), got " +
+                std::to_string(width) + "x" + std::to_string(height));
+  }
+  if (options.fps <= 0 || options.gop <= 0) {
+    throw Error("cannot write video \"" + path + "\": fps and gop must be positive, got fps " +
+                std::to_string(options.fps) + ", gop " + std::to_string(options.gop));
+  }
+  const char* encoder_name = nullptr;
+  if (options.codec == "av1") {
+    encoder_name = "libsvtav1";
+  } else if (options.codec == "h264") {
+    encoder_name = "libx264";
+  } else {
+    throw Error("cannot write video \"" + path + "\": unknown codec \"" + options.codec +
+                "\" (allowed: av1, h264)");
+  }
+  const AVCodec* encoder = avcodec_find_encoder_by_name(encoder_name);
+  if (!encoder) {
+    throw Error("cannot write video \"" + path + "\": this FFmpeg build has no " +
+                std::string(encoder_name) + " encoder");
+  }
+
+  w.temp_path = path + ".tmp";
+  // The temporary's extension says nothing, so the container is named explicitly.
+  int rc = avformat_alloc_output_context2(&w.format, nullptr, "mp4", w.temp_path.c_str());
+  if (rc < 0) w.fail("cannot create the mp4 muxer", rc);
+
+  w.codec = avcodec_alloc_context3(encoder);
+  w.codec->width = width;
+  w.codec->height = height;
+  w.codec->pix_fmt = AV_PIX_FMT_YUV420P;
+  w.codec->time_base = AVRational{1, options.fps};
+  w.codec->framerate = AVRational{options.fps, 1};
+  w.codec->gop_size = options.gop;
+  w.codec->keyint_min = options.gop;
+  w.codec->flags |= AV_CODEC_FLAG_CLOSED_GOP;
+  if (w.format->oformat->flags & AVFMT_GLOBALHEADER) w.codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
+  std::string crf = std::to_string(options.crf);
+  if (options.codec == "av1") {
+    // LeRobot's encoding: libsvtav1, crf 30, keyframe every `gop` frames, fastest preset.
+    av_opt_set(w.codec->priv_data, "crf", crf.c_str(), 0);
+    av_opt_set(w.codec->priv_data, "preset", "12", 0);
+  } else {
+    w.codec->max_b_frames = options.b_frames ? 2 : 0;
+    av_opt_set(w.codec->priv_data, "crf", crf.c_str(), 0);
+    av_opt_set(w.codec->priv_data, "preset", "veryfast", 0);
+    // No extra keyframes on scene cuts: keyframe spacing is exactly `gop`. With B-frames, use them
+    // always (b-adapt=0), so that pts order really differs from dts order.
+    av_opt_set(w.codec->priv_data, "x264-params",
+               options.b_frames ? "scenecut=0:b-adapt=0" : "scenecut=0", 0);
+  }
+  rc = avcodec_open2(w.codec, encoder, nullptr);
+  if (rc < 0) w.fail("cannot open the " + std::string(encoder_name) + " encoder", rc);
+
+  w.stream = avformat_new_stream(w.format, nullptr);
+  if (!w.stream) w.fail("cannot add a video stream", AVERROR(ENOMEM));
+  w.stream->time_base = w.codec->time_base;
+  w.stream->avg_frame_rate = w.codec->framerate;
+  rc = avcodec_parameters_from_context(w.stream->codecpar, w.codec);
+  if (rc < 0) w.fail("cannot copy the encoder parameters", rc);
+
+  rc = avio_open(&w.format->pb, w.temp_path.c_str(), AVIO_FLAG_WRITE);
+  if (rc < 0) w.fail("cannot open \"" + w.temp_path + "\" for writing", rc);
+  rc = avformat_write_header(w.format, nullptr);
+  if (rc < 0) w.fail("cannot write the mp4 header", rc);
+
+  w.scaler = sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P,
+                            SWS_BICUBIC, nullptr, nullptr, nullptr);
+  w.frame = av_frame_alloc();
+  w.packet = av_packet_alloc();
+  if (!w.scaler || !w.frame || !w.packet) w.fail("cannot allocate buffers", AVERROR(ENOMEM));
+  w.frame->format = AV_PIX_FMT_YUV420P;
+  w.frame->width = width;
+  w.frame->height = height;
+  rc = av_frame_get_buffer(w.frame, 0);
+  if (rc < 0) w.fail("cannot allocate a frame", rc);
+}
+
+VideoWriter::~VideoWriter() = default;
+
+void VideoWriter::write(const uint8_t* rgb) {
+  Impl& w = *impl_;
+  if (w.finished) throw Error("cannot write video \"" + w.path + "\": write() after finish()");
+  // The encoder may still reference the previous frame's buffers.
+  int rc = av_frame_make_writable(w.frame);
+  if (rc < 0) w.fail("cannot allocate a frame", rc);
+  const uint8_t* source[1] = {rgb};
+  const int source_stride[1] = {3 * w.width};
+  sws_scale(w.scaler, source, source_stride, 0, w.height, w.frame->data, w.frame->linesize);
+  w.frame->pts = w.next_pts++;
+  w.encode(w.frame);
+}
+
+void VideoWriter::finish() {
+  Impl& w = *impl_;
+  if (w.finished) return;
+  w.encode(nullptr);
+  int rc = av_write_trailer(w.format);
+  if (rc < 0) w.fail("cannot write the mp4 trailer", rc);
+  rc = avio_closep(&w.format->pb);
+  if (rc < 0) w.fail("cannot close \"" + w.temp_path + "\"", rc);
+  std::error_code error;
+  std::filesystem::rename(w.temp_path, w.path, error);
+  if (error) {
+    throw Error("cannot write video \"" + w.path + "\": renaming \"" + w.temp_path +
+                "\" failed: " + error.message());
+  }
+  w.finished = true;
+}
+
+void stamp_frame_index(uint8_t* rgb, int width, int height, int64_t index) {
+  if (width < kStampWidth || height < kStampHeight) {
+    throw Error("cannot stamp a frame index into a " + std::to_string(width) + "x" +
+                std::to_string(height) + " frame: it needs at least " +
+                std::to_string(kStampWidth) + "x" + std::to_string(kStampHeight) + " pixels");
+  }
+  if (index < 0 || index > kMaxStampedIndex) {
+    throw Error("cannot stamp frame index " + std::to_string(index) + ": the stamp holds 0.." +
+                std::to_string(kMaxStampedIndex));
+  }
+  for (int bit = 0; bit < kBits; ++bit) {
+    bool set = (index >> bit) & 1;
+    int block_x = bit % kBitsPerRow;
+    int block_y = bit / kBitsPerRow;
+    fill_block(rgb, width, block_x, block_y, set ? 255 : 0);
+    fill_block(rgb, width, block_x, block_y + 2, set ? 0 : 255);
+  }
+}
+
+int64_t read_frame_index(const uint8_t* rgb, int width, int height) {
+  if (width < kStampWidth || height < kStampHeight) return -1;
+  int64_t index = 0;
+  for (int bit = 0; bit < kBits; ++bit) {
+    int block_x = bit % kBitsPerRow;
+    int block_y = bit / kBitsPerRow;
+    int level = block_level(rgb, width, block_x, block_y);
+    int twin = block_level(rgb, width, block_x, block_y + 2);
+    if (std::abs(level - twin) < kMinContrast) return -1;
+    if (level > twin) index |= int64_t{1} << bit;
+  }
+  return index;
+}
+
+}  // namespace wam::video

@@ -1,0 +1,377 @@
+#include "data/video_reader.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <optional>
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+#include <libswscale/swscale.h>
+}
+
+#include "wam/error.h"
+
+namespace wam::video {
+namespace {
+
+std::string av_message(int code) {
+  char buffer[AV_ERROR_MAX_STRING_SIZE] = {};
+  av_strerror(code, buffer, sizeof(buffer));
+  return buffer;
+}
+
+std::string seconds(double value) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%.3f s", value);
+  return buffer;
+}
+
+std::string format_fps(double fps) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof(buffer), "%g", fps);
+  return buffer;
+}
+
+}  // namespace
+
+struct VideoReader::Impl {
+  std::string path;
+  AVFormatContext* format = nullptr;
+  AVCodecContext* codec = nullptr;
+  AVPacket* packet = nullptr;
+  AVFrame* frame = nullptr;
+  SwsContext* scaler = nullptr;
+  int stream_index = -1;
+  int width = 0;
+  int height = 0;
+  double time_base = 0;  // seconds per pts tick
+  int64_t start_pts = 0;
+  // Decode timestamps of the keyframes, ascending (the container index holds dts, not pts).
+  std::vector<int64_t> keyframe_dts;
+  // pts - dts of a keyframe: the constant decoding delay that B-frames add. Learned from the first
+  // keyframe; a keyframe that breaks the assumption is caught when decoding starts too late.
+  int64_t keyframe_pts_offset = 0;
+
+  // Decoder position: valid between a seek and the end of the stream.
+  bool positioned = false;
+  bool input_ended = false;
+  size_t reading_keyframe = 0;  // the keyframe run the last packet sent belongs to
+  // The keyframe last seeked to: a demuxer may land before it, and must not be asked again.
+  size_t sought_keyframe = 0;
+  int64_t last_output_index = std::numeric_limits<int64_t>::min();
+
+  ~Impl() {
+    sws_freeContext(scaler);
+    av_frame_free(&frame);
+    av_packet_free(&packet);
+    avcodec_free_context(&codec);
+    avformat_close_input(&format);
+  }
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error("video \"" + path + "\": " + what);
+  }
+  [[noreturn]] void fail(const std::string& what, int code) const {
+    fail(what + ": " + av_message(code));
+  }
+
+  void open() {
+    int rc = avformat_open_input(&format, path.c_str(), nullptr, nullptr);
+    if (rc < 0) throw Error("cannot open video \"" + path + "\": " + av_message(rc));
+    rc = avformat_find_stream_info(format, nullptr);
+    if (rc < 0) fail("cannot read the stream info", rc);
+    const AVCodec* decoder = nullptr;
+    rc = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, &decoder, 0);
+    if (rc == AVERROR_STREAM_NOT_FOUND) fail("has no video stream");
+    if (rc < 0) fail("no decoder for its video stream", rc);
+    stream_index = rc;
+    AVStream* stream = format->streams[stream_index];
+    width = stream->codecpar->width;
+    height = stream->codecpar->height;
+    if (width <= 0 || height <= 0) fail("the video stream has no frame size");
+    time_base = av_q2d(stream->time_base);
+    start_pts = stream->start_time == AV_NOPTS_VALUE ? 0 : stream->start_time;
+
+    codec = avcodec_alloc_context3(decoder);
+    packet = av_packet_alloc();
+    frame = av_frame_alloc();
+    if (!codec || !packet || !frame) fail("cannot allocate a decoder", AVERROR(ENOMEM));
+    rc = avcodec_parameters_to_context(codec, stream->codecpar);
+    if (rc < 0) fail("cannot configure the decoder", rc);
+    codec->thread_count = 1;
+    rc = avcodec_open2(codec, decoder, nullptr);
+    if (rc < 0) fail("cannot open the " + std::string(decoder->name) + " decoder", rc);
+
+    for (int i = 0, n = avformat_index_get_entries_count(stream); i < n; ++i) {
+      const AVIndexEntry* entry = avformat_index_get_entry(stream, i);
+      if (entry->flags & AVINDEX_KEYFRAME) keyframe_dts.push_back(entry->timestamp);
+    }
+    learn_keyframe_offset();
+  }
+
+  // Reads up to the first keyframe packet: its pts - dts is the decoding delay of keyframes.
+  void learn_keyframe_offset() {
+    while (true) {
+      int rc = av_read_frame(format, packet);
+      if (rc == AVERROR_EOF) fail("has no keyframe");
+      if (rc < 0) fail("cannot read a packet", rc);
+      bool found = packet->stream_index == stream_index && (packet->flags & AV_PKT_FLAG_KEY);
+      if (found) {
+        if (packet->pts != AV_NOPTS_VALUE && packet->dts != AV_NOPTS_VALUE) {
+          keyframe_pts_offset = packet->pts - packet->dts;
+        }
+        // Without a container index the whole file is one run from its first keyframe.
+        if (keyframe_dts.empty()) keyframe_dts.push_back(packet->dts);
+      }
+      av_packet_unref(packet);
+      if (found) return;
+    }
+  }
+
+  int64_t index_of_pts(int64_t pts, double fps) const {
+    return std::llround(static_cast<double>(pts - start_pts) * time_base * fps);
+  }
+  int64_t keyframe_index(size_t k, double fps) const {
+    return index_of_pts(keyframe_dts[k] + keyframe_pts_offset, fps);
+  }
+  // The last keyframe at or before frame `index` (the first one when none is).
+  size_t keyframe_for(int64_t index, double fps) const {
+    size_t low = 0, high = keyframe_dts.size();  // answer in [low, high)
+    while (high - low > 1) {
+      size_t middle = low + (high - low) / 2;
+      if (keyframe_index(middle, fps) <= index) {
+        low = middle;
+      } else {
+        high = middle;
+      }
+    }
+    return low;
+  }
+  size_t keyframe_of_dts(int64_t dts) const {
+    auto it = std::upper_bound(keyframe_dts.begin(), keyframe_dts.end(), dts);
+    return it == keyframe_dts.begin() ? 0 : static_cast<size_t>(it - keyframe_dts.begin() - 1);
+  }
+
+  // Demuxers differ in whether they search their index by dts (then the keyframe's pts finds the
+  // same keyframe) or by pts (mp4 in FFmpeg 5.1, where its dts would land one keyframe early).
+  void seek(size_t keyframe, DecodeStats& stats) {
+    const int64_t pts = keyframe_dts[keyframe] + keyframe_pts_offset;
+    int rc = av_seek_frame(format, stream_index, pts, AVSEEK_FLAG_BACKWARD);
+    if (rc < 0) fail("cannot seek to " + seconds((pts - start_pts) * time_base), rc);
+    avcodec_flush_buffers(codec);
+    ++stats.seeks;
+    positioned = true;
+    input_ended = false;
+    reading_keyframe = keyframe;
+    sought_keyframe = keyframe;
+    last_output_index = std::numeric_limits<int64_t>::min();
+  }
+
+  // Seeking to `keyframe` pays when it starts a later run than the one being decoded and skips
+  // frames that decoding through would have produced.
+  bool worth_seeking(size_t keyframe, double fps) const {
+    return keyframe > std::max(reading_keyframe, sought_keyframe) &&
+           keyframe_index(keyframe, fps) > last_output_index + 1;
+  }
+
+  [[noreturn]] void frame_not_found(int64_t index, double fps) const {
+    fail("has no frame at " + seconds(static_cast<double>(index) / fps) + " (frame " +
+         std::to_string(index) + " at " + format_fps(fps) + " fps)");
+  }
+
+  // Sends the next packet of the stream to the decoder (the end-of-stream flush after the last).
+  // Returns false when the decoder has been told that the stream ended.
+  bool feed() {
+    if (input_ended) return false;
+    while (true) {
+      int rc = av_read_frame(format, packet);
+      if (rc == AVERROR_EOF) {
+        input_ended = true;
+        rc = avcodec_send_packet(codec, nullptr);
+        if (rc < 0 && rc != AVERROR_EOF) fail("cannot flush the decoder", rc);
+        return true;
+      }
+      if (rc < 0) fail("cannot read a packet", rc);
+      if (packet->stream_index != stream_index) {
+        av_packet_unref(packet);
+        continue;
+      }
+      if ((packet->flags & AV_PKT_FLAG_KEY) && packet->dts != AV_NOPTS_VALUE) {
+        reading_keyframe = keyframe_of_dts(packet->dts);
+      }
+      int64_t pts = packet->pts;
+      rc = avcodec_send_packet(codec, packet);
+      av_packet_unref(packet);
+      if (rc < 0) {
+        fail("cannot decode the packet at " + seconds((pts - start_pts) * time_base), rc);
+      }
+      return true;
+    }
+  }
+
+  // Decodes the ascending, distinct frame `targets` and hands each one's decoded frame to `sink`
+  // with its position in `targets`. A new forward pass starts (seek to the keyframe run of the
+  // next target) only when that skips frames; within a run it decodes through.
+  void decode(const std::vector<int64_t>& targets, double fps,
+              const std::function<void(size_t, const AVFrame*)>& sink, DecodeStats& stats) {
+    try {
+      decode_targets(targets, fps, sink, stats);
+    } catch (...) {
+      positioned = false;  // the decoder is mid-stream in an unknown state: seek before reuse
+      throw;
+    }
+  }
+
+  void decode_targets(const std::vector<int64_t>& targets, double fps,
+                      const std::function<void(size_t, const AVFrame*)>& sink, DecodeStats& stats) {
+    size_t next = 0;
+    while (next < targets.size()) {
+      int64_t target = targets[next];
+      if (target < 0) frame_not_found(target, fps);
+      size_t keyframe = keyframe_for(target, fps);
+      bool behind = target <= last_output_index;
+      if (!positioned || behind || worth_seeking(keyframe, fps)) {
+        seek(keyframe, stats);
+        next = decode_pass(targets, next, fps, sink, stats, keyframe);
+      } else {
+        next = decode_pass(targets, next, fps, sink, stats, std::nullopt);
+      }
+    }
+  }
+
+  // Decodes forward until targets[next..] are done or the next one lies in a later keyframe run
+  // worth a seek. `seeked_to` is the keyframe just seeked to: when its first frame is already past
+  // the target (a keyframe with a larger decoding delay than learned), the pass restarts one
+  // keyframe earlier.
+  size_t decode_pass(const std::vector<int64_t>& targets, size_t next, double fps,
+                     const std::function<void(size_t, const AVFrame*)>& sink, DecodeStats& stats,
+                     std::optional<size_t> seeked_to) {
+    while (true) {
+      int rc = avcodec_receive_frame(codec, frame);
+      if (rc == AVERROR(EAGAIN)) {
+        if (!feed()) frame_not_found(targets[next], fps);
+        continue;
+      }
+      if (rc == AVERROR_EOF) frame_not_found(targets[next], fps);
+      if (rc < 0) fail("cannot decode a frame", rc);
+      ++stats.frames_decoded;
+      int64_t pts = frame->best_effort_timestamp != AV_NOPTS_VALUE ? frame->best_effort_timestamp
+                                                                   : frame->pts;
+      int64_t index = index_of_pts(pts, fps);
+      if (seeked_to && index > targets[next]) {
+        if (*seeked_to == 0) frame_not_found(targets[next], fps);
+        seek(*seeked_to - 1, stats);
+        seeked_to = *seeked_to - 1;
+        continue;
+      }
+      seeked_to.reset();
+      last_output_index = index;
+      while (next < targets.size() && targets[next] == index) sink(next++, frame);
+      if (next == targets.size()) return next;
+      if (targets[next] < index) frame_not_found(targets[next], fps);
+      if (worth_seeking(keyframe_for(targets[next], fps), fps)) return next;
+    }
+  }
+
+  // Converts a decoded frame to packed RGB24 at `rgb` (H * W * 3 bytes).
+  void to_rgb(const AVFrame* decoded, uint8_t* rgb) {
+    if (decoded->width != width || decoded->height != height) {
+      fail("a frame is " + std::to_string(decoded->width) + "x" + std::to_string(decoded->height) +
+           " but the stream is " + std::to_string(width) + "x" + std::to_string(height));
+    }
+    scaler = sws_getCachedContext(scaler, width, height,
+                                  static_cast<AVPixelFormat>(decoded->format), width, height,
+                                  AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr, nullptr, nullptr);
+    if (!scaler) fail("cannot convert its pixel format to RGB");
+    uint8_t* planes[1] = {rgb};
+    const int strides[1] = {3 * width};
+    sws_scale(scaler, decoded->data, decoded->linesize, 0, height, planes, strides);
+  }
+};
+
+VideoReader::VideoReader(std::string path) : impl_(std::make_unique<Impl>()) {
+  impl_->path = std::move(path);
+  impl_->open();
+}
+
+VideoReader::~VideoReader() = default;
+
+const std::string& VideoReader::path() const { return impl_->path; }
+int VideoReader::width() const { return impl_->width; }
+int VideoReader::height() const { return impl_->height; }
+
+void VideoReader::read_frames(const std::vector<int64_t>& indices, double fps, at::Tensor& out,
+                              DecodeStats& stats) {
+  Impl& r = *impl_;
+  if (!(fps > 0)) r.fail("fps must be positive, got " + format_fps(fps));
+  const int64_t frame_bytes = int64_t{r.height} * r.width * 3;
+  if (out.scalar_type() != at::kByte || !out.is_contiguous() ||
+      out.sizes() != at::IntArrayRef{static_cast<int64_t>(indices.size()), r.height, r.width, 3}) {
+    r.fail("the output tensor must be contiguous uint8 [" + std::to_string(indices.size()) + ", " +
+           std::to_string(r.height) + ", " + std::to_string(r.width) + ", 3]");
+  }
+  std::vector<int64_t> targets = indices;
+  std::sort(targets.begin(), targets.end());
+  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+  // Slot of each target's first request; repeats are copied from it afterwards.
+  std::vector<int64_t> first_slot(targets.size(), -1);
+  for (size_t i = 0; i < indices.size(); ++i) {
+    size_t t = std::lower_bound(targets.begin(), targets.end(), indices[i]) - targets.begin();
+    if (first_slot[t] < 0) first_slot[t] = static_cast<int64_t>(i);
+  }
+  uint8_t* base = out.data_ptr<uint8_t>();
+  r.decode(
+      targets, fps,
+      [&](size_t t, const AVFrame* decoded) {
+        r.to_rgb(decoded, base + first_slot[t] * frame_bytes);
+      },
+      stats);
+  for (size_t i = 0; i < indices.size(); ++i) {
+    size_t t = std::lower_bound(targets.begin(), targets.end(), indices[i]) - targets.begin();
+    if (first_slot[t] != static_cast<int64_t>(i)) {
+      std::memcpy(base + i * frame_bytes, base + first_slot[t] * frame_bytes, frame_bytes);
+    }
+  }
+}
+
+at::Tensor VideoReader::read_frames(const std::vector<int64_t>& indices, double fps,
+                                    DecodeStats& stats) {
+  at::Tensor out =
+      at::empty({static_cast<int64_t>(indices.size()), impl_->height, impl_->width, 3}, at::kByte);
+  read_frames(indices, fps, out, stats);
+  return out;
+}
+
+at::Tensor VideoReader::read_range(int64_t first, int64_t last, double fps, DecodeStats& stats) {
+  if (last < first) {
+    impl_->fail("empty frame range " + std::to_string(first) + ".." + std::to_string(last));
+  }
+  std::vector<int64_t> indices(static_cast<size_t>(last - first + 1));
+  for (size_t i = 0; i < indices.size(); ++i) indices[i] = first + static_cast<int64_t>(i);
+  return read_frames(indices, fps, stats);
+}
+
+std::shared_ptr<VideoReader> ReaderCache::acquire(const std::string& path, size_t capacity,
+                                                  DecodeStats& stats) {
+  for (auto it = readers_.begin(); it != readers_.end(); ++it) {
+    if ((*it)->path() == path) {
+      readers_.splice(readers_.begin(), readers_, it);
+      return readers_.front();
+    }
+  }
+  auto reader = std::make_shared<VideoReader>(path);
+  ++stats.readers_opened;
+  if (capacity == 0) return reader;
+  readers_.push_front(reader);
+  while (readers_.size() > capacity) readers_.pop_back();
+  return reader;
+}
+
+}  // namespace wam::video

@@ -1,0 +1,295 @@
+// VideoWriter, the frame-index stamp and VideoReader (sparse and full decoding) on small videos
+// encoded here, and on the real LeRobot dataset in shared/data when present.
+#include "data/video_io.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "data/video_reader.h"
+#include "wam/error.h"
+
+namespace wam::video {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kWidth = 96;
+constexpr int kHeight = 64;
+constexpr int kFrames = 60;
+constexpr int kFps = 30;
+
+std::string error_text(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            ("wam_video_io_test_" + std::to_string(getpid()) + "_" + std::to_string(counter_++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+// Frames with moving texture (so that codecs predict between frames) and the index stamped.
+std::vector<uint8_t> make_frame(int index) {
+  std::vector<uint8_t> rgb(size_t{kWidth} * kHeight * 3);
+  for (int y = 0; y < kHeight; ++y) {
+    for (int x = 0; x < kWidth; ++x) {
+      uint8_t* p = &rgb[(static_cast<size_t>(y) * kWidth + x) * 3];
+      p[0] = static_cast<uint8_t>((x * 4 + index * 3) & 0xff);
+      p[1] = static_cast<uint8_t>((y * 4 + index * 5) & 0xff);
+      p[2] = static_cast<uint8_t>(((x ^ y) * 8) & 0xff);
+    }
+  }
+  stamp_frame_index(rgb.data(), kWidth, kHeight, index);
+  return rgb;
+}
+
+std::string encode(const std::string& path, const EncodeOptions& options, int frames = kFrames) {
+  VideoWriter writer(path, kWidth, kHeight, options);
+  for (int i = 0; i < frames; ++i) writer.write(make_frame(i).data());
+  writer.finish();
+  return path;
+}
+
+int64_t stamp_of(const at::Tensor& frame) {
+  at::Tensor contiguous = frame.contiguous();
+  return read_frame_index(contiguous.data_ptr<uint8_t>(), static_cast<int>(frame.size(1)),
+                          static_cast<int>(frame.size(0)));
+}
+
+TEST(FrameStampTest, RoundTripsEveryBitPattern) {
+  std::vector<uint8_t> rgb(size_t{kWidth} * kHeight * 3, 128);
+  for (int64_t index : {0, 1, 2, 255, 256, 4097, 21845, 43690, 65535}) {
+    stamp_frame_index(rgb.data(), kWidth, kHeight, index);
+    EXPECT_EQ(read_frame_index(rgb.data(), kWidth, kHeight), index);
+  }
+}
+
+TEST(FrameStampTest, UnstampedFrameIsUnreadable) {
+  std::vector<uint8_t> grey(size_t{kWidth} * kHeight * 3, 128);
+  EXPECT_EQ(read_frame_index(grey.data(), kWidth, kHeight), -1);
+}
+
+TEST(FrameStampTest, RejectsSmallFramesAndLargeIndices) {
+  std::vector<uint8_t> rgb(size_t{kWidth} * kHeight * 3);
+  EXPECT_EQ(error_text([&] { stamp_frame_index(rgb.data(), 32, 32, 1); }),
+            "cannot stamp a frame index into a 32x32 frame: it needs at least 64x32 pixels");
+  EXPECT_EQ(error_text([&] { stamp_frame_index(rgb.data(), kWidth, kHeight, 65536); }),
+            "cannot stamp frame index 65536: the stamp holds 0..65535");
+}
+
+TEST(VideoWriterTest, RenamesTheTemporaryOnFinishAndRemovesItOtherwise) {
+  TempDir dir;
+  EncodeOptions options;
+  options.codec = "h264";
+  {
+    VideoWriter writer(dir.file("kept.mp4"), kWidth, kHeight, options);
+    writer.write(make_frame(0).data());
+    EXPECT_TRUE(fs::exists(dir.file("kept.mp4.tmp")));
+    EXPECT_FALSE(fs::exists(dir.file("kept.mp4")));
+    writer.finish();
+  }
+  EXPECT_TRUE(fs::exists(dir.file("kept.mp4")));
+  EXPECT_FALSE(fs::exists(dir.file("kept.mp4.tmp")));
+  {
+    VideoWriter writer(dir.file("dropped.mp4"), kWidth, kHeight, options);
+    writer.write(make_frame(0).data());
+  }
+  EXPECT_FALSE(fs::exists(dir.file("dropped.mp4")));
+  EXPECT_FALSE(fs::exists(dir.file("dropped.mp4.tmp")));
+}
+
+TEST(VideoWriterTest, RejectsUnknownCodecAndOddSizes) {
+  TempDir dir;
+  EncodeOptions options;
+  options.codec = "vp9";
+  std::string path = dir.file("x.mp4");
+  EXPECT_EQ(error_text([&] { VideoWriter(path, kWidth, kHeight, options); }),
+            "cannot write video \"" + path + "\": unknown codec \"vp9\" (allowed: av1, h264)");
+  options.codec = "av1";
+  EXPECT_EQ(error_text([&] { VideoWriter(path, 95, kHeight, options); }),
+            "cannot write video \"" + path +
+                "\": width and height must be positive and even (yuv420p), got 95x64");
+}
+
+struct CodecCase {
+  std::string name;
+  EncodeOptions options;
+};
+
+class VideoReaderTest : public ::testing::TestWithParam<CodecCase> {
+ protected:
+  static void SetUpTestSuite() { dir_ = new TempDir(); }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  // One encode per codec case, shared by its tests.
+  std::string video() {
+    std::string path = dir_->file(GetParam().name + ".mp4");
+    if (!fs::exists(path)) encode(path, GetParam().options);
+    return path;
+  }
+  static inline TempDir* dir_ = nullptr;
+};
+
+TEST_P(VideoReaderTest, SparseReturnsTheStampedFrameForRandomIndices) {
+  VideoReader reader(video());
+  EXPECT_EQ(reader.width(), kWidth);
+  EXPECT_EQ(reader.height(), kHeight);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int64_t> pick(0, kFrames - 1);
+  for (int round = 0; round < 5; ++round) {
+    std::vector<int64_t> indices(11);
+    for (auto& k : indices) k = pick(rng);
+    indices[3] = indices[7];  // a repeat, as anchor and recent share frames near episode start
+    DecodeStats stats;
+    at::Tensor frames = reader.read_frames(indices, kFps, stats);
+    ASSERT_EQ(frames.sizes(), (at::IntArrayRef{11, kHeight, kWidth, 3}));
+    for (size_t i = 0; i < indices.size(); ++i) {
+      EXPECT_EQ(stamp_of(frames[static_cast<int64_t>(i)]), indices[i])
+          << "round " << round << ", position " << i;
+    }
+  }
+}
+
+TEST_P(VideoReaderTest, FullRangeEqualsSparseBytewise) {
+  VideoReader reader(video());
+  DecodeStats full_stats, sparse_stats;
+  at::Tensor range = reader.read_range(10, 42, kFps, full_stats);
+  ASSERT_EQ(range.size(0), 33);
+  std::vector<int64_t> window;
+  for (int64_t k = 10; k <= 42; k += 4) window.push_back(k);
+  at::Tensor sparse = reader.read_frames(window, kFps, sparse_stats);
+  for (size_t i = 0; i < window.size(); ++i) {
+    at::Tensor from_range = range[window[i] - 10];
+    EXPECT_EQ(stamp_of(from_range), window[i]);
+    EXPECT_TRUE(at::equal(from_range, sparse[static_cast<int64_t>(i)])) << "frame " << window[i];
+  }
+  for (int64_t k = 0; k < 33; ++k) EXPECT_EQ(stamp_of(range[k]), 10 + k);
+  EXPECT_EQ(full_stats.seeks, 1);
+  EXPECT_LT(sparse_stats.frames_decoded, full_stats.frames_decoded);
+}
+
+TEST_P(VideoReaderTest, FrameBeyondTheEndNamesFileAndTimestamp) {
+  VideoReader reader(video());
+  DecodeStats stats;
+  EXPECT_EQ(error_text([&] {
+              reader.read_frames({3, kFrames}, kFps, stats);
+            }),
+            "video \"" + reader.path() + "\": has no frame at 2.000 s (frame 60 at 30 fps)");
+  // The reader stays usable after the error.
+  EXPECT_EQ(stamp_of(reader.read_frames({kFrames - 1}, kFps, stats)[0]), kFrames - 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, VideoReaderTest,
+                         ::testing::Values(CodecCase{"av1_gop2", {"av1", kFps, 2, false, 30}},
+                                           CodecCase{"h264_bframes_gop30",
+                                                     {"h264", kFps, 30, true, 23}}),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(VideoReaderCostTest, SparseDecodesOneFramePerTargetAtGop2) {
+  TempDir dir;
+  std::string path = encode(dir.file("gop2.mp4"), EncodeOptions{"av1", kFps, 2, false, 30});
+  VideoReader reader(path);
+  std::vector<int64_t> plan = {0, 8, 10, 14, 18, 22, 26, 30, 34, 38, 42};
+  DecodeStats sparse;
+  reader.read_frames(plan, kFps, sparse);
+  // Every target is a keyframe at GOP 2 and even indices: one seek and one frame each.
+  EXPECT_EQ(sparse.seeks, 11);
+  EXPECT_EQ(sparse.frames_decoded, 11);
+  DecodeStats full;
+  reader.read_range(10, 42, kFps, full);
+  EXPECT_EQ(full.seeks, 1);
+  EXPECT_EQ(full.frames_decoded, 33);
+}
+
+TEST(VideoReaderErrorTest, MissingFile) {
+  TempDir dir;
+  std::string path = dir.file("missing.mp4");
+  EXPECT_EQ(error_text([&] { VideoReader reader(path); }),
+            "cannot open video \"" + path + "\": No such file or directory");
+}
+
+TEST(VideoReaderErrorTest, TruncatedFile) {
+  TempDir dir;
+  std::string path = encode(dir.file("cut.mp4"), EncodeOptions{"h264", kFps, 30, true, 23});
+  fs::resize_file(path, fs::file_size(path) / 2);
+  EXPECT_EQ(error_text([&] { VideoReader reader(path); }),
+            "cannot open video \"" + path + "\": Invalid data found when processing input");
+}
+
+TEST(VideoReaderErrorTest, NotAVideo) {
+  TempDir dir;
+  std::string path = dir.file("notes.mp4");
+  std::ofstream(path) << "not a video\n";
+  EXPECT_EQ(error_text([&] { VideoReader reader(path); }),
+            "cannot open video \"" + path + "\": Invalid data found when processing input");
+}
+
+TEST(ReaderCacheTest, ReusesOpenReadersUpToCapacity) {
+  TempDir dir;
+  std::vector<std::string> paths;
+  for (int i = 0; i < 3; ++i) {
+    paths.push_back(encode(dir.file("v" + std::to_string(i) + ".mp4"),
+                           EncodeOptions{"h264", kFps, 30, false, 23}, 4));
+  }
+  ReaderCache cache;
+  DecodeStats stats;
+  auto first = cache.acquire(paths[0], 2, stats);
+  EXPECT_EQ(cache.acquire(paths[0], 2, stats), first);
+  cache.acquire(paths[1], 2, stats);
+  cache.acquire(paths[2], 2, stats);  // evicts paths[0], the least recently used
+  EXPECT_NE(cache.acquire(paths[0], 2, stats), first);
+  EXPECT_EQ(stats.readers_opened, 4);
+  EXPECT_NE(cache.acquire(paths[1], 0, stats), cache.acquire(paths[1], 0, stats));
+}
+
+// The real dataset: H.264 with B-frames, a keyframe every 250 frames, 20 fps, timestamps from 0.
+TEST(VideoReaderDatasetTest, GrootPickAndPlaceSparseEqualsFull) {
+  const std::string path =
+      "/work/shared/data/lerobot-gr00t-picknplace/videos/chunk-000/observation.images.ego_view/"
+      "episode_000000.mp4";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is not present";
+  VideoReader reader(path);
+  EXPECT_EQ(reader.width(), 256);
+  EXPECT_EQ(reader.height(), 256);
+  const std::vector<int64_t> wanted = {0, 137, 260};
+  DecodeStats sparse_stats, full_stats;
+  at::Tensor sparse = reader.read_frames(wanted, 20.0, sparse_stats);
+  at::Tensor range = reader.read_range(0, 260, 20.0, full_stats);
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    EXPECT_TRUE(at::equal(sparse[static_cast<int64_t>(i)], range[wanted[i]]))
+        << "frame " << wanted[i];
+  }
+  // Different frames really differ (the decoder did not return one frame three times).
+  EXPECT_FALSE(at::equal(sparse[0], sparse[1]));
+  EXPECT_FALSE(at::equal(sparse[1], sparse[2]));
+  // 0..137 in the first keyframe run, then a seek to the keyframe at 250 instead of decoding
+  // 138..249.
+  EXPECT_EQ(sparse_stats.seeks, 2);
+  EXPECT_EQ(full_stats.frames_decoded, 261);
+}
+
+}  // namespace
+}  // namespace wam::video
