@@ -38,8 +38,7 @@ struct VaeEncodeParams {
       Min{0});
     v("device", device, "Where the encoder runs (auto: CUDA when available).",
       OneOf{"auto", "cpu", "cuda"});
-    v("dtype", dtype, "Encoder precision; the latents have it too.",
-      OneOf{"float32", "bfloat16"});
+    v("dtype", dtype, "Encoder precision; the latents have it too.", OneOf{"float32", "bfloat16"});
   }
 };
 
@@ -66,8 +65,8 @@ class VaeEncodeStage final : public Stage {
     if (params_.encoder == "torchscript") {
       encoder_ = models::load_torchscript_vae(params_.path, placement);
     } else {
-      encoder_ = models::make_builtin_vae(params_.width, static_cast<uint64_t>(params_.seed),
-                                          placement);
+      encoder_ =
+          models::make_builtin_vae(params_.width, static_cast<uint64_t>(params_.seed), placement);
     }
     context.log("VaeEncode: " + params_.encoder + " encoder on " + placement.device.str() + " (" +
                 params_.dtype + ")");

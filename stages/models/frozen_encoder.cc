@@ -16,8 +16,9 @@ EncoderPlacement resolve_placement(const std::string& device, const std::string&
   EncoderPlacement placement;
   const bool has_cuda = torch::cuda::is_available();
   if (device == "cuda" && !has_cuda) {
-    throw Error(owner + ": param device is \"cuda\" but this LibTorch sees no CUDA device; use "
-                        "\"auto\" or \"cpu\"");
+    throw Error(owner +
+                ": param device is \"cuda\" but this LibTorch sees no CUDA device; use "
+                "\"auto\" or \"cpu\"");
   }
   if (device == "cuda" || (device == "auto" && has_cuda)) placement.device = at::Device(at::kCUDA);
   placement.dtype = dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
@@ -49,8 +50,9 @@ void init_frozen(torch::nn::Module& module, uint64_t seed, const EncoderPlacemen
 torch::jit::Module load_frozen_script(const std::string& path, const std::string& what,
                                       const EncoderPlacement& placement) {
   if (path.empty()) {
-    throw Error(what + ": param path is required with encoder \"torchscript\" (a file written by "
-                       "torch.jit.save)");
+    throw Error(what +
+                ": param path is required with encoder \"torchscript\" (a file written by "
+                "torch.jit.save)");
   }
   if (!std::filesystem::is_regular_file(path)) {
     throw Error(what + ": TorchScript file " + path + " does not exist");
@@ -59,7 +61,8 @@ torch::jit::Module load_frozen_script(const std::string& path, const std::string
   try {
     module = torch::jit::load(path, placement.device);
   } catch (const c10::Error& e) {
-    throw Error(what + ": cannot load TorchScript file " + path + ": " + e.what_without_backtrace());
+    throw Error(what + ": cannot load TorchScript file " + path + ": " +
+                e.what_without_backtrace());
   }
   module.eval();
   for (auto p : module.parameters()) p.set_requires_grad(false);
@@ -76,8 +79,7 @@ at::Tensor call_script(torch::jit::Module& module, std::vector<torch::jit::IValu
     throw Error(what + " " + path + ": forward failed: " + e.what_without_backtrace());
   }
   if (!output.isTensor()) {
-    throw Error(what + " " + path + ": forward must return a Tensor, got " +
-                output.tagKind());
+    throw Error(what + " " + path + ": forward must return a Tensor, got " + output.tagKind());
   }
   return output.toTensor();
 }
@@ -131,8 +133,8 @@ EncoderBlockImpl::EncoderBlockImpl(int64_t width, int64_t heads) : heads_(heads)
   qkv_ = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(width, 3 * width)));
   out_ = register_module("out", torch::nn::Linear(torch::nn::LinearOptions(width, width)));
   mlp_norm_ = register_module("mlp_norm", RMSNorm(width));
-  gate_up_ = register_module("gate_up",
-                             torch::nn::Linear(torch::nn::LinearOptions(width, 4 * width)));
+  gate_up_ =
+      register_module("gate_up", torch::nn::Linear(torch::nn::LinearOptions(width, 4 * width)));
   down_ = register_module("down", torch::nn::Linear(torch::nn::LinearOptions(2 * width, width)));
 }
 

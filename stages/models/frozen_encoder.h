@@ -3,12 +3,12 @@
 // VLM and text stand-ins are made of.
 #pragma once
 
+#include <torch/script.h>
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <string>
 #include <utility>
-
-#include <torch/script.h>
-#include <torch/torch.h>
 
 namespace wam::models {
 

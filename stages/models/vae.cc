@@ -16,8 +16,8 @@ void check_vae_input(const at::Tensor& video, const std::string& field) {
     throw Error(where + ": the VAE encodes RGB video [B, 3, T, H, W]");
   }
   if (video.size(2) % kVaeTemporalFactor != 1) {
-    throw Error("Video T must satisfy T % 4 == 1 (" + where + ", T = " +
-                std::to_string(video.size(2)) + ")");
+    throw Error("Video T must satisfy T % 4 == 1 (" + where +
+                ", T = " + std::to_string(video.size(2)) + ")");
   }
   if (video.size(3) % kVaeSpatialFactor != 0 || video.size(4) % kVaeSpatialFactor != 0) {
     throw Error("Video spatial dims must be multiples of 16 (" + where + ", H x W = " +
@@ -33,8 +33,9 @@ class CausalConv3dImpl : public torch::nn::Module {
  public:
   CausalConv3dImpl(int64_t in, int64_t out, int64_t kernel) : time_pad_(kernel - 1) {
     conv_ = register_module(
-        "conv", torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, kernel)
-                                      .padding(torch::ExpandingArray<3>({0, kernel / 2, kernel / 2}))));
+        "conv",
+        torch::nn::Conv3d(torch::nn::Conv3dOptions(in, out, kernel)
+                              .padding(torch::ExpandingArray<3>({0, kernel / 2, kernel / 2}))));
   }
   at::Tensor forward(const at::Tensor& x) {
     return conv_(torch::constant_pad_nd(x, {0, 0, 0, 0, time_pad_, 0}));
@@ -147,8 +148,8 @@ class ScriptedVae final : public VaeEncoder {
   }
   at::Tensor encode(const at::Tensor& video) override {
     torch::NoGradGuard no_grad;
-    at::Tensor latents = call_script(
-        module_, {video.to(placement_.device, placement_.dtype)}, "TorchScript VAE", path_);
+    at::Tensor latents = call_script(module_, {video.to(placement_.device, placement_.dtype)},
+                                     "TorchScript VAE", path_);
     const std::vector<int64_t> expected = vae_latent_shape(video.sizes());
     if (latents.sizes() != at::IntArrayRef(expected)) {
       throw Error("TorchScript VAE " + path_ + ": for a video " + shape_string(video.sizes()) +

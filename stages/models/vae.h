@@ -4,12 +4,12 @@
 // user's TorchScript export of the real encoder.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <torch/torch.h>
 
 #include "models/frozen_encoder.h"
 

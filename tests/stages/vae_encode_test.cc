@@ -1,8 +1,7 @@
 #include <gtest/gtest.h>
+#include <torch/script.h>
 
 #include <filesystem>
-
-#include <torch/script.h>
 
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
@@ -93,9 +92,10 @@ TEST(VaeEncodeTest, RejectsFrameCountsOutsideFourKPlusOne) {
 }
 
 TEST(VaeEncodeTest, RejectsSpatialSizesNotMultipleOf16) {
-  EXPECT_EQ(encode_error(kBuiltin, video_batch(1, 5, 40, 32)),
-            "Video spatial dims must be multiples of 16 (field \"video\" is Float[1, 3, 5, 40, 32], "
-            "H x W = 40 x 32)");
+  EXPECT_EQ(
+      encode_error(kBuiltin, video_batch(1, 5, 40, 32)),
+      "Video spatial dims must be multiples of 16 (field \"video\" is Float[1, 3, 5, 40, 32], "
+      "H x W = 40 x 32)");
 }
 
 // forward(video) = 16x16 mean pools of every 4th frame, channels tiled to 48, times `scale`.
@@ -116,14 +116,15 @@ TEST(VaeEncodeTest, TorchScriptEncoderLoadsAndMatchesItsReference) {
 
   Sample input = video_batch(2, 9, 64, 32);
   const at::Tensor video = input.tensor("video");
-  const at::Tensor expected = video.index({torch::indexing::Slice(), torch::indexing::Slice(),
-                                           torch::indexing::Slice(0, torch::indexing::None, 4)})
+  const at::Tensor expected = video
+                                  .index({torch::indexing::Slice(), torch::indexing::Slice(),
+                                          torch::indexing::Slice(0, torch::indexing::None, 4)})
                                   .reshape({2, 3, 3, 4, 16, 2, 16})
                                   .mean({4, 6})
                                   .repeat({1, 16, 1, 1, 1}) *
                               0.5;
-  const Sample out = encode(
-      R"({"encoder": "torchscript", "device": "cpu", "path": ")" + path + R"("})", input);
+  const Sample out =
+      encode(R"({"encoder": "torchscript", "device": "cpu", "path": ")" + path + R"("})", input);
   EXPECT_EQ(out.tensor("video_latents").sizes(), (std::vector<int64_t>{2, 48, 3, 4, 2}));
   EXPECT_TRUE(torch::allclose(out.tensor("video_latents"), expected, 1e-6, 1e-6));
   std::filesystem::remove(path);
@@ -135,7 +136,7 @@ TEST(VaeEncodeTest, WrongShapedTorchScriptEncoderIsRejectedAtOpen) {
 def forward(self, video):
     x = video[:, :, ::4]
     b, c, t, h, w = x.size(0), x.size(1), x.size(2), x.size(3), x.size(4)
-    return x.reshape([b, c, t, h // 16, 16, w // 16, 16]).mean([4, 6]).repeat([1, 5, 1, 1, 1])[:, :16]
+    return x.reshape([b, c, t, h // 16, 16, w // 16, 16]).mean([4, 6]).repeat([1, 6, 1, 1, 1])[:, :16]
 )");
   const std::string path = temp_file("sixteen.pt");
   module.save(path);
