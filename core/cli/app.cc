@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/dataset_commands.h"
+#include "cli/text_cache_commands.h"
 #include "wam/pipeline.h"
 #include "wam/registry.h"
 #include "wam/runner.h"
@@ -209,6 +210,7 @@ int run_cli(int argc, char** argv) {
   graph->add_option("-o,--output", graph_out, "Output .dot file (default: stdout)");
 
   DatasetCommands dataset_commands(app);
+  TextCacheCommands text_cache_commands(app);
 
   CLI11_PARSE(app, argc, argv);
 
@@ -219,6 +221,7 @@ int run_cli(int argc, char** argv) {
     if (*describe) return cmd_describe(describe_type);
     if (*graph) return cmd_graph(graph_args, graph_out);
     if (dataset_commands.selected()) return dataset_commands.run();
+    if (text_cache_commands.selected()) return text_cache_commands.run();
   } catch (const wam::ConfigError& e) {
     std::cerr << e.what() << "\n";
     return kExitInvalid;
