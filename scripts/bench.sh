@@ -25,32 +25,38 @@ for item in "${what[@]}"; do
     data)
       root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gop2
       if [ ! -f "$root/meta/info.json" ]; then
-        "$bin" dataset synth --preset robotwin --episodes 6 --frames-per-episode 150 --gop 2 \
-          --codec av1 --out "$root" >/dev/null
+        "$bin" dataset synth --preset robotwin --episodes 4 --frames-per-episode 96 --gop 2 \
+          --codec av1 --out "$root" >/dev/null 2>&1
       fi
-      steps=${WAM_BENCH_STEPS:-12}
-      printf '%-10s %-8s %10s %12s\n' mode threads samples/s "decode busy"
-      declare -A rate
-      for threads in 0 1; do
-        for mode in full sparse; do
+      samples=${WAM_BENCH_SAMPLES:-96}
+      # name | pipeline | stop after | extra overrides
+      runs=(
+        "decode full (readers reused)|robotwin_data_baseline|decode|nodes.decode.params.cache_readers=16"
+        "decode sparse (readers reused)|robotwin_data_online|decode|"
+        "decode baseline profile|robotwin_data_baseline|decode|"
+        "decode online profile|robotwin_data_online|decode|"
+        "data path baseline profile|robotwin_data_baseline|augment|"
+        "data path online profile|robotwin_data_online|augment|"
+      )
+      printf '%-32s %7s %10s %s\n' run threads samples/s "busiest node"
+      for threads in 2 1; do
+        for spec in "${runs[@]}"; do
+          IFS='|' read -r name pipeline stop extra <<<"$spec"
           stats=$(mktemp)
-          profile=$([ "$mode" = full ] && echo baseline || echo online)
-          ROBOTWIN_DATA_ROOT=$root "$bin" run "pipelines/robotwin_data_$profile.json" \
-            --steps "$steps" --threads "$threads" --report-every 0 --stats-out "$stats" \
-            --set settings.seed=7 >/dev/null 2>&1
-          line=$(python3 - "$stats" "$mode" "$threads" <<'PY'
+          args=(--set settings.seed=7 --set "nodes.sampler.params.max_samples=$samples")
+          [ -n "$extra" ] && args+=(--set "$extra")
+          ROBOTWIN_DATA_ROOT=$root "$bin" run "pipelines/$pipeline.json" --stop-after "$stop" \
+            --threads "$threads" --report-every 0 --stats-out "$stats" "${args[@]}" >/dev/null 2>&1
+          python3 - "$stats" "$name" "$stop" <<'PY'
 import json, sys
 stats = json.load(open(sys.argv[1]))
 nodes = {n["id"]: n for n in stats["nodes"]}
-rate = nodes["augment"]["out"] / stats["wall_s"]
-print(f'{sys.argv[2]:<10} {stats["threads"]:<8} {rate:10.1f} {nodes["decode"]["busy_s"]:11.2f}s')
+rate = nodes[sys.argv[3]]["out"] / stats["wall_s"]
+busiest = max(stats["nodes"], key=lambda n: n["utilisation"])
+print(f'{sys.argv[2]:<32} {stats["threads"]:>7} {rate:10.2f} {busiest["id"]} {100 * busiest["utilisation"]:.0f}%')
 PY
-)
-          echo "$line"
-          rate[$mode$threads]=$(echo "$line" | awk '{print $3}')
           rm -f "$stats"
         done
-        echo "sparse/full (threads=$threads): $(python3 -c "print(round(${rate[sparse$threads]}/${rate[full$threads]}, 2))")x"
       done
       ;;
   esac

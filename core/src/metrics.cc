@@ -21,8 +21,11 @@ void NodeMetrics::start() {
   std::lock_guard<std::mutex> lock(mutex_);
   queue_sum_ += queued_;
   ++queue_samples_;
-  if (queued_ > 0) --queued_;
-  if (queued_ + active_ == 0) starved_ += Clock::now() - idle_since_;  // arrival not announced
+  if (queued_ > 0) {
+    --queued_;
+  } else if (active_ == 0) {
+    starved_ += Clock::now() - idle_since_;  // an arrival that was not announced ends the idle span
+  }
   ++active_;
 }
 

@@ -7,6 +7,7 @@
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/log.h>
 #include <libavutil/opt.h>
 #include <libswscale/swscale.h>
 }
@@ -102,9 +103,19 @@ struct VideoWriter::Impl {
   }
 };
 
+void quiet_codec_logs() {
+  static const bool quieted = [] {
+    av_log_set_level(AV_LOG_ERROR);
+    setenv("SVT_LOG", "1", /*overwrite=*/0);  // SVT-AV1: errors only, unless the user asked
+    return true;
+  }();
+  (void)quieted;
+}
+
 VideoWriter::VideoWriter(const std::string& path, int width, int height,
                          const EncodeOptions& options)
     : impl_(std::make_unique<Impl>()) {
+  quiet_codec_logs();
   Impl& w = *impl_;
   w.path = path;
   w.width = width;

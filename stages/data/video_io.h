@@ -40,6 +40,10 @@ class VideoWriter {
   std::unique_ptr<Impl> impl_;
 };
 
+// FFmpeg and SVT-AV1 print banners and per-file info to stderr; our errors carry their messages
+// instead. Lowers both to errors only, once per process (idempotent).
+void quiet_codec_logs();
+
 // Paints `index` into the top-left corner of an RGB24 frame as a block pattern that survives lossy
 // compression (at least 64x32 pixels needed); read_frame_index() returns it, or -1 if unreadable.
 void stamp_frame_index(uint8_t* rgb, int width, int height, int64_t index);

@@ -1,5 +1,7 @@
 #include "data/video_reader.h"
 
+#include "data/video_io.h"
+
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -297,6 +299,7 @@ struct VideoReader::Impl {
 };
 
 VideoReader::VideoReader(std::string path) : impl_(std::make_unique<Impl>()) {
+  quiet_codec_logs();
   impl_->path = std::move(path);
   impl_->open();
 }

@@ -39,7 +39,7 @@ expect "describe unknown type" 2 \
 expect "custom stage registers beside the built-ins" 0 \
   "Brightness          stage   Scales a video tensor by a constant gain." -- "$custom_bin" stages
 expect "custom stage describes its params" 0 \
-  '  gain    number  1.1      [>= 0, <= 4] Multiplier applied to the video.' -- "$custom_bin" describe Brightness
+  '  gain   number  1.1      [>= 0, <= 4] Multiplier applied to the video.' -- "$custom_bin" describe Brightness
 for pipeline in pipelines/*.json; do
   expect "validate $pipeline" 0 "" -- "$bin" validate "$pipeline"
   expect "graph $pipeline" 0 "" -- "$bin" graph "$pipeline" -o "$work/graph.dot"

@@ -6,6 +6,10 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+extern "C" {
+#include <libavutil/log.h>
+}
+
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -19,6 +23,9 @@ namespace wam::video {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Encoder statistics and the demuxer's complaints about the broken files below are expected.
+const bool kQuietFfmpeg = (av_log_set_level(AV_LOG_FATAL), true);
 
 constexpr int kWidth = 96;
 constexpr int kHeight = 64;
@@ -136,6 +143,8 @@ struct CodecCase {
   std::string name;
   EncodeOptions options;
 };
+// Names the case in test listings instead of gtest's byte dump.
+void PrintTo(const CodecCase& c, std::ostream* os) { *os << c.name; }
 
 class VideoReaderTest : public ::testing::TestWithParam<CodecCase> {
  protected:

@@ -1,0 +1,175 @@
+// VideoDecode: decodes the frames a sample needs from each camera's mp4, as RGB.
+// Reads:  video_files (Json: one mp4 path per camera), frame_plan (Json: fps, anchor, recent,
+//         window[9] frame indices inside the episode)
+// Writes: frames (uint8 [V, T, H, W, 3]): T = 11 in order [anchor, recent, window 0..8] for
+//         `frames: all`, T = 1 (window[0]) for `frames: current`.
+// `mode: sparse` decodes only the keyframe runs holding the needed frames; `mode: full` (the
+// baseline) decodes every frame from the window's first to its last, plus anchor and recent.
+// Counters: frames_decoded, seeks, readers_opened.
+// Example: {"id": "decode", "type": "VideoDecode", "inputs": ["sampler"],
+//           "params": {"mode": "sparse", "frames": "all", "cache_readers": 4}}
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "data/video_reader.h"
+#include "wam/registry.h"
+#include "wam/tensor.h"
+
+namespace wam::stages {
+namespace {
+
+struct VideoDecodeParams {
+  std::string mode = "sparse";
+  std::string frames = "all";
+  int64_t cache_readers = 4;
+  template <class V>
+  void visit(V& v) {
+    v("mode", mode,
+      "sparse: decode only the keyframe runs holding needed frames; full: every frame of the "
+      "window (baseline).",
+      OneOf{"sparse", "full"});
+    v("frames", frames, "all: anchor, recent and the 9 window frames; current: window[0] only.",
+      OneOf{"all", "current"});
+    v("cache_readers", cache_readers,
+      "Open files kept per thread for the next samples (0: open every file per sample).", Min{0});
+  }
+};
+
+struct FramePlan {
+  double fps = 0;
+  int64_t anchor = 0;
+  int64_t recent = 0;
+  std::vector<int64_t> window;
+};
+
+FramePlan parse_frame_plan(const nlohmann::json& json) {
+  FramePlan plan;
+  try {
+    plan.fps = json.at("fps").get<double>();
+    plan.anchor = json.at("anchor").get<int64_t>();
+    plan.recent = json.at("recent").get<int64_t>();
+    plan.window = json.at("window").get<std::vector<int64_t>>();
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(
+        "field frame_plan: expected {\"fps\": number, \"anchor\": int, \"recent\": int, "
+        "\"window\": [int...]}, got " +
+        json.dump() + " (" + e.what() + ")");
+  }
+  if (plan.window.empty()) throw Error("field frame_plan: \"window\" is empty");
+  if (!(plan.fps > 0))
+    throw Error("field frame_plan: \"fps\" must be positive, got " + json.dump());
+  return plan;
+}
+
+std::vector<std::string> parse_video_files(const nlohmann::json& json) {
+  if (!json.is_array() || json.empty() ||
+      !std::all_of(json.begin(), json.end(), [](const auto& f) { return f.is_string(); })) {
+    throw Error("field video_files: expected a non-empty array of mp4 paths, got " + json.dump());
+  }
+  return json.get<std::vector<std::string>>();
+}
+
+class VideoDecodeStage final : public Stage {
+ public:
+  static constexpr std::string_view kType = "VideoDecode";
+  static constexpr std::string_view kSummary =
+      "Decodes each camera's anchor, recent and window frames (sparse or full) as uint8 RGB.";
+  using Params = VideoDecodeParams;
+
+  explicit VideoDecodeStage(Params params) : params_(std::move(params)) {}
+
+  void declare(Contract& contract) const override {
+    contract.reads("video_files", FieldType::kJson);
+    contract.reads("frame_plan", FieldType::kJson);
+    contract.writes("frames", FieldType::kTensor);
+    contract.concurrency(Concurrency::unlimited());
+  }
+
+  void open(Context& context) override {
+    frames_decoded_ = &context.counter("frames_decoded");
+    seeks_ = &context.counter("seeks");
+    readers_opened_ = &context.counter("readers_opened");
+  }
+
+  void process(Sample sample, Emitter& out) override {
+    const std::vector<std::string> files = parse_video_files(sample.get_json("video_files"));
+    const FramePlan plan = parse_frame_plan(sample.get_json("frame_plan"));
+    std::vector<int64_t> wanted = {plan.window.front()};
+    if (params_.frames == "all") {
+      wanted = {plan.anchor, plan.recent};
+      wanted.insert(wanted.end(), plan.window.begin(), plan.window.end());
+    }
+
+    // One reader cache per worker thread: TBB keeps running a node's samples on few threads, and
+    // consecutive samples mostly come from the same episode.
+    thread_local video::ReaderCache cache;
+    video::DecodeStats stats;
+    std::vector<std::shared_ptr<video::VideoReader>> readers;
+    for (const auto& file : files) {
+      readers.push_back(cache.acquire(file, static_cast<size_t>(params_.cache_readers), stats));
+      const auto& first = *readers.front();
+      const auto& reader = *readers.back();
+      if (reader.width() != first.width() || reader.height() != first.height()) {
+        throw Error("cameras of one sample must share a frame size: \"" + first.path() + "\" is " +
+                    std::to_string(first.width()) + "x" + std::to_string(first.height()) +
+                    " but \"" + reader.path() + "\" is " + std::to_string(reader.width()) + "x" +
+                    std::to_string(reader.height()));
+      }
+    }
+    const auto& first = *readers.front();
+    at::Tensor frames =
+        at::empty({static_cast<int64_t>(readers.size()), static_cast<int64_t>(wanted.size()),
+                   first.height(), first.width(), 3},
+                  at::kByte);
+    for (size_t v = 0; v < readers.size(); ++v) {
+      at::Tensor camera = frames[static_cast<int64_t>(v)];
+      if (params_.mode == "sparse") {
+        readers[v]->read_frames(wanted, plan.fps, camera, stats);
+      } else {
+        decode_full(*readers[v], wanted, plan.fps, camera, stats);
+      }
+    }
+    frames_decoded_->add(stats.frames_decoded);
+    seeks_->add(stats.seeks);
+    readers_opened_->add(stats.readers_opened);
+    sample.set_tensor("frames", std::move(frames));
+    out.emit(std::move(sample));
+  }
+
+ private:
+  // The baseline: every frame from the first to the last wanted window frame, decoded and
+  // converted; anchor and recent, which may lie far before the window, are taken from that range
+  // when inside, else decoded on their own.
+  void decode_full(video::VideoReader& reader, const std::vector<int64_t>& wanted, double fps,
+                   at::Tensor& out, video::DecodeStats& stats) const {
+    // `wanted` is [anchor, recent, window...] or [window[0]].
+    const auto window_begin = wanted.begin() + (params_.frames == "all" ? 2 : 0);
+    const auto [low, high] = std::minmax_element(window_begin, wanted.end());
+    const int64_t first = *low, last = *high;
+    at::Tensor range = reader.read_range(first, last, fps, stats);
+    std::vector<int64_t> outside;
+    for (int64_t index : wanted) {
+      if (index < first || index > last) outside.push_back(index);
+    }
+    at::Tensor extra;
+    if (!outside.empty()) extra = reader.read_frames(outside, fps, stats);
+    for (size_t i = 0, next_outside = 0; i < wanted.size(); ++i) {
+      const int64_t index = wanted[i];
+      const bool inside = index >= first && index <= last;
+      out[static_cast<int64_t>(i)].copy_(inside ? range[index - first]
+                                                : extra[static_cast<int64_t>(next_outside++)]);
+    }
+  }
+
+  Params params_;
+  Counter* frames_decoded_ = nullptr;
+  Counter* seeks_ = nullptr;
+  Counter* readers_opened_ = nullptr;
+};
+
+}  // namespace
+
+WAM_REGISTER_STAGE(VideoDecodeStage);
+
+}  // namespace wam::stages

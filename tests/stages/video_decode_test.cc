@@ -1,0 +1,221 @@
+// VideoDecode through the stage harness: frame order, modes, frames: current, counters and errors.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+extern "C" {
+#include <libavutil/log.h>
+}
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "data/video_io.h"
+#include "testing/stage_harness.h"
+#include "wam/tensor.h"
+
+namespace wam {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Encoder statistics and the demuxer's complaints about the broken files below are expected.
+const bool kQuietFfmpeg = (av_log_set_level(AV_LOG_FATAL), true);
+
+constexpr int kFps = 30;
+constexpr int kFrames = 60;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() / ("wam_video_decode_test_" + std::to_string(getpid()) + "_" +
+                                         std::to_string(counter_++));
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+// A video whose frame k shows k in its stamp; `shade` tells the cameras apart.
+std::string encode(const std::string& path, const video::EncodeOptions& options, int width = 96,
+                   int height = 64, uint8_t shade = 90) {
+  video::VideoWriter writer(path, width, height, options);
+  std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
+  for (int k = 0; k < kFrames; ++k) {
+    for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>(shade + (i + k) % 64);
+    video::stamp_frame_index(rgb.data(), width, height, k);
+    writer.write(rgb.data());
+  }
+  writer.finish();
+  return path;
+}
+
+int64_t stamp_of(const at::Tensor& frame) {
+  at::Tensor contiguous = frame.contiguous();
+  return video::read_frame_index(contiguous.data_ptr<uint8_t>(), static_cast<int>(frame.size(1)),
+                                 static_cast<int>(frame.size(0)));
+}
+
+Sample make_sample(const std::vector<std::string>& files, const json& plan) {
+  Sample sample("sample:7");
+  sample.set("video_files", FieldValue(std::in_place_type<json>, json(files)));
+  sample.set("frame_plan", FieldValue(std::in_place_type<json>, plan));
+  return sample;
+}
+
+const json kPlan = {
+    {"fps", 30.0}, {"anchor", 0}, {"recent", 3}, {"window", {20, 24, 28, 32, 36, 40, 44, 48, 52}}};
+const std::vector<int64_t> kExpectedOrder = {0, 3, 20, 24, 28, 32, 36, 40, 44, 48, 52};
+
+std::string error_text(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+class VideoDecodeTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    av1_ = encode(dir_->file("cam_high.mp4"), {"av1", kFps, 2, false, 30});
+    h264_ = encode(dir_->file("cam_wrist.mp4"), {"h264", kFps, 30, true, 23}, 96, 64, 20);
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static inline TempDir* dir_ = nullptr;
+  static inline std::string av1_, h264_;
+};
+
+TEST_F(VideoDecodeTest, AllFramesInPlanOrderForEveryCameraInBothModes) {
+  std::vector<at::Tensor> by_mode;
+  for (const char* mode : {"sparse", "full"}) {
+    auto out = testing::run_stage("VideoDecode", json{{"mode", mode}}.dump(),
+                                  {make_sample({av1_, h264_}, kPlan)});
+    ASSERT_EQ(out.size(), 1u);
+    const at::Tensor& frames = out[0].tensor("frames");
+    ASSERT_EQ(frames.sizes(), (at::IntArrayRef{2, 11, 64, 96, 3})) << mode;
+    ASSERT_EQ(frames.scalar_type(), at::kByte);
+    for (int64_t v = 0; v < 2; ++v) {
+      for (int64_t t = 0; t < 11; ++t) {
+        EXPECT_EQ(stamp_of(frames[v][t]), kExpectedOrder[t]) << mode << " camera " << v;
+      }
+    }
+    // The cameras are different videos, not one decoded twice.
+    EXPECT_FALSE(at::equal(frames[0][2], frames[1][2]));
+    by_mode.push_back(frames);
+  }
+  EXPECT_TRUE(at::equal(by_mode[0], by_mode[1]));
+}
+
+TEST_F(VideoDecodeTest, CurrentFrameOnly) {
+  for (const char* mode : {"sparse", "full"}) {
+    auto out = testing::run_stage("VideoDecode", json{{"mode", mode}, {"frames", "current"}}.dump(),
+                                  {make_sample({av1_, h264_}, kPlan)});
+    const at::Tensor& frames = out[0].tensor("frames");
+    ASSERT_EQ(frames.sizes(), (at::IntArrayRef{2, 1, 64, 96, 3})) << mode;
+    EXPECT_EQ(stamp_of(frames[0][0]), 20);
+    EXPECT_EQ(stamp_of(frames[1][0]), 20);
+  }
+}
+
+TEST_F(VideoDecodeTest, RepeatedIndicesNearEpisodeStart) {
+  // At the episode start anchor, recent and the first window frame coincide; clamped window
+  // indices repeat at the end.
+  json plan = {
+      {"fps", 30.0}, {"anchor", 0}, {"recent", 0}, {"window", {0, 4, 8, 12, 16, 20, 24, 24, 24}}};
+  auto out = testing::run_stage("VideoDecode", "{}", {make_sample({h264_}, plan)});
+  const at::Tensor& frames = out[0].tensor("frames");
+  std::vector<int64_t> expected = {0, 0, 0, 4, 8, 12, 16, 20, 24, 24, 24};
+  for (int64_t t = 0; t < 11; ++t) EXPECT_EQ(stamp_of(frames[0][t]), expected[t]);
+}
+
+TEST_F(VideoDecodeTest, CountsSparseAndFullWork) {
+  json counts;
+  for (const char* mode : {"sparse", "full"}) {
+    auto base = testing::make_stage("VideoDecode", json{{"mode", mode}}.dump());
+    auto& stage = dynamic_cast<Stage&>(*base);
+    Settings settings;
+    Context context("decode", "VideoDecode", settings, [](const std::string&) {});
+    stage.open(context);
+    struct Discard final : Emitter {
+      void emit(Sample) override {}
+    } discard;
+    stage.process(make_sample({av1_}, kPlan), discard);
+    for (const auto& [name, value] : context.counters()) counts[mode][name] = value;
+  }
+  // AV1 with a keyframe every 2 frames: sparse seeks to 0, to 2 (decoding 2 and 3) and to each
+  // even window frame; full decodes 20..52 in one pass, then anchor and recent as sparse does.
+  EXPECT_EQ(counts["sparse"]["frames_decoded"], 12);
+  EXPECT_EQ(counts["sparse"]["seeks"], 11);
+  EXPECT_EQ(counts["full"]["frames_decoded"], 36);
+  EXPECT_EQ(counts["full"]["seeks"], 3);
+}
+
+TEST_F(VideoDecodeTest, CamerasOfDifferentSizesAreAnError) {
+  TempDir dir;
+  std::string small = encode(dir.file("small.mp4"), {"h264", kFps, 30, false, 23}, 64, 32);
+  EXPECT_EQ(error_text([&] {
+              testing::run_stage("VideoDecode", "{}", {make_sample({av1_, small}, kPlan)});
+            }),
+            "cameras of one sample must share a frame size: \"" + av1_ + "\" is 96x64 but \"" +
+                small + "\" is 64x32");
+}
+
+TEST_F(VideoDecodeTest, MissingAndTruncatedFilesNameTheFile) {
+  TempDir dir;
+  std::string missing = dir.file("episode_000009.mp4");
+  EXPECT_EQ(error_text([&] {
+              testing::run_stage("VideoDecode", "{}", {make_sample({av1_, missing}, kPlan)});
+            }),
+            "cannot open video \"" + missing + "\": No such file or directory");
+  std::string cut = encode(dir.file("cut.mp4"), {"av1", kFps, 2, false, 30});
+  fs::resize_file(cut, fs::file_size(cut) / 2);
+  EXPECT_EQ(error_text([&] {
+              testing::run_stage("VideoDecode", "{\"mode\": \"full\"}",
+                                 {make_sample({cut}, kPlan)});
+            }),
+            "cannot open video \"" + cut + "\": Invalid data found when processing input");
+}
+
+TEST_F(VideoDecodeTest, FrameOutsideTheVideoNamesFileAndTimestamp) {
+  json plan = kPlan;
+  plan["window"] = {40, 44, 48, 52, 56, 60, 64, 68, 72};
+  EXPECT_EQ(
+      error_text([&] { testing::run_stage("VideoDecode", "{}", {make_sample({h264_}, plan)}); }),
+      "video \"" + h264_ + "\": has no frame at 2.000 s (frame 60 at 30 fps)");
+}
+
+TEST_F(VideoDecodeTest, MalformedPlanNamesTheField) {
+  EXPECT_EQ(error_text([&] {
+              testing::run_stage("VideoDecode", "{}",
+                                 {make_sample({h264_}, json{{"fps", 30.0}, {"anchor", 0}})});
+            }),
+            "field frame_plan: expected {\"fps\": number, \"anchor\": int, \"recent\": int, "
+            "\"window\": [int...]}, got {\"anchor\":0,\"fps\":30.0} ([json.exception.out_of_range"
+            ".403] key 'recent' not found)");
+}
+
+TEST_F(VideoDecodeTest, RejectsUnknownMode) {
+  try {
+    testing::make_stage("VideoDecode", "{\"mode\": \"sparce\"}");
+    FAIL() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.diagnostics().render(),
+              "<test>:/params/mode [VideoDecode]: unknown value \"sparce\"; did you mean "
+              "\"sparse\"? (allowed: sparse, full)\n");
+  }
+}
+
+}  // namespace
+}  // namespace wam
