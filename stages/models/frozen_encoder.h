@@ -1,6 +1,9 @@
 // What the frozen encoders (VAE, VLM, text) share: where they run, seeded initialisation of the
 // built-in stand-ins, loading a user's TorchScript export, and the pre-norm transformer block the
 // VLM and text stand-ins are made of.
+//
+// Encoders run under torch::NoGradGuard, not InferenceMode: their outputs feed the trained model,
+// and inference tensors cannot be saved for its backward pass.
 #pragma once
 
 #include <torch/script.h>

@@ -149,7 +149,7 @@ at::Tensor BuiltinVlm::encode(const at::Tensor& images, const at::Tensor& token_
                                 .triu(1);
   const at::Tensor bias = causal + key_padding_bias(valid, at::kFloat);
   for (auto& layer : modules_->layers) x = layer(x, cos, sin, bias);
-  return modules_->final_norm(x) * valid.unsqueeze(-1).to(x.scalar_type());
+  return modules_->final_norm(x);
 }
 
 ScriptedVlm::ScriptedVlm(std::string path, int64_t width, const EncoderPlacement& placement)

@@ -76,7 +76,8 @@ class BuiltinVlm {
 
   // images: float [B * images, 3, h, w] in [0, 1] on the model's placement, h and w multiples of
   // patch_size; token_ids: int64 [B, L] right-padded with kPadToken. Returns the last hidden
-  // states [B, images * grid + L, width] (rows of padded tokens are zero).
+  // states [B, images * grid + L, width]. No token attends to padding; rows of padding tokens
+  // carry no meaning (VlmEncode zeroes them).
   at::Tensor encode(const at::Tensor& images, const at::Tensor& token_ids,
                     const VisionMetadata& metadata);
 
