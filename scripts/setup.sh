@@ -9,6 +9,7 @@ packages=(
   libtorch-dev libopenblas0-pthread           # LibTorch (CPU); OpenBLAS or matmuls run 16x slower
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev   # FFmpeg
   libhdf5-dev                                 # latent stores, episode data
+  libssl-dev                                  # SHA-256 (text embedding cache keys)
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
 )

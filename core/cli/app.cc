@@ -11,6 +11,7 @@
 
 #include "cli/compile_commands.h"
 #include "cli/dataset_commands.h"
+#include "cli/text_cache_commands.h"
 #include "wam/pipeline.h"
 #include "wam/registry.h"
 #include "wam/runner.h"
@@ -211,6 +212,7 @@ int run_cli(int argc, char** argv) {
 
   DatasetCommands dataset_commands(app);
   CompileCommand compile_command(app);
+  TextCacheCommands text_cache_commands(app);
 
   CLI11_PARSE(app, argc, argv);
 
@@ -222,6 +224,7 @@ int run_cli(int argc, char** argv) {
     if (*graph) return cmd_graph(graph_args, graph_out);
     if (dataset_commands.selected()) return dataset_commands.run();
     if (compile_command.selected()) return compile_command.run();
+    if (text_cache_commands.selected()) return text_cache_commands.run();
   } catch (const wam::ConfigError& e) {
     std::cerr << e.what() << "\n";
     return kExitInvalid;

@@ -39,8 +39,9 @@ INSTANTIATE_TEST_SUITE_P(All, ShippedPipeline, ::testing::ValuesIn(shipped_pipel
 
 TEST(BuiltinRegistry, ListsEveryBuiltinStage) {
   EXPECT_EQ(StageRegistry::builtin().types(),
-            (std::vector<std::string>{"Augment", "Collate", "EpisodeSampler", "HostToDevice", "TrainStep",
-                                      "VideoDecode"}));
+            (std::vector<std::string>{"Augment", "Collate", "EpisodeSampler", "HostToDevice",
+                                      "TextEmbed", "TrainStep", "VaeEncode", "VideoDecode",
+                                      "VlmEncode"}));
 }
 
 }  // namespace

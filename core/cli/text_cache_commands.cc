@@ -1,0 +1,79 @@
+#include "cli/text_cache_commands.h"
+
+#include <iostream>
+#include <set>
+
+#include "data/lerobot_dataset.h"
+#include "models/text_encoder.h"
+#include "wam/pipeline.h"
+
+namespace wam::cli {
+namespace {
+
+// The T5 prompt of every task the pipeline's EpisodeSampler nodes can emit, sorted.
+std::vector<std::string> pipeline_prompts(const ValidatedPipeline& pipeline) {
+  std::set<std::string> prompts;
+  bool has_sampler = false;
+  for (const ValidatedNode& node : pipeline.nodes()) {
+    if (node.type != "EpisodeSampler") continue;
+    has_sampler = true;
+    for (const auto& dir : node.params.at("dataset_dirs")) {
+      const data::LeRobotDataset dataset = data::LeRobotDataset::open(dir.get<std::string>());
+      for (const auto& [index, task] : dataset.tasks()) {
+        prompts.insert(models::text_prompt_for_task(task));
+      }
+      for (const data::EpisodeInfo& episode : dataset.episodes()) {
+        for (const auto& task : episode.tasks) prompts.insert(models::text_prompt_for_task(task));
+      }
+    }
+  }
+  if (!has_sampler) {
+    throw Error(pipeline.file() +
+                ": no EpisodeSampler node, so no dataset tasks to encode; text-cache build reads "
+                "the tasks of the datasets the pipeline samples");
+  }
+  return {prompts.begin(), prompts.end()};
+}
+
+}  // namespace
+
+TextCacheCommands::TextCacheCommands(CLI::App& app) {
+  text_cache_ = app.add_subcommand("text-cache", "Fill the text embedding cache TextEmbed reads");
+  text_cache_->require_subcommand(1);
+  build_ = text_cache_->add_subcommand(
+      "build",
+      "Encode the T5 prompt of every task of the pipeline's datasets with the TextEmbed node's "
+      "encoder and write its cache file (entries already there from the same encoder are kept)");
+  build_->add_option("pipeline", pipeline_, "Pipeline JSON file")->required();
+  build_->add_option("--set", overrides_, "Override a value (path.to.key=VALUE)");
+}
+
+bool TextCacheCommands::selected() const { return text_cache_->parsed(); }
+
+int TextCacheCommands::run() const {
+  const ValidatedPipeline pipeline = load_pipeline(pipeline_, {overrides_});
+  std::vector<const ValidatedNode*> text_nodes;
+  for (const ValidatedNode& node : pipeline.nodes()) {
+    if (node.type == "TextEmbed") text_nodes.push_back(&node);
+  }
+  if (text_nodes.empty()) {
+    throw Error(pipeline_ + ": no TextEmbed node, so no text cache to build");
+  }
+  const std::vector<std::string> prompts = pipeline_prompts(pipeline);
+  for (const ValidatedNode* node : text_nodes) {
+    Diagnostics diagnostics(pipeline_);
+    const auto params = parse_params<models::TextCacheParams>(
+        node->params, node->pointer + "/params", diagnostics, node->label());
+    if (!diagnostics.empty()) throw ConfigError(std::move(diagnostics));
+    std::cerr << "text-cache: " << node->label() << ": " << prompts.size() << " prompts -> "
+              << params.cache << " (" << params.encoder << " encoder, text_dim " << params.text_dim
+              << ")\n";
+    const models::TextCacheBuildResult result = models::build_text_cache(
+        params, prompts, [](const std::string& line) { std::cerr << "  " << line << "\n"; });
+    std::cout << "wrote " << params.cache << ": " << result.prompts << " prompts, "
+              << result.encoded << " encoded, " << result.kept << " entries kept\n";
+  }
+  return 0;
+}
+
+}  // namespace wam::cli

@@ -1,0 +1,103 @@
+// VaeEncode: the frozen video VAE over a batch (after Collate). The window is encoded in one call,
+// the anchor and recent memory frames together in a second one (2B single frames), as the
+// reference's cache generation does.
+// Reads:  video (float [B, 3, T, H, W], T % 4 == 1, H and W multiples of 16, in [-1, 1]),
+//         memory_video_anchor, memory_video_recent (float [B, 3, 1, H, W])
+// Writes: video_latents [B, 48, (T-1)/4+1, H/16, W/16], memory_video_anchor_latents and
+//         memory_video_recent_latents [B, 48, 1, H/16, W/16] (the encoder's device and dtype)
+// Example: {"id": "vae", "type": "VaeEncode", "inputs": ["collate"],
+//           "params": {"encoder": "torchscript", "path": "${WAM_CACHE_ROOT}/wan22_vae.pt"}}
+#include <memory>
+#include <string>
+
+#include "models/vae.h"
+#include "wam/registry.h"
+#include "wam/tensor.h"
+
+namespace wam::stages {
+namespace {
+
+struct VaeEncodeParams {
+  std::string encoder = "builtin";
+  std::string path;
+  int64_t width = 32;
+  int64_t seed = 0;
+  std::string device = "auto";
+  std::string dtype = "float32";
+
+  template <class V>
+  void visit(V& v) {
+    v("encoder", encoder,
+      "builtin: a Wan2.2-shaped causal 3-D conv stand-in with seeded random weights; torchscript: "
+      "the file at `path`, forward(video [B,3,T,H,W] in [-1,1]) -> latent mean "
+      "[B,48,(T-1)/4+1,H/16,W/16].",
+      OneOf{"builtin", "torchscript"});
+    v("path", path, "TorchScript file (torch.jit.save) for encoder \"torchscript\".");
+    v("width", width, "Built-in stand-in: channels of the first stage (doubled twice).", Min{1});
+    v("seed", seed, "Built-in stand-in: weight seed (the same seed gives the same encoder).",
+      Min{0});
+    v("device", device, "Where the encoder runs (auto: CUDA when available).",
+      OneOf{"auto", "cpu", "cuda"});
+    v("dtype", dtype, "Encoder precision; the latents have it too.", OneOf{"float32", "bfloat16"});
+  }
+};
+
+class VaeEncodeStage final : public Stage {
+ public:
+  static constexpr std::string_view kType = "VaeEncode";
+  static constexpr std::string_view kSummary =
+      "Frozen video VAE (Wan2.2 shape: 48 channels, 16x spatial, 4x causal temporal) over a batch.";
+  using Params = VaeEncodeParams;
+
+  explicit VaeEncodeStage(Params params) : params_(std::move(params)) {}
+
+  void declare(Contract& contract) const override {
+    for (const char* field : {"video", "memory_video_anchor", "memory_video_recent"}) {
+      contract.reads(field, FieldType::kTensor);
+      contract.writes(std::string(field) + "_latents", FieldType::kTensor);
+    }
+    contract.concurrency(Concurrency::serial());
+  }
+
+  void open(Context& context) override {
+    const models::EncoderPlacement placement =
+        models::resolve_placement(params_.device, params_.dtype, "VaeEncode");
+    if (params_.encoder == "torchscript") {
+      encoder_ = models::load_torchscript_vae(params_.path, placement);
+    } else {
+      encoder_ =
+          models::make_builtin_vae(params_.width, static_cast<uint64_t>(params_.seed), placement);
+    }
+    context.log("VaeEncode: " + params_.encoder + " encoder on " + placement.device.str() + " (" +
+                params_.dtype + ")");
+  }
+
+  void process(Sample batch, Emitter& out) override {
+    const at::Tensor& video = batch.tensor("video");
+    const at::Tensor& anchor = batch.tensor("memory_video_anchor");
+    const at::Tensor& recent = batch.tensor("memory_video_recent");
+    models::check_vae_input(video, "video");
+    models::check_vae_input(anchor, "memory_video_anchor");
+    models::check_vae_input(recent, "memory_video_recent");
+    if (anchor.sizes() != recent.sizes()) {
+      throw Error("field \"memory_video_anchor\" is " + describe_tensor(anchor) +
+                  " but \"memory_video_recent\" is " + describe_tensor(recent) +
+                  "; the memory frames are encoded together and must have one shape");
+    }
+    batch.set_tensor("video_latents", encoder_->encode(video));
+    const at::Tensor memory_latents = encoder_->encode(torch::cat({anchor, recent}, 0));
+    const int64_t rows = anchor.size(0);
+    batch.set_tensor("memory_video_anchor_latents", memory_latents.narrow(0, 0, rows));
+    batch.set_tensor("memory_video_recent_latents", memory_latents.narrow(0, rows, rows));
+    out.emit(std::move(batch));
+  }
+
+ private:
+  Params params_;
+  std::unique_ptr<models::VaeEncoder> encoder_;
+};
+
+WAM_REGISTER_STAGE(VaeEncodeStage);
+
+}  // namespace
+}  // namespace wam::stages

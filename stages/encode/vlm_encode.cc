@@ -1,0 +1,244 @@
+// VlmEncode: the frozen vision-language model over a batch (after Collate). Each camera's current
+// frame is scaled to [0, 1] and resized (aspect kept) to at most max_pixels with sides a multiple
+// of patch_size; the task goes into the reference's chat prompt; the model's last hidden states
+// over [image tokens, prompt tokens] are the action expert's context.
+//
+// reuse_metadata (the online profile's "VLM metadata reuse"): formatted prompts and their token ids
+// are kept in an LRU of 256 keyed by (task, number of images, view names), and the vision metadata
+// (patch grid offsets, attention layout, RoPE positions) in an LRU of 16 keyed by the image grid.
+// Hits and misses are counted as prompt_cache_hits / _misses and vision_metadata_cache_hits /
+// _misses. Off, everything is recomputed for every batch (the baseline).
+//
+// Reads:  vlm_current_images (uint8 [B, V, 3, H, W]), task (Json array of B strings)
+// Writes: vlm_context [B, S, width] (S = V * image patches + the batch's longest prompt; rows of
+//         padding are zero), vlm_mask (bool [B, S], false on padding)
+// Example: {"id": "vlm", "type": "VlmEncode", "inputs": ["vae"],
+//           "params": {"width": 2048, "reuse_metadata": true,
+//                      "view_names": ["main camera", "left wrist camera", "right wrist camera"]}}
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "models/lru_cache.h"
+#include "models/vlm.h"
+#include "wam/registry.h"
+#include "wam/tensor.h"
+
+namespace wam::stages {
+namespace {
+
+constexpr size_t kPromptCacheSize = 256;
+constexpr size_t kVisionMetadataCacheSize = 16;
+
+struct VlmEncodeParams {
+  std::string encoder = "builtin";
+  std::string path;
+  int64_t width = 2048;
+  int64_t layers = 2;
+  int64_t heads = 16;
+  int64_t patch_size = 16;
+  int64_t vocab_size = 32768;
+  int64_t max_pixels = 65536;
+  std::vector<std::string> view_names;
+  bool reuse_metadata = false;
+  int64_t seed = 0;
+  std::string device = "auto";
+  std::string dtype = "float32";
+
+  template <class V>
+  void visit(V& v) {
+    v("encoder", encoder,
+      "builtin: a Qwen-VL-shaped stand-in with seeded random weights; torchscript: the file at "
+      "`path`, forward(images float [B*V,3,h,w] in [0,1], token_ids int64 [B,L] right-padded "
+      "with 0) -> hidden [B,S,width], S-L image tokens first, then one row per token id.",
+      OneOf{"builtin", "torchscript"});
+    v("path", path, "TorchScript file (torch.jit.save) for encoder \"torchscript\".");
+    v("width", width, "Hidden width of the context (the action expert's vlm_dim).", Min{1});
+    v("layers", layers, "Built-in stand-in: language transformer layers.", Min{1});
+    v("heads", heads, "Built-in stand-in: attention heads (width / heads must be even).", Min{1});
+    v("patch_size", patch_size, "Image sides are resized to a multiple of this (pixels).", Min{1});
+    v("vocab_size", vocab_size, "Built-in stand-in: token ids of the hashing word tokenizer.",
+      Min{16});
+    v("max_pixels", max_pixels, "Most pixels per camera image after resizing (aspect kept).",
+      Min{1});
+    v("view_names", view_names,
+      "Camera names in the prompt, one per camera of vlm_current_images (empty: camera 1..V).");
+    v("reuse_metadata", reuse_metadata,
+      "Cache formatted prompts + token ids (LRU 256) and vision metadata per image grid (LRU 16).");
+    v("seed", seed, "Built-in stand-in: weight seed (the same seed gives the same model).", Min{0});
+    v("device", device, "Where the model runs (auto: CUDA when available).",
+      OneOf{"auto", "cpu", "cuda"});
+    v("dtype", dtype, "Model precision; vlm_context has it too.", OneOf{"float32", "bfloat16"});
+  }
+};
+
+using PromptKey = std::tuple<std::string, int64_t, std::vector<std::string>>;
+using GridKey = std::tuple<int64_t, int64_t, int64_t>;  // images, patch rows, patch columns
+
+class VlmEncodeStage final : public Stage {
+ public:
+  static constexpr std::string_view kType = "VlmEncode";
+  static constexpr std::string_view kSummary =
+      "Frozen vision-language model: camera images + task prompt -> last hidden states + mask.";
+  using Params = VlmEncodeParams;
+
+  explicit VlmEncodeStage(Params params) : params_(std::move(params)) {}
+
+  void declare(Contract& contract) const override {
+    contract.reads("vlm_current_images", FieldType::kTensor);
+    contract.reads("task", FieldType::kJson);
+    contract.writes("vlm_context", FieldType::kTensor);
+    contract.writes("vlm_mask", FieldType::kTensor);
+    contract.concurrency(Concurrency::serial());
+  }
+
+  void open(Context& context) override {
+    if (params_.encoder == "builtin" &&
+        (params_.width % params_.heads != 0 || (params_.width / params_.heads) % 2 != 0)) {
+      throw Error("VlmEncode: param width (" + std::to_string(params_.width) +
+                  ") divided by param heads (" + std::to_string(params_.heads) +
+                  ") must be an even whole number (the RoPE head dimension)");
+    }
+    placement_ = models::resolve_placement(params_.device, params_.dtype, "VlmEncode");
+    if (params_.encoder == "torchscript") {
+      scripted_.emplace(params_.path, params_.width, placement_);
+    } else {
+      models::VlmConfig config{params_.width, params_.layers, params_.heads, params_.patch_size,
+                               params_.vocab_size};
+      builtin_ = std::make_unique<models::BuiltinVlm>(config, static_cast<uint64_t>(params_.seed),
+                                                      placement_);
+    }
+    if (params_.reuse_metadata) {
+      prompt_hits_ = &context.counter("prompt_cache_hits");
+      prompt_misses_ = &context.counter("prompt_cache_misses");
+      metadata_hits_ = &context.counter("vision_metadata_cache_hits");
+      metadata_misses_ = &context.counter("vision_metadata_cache_misses");
+    }
+    context.log("VlmEncode: " + params_.encoder + " model on " + placement_.device.str() + " (" +
+                params_.dtype + "), metadata reuse " + (params_.reuse_metadata ? "on" : "off"));
+  }
+
+  void process(Sample batch, Emitter& out) override {
+    const at::Tensor& frames = batch.tensor("vlm_current_images");
+    if (frames.dim() != 5 || frames.size(2) != 3 || frames.scalar_type() != at::kByte) {
+      throw Error("field \"vlm_current_images\" is " + describe_tensor(frames) +
+                  "; VlmEncode expects uint8 [B, V, 3, H, W] (a batch of per-camera frames)");
+    }
+    const int64_t rows = frames.size(0), views = frames.size(1);
+    const std::vector<std::string> view_names = names_for(views);
+    const nlohmann::json& tasks = batch.get_json("task");
+    if (!tasks.is_array() || static_cast<int64_t>(tasks.size()) != rows) {
+      throw Error("field \"task\" must be a Json array of " + std::to_string(rows) +
+                  " strings (one per row of vlm_current_images), got " + tasks.dump());
+    }
+
+    // Token ids, right-padded to the batch's longest prompt.
+    std::vector<std::vector<int64_t>> prompts;
+    size_t longest = 0;
+    for (const auto& task : tasks) {
+      if (!task.is_string()) throw Error("field \"task\": expected strings, got " + task.dump());
+      prompts.push_back(prompt_for(task.get<std::string>(), view_names));
+      longest = std::max(longest, prompts.back().size());
+    }
+    at::Tensor token_ids =
+        torch::full({rows, static_cast<int64_t>(longest)}, models::kPadToken, at::kLong);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto& ids = prompts[r];
+      std::copy(ids.begin(), ids.end(), token_ids[r].data_ptr<int64_t>());
+    }
+
+    const auto [height, width] = models::fit_image_size(frames.size(3), frames.size(4),
+                                                        params_.max_pixels, params_.patch_size);
+    at::Tensor images = frames.reshape({rows * views, 3, frames.size(3), frames.size(4)})
+                            .to(placement_.device)
+                            .to(at::kFloat)
+                            .div(255.0);
+    if (height != frames.size(3) || width != frames.size(4)) {
+      images =
+          torch::nn::functional::interpolate(images, torch::nn::functional::InterpolateFuncOptions()
+                                                         .size(std::vector<int64_t>{height, width})
+                                                         .mode(torch::kBilinear)
+                                                         .align_corners(false));
+    }
+    images = images.to(placement_.dtype);
+
+    at::Tensor hidden;
+    if (builtin_) {
+      const models::VisionMetadata metadata =
+          metadata_for(views, height / params_.patch_size, width / params_.patch_size);
+      hidden = builtin_->encode(images, token_ids, metadata);
+    } else {
+      hidden = scripted_->encode(images, token_ids);
+    }
+    const int64_t image_tokens = hidden.size(1) - static_cast<int64_t>(longest);
+    const at::Tensor mask =
+        torch::cat({torch::ones({rows, image_tokens}, at::kBool), token_ids != models::kPadToken},
+                   1)
+            .to(hidden.device());
+    batch.set_tensor("vlm_context", hidden * mask.unsqueeze(-1).to(hidden.scalar_type()));
+    batch.set_tensor("vlm_mask", mask);
+    out.emit(std::move(batch));
+  }
+
+ private:
+  std::vector<std::string> names_for(int64_t views) const {
+    if (params_.view_names.empty()) {
+      std::vector<std::string> names;
+      for (int64_t v = 1; v <= views; ++v) names.push_back("camera " + std::to_string(v));
+      return names;
+    }
+    if (static_cast<int64_t>(params_.view_names.size()) != views) {
+      throw Error("VlmEncode: param view_names has " + std::to_string(params_.view_names.size()) +
+                  " names but vlm_current_images has " + std::to_string(views) +
+                  " cameras; give one name per camera, in order");
+    }
+    return params_.view_names;
+  }
+
+  // The prompt's token ids (the formatted prompt is only ever needed as tokens).
+  std::vector<int64_t> prompt_for(const std::string& task,
+                                  const std::vector<std::string>& view_names) {
+    auto tokenize = [&] {
+      return models::tokenize_words(models::format_vlm_prompt(task, view_names),
+                                    params_.vocab_size);
+    };
+    if (!params_.reuse_metadata) return tokenize();
+    const PromptKey key{task, static_cast<int64_t>(view_names.size()), view_names};
+    if (const std::vector<int64_t>* hit = prompts_.find(key)) {
+      prompt_hits_->add();
+      return *hit;
+    }
+    prompt_misses_->add();
+    return prompts_.insert(key, tokenize());
+  }
+
+  models::VisionMetadata metadata_for(int64_t images, int64_t grid_h, int64_t grid_w) {
+    if (!params_.reuse_metadata) return builtin_->vision_metadata(images, grid_h, grid_w);
+    const GridKey key{images, grid_h, grid_w};
+    if (const models::VisionMetadata* hit = metadata_.find(key)) {
+      metadata_hits_->add();
+      return *hit;
+    }
+    metadata_misses_->add();
+    return metadata_.insert(key, builtin_->vision_metadata(images, grid_h, grid_w));
+  }
+
+  Params params_;
+  models::EncoderPlacement placement_;
+  std::unique_ptr<models::BuiltinVlm> builtin_;
+  std::optional<models::ScriptedVlm> scripted_;
+  models::LruCache<PromptKey, std::vector<int64_t>> prompts_{kPromptCacheSize};
+  models::LruCache<GridKey, models::VisionMetadata> metadata_{kVisionMetadataCacheSize};
+  Counter* prompt_hits_ = nullptr;
+  Counter* prompt_misses_ = nullptr;
+  Counter* metadata_hits_ = nullptr;
+  Counter* metadata_misses_ = nullptr;
+};
+
+WAM_REGISTER_STAGE(VlmEncodeStage);
+
+}  // namespace
+}  // namespace wam::stages

@@ -1,0 +1,168 @@
+#include "models/frozen_encoder.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+#include "wam/error.h"
+
+namespace wam::models {
+
+EncoderPlacement resolve_placement(const std::string& device, const std::string& dtype,
+                                   const std::string& owner) {
+  EncoderPlacement placement;
+  const bool has_cuda = torch::cuda::is_available();
+  if (device == "cuda" && !has_cuda) {
+    throw Error(owner +
+                ": param device is \"cuda\" but this LibTorch sees no CUDA device; use "
+                "\"auto\" or \"cpu\"");
+  }
+  if (device == "cuda" || (device == "auto" && has_cuda)) placement.device = at::Device(at::kCUDA);
+  placement.dtype = dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  return placement;
+}
+
+void init_frozen(torch::nn::Module& module, uint64_t seed, const EncoderPlacement& placement) {
+  torch::NoGradGuard no_grad;
+  at::Generator generator = at::detail::createCPUGenerator(seed);
+  // named_parameters() is ordered by registration, so the draws are the same on every build.
+  for (auto& item : module.named_parameters(/*recurse=*/true)) {
+    at::Tensor& p = item.value();
+    const std::string& name = item.key();
+    const bool is_bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+    if (is_bias) {
+      p.zero_();
+    } else if (p.dim() == 1) {
+      p.fill_(1.0);
+    } else {
+      const double fan_in = static_cast<double>(p.numel() / p.size(0));
+      p.normal_(0.0, 1.0 / std::sqrt(fan_in), generator);
+    }
+    p.set_requires_grad(false);
+  }
+  module.eval();
+  module.to(placement.device, placement.dtype);
+}
+
+torch::jit::Module load_frozen_script(const std::string& path, const std::string& what,
+                                      const EncoderPlacement& placement) {
+  if (path.empty()) {
+    throw Error(what +
+                ": param path is required with encoder \"torchscript\" (a file written by "
+                "torch.jit.save)");
+  }
+  if (!std::filesystem::is_regular_file(path)) {
+    throw Error(what + ": TorchScript file " + path + " does not exist");
+  }
+  torch::jit::Module module;
+  try {
+    module = torch::jit::load(path, placement.device);
+  } catch (const c10::Error& e) {
+    throw Error(what + ": cannot load TorchScript file " + path + ": " +
+                e.what_without_backtrace());
+  }
+  module.eval();
+  for (auto p : module.parameters()) p.set_requires_grad(false);
+  module.to(placement.dtype);
+  return module;
+}
+
+at::Tensor call_script(torch::jit::Module& module, std::vector<torch::jit::IValue> inputs,
+                       const std::string& what, const std::string& path) {
+  torch::jit::IValue output;
+  try {
+    output = module.forward(std::move(inputs));
+  } catch (const c10::Error& e) {
+    throw Error(what + " " + path + ": forward failed: " + e.what_without_backtrace());
+  }
+  if (!output.isTensor()) {
+    throw Error(what + " " + path + ": forward must return a Tensor, got " + output.tagKind());
+  }
+  return output.toTensor();
+}
+
+std::string shape_string(at::IntArrayRef sizes) {
+  std::ostringstream out;
+  out << sizes;
+  return out.str();
+}
+
+RMSNormImpl::RMSNormImpl(int64_t width) {
+  weight_ = register_parameter("weight", torch::ones({width}));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor& x) {
+  const at::Tensor x32 = x.to(at::kFloat);
+  const at::Tensor normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + 1e-6);
+  return normed.to(x.scalar_type()) * weight_;
+}
+
+std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions, int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  const int64_t temporal = half / 4;
+  const int64_t rows = (half - temporal) / 2;
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(positions.device());
+  // Which position row (0 temporal, 1 row, 2 column) drives each frequency.
+  at::Tensor section = torch::full({half}, 2, options.dtype(at::kLong));
+  section.narrow(0, 0, temporal).fill_(0);
+  section.narrow(0, temporal, rows).fill_(1);
+  const at::Tensor inv_freq =
+      torch::pow(10000.0, -torch::arange(0, half, options) * 2.0 / static_cast<double>(head_dim));
+  const at::Tensor angles =
+      positions.to(at::kFloat).index_select(0, section).transpose(0, 1) * inv_freq;  // [S, half]
+  return {angles.cos(), angles.sin()};
+}
+
+namespace {
+
+// x [B, H, S, head_dim]; cos, sin [S, head_dim / 2].
+at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  const int64_t half = x.size(-1) / 2;
+  const at::Tensor x1 = x.narrow(-1, 0, half).to(at::kFloat);
+  const at::Tensor x2 = x.narrow(-1, half, half).to(at::kFloat);
+  return torch::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1).to(x.scalar_type());
+}
+
+}  // namespace
+
+EncoderBlockImpl::EncoderBlockImpl(int64_t width, int64_t heads) : heads_(heads) {
+  attention_norm_ = register_module("attention_norm", RMSNorm(width));
+  qkv_ = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(width, 3 * width)));
+  out_ = register_module("out", torch::nn::Linear(torch::nn::LinearOptions(width, width)));
+  mlp_norm_ = register_module("mlp_norm", RMSNorm(width));
+  gate_up_ =
+      register_module("gate_up", torch::nn::Linear(torch::nn::LinearOptions(width, 4 * width)));
+  down_ = register_module("down", torch::nn::Linear(torch::nn::LinearOptions(2 * width, width)));
+}
+
+at::Tensor EncoderBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos,
+                                     const at::Tensor& sin, const at::Tensor& attention_bias) {
+  const int64_t batch = x.size(0), length = x.size(1), width = x.size(2);
+  const int64_t head_dim = width / heads_;
+  auto heads = [&](const at::Tensor& t) {
+    return t.reshape({batch, length, heads_, head_dim}).transpose(1, 2);
+  };
+  const auto qkv = qkv_(attention_norm_(x)).chunk(3, -1);
+  const at::Tensor q = apply_rope(heads(qkv[0]), cos, sin);
+  const at::Tensor k = apply_rope(heads(qkv[1]), cos, sin);
+  const at::Tensor v = heads(qkv[2]);
+  // Scores and softmax in float32: the bias holds -inf and bf16 loses the small differences.
+  const at::Tensor scores =
+      torch::matmul(q, k.transpose(-2, -1)).to(at::kFloat) / std::sqrt(double(head_dim)) +
+      attention_bias;
+  const at::Tensor attended = torch::matmul(scores.softmax(-1).to(v.scalar_type()), v);
+  at::Tensor h = x + out_(attended.transpose(1, 2).reshape({batch, length, width}));
+  const auto gate_up = gate_up_(mlp_norm_(h)).chunk(2, -1);
+  return h + down_(torch::silu(gate_up[0]) * gate_up[1]);
+}
+
+at::Tensor key_padding_bias(const at::Tensor& key_mask, at::ScalarType dtype) {
+  at::Tensor bias = torch::zeros(key_mask.sizes(), key_mask.options().dtype(dtype));
+  bias.masked_fill_(key_mask.logical_not(), -std::numeric_limits<float>::infinity());
+  return bias.unsqueeze(1).unsqueeze(1);
+}
+
+}  // namespace wam::models

@@ -1,0 +1,81 @@
+// What the frozen encoders (VAE, VLM, text) share: where they run, seeded initialisation of the
+// built-in stand-ins, loading a user's TorchScript export, and the pre-norm transformer block the
+// VLM and text stand-ins are made of.
+//
+// Encoders run under torch::NoGradGuard, not InferenceMode: their outputs feed the trained model,
+// and inference tensors cannot be saved for its backward pass.
+#pragma once
+
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+namespace wam::models {
+
+// Device and precision of a frozen encoder.
+struct EncoderPlacement {
+  at::Device device = at::kCPU;
+  at::ScalarType dtype = at::kFloat;
+};
+
+// device: "auto" (CUDA when available) | "cpu" | "cuda"; dtype: "float32" | "bfloat16". Throws
+// wam::Error naming `owner` when CUDA is asked for but LibTorch has none.
+EncoderPlacement resolve_placement(const std::string& device, const std::string& dtype,
+                                   const std::string& owner);
+
+// Gives every parameter of `module` a value drawn from `seed` alone (matrices normal with std
+// 1/sqrt(fan_in), norm scales 1, biases 0), then freezes it: no gradients, eval mode, and moves it
+// to `placement`. The same seed gives the same weights on every machine.
+void init_frozen(torch::nn::Module& module, uint64_t seed, const EncoderPlacement& placement);
+
+// Loads a TorchScript file in eval mode with gradients off, on `placement`. Throws wam::Error
+// naming `what` and the path when the file is missing or not TorchScript.
+torch::jit::Module load_frozen_script(const std::string& path, const std::string& what,
+                                      const EncoderPlacement& placement);
+
+// Calls a TorchScript forward and returns its Tensor output; throws wam::Error naming `what` and
+// the path when it returns something else.
+at::Tensor call_script(torch::jit::Module& module, std::vector<torch::jit::IValue> inputs,
+                       const std::string& what, const std::string& path);
+
+// "[1, 48, 2, 4, 4]"
+std::string shape_string(at::IntArrayRef sizes);
+
+class RMSNormImpl : public torch::nn::Module {
+ public:
+  explicit RMSNormImpl(int64_t width);
+  at::Tensor forward(const at::Tensor& x);
+
+ private:
+  at::Tensor weight_;
+};
+TORCH_MODULE(RMSNorm);
+
+// Rotary tables for `positions` [3, S] (Qwen-VL's multimodal RoPE: the rotary frequencies are split
+// in three sections driven by the temporal, row and column position; 1-D text uses three equal
+// rows). Returns cos and sin, each [S, head_dim / 2], float32.
+std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions, int64_t head_dim);
+
+// Pre-norm transformer block: RMSNorm -> multi-head self-attention with RoPE -> RMSNorm -> SiLU-
+// gated MLP, both residual. `attention_bias` is added to the attention scores (0 or -inf),
+// broadcastable to [B, heads, S, S].
+class EncoderBlockImpl : public torch::nn::Module {
+ public:
+  EncoderBlockImpl(int64_t width, int64_t heads);
+  at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
+                     const at::Tensor& attention_bias);
+
+ private:
+  int64_t heads_;
+  RMSNorm attention_norm_{nullptr}, mlp_norm_{nullptr};
+  torch::nn::Linear qkv_{nullptr}, out_{nullptr}, gate_up_{nullptr}, down_{nullptr};
+};
+TORCH_MODULE(EncoderBlock);
+
+// Additive attention bias [B, 1, 1, S] from a key mask bool [B, S]: 0 where true, -inf where false.
+at::Tensor key_padding_bias(const at::Tensor& key_mask, at::ScalarType dtype);
+
+}  // namespace wam::models

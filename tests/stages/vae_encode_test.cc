@@ -1,0 +1,169 @@
+#include <gtest/gtest.h>
+#include <torch/script.h>
+
+#include <filesystem>
+
+#include "testing/stage_harness.h"
+#include "wam/tensor.h"
+
+namespace wam::testing {
+namespace {
+
+// A batch as Collate emits it: a [B, 3, T, H, W] window and the two memory frames.
+Sample video_batch(int64_t batch, int64_t frames, int64_t height, int64_t width,
+                   uint64_t seed = 1) {
+  torch::manual_seed(seed);
+  Sample sample("batch:0");
+  sample.set_tensor("video", torch::rand({batch, 3, frames, height, width}) * 2 - 1);
+  sample.set_tensor("memory_video_anchor", torch::rand({batch, 3, 1, height, width}) * 2 - 1);
+  sample.set_tensor("memory_video_recent", torch::rand({batch, 3, 1, height, width}) * 2 - 1);
+  return sample;
+}
+
+Sample encode(const std::string& params, Sample input) {
+  auto out = run_stage("VaeEncode", params, {std::move(input)});
+  EXPECT_EQ(out.size(), 1u);
+  return out.at(0);
+}
+
+std::string encode_error(const std::string& params, Sample input) {
+  try {
+    run_stage("VaeEncode", params, {std::move(input)});
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string temp_file(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("wam_vae_test_" + name)).string();
+}
+
+constexpr const char* kBuiltin = R"({"width": 4, "device": "cpu"})";
+
+TEST(VaeEncodeTest, BuiltinGivesWan22LatentShapes) {
+  Sample out = encode(kBuiltin, video_batch(2, 9, 384, 256));
+  EXPECT_EQ(out.tensor("video_latents").sizes(), (std::vector<int64_t>{2, 48, 3, 24, 16}));
+  EXPECT_EQ(out.tensor("memory_video_anchor_latents").sizes(),
+            (std::vector<int64_t>{2, 48, 1, 24, 16}));
+  EXPECT_EQ(out.tensor("memory_video_recent_latents").sizes(),
+            (std::vector<int64_t>{2, 48, 1, 24, 16}));
+  EXPECT_EQ(out.tensor("video_latents").scalar_type(), torch::kFloat);
+  EXPECT_FALSE(out.tensor("video_latents").requires_grad());
+  EXPECT_TRUE(torch::isfinite(out.tensor("video_latents")).all().item<bool>());
+  EXPECT_GT(out.tensor("video_latents").std().item<double>(), 0.0);
+  // The inputs travel on unchanged.
+  EXPECT_EQ(out.tensor("video").sizes(), (std::vector<int64_t>{2, 3, 9, 384, 256}));
+}
+
+TEST(VaeEncodeTest, SameSeedSameLatentsOtherSeedOthers) {
+  const Sample a = encode(kBuiltin, video_batch(1, 5, 64, 32));
+  const Sample b = encode(kBuiltin, video_batch(1, 5, 64, 32));
+  const Sample c = encode(R"({"width": 4, "device": "cpu", "seed": 7})", video_batch(1, 5, 64, 32));
+  EXPECT_TRUE(torch::equal(a.tensor("video_latents"), b.tensor("video_latents")));
+  EXPECT_TRUE(torch::equal(a.tensor("memory_video_recent_latents"),
+                           b.tensor("memory_video_recent_latents")));
+  EXPECT_FALSE(torch::allclose(a.tensor("video_latents"), c.tensor("video_latents")));
+}
+
+TEST(VaeEncodeTest, FirstLatentFrameDependsOnFirstVideoFrameOnly) {
+  // Causal: latent frame 0 of a 9-frame window equals the latent of frame 0 encoded alone, and
+  // the memory frames (encoded as a batch of two) equal their separate encodings.
+  Sample window = video_batch(1, 9, 64, 32);
+  const at::Tensor first_frame = window.tensor("video").narrow(2, 0, 1);
+  Sample single("batch:1");
+  single.set_tensor("video", first_frame);
+  single.set_tensor("memory_video_anchor", window.tensor("memory_video_anchor"));
+  single.set_tensor("memory_video_recent", window.tensor("memory_video_anchor"));
+  const Sample from_window = encode(kBuiltin, window);
+  const Sample from_frame = encode(kBuiltin, single);
+  EXPECT_TRUE(torch::allclose(from_window.tensor("video_latents").narrow(2, 0, 1),
+                              from_frame.tensor("video_latents"), 1e-5, 1e-6));
+  EXPECT_TRUE(torch::allclose(from_window.tensor("memory_video_anchor_latents"),
+                              from_frame.tensor("memory_video_recent_latents"), 1e-5, 1e-6));
+  // Later frames do change the later latent frames.
+  EXPECT_FALSE(torch::allclose(from_window.tensor("video_latents").narrow(2, 1, 1),
+                               from_window.tensor("video_latents").narrow(2, 0, 1)));
+}
+
+TEST(VaeEncodeTest, RejectsFrameCountsOutsideFourKPlusOne) {
+  EXPECT_EQ(encode_error(kBuiltin, video_batch(1, 8, 64, 32)),
+            "Video T must satisfy T % 4 == 1 (field \"video\" is Float[1, 3, 8, 64, 32], T = 8)");
+}
+
+TEST(VaeEncodeTest, RejectsSpatialSizesNotMultipleOf16) {
+  EXPECT_EQ(
+      encode_error(kBuiltin, video_batch(1, 5, 40, 32)),
+      "Video spatial dims must be multiples of 16 (field \"video\" is Float[1, 3, 5, 40, 32], "
+      "H x W = 40 x 32)");
+}
+
+// forward(video) = 16x16 mean pools of every 4th frame, channels tiled to 48, times `scale`.
+const char* kPoolingVae = R"(
+def forward(self, video):
+    b, c, t, h, w = video.size(0), video.size(1), video.size(2), video.size(3), video.size(4)
+    x = video[:, :, ::4]
+    x = x.reshape([b, c, x.size(2), h // 16, 16, w // 16, 16]).mean([4, 6])
+    return x.repeat([1, 16, 1, 1, 1]) * self.scale
+)";
+
+TEST(VaeEncodeTest, TorchScriptEncoderLoadsAndMatchesItsReference) {
+  torch::jit::Module module("PoolingVae");
+  module.register_parameter("scale", torch::tensor(0.5), false);
+  module.define(kPoolingVae);
+  const std::string path = temp_file("pooling.pt");
+  module.save(path);
+
+  Sample input = video_batch(2, 9, 64, 32);
+  const at::Tensor video = input.tensor("video");
+  const at::Tensor expected = video
+                                  .index({torch::indexing::Slice(), torch::indexing::Slice(),
+                                          torch::indexing::Slice(0, torch::indexing::None, 4)})
+                                  .reshape({2, 3, 3, 4, 16, 2, 16})
+                                  .mean({4, 6})
+                                  .repeat({1, 16, 1, 1, 1}) *
+                              0.5;
+  const Sample out =
+      encode(R"({"encoder": "torchscript", "device": "cpu", "path": ")" + path + R"("})", input);
+  EXPECT_EQ(out.tensor("video_latents").sizes(), (std::vector<int64_t>{2, 48, 3, 4, 2}));
+  EXPECT_TRUE(torch::allclose(out.tensor("video_latents"), expected, 1e-6, 1e-6));
+  std::filesystem::remove(path);
+}
+
+TEST(VaeEncodeTest, WrongShapedTorchScriptEncoderIsRejectedAtOpen) {
+  torch::jit::Module module("SixteenChannelVae");
+  module.define(R"(
+def forward(self, video):
+    x = video[:, :, ::4]
+    b, c, t, h, w = x.size(0), x.size(1), x.size(2), x.size(3), x.size(4)
+    return x.reshape([b, c, t, h // 16, 16, w // 16, 16]).mean([4, 6]).repeat([1, 6, 1, 1, 1])[:, :16]
+)");
+  const std::string path = temp_file("sixteen.pt");
+  module.save(path);
+  auto stage = make_stage("VaeEncode", R"({"encoder": "torchscript", "path": ")" + path + R"("})");
+  Settings settings;
+  Context context("vae", "VaeEncode", settings, [](const std::string&) {});
+  try {
+    stage->open(context);
+    ADD_FAILURE() << "open() accepted a 16-channel encoder";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "TorchScript VAE " + path +
+                  ": for a video [1, 3, 5, 64, 64] expected latents [B, 48, (T-1)/4+1, H/16, W/16] "
+                  "= [1, 48, 2, 4, 4], got [1, 16, 2, 4, 4]; export an encoder whose "
+                  "forward(video) returns the latent mean");
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(VaeEncodeTest, TorchScriptNeedsAnExistingPath) {
+  EXPECT_EQ(encode_error(R"({"encoder": "torchscript"})", video_batch(1, 5, 64, 32)),
+            "VaeEncode: param path is required with encoder \"torchscript\" (a file written by "
+            "torch.jit.save)");
+  EXPECT_EQ(encode_error(R"({"encoder": "torchscript", "path": "/nonexistent/vae.pt"})",
+                         video_batch(1, 5, 64, 32)),
+            "VaeEncode: TorchScript file /nonexistent/vae.pt does not exist");
+}
+
+}  // namespace
+}  // namespace wam::testing
