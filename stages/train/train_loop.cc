@@ -448,8 +448,9 @@ void StepRunner::capture(const models::TrainBatch& batch) {
   }
   if (!tunableop_results_.empty()) {
     auto* tuning = at::cuda::tunable::getTuningContext();
-    tuning->EnableTuning(false);  // capture must not benchmark; it reads the tuned results
-    tuning->WriteFile(tunableop_results_);
+    // Capture must not benchmark; it uses the tuned results. LibTorch 2.11 appends each tuned
+    // GEMM to the file set with SetFilename as it is found, so nothing is left to write here.
+    tuning->EnableTuning(false);
   }
   at::cuda::CUDAEvent warm;
   warm.record(side);
