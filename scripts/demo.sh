@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The main job on an embedded default: installs what is missing, builds, synthesises a small
-# RoboTwin-shaped dataset under $WAM_DATA_ROOT (default data/) and runs the online data pipeline.
+# RoboTwin-shaped dataset under $WAM_DATA_ROOT (default data/), builds the text-embedding cache and
+# trains the small model preset for a few dozen steps with the online profile's graph.
+# Everything it writes goes under $WAM_DATA_ROOT and $WAM_CACHE_ROOT (default .cache/wam).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -8,10 +10,14 @@ scripts/build.sh
 bin=${WAM_BUILD_DIR:-build}/wam-pipeline
 export WAM_DATA_ROOT=${WAM_DATA_ROOT:-data}
 export WAM_CACHE_ROOT=${WAM_CACHE_ROOT:-.cache/wam}
+export WAM_OUTPUT_ROOT=${WAM_OUTPUT_ROOT:-$WAM_CACHE_ROOT/runs}
 export ROBOTWIN_DATA_ROOT=${ROBOTWIN_DATA_ROOT:-$WAM_DATA_ROOT/robotwin}
+pipeline=pipelines/robotwin_online.json
+
 if [ ! -f "$ROBOTWIN_DATA_ROOT/meta/info.json" ]; then
   "$bin" dataset synth --preset robotwin --episodes 4 --frames-per-episode 96 --out "$ROBOTWIN_DATA_ROOT"
 fi
 "$bin" dataset inspect "$ROBOTWIN_DATA_ROOT"
-"$bin" run pipelines/robotwin_data_online.json --steps "${WAM_DEMO_STEPS:-6}" --report-every 5 \
-  --stats-out "$WAM_CACHE_ROOT/demo_stats.json"
+"$bin" text-cache build "$pipeline"
+"$bin" run "$pipeline" --steps "${WAM_DEMO_STEPS:-24}" --set settings.batch_size=2 \
+  --set nodes.step.params.log_every=4 --report-every 20 --stats-out "$WAM_CACHE_ROOT/demo_stats.json"
