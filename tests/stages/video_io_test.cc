@@ -277,7 +277,8 @@ TEST(ReaderCacheTest, ReusesOpenReadersUpToCapacity) {
 // The real dataset: H.264 with B-frames, a keyframe every 250 frames, 20 fps, timestamps from 0.
 TEST(VideoReaderDatasetTest, GrootPickAndPlaceSparseEqualsFull) {
   const std::string path =
-      "/work/shared/data/lerobot-gr00t-picknplace/videos/chunk-000/observation.images.ego_view/"
+      WAM_SOURCE_DIR
+      "/../shared/data/lerobot-gr00t-picknplace/videos/chunk-000/observation.images.ego_view/"
       "episode_000000.mp4";
   if (!fs::exists(path)) GTEST_SKIP() << path << " is not present";
   VideoReader reader(path);
