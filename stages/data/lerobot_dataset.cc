@@ -1,5 +1,7 @@
 #include "data/lerobot_dataset.h"
 
+#include "common/hdf5.h"
+
 #include <hdf5.h>
 
 #include <algorithm>
@@ -19,55 +21,13 @@ namespace {
 
 // ---- HDF5 -------------------------------------------------------------------------------------
 
-// The innermost messages of HDF5's current error stack, e.g. "unable to open file".
-std::string hdf5_message() {
-  std::string message;
-  H5Ewalk2(
-      H5E_DEFAULT, H5E_WALK_DOWNWARD,
-      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
-        auto* out = static_cast<std::string*>(data);
-        if (!out->empty()) *out += "; ";
-        *out += e->desc ? e->desc : "?";
-        return 0;
-      },
-      &message);
-  H5Eclear2(H5E_DEFAULT);
-  return message.empty() ? "unknown HDF5 error" : message;
-}
-
-// HDF5 prints its error stack to stderr by default; the messages go into our errors instead.
-void silence_hdf5() {
-  static const bool silenced = [] {
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-    return true;
-  }();
-  (void)silenced;
-}
+using H5Handle = hdf5::Handle;
+using hdf5::silence_errors;
 
 template <class T>
 T h5_check(T result, const std::string& what, const std::string& path, const std::string& dataset) {
-  if (result < 0) {
-    throw Error(path + (dataset.empty() ? "" : " (dataset " + dataset + ")") + ": HDF5 cannot " +
-                what + ": " + hdf5_message());
-  }
-  return result;
+  return hdf5::check(result, what, path, dataset);
 }
-
-// Closes an HDF5 handle on scope exit.
-class H5Handle {
- public:
-  H5Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~H5Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  H5Handle(const H5Handle&) = delete;
-  H5Handle& operator=(const H5Handle&) = delete;
-  hid_t get() const { return id_; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
 
 void write_dataset(hid_t file, const std::string& path, const std::string& name, hid_t mem_type,
                    hid_t file_type, const std::vector<hsize_t>& dims, const void* values) {
@@ -431,7 +391,7 @@ EpisodeData LeRobotDataset::read_episode(int64_t episode_index) const {
     throw Error(path + ": missing episode data file (episode " + std::to_string(episode_index) +
                 " is listed in meta/episodes.jsonl)");
   }
-  silence_hdf5();
+  silence_errors();
   H5Handle file(
       h5_check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "open the file", path, ""),
       H5Fclose);
@@ -576,7 +536,7 @@ std::vector<LeRobotDataset> open_datasets(const std::vector<std::string>& roots)
 // ---- writing ----------------------------------------------------------------------------------
 
 void write_episode_hdf5(const std::string& path, const EpisodeData& data) {
-  silence_hdf5();
+  silence_errors();
   fs::create_directories(fs::path(path).parent_path());
   const std::string temporary = path + ".tmp";
   try {

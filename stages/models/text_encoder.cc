@@ -1,5 +1,7 @@
 #include "models/text_encoder.h"
 
+#include "common/hdf5.h"
+
 #include <hdf5.h>
 #include <openssl/evp.h>
 
@@ -56,45 +58,15 @@ std::string sha256_file_hex(const std::string& path) {
 
 // ---- HDF5 -------------------------------------------------------------------------------------
 
-std::string hdf5_message() {
-  std::string message;
-  H5Ewalk2(
-      H5E_DEFAULT, H5E_WALK_DOWNWARD,
-      [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
-        auto* out = static_cast<std::string*>(data);
-        if (!out->empty()) *out += "; ";
-        *out += e->desc ? e->desc : "?";
-        return 0;
-      },
-      &message);
-  H5Eclear2(H5E_DEFAULT);
-  return message.empty() ? "unknown HDF5 error" : message;
-}
+using H5Handle = hdf5::Handle;
 
 template <class T>
 T h5_check(T result, const std::string& what, const std::string& path) {
-  if (result < 0) throw Error(path + ": HDF5 cannot " + what + ": " + hdf5_message());
-  return result;
+  return hdf5::check(result, what, path);
 }
 
-class H5Handle {
- public:
-  H5Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
-  ~H5Handle() {
-    if (id_ >= 0) close_(id_);
-  }
-  H5Handle(const H5Handle&) = delete;
-  H5Handle& operator=(const H5Handle&) = delete;
-  hid_t get() const { return id_; }
-
- private:
-  hid_t id_;
-  herr_t (*close_)(hid_t);
-};
-
 hid_t open_for_reading(const std::string& path) {
-  // HDF5 prints its error stack to stderr by default; the messages go into our errors instead.
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  hdf5::silence_errors();
   return h5_check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "open the text cache", path);
 }
 
@@ -405,7 +377,7 @@ TextCacheBuildResult build_text_cache(const TextCacheParams& params,
   try {
     std::unique_ptr<TextEncoder> encoder;
     if (!to_encode.empty()) encoder = make_text_encoder(params);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    hdf5::silence_errors();
     H5Handle file(h5_check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
                            "create the file", tmp),
                   H5Fclose);
