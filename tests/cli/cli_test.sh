@@ -36,6 +36,38 @@ expect "version flag" 0 "wam-pipeline 0.1.0" -- "$bin" --version
 expect "describe unknown type" 2 \
   "unknown stage type \"Colate\"; did you mean \"Collate\"? (allowed: $("$bin" stages | awk '{print $1}' | paste -sd, - | sed 's/,/, /g'))" \
   -- "$bin" describe Colate
+expect_contains() {  # expect_contains NAME EXPECTED_STATUS EXPECTED_TEXT -- COMMAND...
+  local name=$1 status=$2 text=$3
+  shift 4
+  "$@" >"$work/out" 2>&1
+  local got=$?
+  if [ "$got" -ne "$status" ] || ! grep -qF -- "$text" "$work/out"; then
+    echo "FAIL $name: exit $got (expected $status), expected text: $text"; cat "$work/out"
+    failures=$((failures + 1)); return
+  fi
+  echo "ok   $name"
+}
+
+# The training graph end to end on a tiny synthetic dataset with the tiny model preset.
+export WAM_CACHE_ROOT=$work/cache WAM_OUTPUT_ROOT=$work/runs ROBOTWIN_DATA_ROOT=$work/robotwin
+tiny=(--set include.model=configs/model/tiny.json)
+expect_contains "dataset synth" 0 "wrote 2 robotwin episodes of 40 frames to $ROBOTWIN_DATA_ROOT" \
+  -- "$bin" dataset synth --preset robotwin --episodes 2 --frames-per-episode 40 --size 80x64 \
+  --codec h264 --out "$ROBOTWIN_DATA_ROOT"
+expect_contains "dataset inspect" 0 "observation.images.cam_high: h264 80x64" \
+  -- "$bin" dataset inspect "$ROBOTWIN_DATA_ROOT"
+expect_contains "training without a text cache says what to run" 1 \
+  "run wam-pipeline text-cache build PIPELINE" \
+  -- "$bin" run pipelines/robotwin_online.json "${tiny[@]}" --steps 1 --set settings.batch_size=2
+expect_contains "text-cache build" 0 "wrote $WAM_CACHE_ROOT/text_embed/robotwin.h5" \
+  -- "$bin" text-cache build pipelines/robotwin_online.json "${tiny[@]}"
+expect_contains "train 2 steps" 0 "pipeline robotwin_online:" \
+  -- "$bin" run pipelines/robotwin_online.json "${tiny[@]}" --steps 2 --set settings.batch_size=2 \
+  --stats-out "$work/stats.json"
+grep -q '"stop_reason": "steps"' "$work/stats.json" || { echo "FAIL train: stats"; failures=$((failures + 1)); }
+[ -f "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_2.pt" ] ||
+  { echo "FAIL train: no checkpoint step_2.pt"; failures=$((failures + 1)); }
+
 expect "custom stage registers beside the built-ins" 0 \
   "Brightness          stage   Scales a video tensor by a constant gain." -- "$custom_bin" stages
 expect "custom stage describes its params" 0 \
