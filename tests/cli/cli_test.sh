@@ -68,6 +68,12 @@ grep -q '"stop_reason": "steps"' "$work/stats.json" || { echo "FAIL train: stats
 [ -f "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_2.pt" ] ||
   { echo "FAIL train: no checkpoint step_2.pt"; failures=$((failures + 1)); }
 
+expect "compile needs a compiled pipeline" 2 \
+  "Select a compiled pipeline (TrainStep mode: compiled) to prepare compiler artifacts." \
+  -- "$bin" compile pipelines/robotwin_online.json
+expect "compile needs two steps" 2 "--steps must be at least 2 for forward/backward replay." \
+  -- "$bin" compile pipelines/robotwin_compile.json --steps 1
+
 expect "custom stage registers beside the built-ins" 0 \
   "Brightness          stage   Scales a video tensor by a constant gain." -- "$custom_bin" stages
 expect "custom stage describes its params" 0 \
