@@ -20,10 +20,10 @@ std::vector<std::string> pipeline_prompts(const ValidatedPipeline& pipeline) {
     for (const auto& dir : node.params.at("dataset_dirs")) {
       const data::LeRobotDataset dataset = data::LeRobotDataset::open(dir.get<std::string>());
       for (const auto& [index, task] : dataset.tasks()) {
-        prompts.insert(models::text_prompt_for_task(task));
+        prompts.insert(data::instruction_prompt(task));
       }
       for (const data::EpisodeInfo& episode : dataset.episodes()) {
-        for (const auto& task : episode.tasks) prompts.insert(models::text_prompt_for_task(task));
+        for (const auto& task : episode.tasks) prompts.insert(data::instruction_prompt(task));
       }
     }
   }

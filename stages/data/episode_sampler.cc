@@ -394,9 +394,7 @@ class EpisodeSampler final : public Source {
       auto t = tasks.find(e.task_index[frame]);
       if (t != tasks.end()) task = t->second;
     }
-    s.set("prompt",
-          "A video recorded from a robot's point of view executing the following instruction: " +
-              task);
+    s.set("prompt", data::instruction_prompt(task));
     s.set("task", std::move(task));
     s.set("video_files", nlohmann::json(e.video_files));
 

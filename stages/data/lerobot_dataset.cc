@@ -634,4 +634,9 @@ void LeRobotWriter::finish() {
   write_episodes_stats(root_ + "/meta/episodes_stats.jsonl", stats_);
 }
 
+std::string instruction_prompt(const std::string& task) {
+  return "A video recorded from a robot's point of view executing the following instruction: " +
+         task;
+}
+
 }  // namespace wam::data

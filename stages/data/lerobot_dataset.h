@@ -151,4 +151,8 @@ class LeRobotWriter {
 void write_episode_hdf5(const std::string& path, const EpisodeData& data);
 void write_episodes_stats(const std::string& path, const std::map<int64_t, EpisodeStats>& stats);
 
+// The instruction prompt of a dataset task, as the reference words it: the EpisodeSampler writes it
+// into `prompt` and the text cache is keyed by it.
+std::string instruction_prompt(const std::string& task);
+
 }  // namespace wam::data

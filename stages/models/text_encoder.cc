@@ -248,11 +248,6 @@ class ScriptedTextEncoder final : public TextEncoder {
 
 }  // namespace
 
-std::string text_prompt_for_task(const std::string& task) {
-  return "A video recorded from a robot's point of view executing the following instruction: " +
-         task;
-}
-
 std::string sha256_hex(const std::string& text) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int size = 0;

@@ -60,9 +60,6 @@ struct TextCacheParams {
   }
 };
 
-// The T5 prompt of a dataset task, as the EpisodeSampler writes it into `prompt`.
-std::string text_prompt_for_task(const std::string& task);
-
 // Lower-case hex SHA-256 of the UTF-8 bytes (OpenSSL).
 std::string sha256_hex(const std::string& text);
 

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "data/lerobot_dataset.h"
 #include "models/text_encoder.h"
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
@@ -60,7 +61,7 @@ TEST_F(TextEmbedTest, Sha256AndBytesTokensAreTheDocumentedOnes) {
       torch::equal(ids[0].narrow(0, 0, 4), torch::tensor({'a' + 2, 'b' + 2, 1, 0}, torch::kLong)));
   EXPECT_EQ(ids[0].count_nonzero().item<int64_t>(), 3);
   EXPECT_EQ(ids[1][127].item<int64_t>(), 1);  // truncated, the end token kept
-  EXPECT_EQ(models::text_prompt_for_task("stack the bowls"),
+  EXPECT_EQ(data::instruction_prompt("stack the bowls"),
             "A video recorded from a robot's point of view executing the following instruction: "
             "stack the bowls");
 }
