@@ -5,10 +5,15 @@
 # runner: the runner's own overhead (5 trivial stages, Google Benchmark).
 # data:   data-path samples/s, sparse vs full decode, on one synthetic RoboTwin dataset (GOP 2, AV1),
 #         with all cores and with one thread (samples/s per core).
+# gpu:    the training profiles on a CUDA machine with the base preset (`wam-pipeline bench`:
+#         device part alone vs whole graph, peak memory, transfer per batch). On the GPU machine,
+#         build first and run it with WAM_BUILD_DIR=build-gpu WAM_SKIP_SETUP=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
-scripts/build.sh >/dev/null
+if [ -z "${WAM_SKIP_SETUP:-}" ]; then
+  scripts/setup.sh
+  scripts/build.sh >/dev/null
+fi
 build=${WAM_BUILD_DIR:-build}
 bin=$build/wam-pipeline
 what=("${@:-runner data}")
@@ -57,6 +62,34 @@ print(f'{sys.argv[2]:<32} {stats["threads"]:>7} {rate:10.2f} {busiest["id"]} {10
 PY
           rm -f "$stats"
         done
+      done
+      ;;
+    gpu)
+      root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gpu
+      if [ ! -f "$root/meta/info.json" ]; then
+        "$bin" dataset synth --preset robotwin --episodes 8 --frames-per-episode 128 --gop 2 \
+          --codec av1 --out "$root" >/dev/null 2>&1
+      fi
+      export ROBOTWIN_DATA_ROOT=$root
+      base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
+      steps=${WAM_BENCH_STEPS:-30}
+      # Logs go to stderr: redirect it to keep them.
+      "$bin" text-cache build pipelines/robotwin_online.json "${base[@]}" >/dev/null
+      "$bin" compile pipelines/robotwin_compile.json "${base[@]}" --steps 3 >/dev/null
+      # pipeline | extra override
+      runs=(
+        "robotwin_compile|"
+        "robotwin_compile|nodes.step.params.checkpoint_group=0"
+        "robotwin_online|"
+        "robotwin_online|nodes.step.params.checkpoint_group=0"
+        "robotwin_baseline|"
+      )
+      for spec in "${runs[@]}"; do
+        IFS='|' read -r pipeline extra <<<"$spec"
+        args=("${base[@]}")
+        [ -n "$extra" ] && args+=(--set "$extra")
+        echo "## $pipeline ${extra:-(as shipped)}"
+        "$bin" bench "pipelines/$pipeline.json" "${args[@]}" --steps "$steps" --warmup 5
       done
       ;;
   esac

@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/bench_commands.h"
 #include "cli/compile_commands.h"
 #include "cli/dataset_commands.h"
 #include "cli/text_cache_commands.h"
@@ -211,6 +212,7 @@ int run_cli(int argc, char** argv) {
   graph->add_option("-o,--output", graph_out, "Output .dot file (default: stdout)");
 
   DatasetCommands dataset_commands(app);
+  BenchCommand bench_command(app);
   CompileCommand compile_command(app);
   TextCacheCommands text_cache_commands(app);
 
@@ -223,6 +225,7 @@ int run_cli(int argc, char** argv) {
     if (*describe) return cmd_describe(describe_type);
     if (*graph) return cmd_graph(graph_args, graph_out);
     if (dataset_commands.selected()) return dataset_commands.run();
+    if (bench_command.selected()) return bench_command.run();
     if (compile_command.selected()) return compile_command.run();
     if (text_cache_commands.selected()) return text_cache_commands.run();
   } catch (const wam::ConfigError& e) {

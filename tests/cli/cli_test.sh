@@ -68,6 +68,30 @@ grep -q '"stop_reason": "steps"' "$work/stats.json" || { echo "FAIL train: stats
 [ -f "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_2.pt" ] ||
   { echo "FAIL train: no checkpoint step_2.pt"; failures=$((failures + 1)); }
 
+expect_contains "bench measures the device part and the whole graph" 0 "  pipeline efficiency:" \
+  -- "$bin" bench pipelines/robotwin_online.json "${tiny[@]}" --set settings.batch_size=2 \
+  --steps 2 --warmup 1 --json "$work/bench.json"
+/usr/bin/python3 - "$work/bench.json" <<'PY' || failures=$((failures + 1))
+import json, sys
+b = json.load(open(sys.argv[1]))
+problems = []
+if (b["pipeline"], b["timed_steps"], b["warmup_steps"], b["batch_size"]) != ("robotwin_online", 2, 1, 2):
+    problems.append(f"header {b['pipeline']} {b['timed_steps']} {b['warmup_steps']} {b['batch_size']}")
+if not (b["device_part_samples_per_s"] > 0 and b["graph_samples_per_s"] > 0):
+    problems.append("rates must be positive")
+if abs(b["pipeline_efficiency"] - b["graph_samples_per_s"] / b["device_part_samples_per_s"]) > 1e-9:
+    problems.append("efficiency is not the ratio of the rates")
+if b["graph_stats"]["stop_reason"] != "steps":
+    problems.append("the whole-graph phase did not stop at its steps")
+print("FAIL bench json: " + "; ".join(problems) if problems else "ok   bench json")
+sys.exit(1 if problems else 0)
+PY
+[ ! -e "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_3.pt" ] ||
+  { echo "FAIL bench wrote a checkpoint"; failures=$((failures + 1)); }
+expect "bench refuses a data graph" 2 \
+  "bench: pipelines/robotwin_data_online.json has no HostToDevice node; bench measures training pipelines (for data graphs use \`run --stats-out\`)" \
+  -- "$bin" bench pipelines/robotwin_data_online.json
+
 expect "compile needs a compiled pipeline" 2 \
   "Select a compiled pipeline (TrainStep mode: compiled) to prepare compiler artifacts." \
   -- "$bin" compile pipelines/robotwin_online.json

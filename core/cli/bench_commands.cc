@@ -1,0 +1,330 @@
+#include "cli/bench_commands.h"
+
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <iostream>
+#include <optional>
+
+#include <torch/torch.h>
+
+#include "wam/pipeline.h"
+#include "wam/runner.h"
+
+#if WAM_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/cuda.h>
+#endif
+
+namespace wam::cli {
+namespace {
+
+constexpr int kExitInvalid = 2;
+
+using Clock = std::chrono::steady_clock;
+
+// Steps of the device part timed node by node after the timed run.
+constexpr int64_t kProfileSteps = 3;
+
+// The nodes the device-resident phase runs: the chain after HostToDevice, ending in TrainStep.
+struct DevicePart {
+  std::string transfer_id;        // the HostToDevice node
+  std::vector<std::string> chain;  // node ids after it, in flow order; the last is TrainStep
+};
+
+DevicePart find_device_part(const ValidatedPipeline& pipeline) {
+  const auto& nodes = pipeline.nodes();
+  std::optional<size_t> transfer;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].type != "HostToDevice") continue;
+    if (transfer) {
+      throw Error("bench: " + pipeline.file() + " has more than one HostToDevice node (" +
+                  nodes[*transfer].id + ", " + nodes[i].id + "); bench measures one device part");
+    }
+    transfer = i;
+  }
+  if (!transfer) {
+    throw Error("bench: " + pipeline.file() +
+                " has no HostToDevice node; bench measures training pipelines "
+                "(for data graphs use `run --stats-out`)");
+  }
+  DevicePart part{nodes[*transfer].id, {}};
+  size_t at = *transfer;
+  while (!nodes[at].outputs.empty()) {
+    if (nodes[at].outputs.size() != 1 || nodes[nodes[at].outputs[0]].inputs.size() != 1) {
+      throw Error("bench: the nodes after " + part.transfer_id + " in " + pipeline.file() +
+                  " must form a chain (one input, one output each); " + nodes[at].id +
+                  " branches or joins");
+    }
+    at = nodes[at].outputs[0];
+    part.chain.push_back(nodes[at].id);
+  }
+  if (part.chain.empty() || nodes[at].type != "TrainStep") {
+    throw Error("bench: the chain after " + part.transfer_id + " in " + pipeline.file() +
+                " must end in a TrainStep node");
+  }
+  return part;
+}
+
+class CollectingEmitter final : public Emitter {
+ public:
+  void emit(Sample sample) override { samples.push_back(std::move(sample)); }
+  std::vector<Sample> samples;
+};
+
+void synchronize_device() {
+#if WAM_WITH_CUDA
+  if (torch::cuda::is_available()) torch::cuda::synchronize();
+#endif
+}
+
+// Peak bytes the CUDA caching allocator handed out since the last reset; -1 without CUDA.
+int64_t peak_device_bytes() {
+#if WAM_WITH_CUDA
+  if (torch::cuda::is_available()) {
+    synchronize_device();
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device()).allocated_bytes[0].peak;
+  }
+#endif
+  return -1;
+}
+
+void reset_peak_device_bytes() {
+#if WAM_WITH_CUDA
+  if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+#endif
+}
+
+// samples/s between the end of step `warmup` and the last step.
+double steady_rate(const std::vector<Clock::time_point>& step_ends, int64_t warmup,
+                   int64_t batch_size) {
+  const double seconds =
+      std::chrono::duration<double>(step_ends.back() - step_ends[warmup - 1]).count();
+  const auto steps = static_cast<double>(step_ends.size()) - static_cast<double>(warmup);
+  return seconds > 0 ? steps * static_cast<double>(batch_size) / seconds : 0.0;
+}
+
+struct DeviceResult {
+  double samples_per_s = 0;
+  int64_t peak_bytes = -1;
+  std::vector<std::pair<std::string, double>> node_ms_per_batch;  // chain order
+};
+
+// Captures one batch where HostToDevice emits it, then replays it through the device chain.
+DeviceResult run_device_part(const std::string& file, const LoadOptions& options,
+                             const DevicePart& part, int64_t warmup, int64_t total) {
+  std::optional<Sample> batch;
+  {
+    LoadOptions capture_options = options;
+    capture_options.overrides.push_back("settings.steps=1");
+    ValidatedPipeline capture = load_pipeline(file, capture_options);
+    capture.keep_upstream_of(part.transfer_id);
+    RunOptions run_options;
+    run_options.on_output = [&](const Sample& sample) {
+      if (!batch) batch = sample;
+    };
+    RunResult result = run_pipeline(capture, run_options);
+    if (result.error) throw *result.error;
+    if (!batch) throw Error("bench: the data path of " + file + " produced no batch");
+  }
+
+  LoadOptions step_options = options;
+  step_options.overrides.push_back("settings.steps=" + std::to_string(total + kProfileSteps));
+  ValidatedPipeline pipeline = load_pipeline(file, step_options);
+  std::deque<Context> contexts;  // deque: stable addresses, stages keep pointers to them
+  std::vector<Stage*> chain;
+  reset_peak_device_bytes();
+  for (const std::string& id : part.chain) {
+    const ValidatedNode& node = *pipeline.find(id);
+    contexts.emplace_back(node.id, node.type, pipeline.settings(),
+                          [](const std::string& line) { std::cerr << line << "\n"; });
+    node.stage->open(contexts.back());
+    chain.push_back(&node.transform());
+  }
+
+  auto run_step = [&](std::vector<double>* node_seconds) {
+    std::vector<Sample> flowing{*batch};
+    for (size_t i = 0; i < chain.size(); ++i) {
+      const Clock::time_point start = Clock::now();
+      CollectingEmitter out;
+      for (Sample& sample : flowing) chain[i]->process(std::move(sample), out);
+      flowing = std::move(out.samples);
+      if (node_seconds) {
+        synchronize_device();
+        (*node_seconds)[i] += std::chrono::duration<double>(Clock::now() - start).count();
+      }
+    }
+    synchronize_device();
+  };
+  // The rate: nodes overlap as in the graph (one synchronisation per step).
+  std::vector<Clock::time_point> step_ends;
+  for (int64_t step = 0; step < total; ++step) {
+    run_step(nullptr);
+    step_ends.push_back(Clock::now());
+  }
+  DeviceResult result{steady_rate(step_ends, warmup, pipeline.settings().batch_size),
+                      peak_device_bytes(), {}};
+  // Then a few more steps with a synchronisation after each node, so its kernels count for it.
+  std::vector<double> node_seconds(chain.size(), 0.0);
+  for (int64_t step = 0; step < kProfileSteps; ++step) run_step(&node_seconds);
+  for (size_t i = 0; i < chain.size(); ++i) {
+    result.node_ms_per_batch.emplace_back(part.chain[i], 1e3 * node_seconds[i] / kProfileSteps);
+  }
+  return result;
+}
+
+struct GraphResult {
+  double samples_per_s = 0;
+  RunStats stats;
+};
+
+GraphResult run_whole_graph(const std::string& file, const LoadOptions& options, int64_t warmup,
+                            int64_t total) {
+  LoadOptions graph_options = options;
+  graph_options.overrides.push_back("settings.steps=" + std::to_string(total));
+  ValidatedPipeline pipeline = load_pipeline(file, graph_options);
+  std::vector<Clock::time_point> step_ends;
+  RunOptions run_options;
+  run_options.on_output = [&](const Sample&) { step_ends.push_back(Clock::now()); };
+  RunResult result = run_pipeline(pipeline, run_options);
+  if (result.error) throw *result.error;
+  if (static_cast<int64_t>(step_ends.size()) < total) {
+    throw Error("bench: " + file + " ran out of data after " + std::to_string(step_ends.size()) +
+                " of " + std::to_string(total) +
+                " steps; use a larger dataset, more settings.epochs or fewer --steps");
+  }
+  return {steady_rate(step_ends, warmup, pipeline.settings().batch_size), result.stats};
+}
+
+// The whole-graph figures, their ratio to the device part, and the host side at a glance (the
+// transfer and the busiest node before the device part).
+void print_whole_graph(const GraphResult& graph, const DeviceResult& device, const DevicePart& part,
+                       const Settings& settings, int64_t steps, nlohmann::json& out) {
+  const double efficiency =
+      device.samples_per_s > 0 ? graph.samples_per_s / device.samples_per_s : 0.0;
+  const NodeStats* busiest = nullptr;
+  const NodeStats* transfer = nullptr;
+  for (const NodeStats& node : graph.stats.nodes) {
+    if (node.id == part.transfer_id) transfer = &node;
+    bool in_device_part = node.id == part.transfer_id;
+    for (const std::string& id : part.chain) in_device_part = in_device_part || node.id == id;
+    if (!in_device_part && (!busiest || node.utilisation > busiest->utilisation)) busiest = &node;
+  }
+  const double transfer_ms =
+      transfer && transfer->out > 0 ? 1e3 * transfer->busy_s / static_cast<double>(transfer->out)
+                                    : 0.0;
+  // Samples buffered inside the graph when the timed window opens (filled while the warm-up steps
+  // were slow) are consumed at no data-path cost; at most max_in_flight of them.
+  const double buffer_bound = static_cast<double>(settings.max_in_flight) /
+                              static_cast<double>(steps * settings.batch_size);
+
+  char line[256];
+  std::snprintf(line, sizeof(line), "  whole graph:          %9.2f samples/s\n",
+                graph.samples_per_s);
+  std::cout << line;
+  std::snprintf(line, sizeof(line), "  pipeline efficiency:  %9.3f\n", efficiency);
+  std::cout << line;
+  std::snprintf(line, sizeof(line),
+                "  (up to %lld samples buffered in the graph may lift the whole-graph figure by up "
+                "to %.1f%%; more --steps narrow it)\n",
+                static_cast<long long>(settings.max_in_flight), 100 * buffer_bound);
+  std::cout << line;
+  std::snprintf(line, sizeof(line), "  %s: %.2f ms per batch\n", part.transfer_id.c_str(),
+                transfer_ms);
+  std::cout << line;
+  if (busiest) {
+    std::snprintf(line, sizeof(line), "  busiest host node:    %s %.0f%%\n", busiest->id.c_str(),
+                  100 * busiest->utilisation);
+    std::cout << line;
+  }
+  out["graph_samples_per_s"] = graph.samples_per_s;
+  out["pipeline_efficiency"] = efficiency;
+  out["buffered_samples_bound"] = buffer_bound;
+  out["transfer_ms_per_batch"] = transfer_ms;
+  out["graph_stats"] = graph.stats.to_json();
+}
+
+std::string gib(int64_t bytes) {
+  if (bytes < 0) return "n/a (no CUDA)";
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.2f GiB", static_cast<double>(bytes) / (1 << 30));
+  return text;
+}
+
+}  // namespace
+
+BenchCommand::BenchCommand(CLI::App& app) {
+  bench_ = app.add_subcommand(
+      "bench",
+      "Pipeline efficiency: samples/s of the whole training graph divided by samples/s of its "
+      "device part (the nodes after HostToDevice) fed one device-resident batch");
+  bench_->add_option("pipeline", file_, "Training pipeline JSON file")->required();
+  bench_->add_option("--set", overrides_, "Override a value (path.to.key=VALUE)");
+  bench_->add_option("--steps", steps_, "Timed steps in each phase")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  bench_->add_option("--warmup", warmup_,
+                     "Untimed steps first (graph capture, GEMM tuning, pipeline fill)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  bench_->add_option("--threads", threads_, "Worker threads (overrides settings.threads)")
+      ->check(CLI::NonNegativeNumber);
+  bench_->add_option("--json", json_out_, "Also write the figures and the graph's stats as JSON");
+  bench_->add_flag("--device-only", device_only_,
+                   "Measure only the device part (step speed and peak memory, e.g. for sweeps)");
+}
+
+bool BenchCommand::selected() const { return bench_->parsed(); }
+
+int BenchCommand::run() const {
+  LoadOptions options{overrides_};
+  if (threads_ >= 0) options.overrides.push_back("settings.threads=" + std::to_string(threads_));
+  const ValidatedPipeline probe = load_pipeline(file_, options);
+  DevicePart part;
+  try {
+    part = find_device_part(probe);
+  } catch (const Error& e) {
+    std::cerr << e.what() << "\n";
+    return kExitInvalid;
+  }
+  const std::string step_id = part.chain.back();
+  // A benchmark leaves no checkpoints behind and starts from fresh weights.
+  const std::string step_params = "nodes." + step_id + ".params.";
+  for (const char* reset : {"checkpoint_dir=\"\"", "save_every=0", "resume=\"\""}) {
+    options.overrides.push_back(step_params + reset);
+  }
+  const int64_t total = warmup_ + steps_;
+
+  std::cerr << "bench: " << probe.name() << ": device part (" << part.transfer_id << " -> ";
+  for (size_t i = 0; i < part.chain.size(); ++i) std::cerr << (i ? ", " : "") << part.chain[i];
+  std::cerr << ") on one device-resident batch, " << warmup_ << " + " << steps_ << " steps\n";
+  const DeviceResult device = run_device_part(file_, options, part, warmup_, total);
+  char line[256];
+  std::cout << probe.name() << " (" << steps_ << " timed steps after " << warmup_
+            << " warm-up, batch " << probe.settings().batch_size << ")\n";
+  std::snprintf(line, sizeof(line), "  device part alone:    %9.2f samples/s, peak device memory %s\n",
+                device.samples_per_s, gib(device.peak_bytes).c_str());
+  std::cout << line;
+  for (const auto& [id, ms] : device.node_ms_per_batch) {
+    std::snprintf(line, sizeof(line), "    %-20s %9.2f ms per batch\n", (id + ":").c_str(), ms);
+    std::cout << line;
+  }
+  nlohmann::json out = {{"pipeline", probe.name()},
+                        {"warmup_steps", warmup_},
+                        {"timed_steps", steps_},
+                        {"batch_size", probe.settings().batch_size},
+                        {"device_part_samples_per_s", device.samples_per_s},
+                        {"device_part_peak_bytes", device.peak_bytes},
+                        {"device_part_ms_per_batch", device.node_ms_per_batch}};
+  if (!device_only_) {
+    std::cerr << "bench: " << probe.name() << ": whole graph, " << warmup_ << " + " << steps_
+              << " steps\n";
+    const GraphResult graph = run_whole_graph(file_, options, warmup_, total);
+    print_whole_graph(graph, device, part, probe.settings(), steps_, out);
+  }
+  if (!json_out_.empty()) write_file_atomically(json_out_, out.dump(2) + "\n");
+  return 0;
+}
+
+}  // namespace wam::cli
