@@ -18,13 +18,13 @@ struct CheckpointedFnHolder : torch::CustomClassHolder {
 
 class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
  public:
-  static variable_list forward(AutogradContext* ctx, variable_list inputs, CheckpointedFn fn) {
-    ctx->save_for_backward(inputs);
+  static variable_list forward(AutogradContext* ctx, at::TensorList inputs, CheckpointedFn fn) {
+    ctx->save_for_backward(inputs.vec());
     auto holder = c10::make_intrusive<CheckpointedFnHolder>(std::move(fn));
     ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
     // Function::apply already disables grad here; the guard states the point of the exercise.
     torch::NoGradGuard no_grad;
-    return holder->fn(inputs);
+    return holder->fn(inputs.vec());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
@@ -64,7 +64,10 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 }  // namespace
 
 variable_list checkpoint(const CheckpointedFn& fn, const variable_list& inputs) {
-  return CheckpointFunction::apply(inputs, fn);
+  // As a TensorList: Function::apply counts only Tensor, optional<Tensor> and TensorList arguments
+  // as autograd inputs; a std::vector<Tensor> would be taken for a constant, leaving the outputs
+  // without a grad_fn and every parameter before or inside the group without a gradient.
+  return CheckpointFunction::apply(at::TensorList(inputs), fn);
 }
 
 }  // namespace wam::models
