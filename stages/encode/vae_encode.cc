@@ -1,14 +1,19 @@
 // VaeEncode: the frozen video VAE over a batch (after Collate). The window is encoded in one call,
 // the anchor and recent memory frames together in a second one (2B single frames), as the
-// reference's cache generation does.
+// reference's cache generation does. The anchor is the episode's first frame, so a batch drawn
+// from one episode repeats it: when every anchor row is bytewise identical
+// (deduplicate_identical_anchor_batch), one row is encoded and its latent expanded to the batch
+// (a stride-0 view), counted as deduplicated_anchor_batches.
 // Reads:  video (float [B, 3, T, H, W], T % 4 == 1, H and W multiples of 16, in [-1, 1]),
 //         memory_video_anchor, memory_video_recent (float [B, 3, 1, H, W])
 // Writes: video_latents [B, 48, (T-1)/4+1, H/16, W/16], memory_video_anchor_latents and
 //         memory_video_recent_latents [B, 48, 1, H/16, W/16] (the encoder's device and dtype)
 // Example: {"id": "vae", "type": "VaeEncode", "inputs": ["collate"],
 //           "params": {"encoder": "torchscript", "path": "${WAM_CACHE_ROOT}/wan22_vae.pt"}}
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "models/vae.h"
 #include "wam/registry.h"
@@ -17,6 +22,16 @@
 namespace wam::stages {
 namespace {
 
+// Whether every row (dim 0) of `t` has the same bytes as row 0. Compared as integers of the
+// element's width: the same bytes give the same latents, whereas float equality would take -0.0 for
+// 0.0 and never match a NaN.
+bool rows_bitwise_identical(const at::Tensor& t) {
+  static const std::map<size_t, at::ScalarType> kIntegerOfWidth = {
+      {1, at::kByte}, {2, at::kShort}, {4, at::kInt}, {8, at::kLong}};
+  const at::Tensor bits = t.view(kIntegerOfWidth.at(t.element_size()));
+  return at::equal(bits, bits.narrow(0, 0, 1).expand_as(bits));
+}
+
 struct VaeEncodeParams {
   std::string encoder = "builtin";
   std::string path;
@@ -24,6 +39,7 @@ struct VaeEncodeParams {
   int64_t seed = 0;
   std::string device = "auto";
   std::string dtype = "float32";
+  bool deduplicate_identical_anchor_batch = true;
 
   template <class V>
   void visit(V& v) {
@@ -39,6 +55,8 @@ struct VaeEncodeParams {
     v("device", device, "Where the encoder runs (auto: CUDA when available).",
       OneOf{"auto", "cpu", "cuda"});
     v("dtype", dtype, "Encoder precision; the latents have it too.", OneOf{"float32", "bfloat16"});
+    v("deduplicate_identical_anchor_batch", deduplicate_identical_anchor_batch,
+      "Encode the anchor frame once when every row of the batch has the same one.");
   }
 };
 
@@ -68,6 +86,7 @@ class VaeEncodeStage final : public Stage {
       encoder_ =
           models::make_builtin_vae(params_.width, static_cast<uint64_t>(params_.seed), placement);
     }
+    deduplicated_anchor_batches_ = &context.counter("deduplicated_anchor_batches");
     context.log("VaeEncode: " + params_.encoder + " encoder on " + placement.device.str() + " (" +
                 params_.dtype + ")");
   }
@@ -85,16 +104,28 @@ class VaeEncodeStage final : public Stage {
                   "; the memory frames are encoded together and must have one shape");
     }
     batch.set_tensor("video_latents", encoder_->encode(video));
-    const at::Tensor memory_latents = encoder_->encode(torch::cat({anchor, recent}, 0));
     const int64_t rows = anchor.size(0);
-    batch.set_tensor("memory_video_anchor_latents", memory_latents.narrow(0, 0, rows));
-    batch.set_tensor("memory_video_recent_latents", memory_latents.narrow(0, rows, rows));
+    const bool one_anchor =
+        params_.deduplicate_identical_anchor_batch && rows > 1 && rows_bitwise_identical(anchor);
+    const int64_t anchor_rows = one_anchor ? 1 : rows;
+    const at::Tensor memory_latents =
+        encoder_->encode(torch::cat({anchor.narrow(0, 0, anchor_rows), recent}, 0));
+    at::Tensor anchor_latents = memory_latents.narrow(0, 0, anchor_rows);
+    if (one_anchor) {
+      std::vector<int64_t> sizes = anchor_latents.sizes().vec();
+      sizes[0] = rows;
+      anchor_latents = anchor_latents.expand(sizes);
+      deduplicated_anchor_batches_->add();
+    }
+    batch.set_tensor("memory_video_anchor_latents", anchor_latents);
+    batch.set_tensor("memory_video_recent_latents", memory_latents.narrow(0, anchor_rows, rows));
     out.emit(std::move(batch));
   }
 
  private:
   Params params_;
   std::unique_ptr<models::VaeEncoder> encoder_;
+  Counter* deduplicated_anchor_batches_ = nullptr;
 };
 
 WAM_REGISTER_STAGE(VaeEncodeStage);

@@ -8,12 +8,12 @@
 
 #include <torch/version.h>
 
-#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -77,6 +77,15 @@ FieldSpec double_field(double MoTConfig::*member, bool positive) {
           [member](const MoTConfig& c) { return nlohmann::json(c.*member); }};
 }
 
+FieldSpec bool_field(bool MoTConfig::*member) {
+  return {[member](MoTConfig& c, const nlohmann::json& v, const std::string& key) {
+            if (!v.is_boolean())
+              throw Error(key_error(key, "expected true or false, got " + v.dump()));
+            c.*member = v.get<bool>();
+          },
+          [member](const MoTConfig& c) { return nlohmann::json(c.*member); }};
+}
+
 const std::map<std::string, FieldSpec>& field_specs() {
   static const std::map<std::string, FieldSpec> specs = {
       {"latent_channels", int_field(&MoTConfig::latent_channels, 1)},
@@ -99,6 +108,11 @@ const std::map<std::string, FieldSpec>& field_specs() {
       {"lambda_video", double_field(&MoTConfig::lambda_video, false)},
       {"lambda_action", double_field(&MoTConfig::lambda_action, false)},
       {"lambda_future_delta", double_field(&MoTConfig::lambda_future_delta, false)},
+      {"semantic_alignment", bool_field(&MoTConfig::semantic_alignment)},
+      {"semantic_student_layer", int_field(&MoTConfig::semantic_student_layer, 0)},
+      {"semantic_teacher_layer", int_field(&MoTConfig::semantic_teacher_layer, 0)},
+      {"semantic_max_sigma", double_field(&MoTConfig::semantic_max_sigma, false)},
+      {"lambda_semantic", double_field(&MoTConfig::lambda_semantic, false)},
       {"checkpoint_group", int_field(&MoTConfig::checkpoint_group, 0)},
   };
   return specs;
@@ -123,6 +137,22 @@ void check_consistency(const MoTConfig& c) {
     throw Error(key_error("num_heads", "num_heads*head_dim = " + std::to_string(c.num_heads) + "*" +
                                            std::to_string(c.head_dim) +
                                            " is beyond any model this code can build"));
+  }
+  if (c.semantic_alignment) {
+    if (c.semantic_teacher_layer >= c.num_layers) {
+      throw Error(key_error("semantic_teacher_layer",
+                            "must name one of the " + std::to_string(c.num_layers) +
+                                " layers (0-based), got " +
+                                std::to_string(c.semantic_teacher_layer)));
+    }
+    // The teacher is the deeper layer: shallower tokens are pulled towards a later, more semantic
+    // representation.
+    if (c.semantic_student_layer >= c.semantic_teacher_layer) {
+      throw Error(key_error("semantic_student_layer",
+                            "must be below semantic_teacher_layer (" +
+                                std::to_string(c.semantic_teacher_layer) + "), got " +
+                                std::to_string(c.semantic_student_layer)));
+    }
   }
 }
 
@@ -399,6 +429,11 @@ struct LayerInputs {
   at::Tensor video_context_allowed, action_context_allowed;  // bool [B, 1, 1, L]
 };
 
+struct LayerOutputs {
+  at::Tensor video, action;          // after the last layer
+  std::vector<at::Tensor> captured;  // video stream after each of MoTConfig::captured_layers()
+};
+
 class MoTLayerImpl : public torch::nn::Module {
  public:
   explicit MoTLayerImpl(const MoTConfig& c) {
@@ -468,6 +503,18 @@ at::Tensor joint_attention_mask(int64_t frames, int64_t hw, const at::Tensor& re
                                     action_key_ok.unsqueeze(1).expand({batch, rows, rows})},
                                    2);
   return at::cat({video_rows, action_rows}, 1).unsqueeze(1);
+}
+
+// 1 - cosine similarity of student and teacher tokens [B, N, D], averaged over each sample's
+// tokens, then over the samples whose sigma [B] is at most max_sigma: a masked mean, 0 when none
+// qualify. The gate is a multiplicative mask (no boolean indexing, no host read), so shapes stay
+// static and the term is capturable in a CUDA graph.
+at::Tensor semantic_alignment_loss(const at::Tensor& student, const at::Tensor& teacher,
+                                   const at::Tensor& sigma, double max_sigma) {
+  at::Tensor per_sample =
+      (1 - at::cosine_similarity(student.to(at::kFloat), teacher.to(at::kFloat), -1)).mean(1);
+  at::Tensor qualifies = sigma.to(at::kFloat).le(max_sigma).to(at::kFloat);
+  return (per_sample * qualifies).sum() / qualifies.sum().clamp_min(1.0);
 }
 
 // Context key mask plus the always-valid proprio token appended at the end: [B, 1, 1, L+1].
@@ -563,6 +610,25 @@ int64_t MoTConfig::parameter_count() const {
          head(action_hidden, action_dim);
 }
 
+std::vector<int64_t> MoTConfig::captured_layers() const {
+  if (!semantic_alignment) return {};
+  return {semantic_student_layer, semantic_teacher_layer};
+}
+
+std::vector<int64_t> checkpoint_group_starts(int64_t num_layers, int64_t group_size,
+                                             const std::vector<int64_t>& captured_layers) {
+  // INFERRED: the regular grid stays and the splits are added to it ("extra boundaries"); the
+  // reference's own numbers (9 and 21 for groups of 3) fall on the grid either way.
+  std::set<int64_t> starts = {0};
+  if (group_size > 0) {
+    for (int64_t start = group_size; start < num_layers; start += group_size) starts.insert(start);
+  }
+  for (int64_t layer : captured_layers) {
+    if (layer + 1 < num_layers) starts.insert(layer + 1);
+  }
+  return {starts.begin(), starts.end()};
+}
+
 // ---------------------------------------------------------------------------------------------
 // Flow noise.
 
@@ -625,13 +691,19 @@ int64_t WorldActionModelImpl::parameter_count() const {
   return count;
 }
 
-std::pair<at::Tensor, at::Tensor> WorldActionModelImpl::run_layers(
-    at::Tensor video_tokens, at::Tensor action_tokens, const detail::LayerInputs& inputs) {
+detail::LayerOutputs WorldActionModelImpl::run_layers(at::Tensor video_tokens,
+                                                      at::Tensor action_tokens,
+                                                      const detail::LayerInputs& inputs) {
   const int64_t num_layers = config_.num_layers;
   const bool use_checkpoint = config_.checkpoint_group > 0 && at::GradMode::is_enabled();
-  const int64_t group = use_checkpoint ? config_.checkpoint_group : num_layers;
-  for (int64_t start = 0; start < num_layers; start += group) {
-    const int64_t end = std::min(num_layers, start + group);
+  const std::vector<int64_t> captured = config_.captured_layers();
+  const std::vector<int64_t> starts =
+      checkpoint_group_starts(num_layers, use_checkpoint ? config_.checkpoint_group : 0, captured);
+  detail::LayerOutputs outputs;
+  outputs.captured.resize(captured.size());
+  for (size_t g = 0; g < starts.size(); ++g) {
+    const int64_t start = starts[g];
+    const int64_t end = g + 1 < starts.size() ? starts[g + 1] : num_layers;
     // The closure outlives this call when checkpointed (backward recomputes through it), so it
     // holds its own copy of the constants; the differentiable tensors arrive as `in`: video,
     // action, then LayerInputs' differentiable members in declaration order.
@@ -657,8 +729,13 @@ std::pair<at::Tensor, at::Tensor> WorldActionModelImpl::run_layers(
     torch::autograd::variable_list out = use_checkpoint ? checkpoint(run_group, in) : run_group(in);
     video_tokens = out[0];
     action_tokens = out[1];
+    for (size_t k = 0; k < captured.size(); ++k) {
+      if (captured[k] == end - 1) outputs.captured[k] = video_tokens;
+    }
   }
-  return {video_tokens, action_tokens};
+  outputs.video = video_tokens;
+  outputs.action = action_tokens;
+  return outputs;
 }
 
 LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& noise) {
@@ -750,7 +827,9 @@ LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& n
   inputs.video_context_allowed = context_allowed(batch.context_mask);
   inputs.action_context_allowed = context_allowed(batch.vlm_mask);
 
-  auto [video_out, action_out] = run_layers(video_tokens, action_tokens, inputs);
+  const detail::LayerOutputs layers = run_layers(video_tokens, action_tokens, inputs);
+  const at::Tensor& video_out = layers.video;
+  const at::Tensor& action_out = layers.action;
 
   at::Tensor noised_embedding = video_embedding.narrow(1, 1, 1);
   at::Tensor video_velocity =
@@ -773,8 +852,18 @@ LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& n
       batch.action_is_pad.logical_not().view({b, rows, 1}).logical_and(dim_keep).to(at::kFloat);
   at::Tensor action_error = (action_velocity.to(at::kFloat) - action_target).pow(2);
   terms.action = (action_error * action_weight).sum() / action_weight.sum().clamp_min(1.0);
+  if (c.semantic_alignment) {
+    terms.semantic_student = layers.captured[0].narrow(1, frames * hw, hw);
+    // Detached: the reference names this side the teacher, i.e. a target; letting the term's
+    // gradient into the deeper layer would also pull the teacher towards the student.
+    terms.semantic_teacher = layers.captured[1].narrow(1, (frames - 1) * hw, hw).detach();
+    terms.semantic = semantic_alignment_loss(terms.semantic_student, terms.semantic_teacher,
+                                             noise.video_sigma, c.semantic_max_sigma);
+  } else {
+    terms.semantic = at::zeros({}, float_options);
+  }
   terms.total = c.lambda_video * terms.video + c.lambda_action * terms.action +
-                c.lambda_future_delta * terms.future_delta;
+                c.lambda_future_delta * terms.future_delta + c.lambda_semantic * terms.semantic;
   return terms;
 }
 

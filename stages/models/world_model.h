@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace wam::models {
 
@@ -35,6 +36,15 @@ struct MoTConfig {
   double lambda_video = 0.5;
   double lambda_action = 1.0;
   double lambda_future_delta = 0.5;
+  // Semantic alignment (the reference's future_delta.semantic_alignment): the future-delta query
+  // tokens after layer semantic_student_layer are pulled (1 - cosine) towards the last future
+  // frame's tokens after layer semantic_teacher_layer, in samples whose video sigma is at most
+  // semantic_max_sigma. Layers are 0-based; a layer's feature is its output.
+  bool semantic_alignment = true;
+  int64_t semantic_student_layer = 8;
+  int64_t semantic_teacher_layer = 20;
+  double semantic_max_sigma = 0.5;
+  double lambda_semantic = 0.1;
   // Activation checkpointing: 0 = none, k = recompute groups of k layers in backward.
   int64_t checkpoint_group = 0;
 
@@ -45,7 +55,16 @@ struct MoTConfig {
   nlohmann::json to_json() const;
   // Trainable parameters of WorldActionModel(*this), computed without allocating the model.
   int64_t parameter_count() const;
+  // Layers whose video-stream output a loss term reads: student then teacher when semantic
+  // alignment is on, else none.
+  std::vector<int64_t> captured_layers() const;
 };
+
+// The first layer of each activation-checkpoint group: every group_size layers (0: one group),
+// plus a split after each captured layer, so that its output is a group output (the reference's
+// compile path: 30 layers in groups of 3 with captures at 8 and 20 split at 9 and 21).
+std::vector<int64_t> checkpoint_group_starts(int64_t num_layers, int64_t group_size,
+                                             const std::vector<int64_t>& captured_layers);
 
 // One training batch on the model's device (B = batch size). Latents come from VaeEncode or the
 // latent cache; context from TextEmbed; vlm_* from VlmEncode.
@@ -75,7 +94,11 @@ struct FlowNoise {
 FlowNoise sample_flow_noise(const TrainBatch& batch, const MoTConfig& config, at::Generator gen);
 
 struct LossTerms {
-  at::Tensor total, video, action, future_delta;  // scalars
+  at::Tensor total, video, action, future_delta, semantic;  // scalars
+  // The features semantic alignment compared, [B, tokens per frame, video_hidden], kept for
+  // inspection (undefined when it is off): the delta queries after the student layer and the
+  // last future frame after the teacher layer (detached).
+  at::Tensor semantic_student, semantic_teacher;
 };
 
 namespace detail {
@@ -83,21 +106,24 @@ class TimestepEmbedderImpl;
 class MoTLayerImpl;
 class OutputHeadImpl;
 struct LayerInputs;
+struct LayerOutputs;
 }  // namespace detail
 
 class WorldActionModelImpl : public torch::nn::Module {
  public:
   explicit WorldActionModelImpl(const MoTConfig& config);
   // Noises the future latent frames and the action chunk, predicts velocities, returns the masked
-  // losses: total = lambda_video * video + lambda_action * action + lambda_future_delta * delta.
+  // losses: total = lambda_video * video + lambda_action * action + lambda_future_delta * delta
+  // + lambda_semantic * semantic.
   LossTerms loss(const TrainBatch& batch, const FlowNoise& noise);
   const MoTConfig& config() const { return config_; }
   int64_t parameter_count() const;
 
  private:
-  // Runs the layers, in checkpointed groups when config_.checkpoint_group > 0 and grad is on.
-  std::pair<at::Tensor, at::Tensor> run_layers(at::Tensor video_tokens, at::Tensor action_tokens,
-                                               const detail::LayerInputs& inputs);
+  // Runs the layers in the groups of checkpoint_group_starts, checkpointed when
+  // config_.checkpoint_group > 0 and grad is on.
+  detail::LayerOutputs run_layers(at::Tensor video_tokens, at::Tensor action_tokens,
+                                  const detail::LayerInputs& inputs);
 
   MoTConfig config_;
   torch::nn::Linear patch_embed_{nullptr};         // (C*2*2) -> video_hidden

@@ -292,7 +292,7 @@ void reset_grads(const std::vector<at::Tensor>& params) {
 
 std::vector<double> to_doubles(const models::LossTerms& loss) {
   return {loss.total.item<double>(), loss.video.item<double>(), loss.action.item<double>(),
-          loss.future_delta.item<double>()};
+          loss.future_delta.item<double>(), loss.semantic.item<double>()};
 }
 
 #if WAM_WITH_CUDA

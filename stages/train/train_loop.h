@@ -124,7 +124,7 @@ class StepRunner {
   ~StepRunner();
 
   // One step: lr into the optimizer, noise from `noise_gen`, forward, backward, clip, update.
-  // Returns the loss terms as host doubles (total, video, action, future_delta).
+  // Returns the loss terms as host doubles (total, video, action, future_delta, semantic).
   std::vector<double> step(const models::TrainBatch& batch, double lr, at::Generator& noise_gen);
 
   bool compiled() const { return compiled_; }

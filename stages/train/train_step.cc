@@ -16,8 +16,8 @@
 // Reads:  video_latents, memory_video_anchor_latents, memory_video_recent_latents,
 //         memory_video_recent_is_pad, context, context_mask, vlm_context, vlm_mask, action,
 //         action_is_pad, action_dim_is_pad, proprio (Tensor); epoch (when present, for the log).
-// Writes: step (Int), loss, loss_video, loss_action, loss_future_delta, lr (Double); a record
-//         replaces the batch.
+// Writes: step (Int), loss, loss_video, loss_action, loss_future_delta, loss_semantic, lr
+//         (Double); a record replaces the batch.
 // Example: {"id": "step", "type": "TrainStep", "inputs": ["h2d"],
 //           "params": {"model": {"$ref": "model"}, "mode": "compiled", "log_every": 10}}
 #include <chrono>
@@ -116,7 +116,8 @@ class TrainStepStage final : public Stage {
       contract.removes(name);
     }
     contract.writes("step", FieldType::kInt);
-    for (const char* name : {"loss", "loss_video", "loss_action", "loss_future_delta", "lr"}) {
+    for (const char* name :
+         {"loss", "loss_video", "loss_action", "loss_future_delta", "loss_semantic", "lr"}) {
       contract.writes(name, FieldType::kDouble);
     }
     contract.order_sensitive();
@@ -222,6 +223,7 @@ class TrainStepStage final : public Stage {
     record.set("loss_video", loss[1]);
     record.set("loss_action", loss[2]);
     record.set("loss_future_delta", loss[3]);
+    record.set("loss_semantic", loss[4]);
     record.set("lr", lr);
     out.emit(std::move(record));
   }
@@ -268,10 +270,11 @@ class TrainStepStage final : public Stage {
     char line[512];
     std::snprintf(line, sizeof(line),
                   "[train] epoch=%lld step=%lld/%lld loss=%.4f video=%.4f action=%.4f "
-                  "future_delta=%.4f lr=%.2e speed=%.2f optimizer_step/s, %.2f samples/s eta=%s",
+                  "future_delta=%.4f semantic=%.4f lr=%.2e speed=%.2f optimizer_step/s, %.2f "
+                  "samples/s eta=%s",
                   static_cast<long long>(epoch), static_cast<long long>(step_),
                   static_cast<long long>(schedule_.total_steps), loss[0], loss[1], loss[2],
-                  loss[3], lr, steps_per_second,
+                  loss[3], loss[4], lr, steps_per_second,
                   steps_per_second * static_cast<double>(batch_size),
                   train::format_eta(eta).c_str());
     context_->log(line);

@@ -171,6 +171,7 @@ TEST(TrainStepTest, LossDecreasesOverThirtyStepsOnAFixedBatch) {
     EXPECT_TRUE(std::isfinite(records[i].get_double("loss_video")));
     EXPECT_TRUE(std::isfinite(records[i].get_double("loss_action")));
     EXPECT_TRUE(std::isfinite(records[i].get_double("loss_future_delta")));
+    EXPECT_TRUE(std::isfinite(records[i].get_double("loss_semantic")));
   }
 }
 
@@ -223,7 +224,8 @@ TEST(TrainStepTest, ResumeReproducesTheUninterruptedLossCurve) {
     const Sample& a = full[5 + i];
     const Sample& b = resumed[i];
     EXPECT_EQ(b.get_int("step"), a.get_int("step"));
-    for (const char* name : {"loss", "loss_video", "loss_action", "loss_future_delta", "lr"}) {
+    for (const char* name :
+         {"loss", "loss_video", "loss_action", "loss_future_delta", "loss_semantic", "lr"}) {
       EXPECT_DOUBLE_EQ(b.get_double(name), a.get_double(name)) << name << " at step " << 6 + i;
     }
   }
@@ -260,8 +262,8 @@ TEST(TrainStepTest, LogsInTheReferenceFormat) {
   ASSERT_EQ(train_lines.size(), 1u);
   const std::regex format(
       R"(\[train\] epoch=0 step=2/4 loss=\d+\.\d{4} video=\d+\.\d{4} action=\d+\.\d{4} )"
-      R"(future_delta=\d+\.\d{4} lr=\d\.\d{2}e[-+]\d{2} speed=\d+\.\d{2} optimizer_step/s, )"
-      R"(\d+\.\d{2} samples/s eta=\d{2}:\d{2}:\d{2})");
+      R"(future_delta=\d+\.\d{4} semantic=\d+\.\d{4} lr=\d\.\d{2}e[-+]\d{2} )"
+      R"(speed=\d+\.\d{2} optimizer_step/s, \d+\.\d{2} samples/s eta=\d{2}:\d{2}:\d{2})");
   EXPECT_TRUE(std::regex_match(train_lines[0], format)) << train_lines[0];
 }
 

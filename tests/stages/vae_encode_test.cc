@@ -2,6 +2,7 @@
 #include <torch/script.h>
 
 #include <filesystem>
+#include <map>
 
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
@@ -84,6 +85,75 @@ TEST(VaeEncodeTest, FirstLatentFrameDependsOnFirstVideoFrameOnly) {
   // Later frames do change the later latent frames.
   EXPECT_FALSE(torch::allclose(from_window.tensor("video_latents").narrow(2, 1, 1),
                                from_window.tensor("video_latents").narrow(2, 0, 1)));
+}
+
+// Runs VaeEncode over `batches`; returns the outputs and the stage's counters.
+struct EncodeRun {
+  std::vector<Sample> outputs;
+  std::map<std::string, int64_t> counters;
+};
+
+EncodeRun run_with_counters(const std::string& params_json, const std::vector<Sample>& batches) {
+  auto base = make_stage("VaeEncode", params_json);
+  auto& stage = dynamic_cast<Stage&>(*base);
+  Settings settings;
+  Context context("vae", "VaeEncode", settings, [](const std::string&) {});
+  stage.open(context);
+  struct Collect final : Emitter {
+    void emit(Sample s) override { samples.push_back(std::move(s)); }
+    std::vector<Sample> samples;
+  } emitter;
+  for (const Sample& batch : batches) stage.process(batch, emitter);
+  EncodeRun run;
+  run.outputs = std::move(emitter.samples);
+  for (const auto& [name, value] : context.counters()) run.counters[name] = value;
+  return run;
+}
+
+// A batch of 3 whose anchor rows are all row 0's frame.
+Sample batch_with_one_anchor(uint64_t seed) {
+  Sample batch = video_batch(3, 5, 64, 32, seed);
+  batch.set_tensor("memory_video_anchor",
+                   batch.tensor("memory_video_anchor").narrow(0, 0, 1).repeat({3, 1, 1, 1, 1}));
+  return batch;
+}
+
+TEST(VaeEncodeTest, IdenticalAnchorRowsAreEncodedOnceWithTheSameLatents) {
+  const std::vector<Sample> batches = {batch_with_one_anchor(1), video_batch(3, 5, 64, 32, 2),
+                                       batch_with_one_anchor(3)};
+  const EncodeRun deduplicated = run_with_counters(kBuiltin, batches);
+  const EncodeRun full = run_with_counters(
+      R"({"width": 4, "device": "cpu", "deduplicate_identical_anchor_batch": false})", batches);
+  EXPECT_EQ(deduplicated.counters.at("deduplicated_anchor_batches"), 2);
+  EXPECT_EQ(full.counters.at("deduplicated_anchor_batches"), 0);
+  ASSERT_EQ(deduplicated.outputs.size(), 3u);
+  ASSERT_EQ(full.outputs.size(), 3u);
+  for (size_t i = 0; i < batches.size(); ++i) {
+    for (const char* field :
+         {"video_latents", "memory_video_anchor_latents", "memory_video_recent_latents"}) {
+      const at::Tensor ours = deduplicated.outputs[i].tensor(field);
+      const at::Tensor theirs = full.outputs[i].tensor(field);
+      ASSERT_EQ(ours.sizes(), theirs.sizes()) << field << " of batch " << i;
+      // Encoded in batches of another size, so equal up to the convolutions' rounding.
+      EXPECT_TRUE(torch::allclose(ours, theirs, 1e-5, 1e-6))
+          << field << " of batch " << i << ": max difference "
+          << (ours - theirs).abs().max().item<double>();
+    }
+  }
+  const at::Tensor anchor = deduplicated.outputs[0].tensor("memory_video_anchor_latents");
+  EXPECT_EQ(anchor.sizes(), (std::vector<int64_t>{3, 48, 1, 4, 2}));
+  EXPECT_TRUE(torch::equal(anchor[2], anchor[0]));
+}
+
+TEST(VaeEncodeTest, AnchorRowsDifferingInOneByteAreEncodedSeparately) {
+  // -0.0 == 0.0 as floats, but not bytewise: no deduplication.
+  Sample batch = batch_with_one_anchor(4);
+  at::Tensor anchor = batch.tensor("memory_video_anchor").clone();
+  anchor.index_put_({0, 0, 0, 0, 0}, 0.0f);
+  anchor.index_put_({1, 0, 0, 0, 0}, -0.0f);
+  anchor.index_put_({2, 0, 0, 0, 0}, 0.0f);
+  batch.set_tensor("memory_video_anchor", anchor);
+  EXPECT_EQ(run_with_counters(kBuiltin, {batch}).counters.at("deduplicated_anchor_batches"), 0);
 }
 
 TEST(VaeEncodeTest, RejectsFrameCountsOutsideFourKPlusOne) {

@@ -1,0 +1,254 @@
+// WorldActionModel on the tiny preset: the semantic-alignment term, its sigma gate, activation
+// checkpointing (gradients as without it) and the checkpoint groups around captured layers.
+#include "models/world_model.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "train/train_loop.h"
+#include "wam/error.h"
+
+namespace wam {
+namespace {
+
+nlohmann::json preset_json(const std::string& name) {
+  std::ifstream in(std::string(WAM_SOURCE_DIR) + "/configs/model/" + name + ".json");
+  return nlohmann::json::parse(in);
+}
+
+// The tiny preset on 8x8 latents (16 tokens per frame).
+models::MoTConfig tiny_config() {
+  nlohmann::json preset = preset_json("tiny");
+  preset["future_delta_tokens"] = 16;
+  return models::MoTConfig::from_json(preset);
+}
+
+models::TrainBatch make_batch(const models::MoTConfig& c, int64_t b) {
+  torch::manual_seed(11);
+  const int64_t h = 8, w = 8, text_len = 5, vlm_len = 4, chunk = 32;
+  models::TrainBatch batch;
+  batch.video_latents = torch::randn({b, c.latent_channels, 3, h, w});
+  batch.anchor_latents = torch::randn({b, c.latent_channels, 1, h, w});
+  batch.recent_latents = torch::randn({b, c.latent_channels, 1, h, w});
+  batch.recent_is_pad = torch::zeros({b, 1}, torch::kBool);
+  batch.context = torch::randn({b, text_len, c.text_dim});
+  batch.context_mask = torch::ones({b, text_len}, torch::kBool);
+  batch.vlm_context = torch::randn({b, vlm_len, c.vlm_dim});
+  batch.vlm_mask = torch::ones({b, vlm_len}, torch::kBool);
+  batch.action = torch::randn({b, chunk, c.action_dim});
+  batch.action_is_pad = torch::zeros({b, chunk}, torch::kBool);
+  batch.action_dim_is_pad = torch::zeros({b, c.action_dim}, torch::kBool);
+  batch.proprio = torch::randn({b, chunk, c.proprio_dim});
+  return batch;
+}
+
+// Flow noise with the given video sigmas (one per sample), which decide the semantic gate.
+models::FlowNoise noise_with_video_sigma(const models::TrainBatch& batch,
+                                         const models::MoTConfig& c,
+                                         const std::vector<float>& video_sigma) {
+  at::Generator gen = train::make_noise_generator(at::Device(at::kCPU), 3);
+  models::FlowNoise noise = models::sample_flow_noise(batch, c, gen);
+  noise.video_sigma = torch::tensor(video_sigma);
+  return noise;
+}
+
+models::WorldActionModel make_model(const models::MoTConfig& c) {
+  torch::manual_seed(5);
+  models::WorldActionModel model(c);
+  model->train();
+  return model;
+}
+
+// The term written out: mean over tokens of 1 - cos(student, teacher) per sample, averaged over
+// the samples with sigma <= max_sigma.
+double hand_written_semantic(const at::Tensor& student, const at::Tensor& teacher,
+                             const std::vector<float>& sigma, double max_sigma) {
+  double sum = 0;
+  int qualifying = 0;
+  for (int64_t b = 0; b < student.size(0); ++b) {
+    if (sigma[b] > max_sigma) continue;
+    double sample = 0;
+    for (int64_t n = 0; n < student.size(1); ++n) {
+      const at::Tensor s = student[b][n].to(torch::kDouble), t = teacher[b][n].to(torch::kDouble);
+      sample +=
+          1 - (s * t).sum().item<double>() / (s.norm().item<double>() * t.norm().item<double>());
+    }
+    sum += sample / static_cast<double>(student.size(1));
+    ++qualifying;
+  }
+  return qualifying == 0 ? 0 : sum / qualifying;
+}
+
+TEST(WorldModelTest, SemanticTermIsTheGatedCosineAlignmentOfCapturedFeatures) {
+  const models::MoTConfig c = tiny_config();
+  models::WorldActionModel model = make_model(c);
+  const models::TrainBatch batch = make_batch(c, 3);
+  const std::vector<float> sigma = {0.2f, 0.9f, 0.5f};  // 0.5 is at the gate and qualifies
+  const models::LossTerms terms = model->loss(batch, noise_with_video_sigma(batch, c, sigma));
+
+  ASSERT_TRUE(terms.semantic_student.defined());
+  EXPECT_EQ(terms.semantic_student.sizes(), (std::vector<int64_t>{3, 16, c.video_hidden}));
+  EXPECT_EQ(terms.semantic_teacher.sizes(), (std::vector<int64_t>{3, 16, c.video_hidden}));
+  EXPECT_TRUE(terms.semantic_student.requires_grad());
+  EXPECT_FALSE(terms.semantic_teacher.requires_grad());
+
+  const double expected = hand_written_semantic(
+      terms.semantic_student.detach(), terms.semantic_teacher, sigma, c.semantic_max_sigma);
+  EXPECT_GT(expected, 0.0);
+  EXPECT_NEAR(terms.semantic.item<double>(), expected, 1e-5);
+  EXPECT_NEAR(terms.total.item<double>(),
+              0.5 * terms.video.item<double>() + 1.0 * terms.action.item<double>() +
+                  0.5 * terms.future_delta.item<double>() + 0.1 * expected,
+              1e-5);
+}
+
+TEST(WorldModelTest, SemanticTermIsZeroWithoutNaNWhenNoSampleQualifies) {
+  const models::MoTConfig c = tiny_config();
+  models::WorldActionModel model = make_model(c);
+  const models::TrainBatch batch = make_batch(c, 2);
+  const models::LossTerms terms =
+      model->loss(batch, noise_with_video_sigma(batch, c, {0.51f, 1.0f}));
+  EXPECT_EQ(terms.semantic.item<double>(), 0.0);
+  EXPECT_NEAR(terms.total.item<double>(),
+              0.5 * terms.video.item<double>() + terms.action.item<double>() +
+                  0.5 * terms.future_delta.item<double>(),
+              1e-6);
+  terms.total.backward();
+  for (const auto& p : model->named_parameters()) {
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_TRUE(torch::isfinite(p.value().grad()).all().item<bool>()) << p.key();
+  }
+}
+
+// The teacher is a detached target: the term alone sends gradient into the student layer's video
+// expert (layer 0; video tokens never attend to action tokens, so its action expert gets none) and
+// none into the teacher layer (layer 1, the last of the tiny preset).
+TEST(WorldModelTest, SemanticTermTrainsTheStudentLayersOnly) {
+  const models::MoTConfig c = tiny_config();
+  ASSERT_EQ(c.semantic_student_layer, 0);
+  ASSERT_EQ(c.semantic_teacher_layer, 1);
+  models::WorldActionModel model = make_model(c);
+  const models::TrainBatch batch = make_batch(c, 2);
+  model->loss(batch, noise_with_video_sigma(batch, c, {0.1f, 0.3f})).semantic.backward();
+  int student_params = 0, teacher_params = 0;
+  for (const auto& p : model->named_parameters()) {
+    const at::Tensor& grad = p.value().grad();
+    if (p.key().rfind("layers.0.video.", 0) == 0) {
+      ++student_params;
+      ASSERT_TRUE(grad.defined()) << p.key();
+    } else if (p.key().rfind("layers.1.", 0) == 0) {
+      ++teacher_params;
+      EXPECT_TRUE(!grad.defined() || grad.abs().max().item<double>() == 0.0) << p.key();
+    }
+  }
+  EXPECT_GT(student_params, 0);
+  EXPECT_GT(teacher_params, 0);
+  EXPECT_GT(model->named_parameters()["layers.0.video.q.weight"].grad().abs().max().item<double>(),
+            0.0);
+}
+
+// Same loss and gradients with no checkpointing, per-layer checkpointing, and groups of 3 split
+// after the captured layers, on four layers with captures at 1 and 2 (groups [0,2) [2,3) [3,4)).
+TEST(WorldModelTest, CheckpointingKeepsLossAndGradients) {
+  models::MoTConfig c = tiny_config();
+  c.num_layers = 4;
+  c.semantic_student_layer = 1;
+  c.semantic_teacher_layer = 2;
+  const models::TrainBatch batch = make_batch(c, 2);
+  std::vector<double> losses;
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> grads;
+  for (int64_t group : {0, 1, 3}) {
+    c.checkpoint_group = group;
+    models::WorldActionModel model = make_model(c);
+    const models::LossTerms terms =
+        model->loss(batch, noise_with_video_sigma(batch, c, {0.3f, 0.7f}));
+    EXPECT_GT(terms.semantic.item<double>(), 0.0);
+    terms.total.backward();
+    losses.push_back(terms.total.item<double>());
+    grads.emplace_back();
+    for (const auto& p : model->named_parameters()) {
+      ASSERT_TRUE(p.value().grad().defined()) << p.key() << " with checkpoint_group " << group;
+      grads.back().emplace_back(p.key(), p.value().grad().clone());
+    }
+  }
+  for (size_t run = 1; run < grads.size(); ++run) {
+    EXPECT_NEAR(losses[run], losses[0], 1e-6);
+    ASSERT_EQ(grads[run].size(), grads[0].size());
+    for (size_t i = 0; i < grads[0].size(); ++i) {
+      EXPECT_TRUE(torch::allclose(grads[run][i].second, grads[0][i].second, 1e-4, 1e-6))
+          << grads[0][i].first << " run " << run << ": max difference "
+          << (grads[run][i].second - grads[0][i].second).abs().max().item<double>();
+    }
+  }
+}
+
+TEST(WorldModelTest, CheckpointGroupsSplitAfterCapturedLayers) {
+  using Starts = std::vector<int64_t>;
+  // The reference: 30 layers in groups of 3, captures at 8 and 20, so groups start at 9 and 21.
+  const models::MoTConfig paper = models::MoTConfig::from_json(preset_json("paper"));
+  EXPECT_EQ(paper.captured_layers(), (Starts{8, 20}));
+  EXPECT_EQ(models::checkpoint_group_starts(30, 3, paper.captured_layers()),
+            (Starts{0, 3, 6, 9, 12, 15, 18, 21, 24, 27}));
+  // Off the grid (the base preset's 5 and 13), the splits are added to it.
+  const models::MoTConfig base = models::MoTConfig::from_json(preset_json("base"));
+  EXPECT_EQ(models::checkpoint_group_starts(20, 3, base.captured_layers()),
+            (Starts{0, 3, 6, 9, 12, 14, 15, 18}));
+  // No checkpointing still runs in pieces that end at the captured layers.
+  EXPECT_EQ(models::checkpoint_group_starts(20, 0, {5, 13}), (Starts{0, 6, 14}));
+  EXPECT_EQ(models::checkpoint_group_starts(5, 1, {1, 3}), (Starts{0, 1, 2, 3, 4}));
+  // A capture at the last layer needs no split.
+  EXPECT_EQ(models::checkpoint_group_starts(2, 3, {0, 1}), (Starts{0, 1}));
+  EXPECT_EQ(models::checkpoint_group_starts(9, 3, {}), (Starts{0, 3, 6}));
+}
+
+TEST(WorldModelTest, SemanticConfigParsesAndIsChecked) {
+  for (const char* name : {"tiny", "small", "base", "paper"}) {
+    const models::MoTConfig c = models::MoTConfig::from_file(std::string(WAM_SOURCE_DIR) +
+                                                             "/configs/model/" + name + ".json");
+    EXPECT_TRUE(c.semantic_alignment) << name;
+    EXPECT_LT(c.semantic_student_layer, c.semantic_teacher_layer) << name;
+    EXPECT_LT(c.semantic_teacher_layer, c.num_layers) << name;
+    EXPECT_DOUBLE_EQ(c.lambda_semantic, 0.1) << name;
+    EXPECT_DOUBLE_EQ(c.semantic_max_sigma, 0.5) << name;
+    EXPECT_EQ(models::MoTConfig::from_json(c.to_json()).to_json(), c.to_json()) << name;
+  }
+  auto error = [](nlohmann::json j) {
+    try {
+      models::MoTConfig::from_json(j);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  nlohmann::json tiny = preset_json("tiny");
+  tiny["semantic_teacher_layer"] = 2;
+  EXPECT_EQ(error(tiny),
+            "model config key \"semantic_teacher_layer\": must name one of the 2 layers (0-based), "
+            "got 2");
+  tiny["semantic_teacher_layer"] = 1;
+  tiny["semantic_student_layer"] = 1;
+  EXPECT_EQ(
+      error(tiny),
+      "model config key \"semantic_student_layer\": must be below semantic_teacher_layer (1), "
+      "got 1");
+  tiny["semantic_alignment"] = "yes";
+  EXPECT_EQ(error(tiny),
+            "model config key \"semantic_alignment\": expected true or false, got \"yes\"");
+  // Off, the layers are not checked, nothing is captured and the term is a zero.
+  tiny["semantic_alignment"] = false;
+  tiny["future_delta_tokens"] = 16;
+  const models::MoTConfig off = models::MoTConfig::from_json(tiny);
+  EXPECT_TRUE(off.captured_layers().empty());
+  models::WorldActionModel model = make_model(off);
+  const models::TrainBatch batch = make_batch(off, 2);
+  const models::LossTerms terms =
+      model->loss(batch, noise_with_video_sigma(batch, off, {0.1f, 0.2f}));
+  EXPECT_EQ(terms.semantic.item<double>(), 0.0);
+  EXPECT_FALSE(terms.semantic_student.defined());
+}
+
+}  // namespace
+}  // namespace wam
