@@ -4,6 +4,10 @@
 // The random parameters are drawn once per sample from (settings.seed, epoch, sample_id) and used
 // for every frame of it, so a sample is bit-identical serial or parallel, run to run.
 //
+// Cost: the geometry (resize, camera jitter, slot resize, composition) runs on uint8 planes
+// (libswscale resizes, a uint8 warp), so float work only ever touches the 384x256 canvas, never
+// the raw frames.
+//
 // Reads:  frames (Tensor uint8 [V, T, H, W, 3]; T = 11 [anchor, recent, window 0..8] with
 //         `frames: all`, T = 1 [current] with `frames: current`); sample_id, epoch (Int) unless
 //         deterministic
@@ -16,6 +20,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <random>
@@ -28,8 +33,6 @@
 
 namespace wam::stages {
 namespace {
-
-namespace ops = image_ops;
 
 constexpr int64_t kCanvasHeight = 384;
 constexpr int64_t kCanvasWidth = 256;
@@ -157,10 +160,25 @@ class SampleRandom {
   }
   double uniform(const std::vector<double>& range) { return uniform(range[0], range[1]); }
   bool chance(double probability) { return probability > 0.0 && uniform(0.0, 1.0) < probability; }
-  at::Generator torch_generator() { return at::make_generator<at::CPUGeneratorImpl>(engine_()); }
+  uint64_t seed() { return engine_(); }
 
  private:
   std::mt19937_64 engine_;
+};
+
+// Everything random about one sample, drawn up front in a fixed order (the order is part of what
+// a sample is: changing it changes every sample; it is the order of the float implementation).
+struct SensorNoise {
+  std::optional<double> downsample_scale;
+  std::optional<double> blur_sigma;
+  std::optional<uint64_t> gaussian_seed;
+};
+struct SampleDraws {
+  std::vector<std::optional<image_ops::CameraWarp>> camera_warps;  // per camera
+  image_ops::ColorAdjustment color;
+  std::optional<std::array<double, 3>> rgb_gain;
+  std::optional<image_ops::Shadow> shadow;
+  std::vector<SensorNoise> sensor_noise;  // per camera
 };
 
 // Under OpenMP the intra-op thread count is per OS thread, so each worker that runs this stage
@@ -187,11 +205,11 @@ class AugmentStage final : public Stage {
     contract.reads("frames", FieldType::kTensor);
     contract.removes("frames");
     contract.writes("vlm_current_images", FieldType::kTensor);
+    if (uses_random()) {
+      contract.reads("sample_id", FieldType::kInt);
+      contract.reads("epoch", FieldType::kInt);
+    }
     if (all_frames()) {
-      if (!params_.deterministic) {
-        contract.reads("sample_id", FieldType::kInt);
-        contract.reads("epoch", FieldType::kInt);
-      }
       contract.writes("video", FieldType::kTensor);
       contract.writes("memory_video_anchor", FieldType::kTensor);
       contract.writes("memory_video_recent", FieldType::kTensor);
@@ -217,17 +235,23 @@ class AugmentStage final : public Stage {
     use_one_torch_thread();
     const at::Tensor frames = sample.tensor("frames");
     check_frames(frames);
-    const int64_t current = all_frames() ? kWindowStart : 0;
-    sample.set_tensor("vlm_current_images",
-                      frames.select(1, current).permute({0, 3, 1, 2}).contiguous());
+    const int64_t cameras = frames.size(0);
+    std::optional<SampleDraws> draws;
+    if (uses_random()) {
+      SampleRandom source(seed_, static_cast<uint64_t>(sample.get_int("epoch")),
+                          static_cast<uint64_t>(sample.get_int("sample_id")));
+      draws = draw(source, cameras);
+    }
+    const SampleDraws* drawn = draws ? &*draws : nullptr;
+    // Planar uint8 copies of each camera's frames; `frames` itself is only read.
+    std::vector<at::Tensor> planes;
+    for (int64_t camera = 0; camera < cameras; ++camera) {
+      planes.push_back(image_ops::to_planes(frames.select(0, camera)));
+    }
+    sample.set_tensor("vlm_current_images", vlm_images(planes, all_frames() ? kWindowStart : 0));
     if (all_frames()) {
-      std::optional<SampleRandom> random;
-      if (!params_.deterministic) {
-        random.emplace(seed_, static_cast<uint64_t>(sample.get_int("epoch")),
-                       static_cast<uint64_t>(sample.get_int("sample_id")));
-      }
       // [T, 3, H, W] -> [3, T, H, W], each output its own compact tensor.
-      const at::Tensor canvas = render(frames, random ? &*random : nullptr).permute({1, 0, 2, 3});
+      const at::Tensor canvas = render(planes, drawn).permute({1, 0, 2, 3});
       const int64_t window = frames.size(1) - kWindowStart;
       sample.set_tensor("video", canvas.narrow(1, kWindowStart, window).contiguous());
       sample.set_tensor("memory_video_anchor", canvas.narrow(1, kAnchorIndex, 1).contiguous());
@@ -239,6 +263,7 @@ class AugmentStage final : public Stage {
 
  private:
   bool all_frames() const { return params_.frames == "all"; }
+  bool uses_random() const { return !params_.deterministic && all_frames(); }
 
   static void check_pair(const std::string& name, const std::vector<int64_t>& value) {
     if (value.size() != 2) {
@@ -286,55 +311,45 @@ class AugmentStage final : public Stage {
     }
   }
 
-  // frames uint8 [V, T, H, W, 3] -> canvas float [T, 3, 384, 256] in [-1, 1]. `random` is null
-  // when deterministic.
-  at::Tensor render(const at::Tensor& frames, SampleRandom* random) const {
-    const int64_t cameras = frames.size(0);
-    std::vector<at::Tensor> images;
+  SampleDraws draw(SampleRandom& random, int64_t cameras) const {
+    SampleDraws d;
     for (int64_t camera = 0; camera < cameras; ++camera) {
-      at::Tensor image = ops::resize(ops::to_float_images(frames.select(0, camera)),
-                                     params_.camera_size[0], params_.camera_size[1]);
-      if (random && contains(params_.camera_jitter_cameras, camera) &&
-          random->chance(params_.camera_jitter_prob)) {
-        image = ops::warp(image, draw_camera_warp(*random));
-      }
-      images.push_back(std::move(image));
+      const bool jitter = contains(params_.camera_jitter_cameras, camera) &&
+                          random.chance(params_.camera_jitter_prob);
+      d.camera_warps.push_back(jitter ? std::optional(draw_camera_warp(random)) : std::nullopt);
     }
-    const auto slots = ops::canvas_layout(params_.canvas, cameras, kCanvasHeight, kCanvasWidth);
-    at::Tensor canvas = ops::compose_canvas(images, slots, kCanvasHeight, kCanvasWidth);
-    if (random) {
-      const ops::ColorAdjustment color = draw_color(*random);
-      if (color.brightness != 1.0 || color.contrast != 1.0 || color.saturation != 1.0 ||
-          color.gamma != 1.0) {
-        canvas = ops::adjust_color(canvas, color);
-      }
-      if (random->chance(params_.domain_jitter_rgb_prob)) {
-        const auto& gain = params_.domain_jitter_rgb_gain;
-        canvas = ops::apply_rgb_gain(
-            canvas, {random->uniform(gain), random->uniform(gain), random->uniform(gain)});
-      }
-      if (random->chance(params_.domain_jitter_shadow_prob)) {
-        ops::Shadow shadow;
-        shadow.center_y = random->uniform(0.0, 1.0);
-        shadow.center_x = random->uniform(0.0, 1.0);
-        shadow.depth = random->uniform(params_.domain_jitter_shadow_depth);
-        shadow.sigma = random->uniform(params_.domain_jitter_shadow_sigma);
-        canvas = ops::apply_shadow(canvas, shadow);
-      }
-      for (int64_t camera = 0; camera < cameras; ++camera) {
-        if (!contains(params_.sensor_noise_cameras, camera)) continue;
-        const ops::Rect& slot = slots[camera];
-        at::Tensor region =
-            canvas.narrow(2, slot.top, slot.height).narrow(3, slot.left, slot.width);
-        const at::Tensor noisy = add_sensor_noise(region, *random);
-        if (!noisy.is_same(region)) region.copy_(noisy);
-      }
+    d.color = draw_color(random);
+    if (random.chance(params_.domain_jitter_rgb_prob)) {
+      const auto& gain = params_.domain_jitter_rgb_gain;
+      // Braced initialisers evaluate left to right: red, green, blue.
+      d.rgb_gain =
+          std::array<double, 3>{random.uniform(gain), random.uniform(gain), random.uniform(gain)};
     }
-    return ops::to_signed_unit(canvas);
+    if (random.chance(params_.domain_jitter_shadow_prob)) {
+      image_ops::Shadow shadow;
+      shadow.center_y = random.uniform(0.0, 1.0);
+      shadow.center_x = random.uniform(0.0, 1.0);
+      shadow.depth = random.uniform(params_.domain_jitter_shadow_depth);
+      shadow.sigma = random.uniform(params_.domain_jitter_shadow_sigma);
+      d.shadow = shadow;
+    }
+    d.sensor_noise.resize(static_cast<size_t>(cameras));
+    for (int64_t camera = 0; camera < cameras; ++camera) {
+      if (!contains(params_.sensor_noise_cameras, camera)) continue;
+      SensorNoise& noise = d.sensor_noise[static_cast<size_t>(camera)];
+      if (random.chance(params_.sensor_noise_downsample_prob)) {
+        noise.downsample_scale = random.uniform(params_.sensor_noise_downsample_scale_min, 1.0);
+      }
+      if (random.chance(params_.sensor_noise_blur_prob)) {
+        noise.blur_sigma = random.uniform(0.1, 2.0);
+      }
+      if (random.chance(params_.sensor_noise_gaussian_prob)) noise.gaussian_seed = random.seed();
+    }
+    return d;
   }
 
-  ops::CameraWarp draw_camera_warp(SampleRandom& random) const {
-    ops::CameraWarp warp;
+  image_ops::CameraWarp draw_camera_warp(SampleRandom& random) const {
+    image_ops::CameraWarp warp;
     warp.scale = random.uniform(params_.camera_jitter_scale);
     if (params_.camera_jitter_random_crop) {
       const double slack = (1.0 - warp.scale) / 2.0;
@@ -349,11 +364,11 @@ class AugmentStage final : public Stage {
     return warp;
   }
 
-  ops::ColorAdjustment draw_color(SampleRandom& random) const {
+  image_ops::ColorAdjustment draw_color(SampleRandom& random) const {
     auto factor = [&](double strength) {
       return strength > 0.0 ? random.uniform(std::max(0.0, 1.0 - strength), 1.0 + strength) : 1.0;
     };
-    ops::ColorAdjustment color;
+    image_ops::ColorAdjustment color;
     color.brightness = factor(params_.color_jitter_brightness);
     color.contrast = factor(params_.color_jitter_contrast);
     color.saturation = factor(params_.color_jitter_saturation);
@@ -361,19 +376,57 @@ class AugmentStage final : public Stage {
     return color;
   }
 
-  at::Tensor add_sensor_noise(const at::Tensor& region, SampleRandom& random) const {
+  // The raw current frame of each camera, uint8 [V, 3, H, W].
+  static at::Tensor vlm_images(const std::vector<at::Tensor>& planes, int64_t current) {
+    std::vector<at::Tensor> images;
+    for (const at::Tensor& camera : planes) images.push_back(camera.narrow(0, current, 1));
+    return at::cat(images);
+  }
+
+  // Per-camera planes uint8 [T, 3, H, W] -> canvas float [T, 3, 384, 256] in [-1, 1]. `draws` is
+  // null when deterministic.
+  at::Tensor render(const std::vector<at::Tensor>& planes, const SampleDraws* draws) const {
+    const int64_t cameras = static_cast<int64_t>(planes.size());
+    const auto slots =
+        image_ops::canvas_layout(params_.canvas, cameras, kCanvasHeight, kCanvasWidth);
+    std::vector<at::Tensor> images;
+    for (int64_t camera = 0; camera < cameras; ++camera) {
+      at::Tensor image = image_ops::resize_planes(planes[static_cast<size_t>(camera)],
+                                                  params_.camera_size[0], params_.camera_size[1]);
+      if (draws && draws->camera_warps[static_cast<size_t>(camera)]) {
+        image = image_ops::warp_planes(image, *draws->camera_warps[static_cast<size_t>(camera)]);
+      }
+      images.push_back(std::move(image));
+    }
+    // The only float tensor of the sample: everything from here on is in place on it.
+    at::Tensor canvas = image_ops::to_unit_float(
+        image_ops::compose_canvas(images, slots, kCanvasHeight, kCanvasWidth));
+    if (draws) {
+      if (!draws->color.is_identity()) image_ops::adjust_color_(canvas, draws->color);
+      if (draws->rgb_gain) image_ops::apply_rgb_gain_(canvas, *draws->rgb_gain);
+      if (draws->shadow) image_ops::apply_shadow_(canvas, *draws->shadow);
+      for (int64_t camera = 0; camera < cameras; ++camera) {
+        const SensorNoise& noise = draws->sensor_noise[static_cast<size_t>(camera)];
+        const image_ops::Rect& slot = slots[static_cast<size_t>(camera)];
+        at::Tensor region =
+            canvas.narrow(2, slot.top, slot.height).narrow(3, slot.left, slot.width);
+        const at::Tensor noisy = add_sensor_noise(region, noise);
+        if (!noisy.is_same(region)) region.copy_(noisy);
+      }
+    }
+    image_ops::to_signed_unit_(canvas);
+    return canvas;
+  }
+
+  at::Tensor add_sensor_noise(const at::Tensor& region, const SensorNoise& noise) const {
     at::Tensor out = region;
-    if (random.chance(params_.sensor_noise_downsample_prob)) {
-      out = ops::downsample_upsample(
-          out, random.uniform(params_.sensor_noise_downsample_scale_min, 1.0));
+    if (noise.downsample_scale) out = image_ops::downsample_upsample(out, *noise.downsample_scale);
+    if (noise.blur_sigma) {
+      out = image_ops::gaussian_blur(out, params_.sensor_noise_blur_kernel_size, *noise.blur_sigma);
     }
-    if (random.chance(params_.sensor_noise_blur_prob)) {
-      out =
-          ops::gaussian_blur(out, params_.sensor_noise_blur_kernel_size, random.uniform(0.1, 2.0));
-    }
-    if (random.chance(params_.sensor_noise_gaussian_prob)) {
-      at::Generator generator = random.torch_generator();
-      out = ops::add_gaussian_noise(out, params_.sensor_noise_gaussian_std, generator);
+    if (noise.gaussian_seed) {
+      at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(*noise.gaussian_seed);
+      out = image_ops::add_gaussian_noise(out, params_.sensor_noise_gaussian_std, generator);
     }
     return out;
   }
