@@ -10,8 +10,9 @@
 //
 // Reads:  frames (Tensor uint8 [V, T, H, W, 3]; T = 11 [anchor, recent, window 0..8] with
 //         `frames: all`, T = 1 [current] with `frames: current`); sample_id, epoch (Int) unless
-//         deterministic
-// Writes: vlm_current_images (uint8 [V, 3, H, W], the raw current frame per camera); with
+//         deterministic (or, with `frames: current`, unless a sync_vlm_* param is on)
+// Writes: vlm_current_images (uint8 [V, 3, H, W], the current frame per camera at its raw size:
+//         untouched, or with the sample's camera / colour jitter under sync_vlm_*); with
 //         `frames: all` also video (float [3, T-2, 384, 256]), memory_video_anchor and
 //         memory_video_recent (float [3, 1, 384, 256])
 // Removes: frames
@@ -72,6 +73,9 @@ struct AugmentParams {
   int64_t sensor_noise_blur_kernel_size = 3;
   double sensor_noise_downsample_prob = 0.0;
   double sensor_noise_downsample_scale_min = 0.75;
+
+  bool sync_vlm_color_jitter = true;
+  bool sync_vlm_camera_jitter = true;
 
   template <class V>
   void visit(V& v) {
@@ -136,6 +140,14 @@ struct AugmentParams {
       "Chance of a down- and up-sampling round trip.", Min{0.0}, Max{1.0});
     v("sensor_noise_downsample_scale_min", sensor_noise_downsample_scale_min,
       "Smallest down-sampling scale; the scale is drawn from [min, 1].", Min{0.05}, Max{1.0});
+
+    v("sync_vlm_color_jitter", sync_vlm_color_jitter,
+      "Give the VLM's current images the sample's colour jitter (brightness, contrast, "
+      "saturation, gamma; contrast against each image's own mean), as the reference's "
+      "sync_vlm_color_jitter / apply_to_vlm.");
+    v("sync_vlm_camera_jitter", sync_vlm_camera_jitter,
+      "Give each camera's VLM current image that camera's camera jitter (the same motion at the "
+      "raw size), as the reference's sync_vlm_camera_jitter / apply_to_vlm.");
   }
 };
 
@@ -167,7 +179,8 @@ class SampleRandom {
 };
 
 // Everything random about one sample, drawn up front in a fixed order (the order is part of what
-// a sample is: changing it changes every sample; it is the order of the float implementation).
+// a sample is: changing it changes every sample), so that `frames: current` draws the same camera
+// and colour jitter for the VLM images as `frames: all` does.
 struct SensorNoise {
   std::optional<double> downsample_scale;
   std::optional<double> blur_sigma;
@@ -196,7 +209,7 @@ class AugmentStage final : public Stage {
   static constexpr std::string_view kType = "Augment";
   static constexpr std::string_view kSummary =
       "Per-camera resize and jitter, 384x256 canvas, colour/domain jitter, sensor noise, "
-      "normalise to [-1, 1]; raw current frames for the VLM.";
+      "normalise to [-1, 1]; current frames for the VLM (raw, or with the sample's jitter).";
   using Params = AugmentParams;
 
   explicit AugmentStage(Params params) : params_(std::move(params)) {}
@@ -248,7 +261,8 @@ class AugmentStage final : public Stage {
     for (int64_t camera = 0; camera < cameras; ++camera) {
       planes.push_back(image_ops::to_planes(frames.select(0, camera)));
     }
-    sample.set_tensor("vlm_current_images", vlm_images(planes, all_frames() ? kWindowStart : 0));
+    sample.set_tensor("vlm_current_images",
+                      vlm_images(planes, all_frames() ? kWindowStart : 0, drawn));
     if (all_frames()) {
       // [T, 3, H, W] -> [3, T, H, W], each output its own compact tensor.
       const at::Tensor canvas = render(planes, drawn).permute({1, 0, 2, 3});
@@ -263,7 +277,10 @@ class AugmentStage final : public Stage {
 
  private:
   bool all_frames() const { return params_.frames == "all"; }
-  bool uses_random() const { return !params_.deterministic && all_frames(); }
+  bool sync_vlm() const { return params_.sync_vlm_color_jitter || params_.sync_vlm_camera_jitter; }
+  // Whether samples are drawn at all: `frames: current` writes only the VLM images, which only
+  // the sync_vlm_* jitter touches.
+  bool uses_random() const { return !params_.deterministic && (all_frames() || sync_vlm()); }
 
   static void check_pair(const std::string& name, const std::vector<int64_t>& value) {
     if (value.size() != 2) {
@@ -376,11 +393,25 @@ class AugmentStage final : public Stage {
     return color;
   }
 
-  // The raw current frame of each camera, uint8 [V, 3, H, W].
-  static at::Tensor vlm_images(const std::vector<at::Tensor>& planes, int64_t current) {
+  // The current frame of each camera at its raw size, uint8 [V, 3, H, W]: untouched, or with the
+  // sample's camera jitter (the camera's own warp) and colour jitter when sync_vlm_* says so.
+  at::Tensor vlm_images(const std::vector<at::Tensor>& planes, int64_t current,
+                        const SampleDraws* draws) const {
     std::vector<at::Tensor> images;
-    for (const at::Tensor& camera : planes) images.push_back(camera.narrow(0, current, 1));
-    return at::cat(images);
+    for (size_t camera = 0; camera < planes.size(); ++camera) {
+      at::Tensor image = planes[camera].narrow(0, current, 1);
+      if (draws && params_.sync_vlm_camera_jitter && draws->camera_warps[camera]) {
+        image = image_ops::warp_planes(image, *draws->camera_warps[camera]);
+      }
+      images.push_back(std::move(image));
+    }
+    at::Tensor out = at::cat(images);
+    if (draws && params_.sync_vlm_color_jitter && !draws->color.is_identity()) {
+      at::Tensor unit = image_ops::to_unit_float(out);
+      image_ops::adjust_color_(unit, draws->color);
+      out = image_ops::to_uint8(unit);
+    }
+    return out;
   }
 
   // Per-camera planes uint8 [T, 3, H, W] -> canvas float [T, 3, 384, 256] in [-1, 1]. `draws` is

@@ -346,6 +346,17 @@ TEST(AugmentTest, DataConfigAugmentObjectsAreValidParams) {
   }
 }
 
+TEST(AugmentTest, DataConfigsSyncTheVlmJitterAsTheReference) {
+  for (const char* name : {"libero.json", "libero_deterministic.json", "robotwin.json",
+                           "robotwin_deterministic.json"}) {
+    SCOPED_TRACE(name);
+    std::ifstream file(std::string(WAM_SOURCE_DIR) + "/configs/data/" + name);
+    const auto augment = nlohmann::json::parse(file).at("augment");
+    EXPECT_TRUE(augment.at("sync_vlm_color_jitter").get<bool>());
+    EXPECT_TRUE(augment.at("sync_vlm_camera_jitter").get<bool>());
+  }
+}
+
 // ---- uint8 geometry against the float kernels it replaced ---------------------------------------
 
 namespace ops = wam::image_ops;
@@ -428,6 +439,86 @@ TEST(AugmentTest, CanvasMatchesTheFloatResizePipelineItReplaces) {
             << " levels\n";
   EXPECT_LE(d.mean, 0.4);
   EXPECT_LE(d.max, 8.0);
+}
+
+// ---- sync_vlm_* --------------------------------------------------------------------------------
+
+// One camera whose raw size is the canvas: nothing is resized, so with sync on the VLM image and
+// the video's current frame show the same jittered picture, up to the VLM image's rounding.
+std::string sync_params(bool color, bool camera) {
+  auto params = nlohmann::json::parse(R"({"canvas": "vertical", "camera_size": [384, 256],
+      "camera_jitter_cameras": [0], "camera_jitter_prob": 1, "camera_jitter_scale": [0.9, 0.95],
+      "camera_jitter_translate": 0.03, "camera_jitter_rotation": 5,
+      "color_jitter_brightness": 0.2, "color_jitter_contrast": 0.2,
+      "color_jitter_saturation": 0.25, "color_jitter_gamma": 0.1})");
+  params["sync_vlm_color_jitter"] = color;
+  params["sync_vlm_camera_jitter"] = camera;
+  return params.dump();
+}
+
+// The video's current frame [3, H, W] in uint8 levels.
+at::Tensor current_frame_levels(const Sample& out) {
+  return (out.tensor("video").select(1, 0) + 1.0) * 127.5;
+}
+
+at::Tensor raw_current(const at::Tensor& frames) {
+  return frames.select(1, 2).permute({0, 3, 1, 2});
+}
+
+TEST(AugmentTest, SyncedVlmImageIsTheJitteredCurrentFrame) {
+  const auto frames = smooth_frames(1, 11, 384, 256);
+  for (int64_t id : {0, 1, 2}) {
+    SCOPED_TRACE(id);
+    auto out = run_one(sync_params(true, true), frame_sample(frames, id));
+    const auto& vlm = out.tensor("vlm_current_images");
+    ASSERT_EQ(vlm.scalar_type(), torch::kUInt8);
+    ASSERT_EQ(vlm.sizes(), (std::vector<int64_t>{1, 3, 384, 256}));
+    EXPECT_LE(difference(vlm[0], current_frame_levels(out)).max, 0.501);
+    EXPECT_GT(difference(vlm, raw_current(frames)).mean, 1.0);  // it was jittered
+  }
+}
+
+TEST(AugmentTest, UnsyncedVlmImageIsTheRawCurrentFrame) {
+  const auto frames = smooth_frames(1, 11, 384, 256);
+  const auto before = frames.clone();
+  auto out = run_one(sync_params(false, false), frame_sample(frames, 0));
+  EXPECT_TRUE(torch::equal(out.tensor("vlm_current_images"), raw_current(frames)));
+  EXPECT_GT(difference(current_frame_levels(out), raw_current(frames)[0]).mean, 1.0);
+  EXPECT_TRUE(torch::equal(frames, before));
+}
+
+TEST(AugmentTest, EachSyncSwitchAppliesOnlyItsOwnJitter) {
+  const auto frames = smooth_frames(1, 11, 384, 256);
+  // Camera only = both switches with zero colour strengths: the warp is drawn before the colour
+  // factors, so it is the same warp.
+  auto camera_only = run_one(sync_params(false, true), frame_sample(frames, 4));
+  auto no_colour = nlohmann::json::parse(sync_params(true, true));
+  for (const char* key : {"color_jitter_brightness", "color_jitter_contrast",
+                          "color_jitter_saturation", "color_jitter_gamma"}) {
+    no_colour[key] = 0;
+  }
+  auto warped_only = run_one(no_colour.dump(), frame_sample(frames, 4));
+  EXPECT_TRUE(torch::equal(camera_only.tensor("vlm_current_images"),
+                           warped_only.tensor("vlm_current_images")));
+  EXPECT_FALSE(torch::equal(camera_only.tensor("vlm_current_images"), raw_current(frames)));
+  // Colour only: a solid frame looks the same under any warp, so its VLM image is the colour of
+  // the video's current frame.
+  const auto solid = solid_frames({{90, 140, 200}}, 11, 384, 256);
+  auto colour_only = run_one(sync_params(true, false), frame_sample(solid, 4));
+  const auto& vlm = colour_only.tensor("vlm_current_images");
+  EXPECT_LE(difference(vlm[0], current_frame_levels(colour_only)).max, 0.501);
+  EXPECT_FALSE(torch::equal(vlm, raw_current(solid)));
+}
+
+TEST(AugmentTest, CurrentFramesGetTheSameVlmJitterAsAllFrames) {
+  const auto frames = smooth_frames(3, 11, 48, 64);
+  const auto all = run_one(everything_on(false), frame_sample(frames, 8, 1));
+  auto params = nlohmann::json::parse(everything_on(false));
+  params["frames"] = "current";
+  const auto current =
+      run_one(params.dump(), frame_sample(frames.narrow(1, 2, 1).contiguous(), 8, 1));
+  EXPECT_TRUE(torch::equal(all.tensor("vlm_current_images"), current.tensor("vlm_current_images")));
+  EXPECT_FALSE(torch::equal(all.tensor("vlm_current_images"), raw_current(frames)));
 }
 
 }  // namespace
