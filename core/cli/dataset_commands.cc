@@ -1,9 +1,11 @@
 #include "cli/dataset_commands.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 
 extern "C" {
@@ -24,12 +26,13 @@ std::string av_message(int code) {
   return text;
 }
 
-// What `inspect` learns from one video by reading its packets (no decoding).
+// What `inspect` learns from one video without decoding it: the container's index (mp4 keeps
+// one entry per frame, with its keyframe flag), or the packets where there is no index.
 struct VideoSummary {
   std::string codec;
   int width = 0, height = 0;
-  int64_t packets = 0;
-  std::vector<int64_t> keyframe_gaps;  // packets between consecutive keyframes
+  int64_t frames = 0;
+  int64_t min_gap = 0, max_gap = 0;  // frames between consecutive keyframes; 0: fewer than two
 };
 
 VideoSummary summarize_video(const std::string& path) {
@@ -41,27 +44,43 @@ VideoSummary summarize_video(const std::string& path) {
     AVFormatContext** f;
     ~Closer() { avformat_close_input(f); }
   } closer{&format};
-  if (int rc = avformat_find_stream_info(format, nullptr); rc < 0) {
-    throw Error(path + ": FFmpeg cannot read the stream info: " + av_message(rc));
+  int stream = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  // mp4 headers carry the codec and frame size; other containers may need frames probed.
+  if (stream < 0 || format->streams[stream]->codecpar->width <= 0) {
+    if (int rc = avformat_find_stream_info(format, nullptr); rc < 0) {
+      throw Error(path + ": FFmpeg cannot read the stream info: " + av_message(rc));
+    }
+    stream = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
   }
-  const int stream = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
   if (stream < 0) throw Error(path + ": no video stream: " + av_message(stream));
-  const AVCodecParameters* par = format->streams[stream]->codecpar;
+  AVStream* video = format->streams[stream];
   VideoSummary summary;
-  summary.codec = avcodec_get_name(par->codec_id);
-  summary.width = par->width;
-  summary.height = par->height;
-  AVPacket* packet = av_packet_alloc();
+  summary.codec = avcodec_get_name(video->codecpar->codec_id);
+  summary.width = video->codecpar->width;
+  summary.height = video->codecpar->height;
   int64_t last_key = -1;
+  auto count = [&](bool key) {
+    if (key) {
+      if (last_key >= 0) {
+        const int64_t gap = summary.frames - last_key;
+        summary.min_gap = summary.min_gap == 0 ? gap : std::min(summary.min_gap, gap);
+        summary.max_gap = std::max(summary.max_gap, gap);
+      }
+      last_key = summary.frames;
+    }
+    ++summary.frames;
+  };
+  if (const int entries = avformat_index_get_entries_count(video); entries > 0) {
+    for (int i = 0; i < entries; ++i) {
+      const AVIndexEntry* entry = avformat_index_get_entry(video, i);
+      if (!(entry->flags & AVINDEX_DISCARD_FRAME)) count(entry->flags & AVINDEX_KEYFRAME);
+    }
+    return summary;
+  }
+  AVPacket* packet = av_packet_alloc();
   int rc = 0;
   while ((rc = av_read_frame(format, packet)) >= 0) {
-    if (packet->stream_index == stream) {
-      if (packet->flags & AV_PKT_FLAG_KEY) {
-        if (last_key >= 0) summary.keyframe_gaps.push_back(summary.packets - last_key);
-        last_key = summary.packets;
-      }
-      ++summary.packets;
-    }
+    if (packet->stream_index == stream) count(packet->flags & AV_PKT_FLAG_KEY);
     av_packet_unref(packet);
   }
   av_packet_free(&packet);
@@ -69,13 +88,20 @@ VideoSummary summarize_video(const std::string& path) {
   return summary;
 }
 
-std::string describe_gaps(const VideoSummary& v) {
-  if (v.keyframe_gaps.empty()) {
-    return "one keyframe in " + std::to_string(v.packets) + " frames";
+// The episodes whose videos `inspect` reads: all, or `limit` of them evenly spaced from the first
+// to the last.
+std::vector<size_t> inspected_episodes(size_t total, int64_t limit) {
+  std::vector<size_t> picked;
+  if (limit <= 0 || static_cast<size_t>(limit) >= total) {
+    for (size_t i = 0; i < total; ++i) picked.push_back(i);
+    return picked;
   }
-  auto [lo, hi] = std::minmax_element(v.keyframe_gaps.begin(), v.keyframe_gaps.end());
-  if (*lo == *hi) return "every " + std::to_string(*lo) + " frames";
-  return "every " + std::to_string(*lo) + ".." + std::to_string(*hi) + " frames";
+  for (int64_t k = 0; k < limit; ++k) {
+    const size_t index =
+        limit == 1 ? 0 : static_cast<size_t>(k * static_cast<int64_t>(total - 1) / (limit - 1));
+    if (picked.empty() || picked.back() != index) picked.push_back(index);
+  }
+  return picked;
 }
 
 int run_synth(data::SynthOptions options, const std::string& size) {
@@ -102,7 +128,7 @@ int run_synth(data::SynthOptions options, const std::string& size) {
   return 0;
 }
 
-int run_inspect(const std::string& dir) {
+int run_inspect(const std::string& dir, int64_t episode_limit) {
   const auto ds = data::LeRobotDataset::open(dir);
   const auto& info = ds.info();
   std::cout << "dataset   " << ds.root() << " (LeRobot " << info.codebase_version << ")\n"
@@ -121,22 +147,83 @@ int run_inspect(const std::string& dir) {
                     : "missing (run: wam-pipeline dataset stats " + ds.root() + ")")
             << "\n";
   std::vector<std::string> problems = ds.problems();
-  std::cout << "cameras   " << info.video_keys().size() << "\n";
+  const std::vector<size_t> picked = inspected_episodes(ds.episodes().size(), episode_limit);
+  std::string scope = std::to_string(picked.size()) + " episodes";
+  if (picked.size() < ds.episodes().size()) {
+    scope = std::to_string(picked.size()) + " of " + std::to_string(ds.episodes().size()) +
+            " episodes (evenly spaced; --episodes 0 reads all)";
+  }
+  std::cout << "cameras   " << info.video_keys().size() << " (videos of " << scope << ")\n";
   for (const auto& key : info.video_keys()) {
-    const std::string file = ds.video_file(ds.episodes().front().episode_index, key);
-    std::cout << "  " << key << ": ";
-    if (!std::filesystem::exists(file)) {
-      std::cout << "no video files\n";
-      continue;
+    std::optional<VideoSummary> first;
+    int64_t frames = 0, videos = 0, min_gap = 0, max_gap = 0, single_keyframe = 0, missing = 0;
+    std::vector<std::string> camera_problems;
+    for (size_t i : picked) {
+      const data::EpisodeInfo& episode = ds.episodes()[i];
+      const std::string file = ds.video_file(episode.episode_index, key);
+      if (!std::filesystem::exists(file)) {
+        ++missing;
+        continue;
+      }
+      VideoSummary v;
+      try {
+        v = summarize_video(file);
+      } catch (const Error& e) {
+        camera_problems.push_back(e.what());
+        continue;
+      }
+      ++videos;
+      frames += v.frames;
+      if (v.max_gap == 0) {
+        ++single_keyframe;
+      } else {
+        min_gap = min_gap == 0 ? v.min_gap : std::min(min_gap, v.min_gap);
+        max_gap = std::max(max_gap, v.max_gap);
+      }
+      if (v.frames != episode.length) {
+        camera_problems.push_back(file + ": " + std::to_string(v.frames) +
+                                  " frames, but meta/episodes.jsonl says " +
+                                  std::to_string(episode.length));
+      }
+      if (!first) {
+        first = v;
+      } else if (v.codec != first->codec || v.width != first->width || v.height != first->height) {
+        camera_problems.push_back(file + ": " + v.codec + " " + std::to_string(v.width) + "x" +
+                                  std::to_string(v.height) + ", but the camera's first video is " +
+                                  first->codec + " " + std::to_string(first->width) + "x" +
+                                  std::to_string(first->height));
+      }
     }
-    try {
-      VideoSummary v = summarize_video(file);
-      std::cout << v.codec << " " << v.width << "x" << v.height << ", " << v.packets
-                << " frames in episode " << ds.episodes().front().episode_index << ", keyframe "
-                << describe_gaps(v) << "\n";
-    } catch (const Error& e) {
-      std::cout << "unreadable\n";
-      problems.push_back(e.what());
+    std::cout << "  " << key << ": ";
+    if (videos == 0) {
+      std::cout << (camera_problems.empty() ? "no video files" : "unreadable") << "\n";
+    } else {
+      std::cout << first->codec << " " << first->width << "x" << first->height << ", " << frames
+                << " frames in " << videos << (videos == 1 ? " video" : " videos")
+                << ", keyframe spacing ";
+      if (max_gap == 0) {
+        std::cout << "none (one keyframe per video)\n";
+      } else {
+        std::cout << "min " << min_gap << ", max " << max_gap << " frames";
+        if (single_keyframe > 0) {
+          std::cout << " (" << single_keyframe << " videos have a single keyframe)";
+        }
+        std::cout << "\n";
+      }
+      if (missing > 0) {
+        camera_problems.push_back(key + ": " + std::to_string(missing) + " of " +
+                                  std::to_string(picked.size()) +
+                                  " inspected episodes have no video file");
+      }
+    }
+    // A broken dataset repeats the same fault in every episode: show a few of each camera's.
+    constexpr size_t kShown = 5;
+    for (size_t i = 0; i < std::min(camera_problems.size(), kShown); ++i) {
+      problems.push_back(camera_problems[i]);
+    }
+    if (camera_problems.size() > kShown) {
+      problems.push_back(key + ": " + std::to_string(camera_problems.size() - kShown) +
+                         " more like these");
     }
   }
   std::cout << "problems  " << problems.size() << "\n";
@@ -202,6 +289,11 @@ DatasetCommands::DatasetCommands(CLI::App& app) {
   inspect_ = dataset_->add_subcommand(
       "inspect", "Show episodes, frames, cameras, codecs, resolution, keyframe spacing, problems");
   inspect_->add_option("dir", dir_, "Dataset directory")->required();
+  inspect_
+      ->add_option("--episodes", inspect_episodes_,
+                   "Read the videos of this many episodes, evenly spaced (0: all)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
 
   stats_ = dataset_->add_subcommand(
       "stats",
@@ -226,7 +318,7 @@ int DatasetCommands::run() const {
     options.seed = seed_;
     return run_synth(std::move(options), size_);
   }
-  if (inspect_->parsed()) return run_inspect(dir_);
+  if (inspect_->parsed()) return run_inspect(dir_, inspect_episodes_);
   return run_stats(dir_, force_);
 }
 

@@ -33,6 +33,7 @@ class DatasetCommands {
 
   std::string dir_;
   bool force_ = false;
+  int64_t inspect_episodes_ = 0;  // 0: all
 };
 
 }  // namespace wam::cli

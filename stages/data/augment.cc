@@ -4,10 +4,15 @@
 // The random parameters are drawn once per sample from (settings.seed, epoch, sample_id) and used
 // for every frame of it, so a sample is bit-identical serial or parallel, run to run.
 //
+// Cost: the geometry (resize, camera jitter, slot resize, composition) runs on uint8 planes
+// (libswscale resizes, a uint8 warp), so float work only ever touches the 384x256 canvas, never
+// the raw frames.
+//
 // Reads:  frames (Tensor uint8 [V, T, H, W, 3]; T = 11 [anchor, recent, window 0..8] with
 //         `frames: all`, T = 1 [current] with `frames: current`); sample_id, epoch (Int) unless
-//         deterministic
-// Writes: vlm_current_images (uint8 [V, 3, H, W], the raw current frame per camera); with
+//         deterministic (or, with `frames: current`, unless a sync_vlm_* param is on)
+// Writes: vlm_current_images (uint8 [V, 3, H, W], the current frame per camera at its raw size:
+//         untouched, or with the sample's camera / colour jitter under sync_vlm_*); with
 //         `frames: all` also video (float [3, T-2, 384, 256]), memory_video_anchor and
 //         memory_video_recent (float [3, 1, 384, 256])
 // Removes: frames
@@ -16,6 +21,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <random>
@@ -28,8 +34,6 @@
 
 namespace wam::stages {
 namespace {
-
-namespace ops = image_ops;
 
 constexpr int64_t kCanvasHeight = 384;
 constexpr int64_t kCanvasWidth = 256;
@@ -69,6 +73,9 @@ struct AugmentParams {
   int64_t sensor_noise_blur_kernel_size = 3;
   double sensor_noise_downsample_prob = 0.0;
   double sensor_noise_downsample_scale_min = 0.75;
+
+  bool sync_vlm_color_jitter = true;
+  bool sync_vlm_camera_jitter = true;
 
   template <class V>
   void visit(V& v) {
@@ -133,6 +140,14 @@ struct AugmentParams {
       "Chance of a down- and up-sampling round trip.", Min{0.0}, Max{1.0});
     v("sensor_noise_downsample_scale_min", sensor_noise_downsample_scale_min,
       "Smallest down-sampling scale; the scale is drawn from [min, 1].", Min{0.05}, Max{1.0});
+
+    v("sync_vlm_color_jitter", sync_vlm_color_jitter,
+      "Give the VLM's current images the sample's colour jitter (brightness, contrast, "
+      "saturation, gamma; contrast against each image's own mean), as the reference's "
+      "sync_vlm_color_jitter / apply_to_vlm.");
+    v("sync_vlm_camera_jitter", sync_vlm_camera_jitter,
+      "Give each camera's VLM current image that camera's camera jitter (the same motion at the "
+      "raw size), as the reference's sync_vlm_camera_jitter / apply_to_vlm.");
   }
 };
 
@@ -157,10 +172,26 @@ class SampleRandom {
   }
   double uniform(const std::vector<double>& range) { return uniform(range[0], range[1]); }
   bool chance(double probability) { return probability > 0.0 && uniform(0.0, 1.0) < probability; }
-  at::Generator torch_generator() { return at::make_generator<at::CPUGeneratorImpl>(engine_()); }
+  uint64_t seed() { return engine_(); }
 
  private:
   std::mt19937_64 engine_;
+};
+
+// Everything random about one sample, drawn up front in a fixed order (the order is part of what
+// a sample is: changing it changes every sample), so that `frames: current` draws the same camera
+// and colour jitter for the VLM images as `frames: all` does.
+struct SensorNoise {
+  std::optional<double> downsample_scale;
+  std::optional<double> blur_sigma;
+  std::optional<uint64_t> gaussian_seed;
+};
+struct SampleDraws {
+  std::vector<std::optional<image_ops::CameraWarp>> camera_warps;  // per camera
+  image_ops::ColorAdjustment color;
+  std::optional<std::array<double, 3>> rgb_gain;
+  std::optional<image_ops::Shadow> shadow;
+  std::vector<SensorNoise> sensor_noise;  // per camera
 };
 
 // Under OpenMP the intra-op thread count is per OS thread, so each worker that runs this stage
@@ -178,7 +209,7 @@ class AugmentStage final : public Stage {
   static constexpr std::string_view kType = "Augment";
   static constexpr std::string_view kSummary =
       "Per-camera resize and jitter, 384x256 canvas, colour/domain jitter, sensor noise, "
-      "normalise to [-1, 1]; raw current frames for the VLM.";
+      "normalise to [-1, 1]; current frames for the VLM (raw, or with the sample's jitter).";
   using Params = AugmentParams;
 
   explicit AugmentStage(Params params) : params_(std::move(params)) {}
@@ -187,11 +218,11 @@ class AugmentStage final : public Stage {
     contract.reads("frames", FieldType::kTensor);
     contract.removes("frames");
     contract.writes("vlm_current_images", FieldType::kTensor);
+    if (uses_random()) {
+      contract.reads("sample_id", FieldType::kInt);
+      contract.reads("epoch", FieldType::kInt);
+    }
     if (all_frames()) {
-      if (!params_.deterministic) {
-        contract.reads("sample_id", FieldType::kInt);
-        contract.reads("epoch", FieldType::kInt);
-      }
       contract.writes("video", FieldType::kTensor);
       contract.writes("memory_video_anchor", FieldType::kTensor);
       contract.writes("memory_video_recent", FieldType::kTensor);
@@ -217,17 +248,24 @@ class AugmentStage final : public Stage {
     use_one_torch_thread();
     const at::Tensor frames = sample.tensor("frames");
     check_frames(frames);
-    const int64_t current = all_frames() ? kWindowStart : 0;
+    const int64_t cameras = frames.size(0);
+    std::optional<SampleDraws> draws;
+    if (uses_random()) {
+      SampleRandom source(seed_, static_cast<uint64_t>(sample.get_int("epoch")),
+                          static_cast<uint64_t>(sample.get_int("sample_id")));
+      draws = draw(source, cameras);
+    }
+    const SampleDraws* drawn = draws ? &*draws : nullptr;
+    // Planar uint8 copies of each camera's frames; `frames` itself is only read.
+    std::vector<at::Tensor> planes;
+    for (int64_t camera = 0; camera < cameras; ++camera) {
+      planes.push_back(image_ops::to_planes(frames.select(0, camera)));
+    }
     sample.set_tensor("vlm_current_images",
-                      frames.select(1, current).permute({0, 3, 1, 2}).contiguous());
+                      vlm_images(planes, all_frames() ? kWindowStart : 0, drawn));
     if (all_frames()) {
-      std::optional<SampleRandom> random;
-      if (!params_.deterministic) {
-        random.emplace(seed_, static_cast<uint64_t>(sample.get_int("epoch")),
-                       static_cast<uint64_t>(sample.get_int("sample_id")));
-      }
       // [T, 3, H, W] -> [3, T, H, W], each output its own compact tensor.
-      const at::Tensor canvas = render(frames, random ? &*random : nullptr).permute({1, 0, 2, 3});
+      const at::Tensor canvas = render(planes, drawn).permute({1, 0, 2, 3});
       const int64_t window = frames.size(1) - kWindowStart;
       sample.set_tensor("video", canvas.narrow(1, kWindowStart, window).contiguous());
       sample.set_tensor("memory_video_anchor", canvas.narrow(1, kAnchorIndex, 1).contiguous());
@@ -239,6 +277,10 @@ class AugmentStage final : public Stage {
 
  private:
   bool all_frames() const { return params_.frames == "all"; }
+  bool sync_vlm() const { return params_.sync_vlm_color_jitter || params_.sync_vlm_camera_jitter; }
+  // Whether samples are drawn at all: `frames: current` writes only the VLM images, which only
+  // the sync_vlm_* jitter touches.
+  bool uses_random() const { return !params_.deterministic && (all_frames() || sync_vlm()); }
 
   static void check_pair(const std::string& name, const std::vector<int64_t>& value) {
     if (value.size() != 2) {
@@ -286,55 +328,45 @@ class AugmentStage final : public Stage {
     }
   }
 
-  // frames uint8 [V, T, H, W, 3] -> canvas float [T, 3, 384, 256] in [-1, 1]. `random` is null
-  // when deterministic.
-  at::Tensor render(const at::Tensor& frames, SampleRandom* random) const {
-    const int64_t cameras = frames.size(0);
-    std::vector<at::Tensor> images;
+  SampleDraws draw(SampleRandom& random, int64_t cameras) const {
+    SampleDraws d;
     for (int64_t camera = 0; camera < cameras; ++camera) {
-      at::Tensor image = ops::resize(ops::to_float_images(frames.select(0, camera)),
-                                     params_.camera_size[0], params_.camera_size[1]);
-      if (random && contains(params_.camera_jitter_cameras, camera) &&
-          random->chance(params_.camera_jitter_prob)) {
-        image = ops::warp(image, draw_camera_warp(*random));
-      }
-      images.push_back(std::move(image));
+      const bool jitter = contains(params_.camera_jitter_cameras, camera) &&
+                          random.chance(params_.camera_jitter_prob);
+      d.camera_warps.push_back(jitter ? std::optional(draw_camera_warp(random)) : std::nullopt);
     }
-    const auto slots = ops::canvas_layout(params_.canvas, cameras, kCanvasHeight, kCanvasWidth);
-    at::Tensor canvas = ops::compose_canvas(images, slots, kCanvasHeight, kCanvasWidth);
-    if (random) {
-      const ops::ColorAdjustment color = draw_color(*random);
-      if (color.brightness != 1.0 || color.contrast != 1.0 || color.saturation != 1.0 ||
-          color.gamma != 1.0) {
-        canvas = ops::adjust_color(canvas, color);
-      }
-      if (random->chance(params_.domain_jitter_rgb_prob)) {
-        const auto& gain = params_.domain_jitter_rgb_gain;
-        canvas = ops::apply_rgb_gain(
-            canvas, {random->uniform(gain), random->uniform(gain), random->uniform(gain)});
-      }
-      if (random->chance(params_.domain_jitter_shadow_prob)) {
-        ops::Shadow shadow;
-        shadow.center_y = random->uniform(0.0, 1.0);
-        shadow.center_x = random->uniform(0.0, 1.0);
-        shadow.depth = random->uniform(params_.domain_jitter_shadow_depth);
-        shadow.sigma = random->uniform(params_.domain_jitter_shadow_sigma);
-        canvas = ops::apply_shadow(canvas, shadow);
-      }
-      for (int64_t camera = 0; camera < cameras; ++camera) {
-        if (!contains(params_.sensor_noise_cameras, camera)) continue;
-        const ops::Rect& slot = slots[camera];
-        at::Tensor region =
-            canvas.narrow(2, slot.top, slot.height).narrow(3, slot.left, slot.width);
-        const at::Tensor noisy = add_sensor_noise(region, *random);
-        if (!noisy.is_same(region)) region.copy_(noisy);
-      }
+    d.color = draw_color(random);
+    if (random.chance(params_.domain_jitter_rgb_prob)) {
+      const auto& gain = params_.domain_jitter_rgb_gain;
+      // Braced initialisers evaluate left to right: red, green, blue.
+      d.rgb_gain =
+          std::array<double, 3>{random.uniform(gain), random.uniform(gain), random.uniform(gain)};
     }
-    return ops::to_signed_unit(canvas);
+    if (random.chance(params_.domain_jitter_shadow_prob)) {
+      image_ops::Shadow shadow;
+      shadow.center_y = random.uniform(0.0, 1.0);
+      shadow.center_x = random.uniform(0.0, 1.0);
+      shadow.depth = random.uniform(params_.domain_jitter_shadow_depth);
+      shadow.sigma = random.uniform(params_.domain_jitter_shadow_sigma);
+      d.shadow = shadow;
+    }
+    d.sensor_noise.resize(static_cast<size_t>(cameras));
+    for (int64_t camera = 0; camera < cameras; ++camera) {
+      if (!contains(params_.sensor_noise_cameras, camera)) continue;
+      SensorNoise& noise = d.sensor_noise[static_cast<size_t>(camera)];
+      if (random.chance(params_.sensor_noise_downsample_prob)) {
+        noise.downsample_scale = random.uniform(params_.sensor_noise_downsample_scale_min, 1.0);
+      }
+      if (random.chance(params_.sensor_noise_blur_prob)) {
+        noise.blur_sigma = random.uniform(0.1, 2.0);
+      }
+      if (random.chance(params_.sensor_noise_gaussian_prob)) noise.gaussian_seed = random.seed();
+    }
+    return d;
   }
 
-  ops::CameraWarp draw_camera_warp(SampleRandom& random) const {
-    ops::CameraWarp warp;
+  image_ops::CameraWarp draw_camera_warp(SampleRandom& random) const {
+    image_ops::CameraWarp warp;
     warp.scale = random.uniform(params_.camera_jitter_scale);
     if (params_.camera_jitter_random_crop) {
       const double slack = (1.0 - warp.scale) / 2.0;
@@ -349,11 +381,11 @@ class AugmentStage final : public Stage {
     return warp;
   }
 
-  ops::ColorAdjustment draw_color(SampleRandom& random) const {
+  image_ops::ColorAdjustment draw_color(SampleRandom& random) const {
     auto factor = [&](double strength) {
       return strength > 0.0 ? random.uniform(std::max(0.0, 1.0 - strength), 1.0 + strength) : 1.0;
     };
-    ops::ColorAdjustment color;
+    image_ops::ColorAdjustment color;
     color.brightness = factor(params_.color_jitter_brightness);
     color.contrast = factor(params_.color_jitter_contrast);
     color.saturation = factor(params_.color_jitter_saturation);
@@ -361,19 +393,71 @@ class AugmentStage final : public Stage {
     return color;
   }
 
-  at::Tensor add_sensor_noise(const at::Tensor& region, SampleRandom& random) const {
+  // The current frame of each camera at its raw size, uint8 [V, 3, H, W]: untouched, or with the
+  // sample's camera jitter (the camera's own warp) and colour jitter when sync_vlm_* says so.
+  at::Tensor vlm_images(const std::vector<at::Tensor>& planes, int64_t current,
+                        const SampleDraws* draws) const {
+    std::vector<at::Tensor> images;
+    for (size_t camera = 0; camera < planes.size(); ++camera) {
+      at::Tensor image = planes[camera].narrow(0, current, 1);
+      if (draws && params_.sync_vlm_camera_jitter && draws->camera_warps[camera]) {
+        image = image_ops::warp_planes(image, *draws->camera_warps[camera]);
+      }
+      images.push_back(std::move(image));
+    }
+    at::Tensor out = at::cat(images);
+    if (draws && params_.sync_vlm_color_jitter && !draws->color.is_identity()) {
+      at::Tensor unit = image_ops::to_unit_float(out);
+      image_ops::adjust_color_(unit, draws->color);
+      out = image_ops::to_uint8(unit);
+    }
+    return out;
+  }
+
+  // Per-camera planes uint8 [T, 3, H, W] -> canvas float [T, 3, 384, 256] in [-1, 1]. `draws` is
+  // null when deterministic.
+  at::Tensor render(const std::vector<at::Tensor>& planes, const SampleDraws* draws) const {
+    const int64_t cameras = static_cast<int64_t>(planes.size());
+    const auto slots =
+        image_ops::canvas_layout(params_.canvas, cameras, kCanvasHeight, kCanvasWidth);
+    std::vector<at::Tensor> images;
+    for (int64_t camera = 0; camera < cameras; ++camera) {
+      at::Tensor image = image_ops::resize_planes(planes[static_cast<size_t>(camera)],
+                                                  params_.camera_size[0], params_.camera_size[1]);
+      if (draws && draws->camera_warps[static_cast<size_t>(camera)]) {
+        image = image_ops::warp_planes(image, *draws->camera_warps[static_cast<size_t>(camera)]);
+      }
+      images.push_back(std::move(image));
+    }
+    // The only float tensor of the sample: everything from here on is in place on it.
+    at::Tensor canvas = image_ops::to_unit_float(
+        image_ops::compose_canvas(images, slots, kCanvasHeight, kCanvasWidth));
+    if (draws) {
+      if (!draws->color.is_identity()) image_ops::adjust_color_(canvas, draws->color);
+      if (draws->rgb_gain) image_ops::apply_rgb_gain_(canvas, *draws->rgb_gain);
+      if (draws->shadow) image_ops::apply_shadow_(canvas, *draws->shadow);
+      for (int64_t camera = 0; camera < cameras; ++camera) {
+        const SensorNoise& noise = draws->sensor_noise[static_cast<size_t>(camera)];
+        const image_ops::Rect& slot = slots[static_cast<size_t>(camera)];
+        at::Tensor region =
+            canvas.narrow(2, slot.top, slot.height).narrow(3, slot.left, slot.width);
+        const at::Tensor noisy = add_sensor_noise(region, noise);
+        if (!noisy.is_same(region)) region.copy_(noisy);
+      }
+    }
+    image_ops::to_signed_unit_(canvas);
+    return canvas;
+  }
+
+  at::Tensor add_sensor_noise(const at::Tensor& region, const SensorNoise& noise) const {
     at::Tensor out = region;
-    if (random.chance(params_.sensor_noise_downsample_prob)) {
-      out = ops::downsample_upsample(
-          out, random.uniform(params_.sensor_noise_downsample_scale_min, 1.0));
+    if (noise.downsample_scale) out = image_ops::downsample_upsample(out, *noise.downsample_scale);
+    if (noise.blur_sigma) {
+      out = image_ops::gaussian_blur(out, params_.sensor_noise_blur_kernel_size, *noise.blur_sigma);
     }
-    if (random.chance(params_.sensor_noise_blur_prob)) {
-      out =
-          ops::gaussian_blur(out, params_.sensor_noise_blur_kernel_size, random.uniform(0.1, 2.0));
-    }
-    if (random.chance(params_.sensor_noise_gaussian_prob)) {
-      at::Generator generator = random.torch_generator();
-      out = ops::add_gaussian_noise(out, params_.sensor_noise_gaussian_std, generator);
+    if (noise.gaussian_seed) {
+      at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(*noise.gaussian_seed);
+      out = image_ops::add_gaussian_noise(out, params_.sensor_noise_gaussian_std, generator);
     }
     return out;
   }

@@ -21,6 +21,7 @@
 //           "cameras": ["observation.images.cam_high", "observation.images.cam_left_wrist",
 //                       "observation.images.cam_right_wrist"], "normalization": "z_score"}}
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <random>
 
@@ -57,6 +58,7 @@ struct EpisodeSamplerParams {
   nlohmann::json action_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
   nlohmann::json state_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
   double state_noise_std = 0.0;
+  std::string state_transform = "none";
 
   template <class V>
   void visit(V& v) {
@@ -78,7 +80,13 @@ struct EpisodeSamplerParams {
     v("action_layout", action_layout,
       "Merge into 80-D: [[src_begin, src_end, dst_begin], ...] over the action dims.");
     v("state_layout", state_layout,
-      "Merge into 80-D: [[src_begin, src_end, dst_begin], ...] over the state dims.");
+      "Merge into 80-D: [[src_begin, src_end, dst_begin], ...] over the state dims (after "
+      "state_transform).");
+    v("state_transform", state_transform,
+      "none, or libero_ee_rot6d: LIBERO's 15-D state [joint 7, ee position 3, ee axis-angle 3, "
+      "gripper 2] becomes 17-D [joint 7, ee position 3, ee 6-D rotation, gripper aperture 1], "
+      "as the reference's LiberoRight80NoFrameTransform; the 6-D rotation is not normalised.",
+      OneOf{"none", "libero_ee_rot6d"});
     v("state_noise_std", state_noise_std,
       "Gaussian noise on the normalised proprio rows, drawn from (seed, epoch, sample id); LIBERO "
       "uses 0.01.",
@@ -151,6 +159,56 @@ struct Normalizer {
     }
   }
 };
+
+// The reference's LiberoRight80NoFrameTransform (reference-system.md section 2: ee 6 -> 9,
+// gripper 2 -> 1, normalization_passthrough_dims.state.ee [3..8]; its source confirms what the
+// doc leaves open): the ee axis-angle r becomes the column-first 6-D rotation, i.e. the first two
+// columns of R = exp([r]x) one after the other (R00 R10 R20 R01 R11 R21), and the two gripper
+// finger positions the aperture (g0 - g1) / 2.
+constexpr int64_t kLiberoStateDims = 15;   // joint 7, ee position 3, ee axis-angle 3, gripper 2
+constexpr int64_t kLiberoAxisAngle = 10;   // first axis-angle dim of the raw state
+constexpr int64_t kLiberoGripper = 13;     // first gripper dim of the raw state
+constexpr int64_t kLiberoRot6dBegin = 10;  // in the transformed state
+constexpr int64_t kLiberoTransformedDims = 17;
+
+// Rodrigues' formula; near zero the series of sin(t)/t and (1 - cos t)/t^2.
+std::array<double, 6> axis_angle_to_rot6d(double x, double y, double z) {
+  const double theta2 = x * x + y * y + z * z;
+  double a, b;  // R = I + a K + b K^2, K the cross-product matrix of (x, y, z)
+  if (theta2 < 1e-12) {
+    a = 1.0 - theta2 / 6.0;
+    b = 0.5 - theta2 / 24.0;
+  } else {
+    const double theta = std::sqrt(theta2);
+    a = std::sin(theta) / theta;
+    b = (1.0 - std::cos(theta)) / theta2;
+  }
+  // K^2 = r r^T - theta^2 I.
+  const double r00 = 1.0 + b * (x * x - theta2), r10 = a * z + b * x * y, r20 = -a * y + b * x * z;
+  const double r01 = -a * z + b * x * y, r11 = 1.0 + b * (y * y - theta2), r21 = a * x + b * y * z;
+  return {r00, r10, r20, r01, r11, r21};
+}
+
+data::FloatColumn libero_ee_rot6d(const data::FloatColumn& state, const std::string& file) {
+  if (state.cols != kLiberoStateDims) {
+    throw Error(file +
+                ": state_transform libero_ee_rot6d needs LIBERO's 15-D observation.state "
+                "[joint 7, ee position 3, ee axis-angle 3, gripper 2], got " +
+                std::to_string(state.cols) + " dims");
+  }
+  data::FloatColumn out{state.rows, kLiberoTransformedDims, {}};
+  out.values.reserve(static_cast<size_t>(state.rows * kLiberoTransformedDims));
+  for (int64_t r = 0; r < state.rows; ++r) {
+    for (int64_t d = 0; d < kLiberoAxisAngle; ++d) out.values.push_back(state.at(r, d));
+    for (double v :
+         axis_angle_to_rot6d(state.at(r, kLiberoAxisAngle), state.at(r, kLiberoAxisAngle + 1),
+                             state.at(r, kLiberoAxisAngle + 2))) {
+      out.values.push_back(static_cast<float>(v));
+    }
+    out.values.push_back(0.5f * (state.at(r, kLiberoGripper) - state.at(r, kLiberoGripper + 1)));
+  }
+  return out;
+}
 
 struct Episode {
   size_t dataset = 0;
@@ -307,6 +365,7 @@ class EpisodeSampler final : public Source {
         }
         e.action = std::move(columns.floats["action"]);
         e.state = std::move(columns.floats["observation.state"]);
+        if (libero_transform()) e.state = libero_ee_rot6d(e.state, file);
         if (columns.ints.count("task_index")) e.task_index = std::move(columns.ints["task_index"]);
         auto stats = ds.episode_stats().find(info.episode_index);
         if (stats == ds.episode_stats().end() || !stats->second.count("action") ||
@@ -317,7 +376,9 @@ class EpisodeSampler final : public Source {
                       ds.root() + " --force`");
         }
         action_parts.push_back(stats->second.at("action"));
-        state_parts.push_back(stats->second.at("observation.state"));
+        // episodes_stats.jsonl describes the raw state: the transformed one's are computed here.
+        state_parts.push_back(libero_transform() ? data::compute_stats(e.state)
+                                                 : stats->second.at("observation.state"));
         total_frames_ += e.length;
         episodes_.push_back(std::move(e));
       }
@@ -336,12 +397,20 @@ class EpisodeSampler final : public Source {
     state_layout_ = parse_layout(p_.state_layout, "state_layout", state_dims);
     const auto action_norm =
         Normalizer::make(data::aggregate_stats(action_parts), p_.normalization);
-    const auto state_norm = Normalizer::make(data::aggregate_stats(state_parts), p_.normalization);
+    auto state_norm = Normalizer::make(data::aggregate_stats(state_parts), p_.normalization);
+    if (libero_transform()) {  // normalization_passthrough_dims.state.ee: [3..8]
+      for (int64_t d = kLiberoRot6dBegin; d < kLiberoRot6dBegin + 6; ++d) {
+        state_norm.scale[d] = 1.0f;
+        state_norm.offset[d] = 0.0f;
+      }
+    }
     for (auto& e : episodes_) {
       action_norm.apply(e.action);
       state_norm.apply(e.state);
     }
   }
+
+  bool libero_transform() const { return p_.state_transform == "libero_ee_rot6d"; }
 
   void build_order() {
     order_.resize(static_cast<size_t>(total_frames_));

@@ -1,7 +1,13 @@
 #include "data/image_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+
+extern "C" {
+#include <libavutil/pixdesc.h>
+#include <libswscale/swscale.h>
+}
 
 #include "wam/error.h"
 #include "wam/tensor.h"
@@ -13,22 +19,277 @@ namespace {
 
 constexpr double kPi = 3.14159265358979323846;
 
-// ITU-R 601 luma, as torchvision's rgb_to_grayscale: [N, 3, H, W] -> [N, 1, H, W].
-at::Tensor grayscale(const at::Tensor& images) {
-  return (0.299 * images.select(1, 0) + 0.587 * images.select(1, 1) + 0.114 * images.select(1, 2))
-      .unsqueeze(1);
+// Bilinear, widened when shrinking (antialiased); exact rounding, and the same output whatever
+// SIMD the CPU has, so a sample renders identically on every machine of a job.
+constexpr int kResizeFlags = SWS_BILINEAR | SWS_ACCURATE_RND | SWS_BITEXACT;
+
+// Row padding of the planes made here: libswscale's SIMD stores write up to a vector past a row's
+// width (measured: 4 bytes on this machine's SSE/AVX paths), 64 leaves room for any vector width.
+constexpr int64_t kRowPadding = 64;
+
+// libswscale contexts are not thread-safe and cost far more to make than to use: each thread keeps
+// its own, one per (sizes, formats, flags), which is a handful (raw -> camera, camera -> slot).
+class ScalerCache {
+ public:
+  ScalerCache() = default;
+  ScalerCache(const ScalerCache&) = delete;
+  ScalerCache& operator=(const ScalerCache&) = delete;
+  ~ScalerCache() {
+    for (auto& entry : entries_) sws_freeContext(entry.context);
+  }
+
+  SwsContext* get(int src_width, int src_height, AVPixelFormat src_format, int dst_width,
+                  int dst_height, AVPixelFormat dst_format, int flags) {
+    for (const auto& e : entries_) {
+      if (e.src_width == src_width && e.src_height == src_height && e.src_format == src_format &&
+          e.dst_width == dst_width && e.dst_height == dst_height && e.dst_format == dst_format &&
+          e.flags == flags) {
+        return e.context;
+      }
+    }
+    SwsContext* context = sws_getContext(src_width, src_height, src_format, dst_width, dst_height,
+                                         dst_format, flags, nullptr, nullptr, nullptr);
+    if (!context) {
+      throw Error("libswscale cannot convert " + std::to_string(src_width) + "x" +
+                  std::to_string(src_height) + " " + av_get_pix_fmt_name(src_format) + " to " +
+                  std::to_string(dst_width) + "x" + std::to_string(dst_height) + " " +
+                  av_get_pix_fmt_name(dst_format));
+    }
+    if (entries_.size() == kCapacity) {
+      sws_freeContext(entries_.front().context);
+      entries_.erase(entries_.begin());
+    }
+    entries_.push_back(
+        {src_width, src_height, src_format, dst_width, dst_height, dst_format, flags, context});
+    return context;
+  }
+
+ private:
+  static constexpr size_t kCapacity = 16;
+  struct Entry {
+    int src_width, src_height;
+    AVPixelFormat src_format;
+    int dst_width, dst_height;
+    AVPixelFormat dst_format;
+    int flags;
+    SwsContext* context;
+  };
+  std::vector<Entry> entries_;
+};
+
+ScalerCache& scalers() {
+  thread_local ScalerCache cache;
+  return cache;
 }
 
-at::Tensor blend(const at::Tensor& images, const at::Tensor& other, double factor) {
-  return (factor * images + (1.0 - factor) * other).clamp(0.0, 1.0);
+void scale(SwsContext* scaler, const uint8_t* const source[], const int source_stride[],
+           int source_height, uint8_t* const destination[], const int destination_stride[]) {
+  const int rc =
+      sws_scale(scaler, source, source_stride, 0, source_height, destination, destination_stride);
+  if (rc < 0) throw Error("libswscale failed to scale an image (error " + std::to_string(rc) + ")");
+}
+
+void check_planes(const at::Tensor& planes, const char* what) {
+  if (planes.dim() != 4 || planes.scalar_type() != at::kByte || planes.stride(3) != 1 ||
+      planes.size(2) < 1 || planes.size(3) < 1) {
+    throw Error(std::string(what) + ": expected uint8 planes [N, C, H, W] with unit column " +
+                "stride, got " + describe_tensor(planes));
+  }
+}
+
+const uint8_t* plane(const at::Tensor& planes, int64_t n, int64_t c) {
+  return planes.data_ptr<uint8_t>() + n * planes.stride(0) + c * planes.stride(1);
+}
+uint8_t* plane(at::Tensor& planes, int64_t n, int64_t c) {
+  return planes.data_ptr<uint8_t>() + n * planes.stride(0) + c * planes.stride(1);
+}
+
+// ITU-R 601 luma, as torchvision's rgb_to_grayscale: [N, 3, H, W] -> [N, 1, H, W].
+at::Tensor grayscale(const at::Tensor& images) {
+  at::Tensor grey = images.select(1, 0).mul(0.299);
+  grey.add_(images.select(1, 1), 0.587).add_(images.select(1, 2), 0.114);
+  return grey.unsqueeze(1);
+}
+
+// images = factor * images + (1 - factor) * other, clamped to [0, 1].
+void blend_(at::Tensor& images, const at::Tensor& other, double factor) {
+  images.mul_(factor).add_(other, 1.0 - factor).clamp_(0.0, 1.0);
+}
+
+// The affine map of a camera warp in grid_sample's normalised [-1, 1] coordinates (row-major
+// 2x3); the aspect factors keep a rotation rigid on non-square images.
+std::array<double, 6> warp_theta(const CameraWarp& camera_warp, double height, double width) {
+  const double angle = camera_warp.rotation_degrees * kPi / 180.0;
+  const double c = camera_warp.scale * std::cos(angle);
+  const double s = camera_warp.scale * std::sin(angle);
+  // clang-format off
+  return {c,                  -s * height / width, 2.0 * camera_warp.translate_x,
+          s * width / height, c,                   2.0 * camera_warp.translate_y};
+  // clang-format on
 }
 
 }  // namespace
 
-at::Tensor to_float_images(const at::Tensor& frames_nhwc) {
-  // Reordering the bytes first is cheaper than reordering floats.
-  return frames_nhwc.permute({0, 3, 1, 2}).contiguous().to(at::kFloat).div_(255.0);
+// ---- uint8 planes -------------------------------------------------------------------------------
+
+at::Tensor padded_planes(int64_t n, int64_t c, int64_t h, int64_t w) {
+  const int64_t stride = (w + kRowPadding + kRowPadding - 1) / kRowPadding * kRowPadding;
+  return at::empty({n, c, h, stride}, at::kByte).narrow(3, 0, w);
 }
+
+at::Tensor to_planes(const at::Tensor& frames_nhwc) {
+  if (frames_nhwc.dim() != 4 || frames_nhwc.scalar_type() != at::kByte ||
+      frames_nhwc.size(3) != 3) {
+    throw Error("to_planes: expected uint8 RGB frames [N, H, W, 3], got " +
+                describe_tensor(frames_nhwc));
+  }
+  const at::Tensor packed = frames_nhwc.contiguous();
+  const int64_t n = packed.size(0), h = packed.size(1), w = packed.size(2);
+  at::Tensor out = padded_planes(n, 3, h, w);
+  SwsContext* scaler =
+      scalers().get(static_cast<int>(w), static_cast<int>(h), AV_PIX_FMT_RGB24, static_cast<int>(w),
+                    static_cast<int>(h), AV_PIX_FMT_GBRP, SWS_POINT);
+  const int source_stride[1] = {static_cast<int>(3 * w)};
+  const int plane_stride = static_cast<int>(out.stride(2));
+  const int destination_stride[3] = {plane_stride, plane_stride, plane_stride};
+  for (int64_t i = 0; i < n; ++i) {
+    const uint8_t* source[1] = {packed.data_ptr<uint8_t>() + i * h * w * 3};
+    // GBRP's planes are in the order G, B, R.
+    uint8_t* destination[3] = {plane(out, i, 1), plane(out, i, 2), plane(out, i, 0)};
+    scale(scaler, source, source_stride, static_cast<int>(h), destination, destination_stride);
+  }
+  return out;
+}
+
+at::Tensor resize_planes(const at::Tensor& planes, int64_t height, int64_t width) {
+  check_planes(planes, "resize_planes");
+  const int64_t n = planes.size(0), c = planes.size(1), h = planes.size(2), w = planes.size(3);
+  if (h == height && w == width) return planes;
+  at::Tensor out = padded_planes(n, c, height, width);
+  SwsContext* scaler = scalers().get(static_cast<int>(w), static_cast<int>(h), AV_PIX_FMT_GRAY8,
+                                     static_cast<int>(width), static_cast<int>(height),
+                                     AV_PIX_FMT_GRAY8, kResizeFlags);
+  const int source_stride[1] = {static_cast<int>(planes.stride(2))};
+  const int destination_stride[1] = {static_cast<int>(out.stride(2))};
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < c; ++k) {
+      const uint8_t* source[1] = {plane(planes, i, k)};
+      uint8_t* destination[1] = {plane(out, i, k)};
+      scale(scaler, source, source_stride, static_cast<int>(h), destination, destination_stride);
+    }
+  }
+  return out;
+}
+
+// Written by hand: no library we link warps uint8 images (libswscale only scales; torch's
+// grid_sample wants float and costs ~10x more on the CPU). Same arithmetic as torch's
+// affine_grid + grid_sample (align_corners false, border padding, bilinear), in float.
+at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp) {
+  check_planes(planes, "warp_planes");
+  const int64_t n = planes.size(0), c = planes.size(1), h = planes.size(2), w = planes.size(3);
+  const auto theta = warp_theta(camera_warp, static_cast<double>(h), static_cast<double>(w));
+  const float t[6] = {static_cast<float>(theta[0]), static_cast<float>(theta[1]),
+                      static_cast<float>(theta[2]), static_cast<float>(theta[3]),
+                      static_cast<float>(theta[4]), static_cast<float>(theta[5])};
+  const int64_t row = planes.stride(2);
+  // The sampling position of every output pixel, shared by all planes: the top-left tap's offset,
+  // the steps to its right and lower neighbours (0 on the last column / row) and the weights.
+  struct Tap {
+    int32_t offset, right, down;
+    float fx, fy;
+  };
+  std::vector<Tap> taps(static_cast<size_t>(h * w));
+  const float fw = static_cast<float>(w), fh = static_cast<float>(h);
+  for (int64_t i = 0; i < h; ++i) {
+    const float yn = static_cast<float>(2 * i + 1) / fh - 1.0f;
+    for (int64_t j = 0; j < w; ++j) {
+      const float xn = static_cast<float>(2 * j + 1) / fw - 1.0f;
+      const float xs = t[0] * xn + t[1] * yn + t[2];
+      const float ys = t[3] * xn + t[4] * yn + t[5];
+      const float x = std::clamp(((xs + 1.0f) * fw - 1.0f) / 2.0f, 0.0f, fw - 1.0f);
+      const float y = std::clamp(((ys + 1.0f) * fh - 1.0f) / 2.0f, 0.0f, fh - 1.0f);
+      const int64_t x0 = static_cast<int64_t>(x), y0 = static_cast<int64_t>(y);
+      taps[static_cast<size_t>(i * w + j)] = {
+          static_cast<int32_t>(y0 * row + x0), x0 + 1 < w ? 1 : 0,
+          static_cast<int32_t>(y0 + 1 < h ? row : 0), x - static_cast<float>(x0),
+          y - static_cast<float>(y0)};
+    }
+  }
+  at::Tensor out = padded_planes(n, c, h, w);
+  const int64_t out_row = out.stride(2);
+  for (int64_t b = 0; b < n; ++b) {
+    for (int64_t k = 0; k < c; ++k) {
+      const uint8_t* source = plane(planes, b, k);
+      uint8_t* destination = plane(out, b, k);
+      for (int64_t i = 0; i < h; ++i) {
+        const Tap* tap = taps.data() + i * w;
+        uint8_t* line = destination + i * out_row;
+        for (int64_t j = 0; j < w; ++j, ++tap) {
+          const uint8_t* p = source + tap->offset;
+          const float top =
+              static_cast<float>(p[0]) +
+              tap->fx * (static_cast<float>(p[tap->right]) - static_cast<float>(p[0]));
+          const uint8_t* q = p + tap->down;
+          const float bottom =
+              static_cast<float>(q[0]) +
+              tap->fx * (static_cast<float>(q[tap->right]) - static_cast<float>(q[0]));
+          line[j] = static_cast<uint8_t>(top + tap->fy * (bottom - top) + 0.5f);
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<Rect> canvas_layout(const std::string& layout, int64_t cameras, int64_t canvas_height,
+                                int64_t canvas_width) {
+  if (layout == "vertical") {
+    if (cameras < 1 || canvas_height % cameras != 0) {
+      throw Error("canvas \"vertical\" stacks the cameras in equal rows of the " +
+                  std::to_string(canvas_height) + "-pixel canvas; " + std::to_string(cameras) +
+                  " cameras do not divide it");
+    }
+    std::vector<Rect> slots;
+    const int64_t row = canvas_height / cameras;
+    for (int64_t i = 0; i < cameras; ++i) slots.push_back({i * row, 0, row, canvas_width});
+    return slots;
+  }
+  if (layout == "robotwin") {
+    if (cameras != 3) {
+      throw Error("canvas \"robotwin\" needs 3 cameras (high, left wrist, right wrist), got " +
+                  std::to_string(cameras) + "; check the sampler's cameras");
+    }
+    const int64_t top = canvas_height * 2 / 3;
+    const int64_t half = canvas_width / 2;
+    return {{0, 0, top, canvas_width},
+            {top, 0, canvas_height - top, half},
+            {top, half, canvas_height - top, canvas_width - half}};
+  }
+  throw Error("unknown canvas layout \"" + layout + "\" (allowed: vertical, robotwin)");
+}
+
+at::Tensor compose_canvas(const std::vector<at::Tensor>& cameras, const std::vector<Rect>& slots,
+                          int64_t canvas_height, int64_t canvas_width) {
+  const int64_t frames = cameras.front().size(0);
+  at::Tensor canvas = at::zeros({frames, 3, canvas_height, canvas_width}, at::kByte);
+  for (size_t i = 0; i < cameras.size(); ++i) {
+    const Rect& slot = slots[i];
+    canvas.narrow(2, slot.top, slot.height)
+        .narrow(3, slot.left, slot.width)
+        .copy_(resize_planes(cameras[i], slot.height, slot.width));
+  }
+  return canvas;
+}
+
+at::Tensor to_unit_float(const at::Tensor& planes) {
+  return at::empty(planes.sizes(), at::kFloat).copy_(planes).div_(255.0);
+}
+
+at::Tensor to_uint8(const at::Tensor& images) {
+  return images.mul(255.0).round_().clamp_(0.0, 255.0).to(at::kByte);
+}
+
+// ---- float images -------------------------------------------------------------------------------
 
 at::Tensor resize(const at::Tensor& images, int64_t height, int64_t width) {
   if (images.size(2) == height && images.size(3) == width) return images.clone();
@@ -39,22 +300,13 @@ at::Tensor resize(const at::Tensor& images, int64_t height, int64_t width) {
                                     .antialias(true));
 }
 
-at::Tensor warp(const at::Tensor& images, const CameraWarp& camera_warp) {
-  const double height = static_cast<double>(images.size(2));
-  const double width = static_cast<double>(images.size(3));
-  const double angle = camera_warp.rotation_degrees * kPi / 180.0;
-  const double c = camera_warp.scale * std::cos(angle);
-  const double s = camera_warp.scale * std::sin(angle);
-  // The pixel-space map expressed in grid_sample's normalised [-1, 1] coordinates; the aspect
-  // factors keep a rotation rigid on non-square images.
-  const auto theta = torch::tensor({c, -s * height / width, 2.0 * camera_warp.translate_x,  //
-                                    s * width / height, c, 2.0 * camera_warp.translate_y},
-                                   torch::kFloat)
+at::Tensor warp_float(const at::Tensor& images, const CameraWarp& camera_warp) {
+  const auto t = warp_theta(camera_warp, static_cast<double>(images.size(2)),
+                            static_cast<double>(images.size(3)));
+  const auto theta = torch::tensor({t[0], t[1], t[2], t[3], t[4], t[5]}, torch::kFloat)
                          .view({1, 2, 3})
                          .expand({images.size(0), 2, 3});
   const auto grid = F::affine_grid(theta, images.sizes(), /*align_corners=*/false);
-  // Border padding: corners exposed by a rotation repeat the edge instead of becoming black
-  // wedges, which the model could learn as a cue for "augmented".
   return F::grid_sample(images, grid,
                         F::GridSampleFuncOptions()
                             .mode(torch::kBilinear)
@@ -62,29 +314,29 @@ at::Tensor warp(const at::Tensor& images, const CameraWarp& camera_warp) {
                             .align_corners(false));
 }
 
-at::Tensor adjust_color(const at::Tensor& images, const ColorAdjustment& adjustment) {
-  at::Tensor out = images;
+void adjust_color_(at::Tensor& images, const ColorAdjustment& adjustment) {
   if (adjustment.brightness != 1.0) {
-    out = (out * adjustment.brightness).clamp(0.0, 1.0);
+    images.mul_(adjustment.brightness).clamp_(0.0, 1.0);
   }
   if (adjustment.contrast != 1.0) {
-    out = blend(out, grayscale(out).mean({1, 2, 3}, /*keepdim=*/true), adjustment.contrast);
+    blend_(images, grayscale(images).mean({1, 2, 3}, /*keepdim=*/true), adjustment.contrast);
   }
   if (adjustment.saturation != 1.0) {
-    out = blend(out, grayscale(out), adjustment.saturation);
+    blend_(images, grayscale(images), adjustment.saturation);
   }
   if (adjustment.gamma != 1.0) {
-    out = out.pow(adjustment.gamma).clamp(0.0, 1.0);
+    // x^g as exp(g * log x): torch's vectorised log and exp cost a third of its pow on the CPU;
+    // log 0 = -inf gives exp(-inf) = 0 = 0^g.
+    images.log_().mul_(adjustment.gamma).exp_().clamp_(0.0, 1.0);
   }
-  return out.is_same(images) ? images.clone() : out;
 }
 
-at::Tensor apply_rgb_gain(const at::Tensor& images, const std::array<double, 3>& gain) {
+void apply_rgb_gain_(at::Tensor& images, const std::array<double, 3>& gain) {
   const auto factors = torch::tensor({gain[0], gain[1], gain[2]}, torch::kFloat).view({1, 3, 1, 1});
-  return (images * factors).clamp(0.0, 1.0);
+  images.mul_(factors).clamp_(0.0, 1.0);
 }
 
-at::Tensor apply_shadow(const at::Tensor& images, const Shadow& shadow) {
+void apply_shadow_(at::Tensor& images, const Shadow& shadow) {
   const int64_t height = images.size(2);
   const int64_t width = images.size(3);
   const auto options = torch::TensorOptions().dtype(torch::kFloat);
@@ -95,7 +347,7 @@ at::Tensor apply_shadow(const at::Tensor& images, const Shadow& shadow) {
   const auto squared_distance = ys * ys + xs * xs;
   const auto attenuation =
       1.0 - shadow.depth * torch::exp(-squared_distance / (2.0 * shadow.sigma * shadow.sigma));
-  return images * attenuation.view({1, 1, height, width});
+  images.mul_(attenuation.view({1, 1, height, width}));
 }
 
 at::Tensor gaussian_blur(const at::Tensor& images, int64_t kernel_size, double sigma) {
@@ -132,46 +384,6 @@ at::Tensor add_gaussian_noise(const at::Tensor& images, double stddev, at::Gener
   return (images + stddev * noise).clamp(0.0, 1.0);
 }
 
-at::Tensor to_signed_unit(const at::Tensor& images) { return images * 2.0 - 1.0; }
-
-std::vector<Rect> canvas_layout(const std::string& layout, int64_t cameras, int64_t canvas_height,
-                                int64_t canvas_width) {
-  if (layout == "vertical") {
-    if (cameras < 1 || canvas_height % cameras != 0) {
-      throw Error("canvas \"vertical\" stacks the cameras in equal rows of the " +
-                  std::to_string(canvas_height) + "-pixel canvas; " + std::to_string(cameras) +
-                  " cameras do not divide it");
-    }
-    std::vector<Rect> slots;
-    const int64_t row = canvas_height / cameras;
-    for (int64_t i = 0; i < cameras; ++i) slots.push_back({i * row, 0, row, canvas_width});
-    return slots;
-  }
-  if (layout == "robotwin") {
-    if (cameras != 3) {
-      throw Error("canvas \"robotwin\" needs 3 cameras (high, left wrist, right wrist), got " +
-                  std::to_string(cameras) + "; check the sampler's cameras");
-    }
-    const int64_t top = canvas_height * 2 / 3;
-    const int64_t half = canvas_width / 2;
-    return {{0, 0, top, canvas_width},
-            {top, 0, canvas_height - top, half},
-            {top, half, canvas_height - top, canvas_width - half}};
-  }
-  throw Error("unknown canvas layout \"" + layout + "\" (allowed: vertical, robotwin)");
-}
-
-at::Tensor compose_canvas(const std::vector<at::Tensor>& cameras, const std::vector<Rect>& slots,
-                          int64_t canvas_height, int64_t canvas_width) {
-  const int64_t frames = cameras.front().size(0);
-  auto canvas = torch::zeros({frames, 3, canvas_height, canvas_width}, torch::kFloat);
-  for (size_t i = 0; i < cameras.size(); ++i) {
-    const Rect& slot = slots[i];
-    auto region = canvas.narrow(2, slot.top, slot.height).narrow(3, slot.left, slot.width);
-    const bool fits = cameras[i].size(2) == slot.height && cameras[i].size(3) == slot.width;
-    region.copy_(fits ? cameras[i] : resize(cameras[i], slot.height, slot.width));
-  }
-  return canvas;
-}
+void to_signed_unit_(at::Tensor& images) { images.mul_(2.0).sub_(1.0); }
 
 }  // namespace wam::image_ops

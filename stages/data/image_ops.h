@@ -1,64 +1,64 @@
-// Image kernels of the Augment stage, on float images [N, 3, H, W] with values in [0, 1]. Every
-// kernel returns a new tensor and leaves its input untouched; the random parameters are drawn by
-// the caller, so the kernels themselves are deterministic and testable on their own.
+// Image kernels of the Augment stage. The random parameters are drawn by the caller, so the
+// kernels themselves are deterministic and testable on their own.
+//
+// Two kinds of images:
+// - uint8 planes [N, C, H, W] (planar RGB): what the geometry works on, before any float. Buffers
+//   made here have rows padded past the width (libswscale's SIMD writes a few bytes past a row's
+//   end), so they are views with stride(2) >= W; kernels accept any tensor with unit column
+//   stride. These kernels return new tensors (or their input, unchanged, when there is nothing
+//   to do) and never write to their input.
+// - float images [N, 3, H, W] with values in [0, 1]: the colour work, on the small canvas. Kernels
+//   ending in `_` modify their argument in place: pass only tensors the caller made itself, never a
+//   received field. The others return a new tensor.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace wam::image_ops {
 
-// uint8 [N, H, W, 3] (decoder layout) -> float [N, 3, H, W] in [0, 1].
-at::Tensor to_float_images(const at::Tensor& frames_nhwc);
+// ---- uint8 planes -------------------------------------------------------------------------------
 
-// Bilinear resize with antialiasing (a no-op copy when the size already matches).
-at::Tensor resize(const at::Tensor& images, int64_t height, int64_t width);
+// A new uint8 [n, c, h, w] whose rows are padded (stride(2) > w).
+at::Tensor padded_planes(int64_t n, int64_t c, int64_t h, int64_t w);
+
+// Decoder frames uint8 [N, H, W, 3] (packed RGB) -> planes [N, 3, H, W] (libswscale; exact).
+at::Tensor to_planes(const at::Tensor& frames_nhwc);
+
+// Resizes every plane to height x width with libswscale's bilinear filter, which widens with the
+// scale when shrinking (antialiased, like torch's interpolate(antialias=true)); each plane is
+// scaled on its own (GRAY8), so there is no colour-space round trip (packed RGB24 or GBRP scaling
+// goes through YUV inside libswscale). Against torch's float antialiased bilinear resize, which
+// Augment used before, on camera-like content at the configs' sizes (augment_test's
+// ResizePlanesMatchesTorchAntialiasedBilinear): mean 0.25 levels, i.e. the rounding to uint8; at
+// most 0.51 inside the image; at most ~2 levels on the two outermost rows and columns, where
+// swscale repeats the edge pixel and torch renormalises the truncated filter (up to 13 on pure
+// noise). SWS_AREA, the other antialiasing filter, is a box: mean 2-4 levels off on the same
+// content, max 13-24 (measured once, not kept). Returns `planes` itself when the size already
+// matches.
+at::Tensor resize_planes(const at::Tensor& planes, int64_t height, int64_t width);
 
 // A camera-motion warp. Output pixel p samples the input at c + scale * R(rotation) * (p - c) + t,
 // where c is the image centre and t = (translate_x * W, translate_y * H): scale < 1 zooms in,
-// keeping that fraction of the field of view.
+// keeping that fraction of the field of view. The map is in fractions of the image, so the same
+// warp means the same motion at any resolution.
 struct CameraWarp {
   double scale = 1.0;
   double translate_x = 0.0;  // fraction of the width
   double translate_y = 0.0;  // fraction of the height
   double rotation_degrees = 0.0;
 };
-at::Tensor warp(const at::Tensor& images, const CameraWarp& camera_warp);
 
-// Factors of 1 leave the image unchanged. Applied in this order, each result clamped to [0, 1].
-struct ColorAdjustment {
-  double brightness = 1.0;
-  double contrast = 1.0;
-  double saturation = 1.0;
-  double gamma = 1.0;
-};
-at::Tensor adjust_color(const at::Tensor& images, const ColorAdjustment& adjustment);
-
-at::Tensor apply_rgb_gain(const at::Tensor& images, const std::array<double, 3>& gain);
-
-// Darkens a soft Gaussian blob: image * (1 - depth * exp(-d^2 / (2 sigma^2))), with d measured in
-// fractions of the image height and width from (center_y, center_x).
-struct Shadow {
-  double center_y = 0.5;
-  double center_x = 0.5;
-  double depth = 0.0;
-  double sigma = 0.5;
-};
-at::Tensor apply_shadow(const at::Tensor& images, const Shadow& shadow);
-
-// Separable Gaussian blur with reflect padding; kernel_size is odd.
-at::Tensor gaussian_blur(const at::Tensor& images, int64_t kernel_size, double sigma);
-
-// Resizes down to `scale` of the size and back up: the softness of a lower-resolution sensor.
-at::Tensor downsample_upsample(const at::Tensor& images, double scale);
-
-at::Tensor add_gaussian_noise(const at::Tensor& images, double stddev, at::Generator& generator);
-
-// [0, 1] -> [-1, 1], i.e. Normalize(mean 0.5, std 0.5).
-at::Tensor to_signed_unit(const at::Tensor& images);
+// The warp on uint8 planes: bilinear sampling, coordinates outside the image clamped to its border
+// (corners exposed by a rotation repeat the edge instead of becoming black wedges, which the model
+// could learn as a cue for "augmented"), rounded to uint8. The same map and sampling as
+// warp_float() (torch's affine_grid + grid_sample, align_corners false, border padding) to within
+// the rounding.
+at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp);
 
 // Where each camera goes on the canvas.
 struct Rect {
@@ -74,8 +74,61 @@ struct Rect {
 std::vector<Rect> canvas_layout(const std::string& layout, int64_t cameras, int64_t canvas_height,
                                 int64_t canvas_width);
 
-// Resizes each camera [N, 3, h, w] into its slot of a zero canvas [N, 3, H, W].
+// Resizes each camera's planes [N, 3, h, w] into its slot of a zero uint8 canvas [N, 3, H, W]
+// (contiguous).
 at::Tensor compose_canvas(const std::vector<at::Tensor>& cameras, const std::vector<Rect>& slots,
                           int64_t canvas_height, int64_t canvas_width);
+
+// uint8 [N, C, H, W] -> float [N, C, H, W] in [0, 1] (contiguous).
+at::Tensor to_unit_float(const at::Tensor& planes);
+
+// float [N, C, H, W] in [0, 1] -> uint8, rounded to the nearest level.
+at::Tensor to_uint8(const at::Tensor& images);
+
+// ---- float images -------------------------------------------------------------------------------
+
+// Bilinear resize with antialiasing (a no-op copy when the size already matches).
+at::Tensor resize(const at::Tensor& images, int64_t height, int64_t width);
+
+// The camera warp in float with torch (affine_grid + grid_sample): the definition warp_planes()
+// is tested against.
+at::Tensor warp_float(const at::Tensor& images, const CameraWarp& camera_warp);
+
+// Factors of 1 leave the image unchanged. Applied in this order, each result clamped to [0, 1];
+// contrast blends with the mean grey level of each image.
+struct ColorAdjustment {
+  double brightness = 1.0;
+  double contrast = 1.0;
+  double saturation = 1.0;
+  double gamma = 1.0;
+
+  bool is_identity() const {
+    return brightness == 1.0 && contrast == 1.0 && saturation == 1.0 && gamma == 1.0;
+  }
+};
+void adjust_color_(at::Tensor& images, const ColorAdjustment& adjustment);
+
+void apply_rgb_gain_(at::Tensor& images, const std::array<double, 3>& gain);
+
+// Darkens a soft Gaussian blob: image * (1 - depth * exp(-d^2 / (2 sigma^2))), with d measured in
+// fractions of the image height and width from (center_y, center_x).
+struct Shadow {
+  double center_y = 0.5;
+  double center_x = 0.5;
+  double depth = 0.0;
+  double sigma = 0.5;
+};
+void apply_shadow_(at::Tensor& images, const Shadow& shadow);
+
+// Separable Gaussian blur with reflect padding; kernel_size is odd.
+at::Tensor gaussian_blur(const at::Tensor& images, int64_t kernel_size, double sigma);
+
+// Resizes down to `scale` of the size and back up: the softness of a lower-resolution sensor.
+at::Tensor downsample_upsample(const at::Tensor& images, double scale);
+
+at::Tensor add_gaussian_noise(const at::Tensor& images, double stddev, at::Generator& generator);
+
+// [0, 1] -> [-1, 1], i.e. Normalize(mean 0.5, std 0.5).
+void to_signed_unit_(at::Tensor& images);
 
 }  // namespace wam::image_ops

@@ -54,8 +54,28 @@ tiny=(--set include.model=configs/model/tiny.json)
 expect_contains "dataset synth" 0 "wrote 2 robotwin episodes of 40 frames to $ROBOTWIN_DATA_ROOT" \
   -- "$bin" dataset synth --preset robotwin --episodes 2 --frames-per-episode 40 --size 80x64 \
   --codec h264 --out "$ROBOTWIN_DATA_ROOT"
-expect_contains "dataset inspect" 0 "observation.images.cam_high: h264 80x64" \
+expect "dataset inspect" 0 \
+  "  observation.images.cam_high: h264 80x64, 80 frames in 2 videos, keyframe spacing min 2, max 2 frames" \
   -- "$bin" dataset inspect "$ROBOTWIN_DATA_ROOT"
+# Keyframe spacing covers every episode, not the first only: episode 1's cam_high replaced by a
+# 30-frame video with a keyframe every 5 frames.
+cp -r "$ROBOTWIN_DATA_ROOT" "$work/mixed"
+"$bin" dataset synth --preset robotwin --episodes 1 --frames-per-episode 30 --size 80x64 \
+  --codec h264 --gop 5 --out "$work/gop5" >/dev/null 2>&1
+cp "$work/gop5/videos/chunk-000/observation.images.cam_high/episode_000000.mp4" \
+  "$work/mixed/videos/chunk-000/observation.images.cam_high/episode_000001.mp4"
+expect "dataset inspect: every episode" 0 \
+  "  observation.images.cam_high: h264 80x64, 70 frames in 2 videos, keyframe spacing min 2, max 5 frames" \
+  -- "$bin" dataset inspect "$work/mixed"
+expect "dataset inspect: frame count problem" 0 \
+  "  - $work/mixed/videos/chunk-000/observation.images.cam_high/episode_000001.mp4: 30 frames, but meta/episodes.jsonl says 40" \
+  -- "$bin" dataset inspect "$work/mixed"
+expect "dataset inspect: a stated sample" 0 \
+  "cameras   3 (videos of 1 of 2 episodes (evenly spaced; --episodes 0 reads all))" \
+  -- "$bin" dataset inspect "$work/mixed" --episodes 1
+expect "dataset inspect: the sample's spacing" 0 \
+  "  observation.images.cam_high: h264 80x64, 40 frames in 1 video, keyframe spacing min 2, max 2 frames" \
+  -- "$bin" dataset inspect "$work/mixed" --episodes 1
 expect_contains "training without a text cache says what to run" 1 \
   "run wam-pipeline text-cache build PIPELINE" \
   -- "$bin" run pipelines/robotwin_online.json "${tiny[@]}" --steps 1 --set settings.batch_size=2

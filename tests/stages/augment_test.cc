@@ -6,6 +6,7 @@
 #include <iostream>
 #include <thread>
 
+#include "data/image_ops.h"
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
 
@@ -33,6 +34,34 @@ at::Tensor noise_frames(int64_t cameras, int64_t time, int64_t height, int64_t w
   auto generator = at::make_generator<at::CPUGeneratorImpl>(1234);
   return torch::randint(0, 256, {cameras, time, height, width, 3}, generator,
                         torch::TensorOptions().dtype(torch::kUInt8));
+}
+
+// Camera-like content: a low-resolution random picture upsampled (smooth regions and edges) plus
+// mild pixel noise, uint8 [V, T, H, W, 3]. The same picture for every frame of a camera.
+at::Tensor smooth_frames(int64_t cameras, int64_t time, int64_t height, int64_t width,
+                         uint64_t seed = 99) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto low = torch::rand({cameras, 3, 12, 16}, generator) * 255.0;
+  auto picture =
+      torch::nn::functional::interpolate(low, torch::nn::functional::InterpolateFuncOptions()
+                                                  .size(std::vector<int64_t>{height, width})
+                                                  .mode(torch::kBilinear)
+                                                  .align_corners(false));
+  picture = (picture + 8.0 * torch::randn(picture.sizes(), generator)).clamp(0, 255).round();
+  return picture.to(torch::kUInt8)
+      .permute({0, 2, 3, 1})
+      .unsqueeze(1)
+      .expand({cameras, time, height, width, 3})
+      .contiguous();
+}
+
+// Max and mean absolute difference, in uint8 levels, of two float tensors in the same unit.
+struct Difference {
+  double max = 0, mean = 0;
+};
+Difference difference(const at::Tensor& a, const at::Tensor& b) {
+  const auto d = (a.to(torch::kFloat) - b.to(torch::kFloat)).abs();
+  return {d.max().item<double>(), d.mean().item<double>()};
 }
 
 Sample frame_sample(const at::Tensor& frames, int64_t sample_id, int64_t epoch = 0) {
@@ -315,6 +344,181 @@ TEST(AugmentTest, DataConfigAugmentObjectsAreValidParams) {
     auto out = run_one(augment.dump(), frame_sample(noise_frames(c.cameras, 11, 24, 32), 1));
     EXPECT_EQ(out.tensor("video").sizes(), (std::vector<int64_t>{3, 9, 384, 256}));
   }
+}
+
+TEST(AugmentTest, DataConfigsSyncTheVlmJitterAsTheReference) {
+  for (const char* name : {"libero.json", "libero_deterministic.json", "robotwin.json",
+                           "robotwin_deterministic.json"}) {
+    SCOPED_TRACE(name);
+    std::ifstream file(std::string(WAM_SOURCE_DIR) + "/configs/data/" + name);
+    const auto augment = nlohmann::json::parse(file).at("augment");
+    EXPECT_TRUE(augment.at("sync_vlm_color_jitter").get<bool>());
+    EXPECT_TRUE(augment.at("sync_vlm_camera_jitter").get<bool>());
+  }
+}
+
+// ---- uint8 geometry against the float kernels it replaced ---------------------------------------
+
+namespace ops = wam::image_ops;
+
+TEST(AugmentImageOpsTest, ToPlanesIsAnExactDeinterleave) {
+  const auto frames = noise_frames(1, 3, 37, 53).select(0, 0);
+  const auto planes = ops::to_planes(frames);
+  EXPECT_EQ(planes.sizes(), (std::vector<int64_t>{3, 3, 37, 53}));
+  EXPECT_GT(planes.stride(2), 53);  // padded rows
+  EXPECT_TRUE(torch::equal(planes, frames.permute({0, 3, 1, 2})));
+}
+
+// libswscale's bilinear on uint8 planes against torch's float antialiased bilinear (what Augment
+// did before), at the sizes the data configs use. Prints the figures quoted in image_ops.h.
+TEST(AugmentImageOpsTest, ResizePlanesMatchesTorchAntialiasedBilinear) {
+  struct Case {
+    int64_t height, width, out_height, out_width;
+  };
+  for (const Case& c :
+       {Case{480, 640, 240, 320}, Case{240, 320, 256, 256}, Case{240, 320, 128, 128},
+        Case{512, 512, 192, 256}, Case{24, 32, 192, 256}}) {
+    const auto planes = ops::to_planes(smooth_frames(1, 2, c.height, c.width).select(0, 0));
+    const auto ours = ops::resize_planes(planes, c.out_height, c.out_width);
+    ASSERT_EQ(ours.sizes(), (std::vector<int64_t>{2, 3, c.out_height, c.out_width}));
+    ASSERT_EQ(ours.scalar_type(), torch::kUInt8);
+    const auto reference = ops::resize(planes.to(torch::kFloat), c.out_height, c.out_width);
+    const auto inside = [&](const at::Tensor& t) {
+      return t.narrow(2, 2, c.out_height - 4).narrow(3, 2, c.out_width - 4);
+    };
+    const Difference all = difference(ours, reference);
+    const Difference interior = difference(inside(ours), inside(reference));
+    std::cout << c.height << "x" << c.width << " -> " << c.out_height << "x" << c.out_width
+              << ": max " << all.max << ", mean " << all.mean << " levels; without the two "
+              << "outermost rows and columns: max " << interior.max << ", mean " << interior.mean
+              << "\n";
+    EXPECT_LE(interior.max, 0.55);  // rounding to uint8
+    EXPECT_LE(all.mean, 0.35);
+    EXPECT_LE(all.max, 6.0);  // edge pixels: swscale repeats the edge, torch renormalises
+  }
+  // The same size is no work at all.
+  const auto planes = ops::to_planes(noise_frames(1, 1, 8, 8).select(0, 0));
+  EXPECT_TRUE(ops::resize_planes(planes, 8, 8).is_same(planes));
+}
+
+TEST(AugmentImageOpsTest, WarpPlanesMatchesTorchGridSample) {
+  const auto smooth = ops::to_planes(smooth_frames(1, 2, 96, 128).select(0, 0));
+  const auto noise = ops::to_planes(noise_frames(1, 2, 60, 80).select(0, 0));
+  EXPECT_TRUE(torch::equal(ops::warp_planes(smooth, {}), smooth));
+  for (const ops::CameraWarp& warp :
+       {ops::CameraWarp{0.94, 0.03, -0.02, 5.0}, ops::CameraWarp{0.9, -0.05, 0.04, -12.0},
+        ops::CameraWarp{1.0, 0.3, 0.2, 30.0}, ops::CameraWarp{0.97, 0.0, 0.0, 0.0}}) {
+    for (const auto* planes : {&smooth, &noise}) {
+      const auto ours = ops::warp_planes(*planes, warp);
+      ASSERT_EQ(ours.sizes(), planes->sizes());
+      const auto reference = ops::warp_float(planes->to(torch::kFloat), warp);
+      EXPECT_LE(difference(ours, reference).max, 0.52)
+          << "scale " << warp.scale << ", rotation " << warp.rotation_degrees;
+    }
+  }
+}
+
+// The whole deterministic RoboTwin canvas at the real sizes (480x640 -> 240x320 -> 256x256 and
+// 128x128 slots) against the float path Augment had before: torch antialiased resizes in float.
+TEST(AugmentTest, CanvasMatchesTheFloatResizePipelineItReplaces) {
+  const auto frames = smooth_frames(3, 11, 480, 640);
+  auto out = run_one(R"({"canvas": "robotwin", "camera_size": [240, 320], "deterministic": true})",
+                     frame_sample(frames, 0));
+  at::Tensor reference = torch::zeros({11, 3, 384, 256});
+  const auto slots = ops::canvas_layout("robotwin", 3, 384, 256);
+  for (int64_t v = 0; v < 3; ++v) {
+    const auto& slot = slots[static_cast<size_t>(v)];
+    const auto unit = frames[v].permute({0, 3, 1, 2}).to(torch::kFloat).div(255.0);
+    reference.narrow(2, slot.top, slot.height)
+        .narrow(3, slot.left, slot.width)
+        .copy_(ops::resize(ops::resize(unit, 240, 320), slot.height, slot.width));
+  }
+  reference = (reference * 2.0 - 1.0).permute({1, 0, 2, 3});
+  const Difference d = difference(out.tensor("video") * 127.5, reference.narrow(1, 2, 9) * 127.5);
+  std::cout << "robotwin canvas vs the float path: max " << d.max << ", mean " << d.mean
+            << " levels\n";
+  EXPECT_LE(d.mean, 0.4);
+  EXPECT_LE(d.max, 8.0);
+}
+
+// ---- sync_vlm_* --------------------------------------------------------------------------------
+
+// One camera whose raw size is the canvas: nothing is resized, so with sync on the VLM image and
+// the video's current frame show the same jittered picture, up to the VLM image's rounding.
+std::string sync_params(bool color, bool camera) {
+  auto params = nlohmann::json::parse(R"({"canvas": "vertical", "camera_size": [384, 256],
+      "camera_jitter_cameras": [0], "camera_jitter_prob": 1, "camera_jitter_scale": [0.9, 0.95],
+      "camera_jitter_translate": 0.03, "camera_jitter_rotation": 5,
+      "color_jitter_brightness": 0.2, "color_jitter_contrast": 0.2,
+      "color_jitter_saturation": 0.25, "color_jitter_gamma": 0.1})");
+  params["sync_vlm_color_jitter"] = color;
+  params["sync_vlm_camera_jitter"] = camera;
+  return params.dump();
+}
+
+// The video's current frame [3, H, W] in uint8 levels.
+at::Tensor current_frame_levels(const Sample& out) {
+  return (out.tensor("video").select(1, 0) + 1.0) * 127.5;
+}
+
+at::Tensor raw_current(const at::Tensor& frames) {
+  return frames.select(1, 2).permute({0, 3, 1, 2});
+}
+
+TEST(AugmentTest, SyncedVlmImageIsTheJitteredCurrentFrame) {
+  const auto frames = smooth_frames(1, 11, 384, 256);
+  for (int64_t id : {0, 1, 2}) {
+    SCOPED_TRACE(id);
+    auto out = run_one(sync_params(true, true), frame_sample(frames, id));
+    const auto& vlm = out.tensor("vlm_current_images");
+    ASSERT_EQ(vlm.scalar_type(), torch::kUInt8);
+    ASSERT_EQ(vlm.sizes(), (std::vector<int64_t>{1, 3, 384, 256}));
+    EXPECT_LE(difference(vlm[0], current_frame_levels(out)).max, 0.501);
+    EXPECT_GT(difference(vlm, raw_current(frames)).mean, 1.0);  // it was jittered
+  }
+}
+
+TEST(AugmentTest, UnsyncedVlmImageIsTheRawCurrentFrame) {
+  const auto frames = smooth_frames(1, 11, 384, 256);
+  const auto before = frames.clone();
+  auto out = run_one(sync_params(false, false), frame_sample(frames, 0));
+  EXPECT_TRUE(torch::equal(out.tensor("vlm_current_images"), raw_current(frames)));
+  EXPECT_GT(difference(current_frame_levels(out), raw_current(frames)[0]).mean, 1.0);
+  EXPECT_TRUE(torch::equal(frames, before));
+}
+
+TEST(AugmentTest, EachSyncSwitchAppliesOnlyItsOwnJitter) {
+  const auto frames = smooth_frames(1, 11, 384, 256);
+  // Camera only = both switches with zero colour strengths: the warp is drawn before the colour
+  // factors, so it is the same warp.
+  auto camera_only = run_one(sync_params(false, true), frame_sample(frames, 4));
+  auto no_colour = nlohmann::json::parse(sync_params(true, true));
+  for (const char* key : {"color_jitter_brightness", "color_jitter_contrast",
+                          "color_jitter_saturation", "color_jitter_gamma"}) {
+    no_colour[key] = 0;
+  }
+  auto warped_only = run_one(no_colour.dump(), frame_sample(frames, 4));
+  EXPECT_TRUE(torch::equal(camera_only.tensor("vlm_current_images"),
+                           warped_only.tensor("vlm_current_images")));
+  EXPECT_FALSE(torch::equal(camera_only.tensor("vlm_current_images"), raw_current(frames)));
+  // Colour only: a solid frame looks the same under any warp, so its VLM image is the colour of
+  // the video's current frame.
+  const auto solid = solid_frames({{90, 140, 200}}, 11, 384, 256);
+  auto colour_only = run_one(sync_params(true, false), frame_sample(solid, 4));
+  const auto& vlm = colour_only.tensor("vlm_current_images");
+  EXPECT_LE(difference(vlm[0], current_frame_levels(colour_only)).max, 0.501);
+  EXPECT_FALSE(torch::equal(vlm, raw_current(solid)));
+}
+
+TEST(AugmentTest, CurrentFramesGetTheSameVlmJitterAsAllFrames) {
+  const auto frames = smooth_frames(3, 11, 48, 64);
+  const auto all = run_one(everything_on(false), frame_sample(frames, 8, 1));
+  auto params = nlohmann::json::parse(everything_on(false));
+  params["frames"] = "current";
+  const auto current =
+      run_one(params.dump(), frame_sample(frames.narrow(1, 2, 1).contiguous(), 8, 1));
+  EXPECT_TRUE(torch::equal(all.tensor("vlm_current_images"), current.tensor("vlm_current_images")));
+  EXPECT_FALSE(torch::equal(all.tensor("vlm_current_images"), raw_current(frames)));
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 // so every number below is a frame index in disguise.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -384,6 +386,116 @@ TEST_F(EpisodeSamplerTest, RefusesParquetColumns) {
                   "meta/info.json");
   }
   fs::remove_all(copy);
+}
+
+TEST_F(EpisodeSamplerTest, LiberoStateTransformNeedsLiberosFifteenDims) {
+  try {
+    drain(R"(, "state_transform": "libero_ee_rot6d")");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              fs::absolute(root_).string() +
+                  "/data/chunk-000/episode_000000.h5: state_transform libero_ee_rot6d needs "
+                  "LIBERO's 15-D observation.state [joint 7, ee position 3, ee axis-angle 3, "
+                  "gripper 2], got 14 dims");
+  }
+}
+
+// LIBERO's state through the reference's transform, on one 40-frame episode whose every value is
+// chosen so the expected numbers can be written down:
+//   joint d = f + 10 d and ee position k = 0.1 f + k: min_max over f = 0..39 gives 2 f / 39 - 1;
+//   ee axis-angle cycles through 0, pi/2 about z, pi/2 about x, pi about y (frame f % 4);
+//   gripper fingers (0.01 (f % 5), -0.01 (f % 5)): aperture 0.01 (f % 5) in [0, 0.04], so
+//   (f % 5) / 2 - 1.
+class LiberoStateTest : public ::testing::Test {
+ protected:
+  static constexpr const char* kImage = "observation.images.image";
+  static constexpr int64_t kFrames = 40;
+
+  void SetUp() override {
+    root_ =
+        (fs::temp_directory_path() / ("libero_state_test_" + std::to_string(::getpid()))).string();
+    fs::remove_all(root_);
+    data::DatasetInfo info;
+    info.fps = 10;
+    info.features = {{kImage, "video", {64, 64, 3}, {}, nlohmann::json::object()},
+                     {"action", "float32", {7}, {}, nullptr},
+                     {"observation.state", "float32", {15}, {}, nullptr}};
+    data::LeRobotWriter writer(root_, info, {{0, "open the drawer"}});
+    const double half_pi = M_PI / 2;
+    const std::array<std::array<double, 3>, 4> axis_angles = {
+        {{0, 0, 0}, {0, 0, half_pi}, {half_pi, 0, 0}, {0, M_PI, 0}}};
+    data::EpisodeData columns;
+    columns.floats["action"] = {kFrames, 7, {}};
+    columns.floats["observation.state"] = {kFrames, 15, {}};
+    for (int64_t f = 0; f < kFrames; ++f) {
+      for (int64_t d = 0; d < 7; ++d) {
+        columns.floats["action"].values.push_back(static_cast<float>(f + 100 * d));
+      }
+      auto& state = columns.floats["observation.state"].values;
+      for (int64_t d = 0; d < 7; ++d) state.push_back(static_cast<float>(f + 10 * d));
+      for (int64_t k = 0; k < 3; ++k) state.push_back(static_cast<float>(0.1 * f + k));
+      for (double v : axis_angles[f % 4]) state.push_back(static_cast<float>(v));
+      const float finger = 0.01f * static_cast<float>(f % 5);
+      state.push_back(finger);
+      state.push_back(-finger);
+      columns.ints["task_index"].push_back(0);
+    }
+    writer.write_episode({0, {"open the drawer"}, kFrames}, columns);
+    const std::string video = writer.episode_video_file(0, kImage);
+    fs::create_directories(fs::path(video).parent_path());
+    std::ofstream(video).put('\0');
+    writer.finish();
+  }
+  void TearDown() override { fs::remove_all(root_); }
+
+  std::vector<Sample> drain() const {
+    return testing::drain_source(
+        "EpisodeSampler", R"({"dataset_dirs": [")" + root_ + R"("], "cameras": [")" + kImage +
+                              R"("], "shuffle": false, "normalization": "min_max",
+               "action_layout": [[0, 6, 47], [6, 7, 56]],
+               "state_layout": [[0, 7, 40], [7, 16, 47], [16, 17, 56]],
+               "state_transform": "libero_ee_rot6d"})");
+  }
+
+  std::string root_;
+};
+
+TEST_F(LiberoStateTest, EeBecomesPositionAndColumnFirstRot6dAndGripperTheAperture) {
+  // Column-first 6-D rotation (R00 R10 R20 R01 R11 R21) of the four axis-angles.
+  const std::array<std::array<float, 6>, 4> rot6d = {{{1, 0, 0, 0, 1, 0},     // identity
+                                                      {0, 1, 0, -1, 0, 0},    // z by pi/2
+                                                      {1, 0, 0, 0, 0, 1},     // x by pi/2
+                                                      {-1, 0, 0, 0, 1, 0}}};  // y by pi
+  const auto samples = drain();
+  ASSERT_EQ(samples.size(), 40u);
+  const at::Tensor proprio = samples[3].tensor("proprio");  // frame 3: rows are frames 3..34
+  ASSERT_EQ(proprio.sizes(), (std::vector<int64_t>{32, 80}));
+  for (int64_t i = 0; i < 32; ++i) {
+    const int64_t f = 3 + i;
+    SCOPED_TRACE("frame " + std::to_string(f));
+    const float ramp = 2.0f * static_cast<float>(f) / 39.0f - 1.0f;
+    for (int64_t d = 40; d < 50; ++d) EXPECT_NEAR(proprio[i][d].item<float>(), ramp, 1e-5);
+    for (int64_t k = 0; k < 6; ++k) {  // passed through, not normalised
+      EXPECT_NEAR(proprio[i][50 + k].item<float>(), rot6d[f % 4][k], 1e-6) << "rot6d " << k;
+    }
+    EXPECT_NEAR(proprio[i][56].item<float>(), 0.5f * static_cast<float>(f % 5) - 1.0f, 1e-5);
+    EXPECT_EQ(proprio[i][39].item<float>(), 0.0f);
+    EXPECT_EQ(proprio[i][57].item<float>(), 0.0f);
+  }
+  std::vector<bool> dim_pad(80, true);
+  for (int64_t d = 40; d <= 56; ++d) dim_pad[d] = false;
+  const at::Tensor mask = samples[3].tensor("proprio_dim_is_pad");
+  EXPECT_EQ(std::vector<bool>(mask.data_ptr<bool>(), mask.data_ptr<bool>() + 80), dim_pad);
+  // Memory proprio goes through the same transform: the anchor is frame 0.
+  const at::Tensor anchor = samples[3].tensor("memory_video_anchor_proprio");
+  EXPECT_NEAR(anchor[0][40].item<float>(), -1.0f, 1e-6);
+  for (int64_t k = 0; k < 6; ++k) EXPECT_NEAR(anchor[0][50 + k].item<float>(), rot6d[0][k], 1e-6);
+  EXPECT_NEAR(anchor[0][56].item<float>(), -1.0f, 1e-6);
+  // The 7-D action is untouched by the state transform.
+  const at::Tensor action = samples[3].tensor("action");
+  EXPECT_NEAR(action[0][47].item<float>(), 2.0f * 3 / 39 - 1, 1e-5);
+  EXPECT_NEAR(action[0][56].item<float>(), 2.0f * 3 / 39 - 1, 1e-5);
 }
 
 }  // namespace
