@@ -409,7 +409,7 @@ class AugmentStage final : public Stage {
     if (draws && params_.sync_vlm_color_jitter && !draws->color.is_identity()) {
       at::Tensor unit = image_ops::to_unit_float(out);
       image_ops::adjust_color_(unit, draws->color);
-      out = image_ops::to_uint8(unit);
+      out = image_ops::to_uint8_(unit);
     }
     return out;
   }
