@@ -264,12 +264,14 @@ class AugmentStage final : public Stage {
     sample.set_tensor("vlm_current_images",
                       vlm_images(planes, all_frames() ? kWindowStart : 0, drawn));
     if (all_frames()) {
-      // [T, 3, H, W] -> [3, T, H, W], each output its own compact tensor.
+      // [T, 3, H, W] -> [3, T, H, W], each output its own compact tensor. Copied explicitly:
+      // contiguous() would hand out the one-frame outputs as views of the whole canvas (a
+      // [3, 1, H, W] slice of it counts as contiguous), keeping all of it alive downstream.
       const at::Tensor canvas = render(planes, drawn).permute({1, 0, 2, 3});
       const int64_t window = frames.size(1) - kWindowStart;
-      sample.set_tensor("video", canvas.narrow(1, kWindowStart, window).contiguous());
-      sample.set_tensor("memory_video_anchor", canvas.narrow(1, kAnchorIndex, 1).contiguous());
-      sample.set_tensor("memory_video_recent", canvas.narrow(1, kRecentIndex, 1).contiguous());
+      sample.set_tensor("video", compact(canvas.narrow(1, kWindowStart, window)));
+      sample.set_tensor("memory_video_anchor", compact(canvas.narrow(1, kAnchorIndex, 1)));
+      sample.set_tensor("memory_video_recent", compact(canvas.narrow(1, kRecentIndex, 1)));
     }
     sample.erase("frames");
     out.emit(std::move(sample));
@@ -281,6 +283,10 @@ class AugmentStage final : public Stage {
   // Whether samples are drawn at all: `frames: current` writes only the VLM images, which only
   // the sync_vlm_* jitter touches.
   bool uses_random() const { return !params_.deterministic && (all_frames() || sync_vlm()); }
+
+  static at::Tensor compact(const at::Tensor& view) {
+    return at::empty(view.sizes(), view.options()).copy_(view);
+  }
 
   static void check_pair(const std::string& name, const std::vector<int64_t>& value) {
     if (value.size() != 2) {
@@ -409,7 +415,7 @@ class AugmentStage final : public Stage {
     if (draws && params_.sync_vlm_color_jitter && !draws->color.is_identity()) {
       at::Tensor unit = image_ops::to_unit_float(out);
       image_ops::adjust_color_(unit, draws->color);
-      out = image_ops::to_uint8(unit);
+      out = image_ops::to_uint8_(unit);
     }
     return out;
   }

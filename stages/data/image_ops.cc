@@ -285,8 +285,8 @@ at::Tensor to_unit_float(const at::Tensor& planes) {
   return at::empty(planes.sizes(), at::kFloat).copy_(planes).div_(255.0);
 }
 
-at::Tensor to_uint8(const at::Tensor& images) {
-  return images.mul(255.0).round_().clamp_(0.0, 255.0).to(at::kByte);
+at::Tensor to_uint8_(at::Tensor& images) {
+  return images.mul_(255.0).round_().clamp_(0.0, 255.0).to(at::kByte);
 }
 
 // ---- float images -------------------------------------------------------------------------------

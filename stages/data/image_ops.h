@@ -82,8 +82,9 @@ at::Tensor compose_canvas(const std::vector<at::Tensor>& cameras, const std::vec
 // uint8 [N, C, H, W] -> float [N, C, H, W] in [0, 1] (contiguous).
 at::Tensor to_unit_float(const at::Tensor& planes);
 
-// float [N, C, H, W] in [0, 1] -> uint8, rounded to the nearest level.
-at::Tensor to_uint8(const at::Tensor& images);
+// float [N, C, H, W] in [0, 1] -> a new uint8 tensor, rounded to the nearest level; `images` is
+// scaled to [0, 255] in place on the way (pass only a tensor the caller made).
+at::Tensor to_uint8_(at::Tensor& images);
 
 // ---- float images -------------------------------------------------------------------------------
 

@@ -195,6 +195,11 @@ TEST(AugmentTest, SplitsAnchorRecentAndWindowAndKeepsRawCurrentFrameForVlm) {
   EXPECT_TRUE(torch::equal(vlm, frames.select(1, 2).permute({0, 3, 1, 2})));
   EXPECT_FALSE(out.has("frames"));
   EXPECT_TRUE(out.has("sample_id"));
+  // Each output owns just its own memory, not the whole canvas it was cut from.
+  for (const char* field : {"video", "memory_video_anchor", "memory_video_recent"}) {
+    const auto& tensor = out.tensor(field);
+    EXPECT_EQ(tensor.storage().nbytes(), tensor.nbytes()) << field;
+  }
 }
 
 TEST(AugmentTest, CurrentFramesWriteOnlyVlmImages) {
