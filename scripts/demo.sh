@@ -19,5 +19,8 @@ if [ ! -f "$ROBOTWIN_DATA_ROOT/meta/info.json" ]; then
 fi
 "$bin" dataset inspect "$ROBOTWIN_DATA_ROOT"
 "$bin" text-cache build "$pipeline"
+# Batches of 2 with 16 samples in flight: the encoders, the CPU's bottleneck here, run at most 8
+# batches ahead of the step instead of the training graphs' 128 at this batch size.
 "$bin" run "$pipeline" --steps "${WAM_DEMO_STEPS:-24}" --set settings.batch_size=2 \
+  --set settings.max_in_flight=16 \
   --set nodes.step.params.log_every=4 --report-every 20 --stats-out "$WAM_CACHE_ROOT/demo_stats.json"
