@@ -13,6 +13,7 @@
 #include "cli/compile_commands.h"
 #include "cli/dataset_commands.h"
 #include "cli/text_cache_commands.h"
+#include "cli/validators.h"
 #include "wam/pipeline.h"
 #include "wam/registry.h"
 #include "wam/runner.h"
@@ -182,16 +183,16 @@ int run_cli(int argc, char** argv) {
   auto* run = app.add_subcommand("run", "Run a pipeline and print a per-node summary");
   add_pipeline_args(*run, run_args);
   run->add_option("--steps", steps, "Stop after the terminal node emitted N items (overrides settings.steps)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   run->add_option("--stop-after", stop_after,
                   "Run only NODE and what is upstream of it; what leaves NODE is counted and dropped");
   run->add_option("--stats-out", stats_out, "Write the per-node statistics as JSON to this file");
   run->add_option("--report-every", report_every,
                   "Seconds between progress lines showing each node's busy%; 0 turns them off")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   run->add_option("--threads", threads, "Worker threads (overrides settings.threads; 0: one per core)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   run->add_flag("--print-config", print_config, "Print the effective pipeline (defaults filled in)");
 
   std::vector<std::string> validate_files, validate_overrides;
@@ -216,7 +217,12 @@ int run_cli(int argc, char** argv) {
   CompileCommand compile_command(app);
   TextCacheCommands text_cache_commands(app);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 prints the message (or the help); its own codes (105, 106...) become ours.
+    return app.exit(e) == 0 ? kExitOk : kExitInvalid;
+  }
 
   try {
     if (*run) return cmd_run(run_args, steps, stop_after, stats_out, report_every, threads, print_config);

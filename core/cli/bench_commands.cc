@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include "cli/validators.h"
 #include "wam/pipeline.h"
 #include "wam/runner.h"
 
@@ -263,13 +264,13 @@ BenchCommand::BenchCommand(CLI::App& app) {
   bench_->add_option("--set", overrides_, "Override a value (path.to.key=VALUE)");
   bench_->add_option("--steps", steps_, "Timed steps in each phase")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   bench_->add_option("--warmup", warmup_,
                      "Untimed steps first (graph capture, GEMM tuning, pipeline fill)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   bench_->add_option("--threads", threads_, "Worker threads (overrides settings.threads)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
   bench_->add_option("--json", json_out_, "Also write the figures and the graph's stats as JSON");
   bench_->add_flag("--device-only", device_only_,
                    "Measure only the device part (step speed and peak memory, e.g. for sweeps)");

@@ -13,6 +13,7 @@ extern "C" {
 #include <libavformat/avformat.h>
 }
 
+#include "cli/validators.h"
 #include "data/lerobot_dataset.h"
 #include "data/synth_dataset.h"
 #include "wam/error.h"
@@ -269,16 +270,16 @@ DatasetCommands::DatasetCommands(CLI::App& app) {
       ->check(CLI::IsMember({"libero", "robotwin"}));
   synth_->add_option("--episodes", episodes_, "Episodes to write")
       ->required()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   synth_->add_option("--out", out_, "Output directory (must not hold a dataset)")->required();
   synth_->add_option("--frames-per-episode", frames_per_episode_, "Frames in each episode")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   synth_->add_option("--fps", fps_, "Frame rate (default: the preset's: libero 10, robotwin 25)")
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   synth_->add_option("--gop", gop_, "Keyframe interval in frames (LeRobot uses 2)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(at_least(1));
   synth_->add_option("--codec", codec_, "av1 (libsvtav1, as LeRobot) or h264 (libx264)")
       ->capture_default_str()
       ->check(CLI::IsMember({"av1", "h264"}));
@@ -293,7 +294,7 @@ DatasetCommands::DatasetCommands(CLI::App& app) {
       ->add_option("--episodes", inspect_episodes_,
                    "Read the videos of this many episodes, evenly spaced (0: all)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(at_least(0));
 
   stats_ = dataset_->add_subcommand(
       "stats",

@@ -33,6 +33,11 @@ expect "missing pipeline file" 2 "missing.json: cannot read file: no such file" 
 expect "bad --set" 2 "--set settings: expected path.to.key=VALUE" \
   -- "$bin" validate --set settings tests/golden/cli_unknown_type.json
 expect "version flag" 0 "wam-pipeline 0.1.0" -- "$bin" --version
+expect "a missing argument is exit 2" 2 "pipeline is required" -- "$bin" run
+expect "a bound names the option and the value" 2 "--threads: must be >= 0, got -1" \
+  -- "$bin" run pipelines/robotwin_online.json --threads -1
+expect "bench needs a step to time" 2 "--steps: must be >= 1, got 0" \
+  -- "$bin" bench pipelines/robotwin_online.json --steps 0
 expect "describe unknown type" 2 \
   "unknown stage type \"Colate\"; did you mean \"Collate\"? (allowed: $("$bin" stages | awk '{print $1}' | paste -sd, - | sed 's/,/, /g'))" \
   -- "$bin" describe Colate
