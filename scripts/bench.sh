@@ -72,24 +72,24 @@ PY
       fi
       export ROBOTWIN_DATA_ROOT=$root
       base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
-      steps=${WAM_BENCH_STEPS:-30}
       # Logs go to stderr: redirect it to keep them.
       "$bin" text-cache build pipelines/robotwin_online.json "${base[@]}" >/dev/null
       "$bin" compile pipelines/robotwin_compile.json "${base[@]}" --steps 3 >/dev/null
-      # pipeline | extra override
+      # pipeline | timed steps | extra arguments (docs/BENCHMARKS.md lists these runs)
       runs=(
-        "robotwin_compile|"
-        "robotwin_compile|nodes.step.params.checkpoint_group=0"
-        "robotwin_online|"
-        "robotwin_online|nodes.step.params.checkpoint_group=0"
-        "robotwin_baseline|"
+        "robotwin_compile|20|"
+        "robotwin_online|20|"
+        "robotwin_compile|15|--device-only --set nodes.step.params.checkpoint_group=0"
+        "robotwin_online|15|--device-only --set nodes.step.params.checkpoint_group=0"
+        "robotwin_baseline|20|"
+        "robotwin_compile|15|--device-only --set settings.batch_size=4"
+        "robotwin_online|15|--device-only --set settings.batch_size=4"
       )
       for spec in "${runs[@]}"; do
-        IFS='|' read -r pipeline extra <<<"$spec"
-        args=("${base[@]}")
-        [ -n "$extra" ] && args+=(--set "$extra")
+        IFS='|' read -r pipeline steps extra <<<"$spec"
         echo "## $pipeline ${extra:-(as shipped)}"
-        "$bin" bench "pipelines/$pipeline.json" "${args[@]}" --steps "$steps" --warmup 5
+        # shellcheck disable=SC2086  # extra holds several arguments
+        "$bin" bench "pipelines/$pipeline.json" "${base[@]}" $extra --steps "$steps" --warmup 5
       done
       ;;
   esac
