@@ -8,6 +8,7 @@
 
 #include <torch/torch.h>
 
+#include "cli/step_overrides.h"
 #include "cli/validators.h"
 #include "wam/pipeline.h"
 #include "wam/runner.h"
@@ -291,10 +292,7 @@ int BenchCommand::run() const {
   }
   const std::string step_id = part.chain.back();
   // A benchmark leaves no checkpoints behind and starts from fresh weights.
-  const std::string step_params = "nodes." + step_id + ".params.";
-  for (const char* reset : {"checkpoint_dir=\"\"", "save_every=0", "resume=\"\""}) {
-    options.overrides.push_back(step_params + reset);
-  }
+  add_no_checkpoint_overrides(step_id, options.overrides);
   const int64_t total = warmup_ + steps_;
 
   std::cerr << "bench: " << probe.name() << ": device part (" << part.transfer_id << " -> ";

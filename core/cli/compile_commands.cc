@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "cli/step_overrides.h"
 #include "models/world_model.h"
 #include "train/train_loop.h"
 #include "wam/pipeline.h"
@@ -65,11 +66,8 @@ int CompileCommand::run() const {
   const std::string results =
       train::tunableop_results_path(at::cuda::getDeviceProperties(device.index())->name, config);
 
-  const std::string node = "nodes." + step->id + ".params.";
   options.overrides.push_back("settings.steps=" + std::to_string(steps_));
-  options.overrides.push_back(node + "checkpoint_dir=\"\"");
-  options.overrides.push_back(node + "save_every=0");
-  options.overrides.push_back(node + "resume=\"\"");
+  add_no_checkpoint_overrides(step->id, options.overrides);
   ValidatedPipeline pipeline = load_pipeline(file_, options);
   std::cerr << "compile: running " << steps_ << " steps of " << pipeline.name()
             << " (checkpointing off)\n";

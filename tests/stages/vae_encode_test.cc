@@ -2,7 +2,6 @@
 #include <torch/script.h>
 
 #include <filesystem>
-#include <map>
 
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
@@ -87,27 +86,8 @@ TEST(VaeEncodeTest, FirstLatentFrameDependsOnFirstVideoFrameOnly) {
                                from_window.tensor("video_latents").narrow(2, 0, 1)));
 }
 
-// Runs VaeEncode over `batches`; returns the outputs and the stage's counters.
-struct EncodeRun {
-  std::vector<Sample> outputs;
-  std::map<std::string, int64_t> counters;
-};
-
-EncodeRun run_with_counters(const std::string& params_json, const std::vector<Sample>& batches) {
-  auto base = make_stage("VaeEncode", params_json);
-  auto& stage = dynamic_cast<Stage&>(*base);
-  Settings settings;
-  Context context("vae", "VaeEncode", settings, [](const std::string&) {});
-  stage.open(context);
-  struct Collect final : Emitter {
-    void emit(Sample s) override { samples.push_back(std::move(s)); }
-    std::vector<Sample> samples;
-  } emitter;
-  for (const Sample& batch : batches) stage.process(batch, emitter);
-  EncodeRun run;
-  run.outputs = std::move(emitter.samples);
-  for (const auto& [name, value] : context.counters()) run.counters[name] = value;
-  return run;
+StageRun run_with_counters(const std::string& params_json, const std::vector<Sample>& batches) {
+  return run_stage_counted("VaeEncode", params_json, batches);
 }
 
 // A batch of 3 whose anchor rows are all row 0's frame.
@@ -121,8 +101,8 @@ Sample batch_with_one_anchor(uint64_t seed) {
 TEST(VaeEncodeTest, IdenticalAnchorRowsAreEncodedOnceWithTheSameLatents) {
   const std::vector<Sample> batches = {batch_with_one_anchor(1), video_batch(3, 5, 64, 32, 2),
                                        batch_with_one_anchor(3)};
-  const EncodeRun deduplicated = run_with_counters(kBuiltin, batches);
-  const EncodeRun full = run_with_counters(
+  const StageRun deduplicated = run_with_counters(kBuiltin, batches);
+  const StageRun full = run_with_counters(
       R"({"width": 4, "device": "cpu", "deduplicate_identical_anchor_batch": false})", batches);
   EXPECT_EQ(deduplicated.counters.at("deduplicated_anchor_batches"), 2);
   EXPECT_EQ(full.counters.at("deduplicated_anchor_batches"), 0);

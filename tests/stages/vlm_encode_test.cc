@@ -2,7 +2,6 @@
 #include <torch/script.h>
 
 #include <filesystem>
-#include <map>
 
 #include "models/vlm.h"
 #include "testing/stage_harness.h"
@@ -35,27 +34,8 @@ int64_t prompt_tokens(const std::string& task, const std::vector<std::string>& v
       models::tokenize_words(models::format_vlm_prompt(task, views), 1024).size());
 }
 
-// Runs the stage over `batches` and returns the outputs and the counters it reported.
-struct EncodeRun {
-  std::vector<Sample> outputs;
-  std::map<std::string, int64_t> counters;
-};
-
-EncodeRun run_with_counters(const std::string& params_json, const std::vector<Sample>& batches) {
-  auto base = make_stage("VlmEncode", params_json);
-  auto& stage = dynamic_cast<Stage&>(*base);
-  Settings settings;
-  Context context("vlm", "VlmEncode", settings, [](const std::string&) {});
-  stage.open(context);
-  struct Collect final : Emitter {
-    void emit(Sample s) override { samples.push_back(std::move(s)); }
-    std::vector<Sample> samples;
-  } emitter;
-  for (const Sample& batch : batches) stage.process(batch, emitter);
-  EncodeRun run;
-  run.outputs = std::move(emitter.samples);
-  for (const auto& [name, value] : context.counters()) run.counters[name] = value;
-  return run;
+StageRun run_with_counters(const std::string& params_json, const std::vector<Sample>& batches) {
+  return run_stage_counted("VlmEncode", params_json, batches);
 }
 
 std::string temp_file(const std::string& name) {
@@ -135,13 +115,13 @@ TEST(VlmEncodeTest, MetadataReuseHitsOnRepeatsAndChangesNothing) {
       vlm_batch({"pick up the cup", "stack the bowls"}, 2, 32, 48, 1),
       vlm_batch({"stack the bowls", "pick up the cup"}, 2, 32, 48, 2),
       vlm_batch({"pick up the cup", "wipe the table"}, 2, 32, 48, 3)};
-  const EncodeRun reused = run_with_counters(params(R"("reuse_metadata": true)"), batches);
+  const StageRun reused = run_with_counters(params(R"("reuse_metadata": true)"), batches);
   EXPECT_EQ(reused.counters.at("prompt_cache_misses"), 3);  // three distinct tasks
   EXPECT_EQ(reused.counters.at("prompt_cache_hits"), 3);
   EXPECT_EQ(reused.counters.at("vision_metadata_cache_misses"), 1);  // one image grid
   EXPECT_EQ(reused.counters.at("vision_metadata_cache_hits"), 2);
 
-  const EncodeRun baseline = run_with_counters(params(), batches);
+  const StageRun baseline = run_with_counters(params(), batches);
   EXPECT_TRUE(baseline.counters.empty());
   ASSERT_EQ(reused.outputs.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {

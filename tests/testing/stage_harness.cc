@@ -27,22 +27,28 @@ std::unique_ptr<StageBase> make_stage(const std::string& type, const std::string
   return stage;
 }
 
-std::vector<Sample> run_stage(const std::string& type, const std::string& params_json,
-                              std::vector<Sample> inputs, const HarnessOptions& options) {
+StageRun run_stage_counted(const std::string& type, const std::string& params_json,
+                           std::vector<Sample> inputs, const HarnessOptions& options) {
   auto base = make_stage(type, params_json, *options.registry);
   auto* stage = dynamic_cast<Stage*>(base.get());
   if (!stage) throw Error(type + " is a source; use drain_source");
   Context context("test", type, options.settings, [](const std::string& m) { std::cerr << m << "\n"; });
   stage->open(context);
-  std::vector<Sample> out;
-  VectorEmitter emitter(out);
+  StageRun run;
+  VectorEmitter emitter(run.outputs);
   uint64_t seq = 0;
   for (auto& sample : inputs) {
     sample.set_seq(seq++);
     stage->process(std::move(sample), emitter);
   }
   stage->close(emitter);
-  return out;
+  for (const auto& [name, value] : context.counters()) run.counters[name] = value;
+  return run;
+}
+
+std::vector<Sample> run_stage(const std::string& type, const std::string& params_json,
+                              std::vector<Sample> inputs, const HarnessOptions& options) {
+  return run_stage_counted(type, params_json, std::move(inputs), options).outputs;
 }
 
 std::vector<Sample> drain_source(const std::string& type, const std::string& params_json,

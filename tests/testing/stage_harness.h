@@ -2,6 +2,8 @@
 // registry, then open / process each input / close. Returns everything it emitted.
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -14,7 +16,15 @@ struct HarnessOptions {
   const StageRegistry* registry = &StageRegistry::builtin();
 };
 
+// What a stage emitted and the counters it reported.
+struct StageRun {
+  std::vector<Sample> outputs;
+  std::map<std::string, int64_t> counters;
+};
+
 // Throws ConfigError for bad params (with the diagnostics), or what the stage throws.
+StageRun run_stage_counted(const std::string& type, const std::string& params_json,
+                           std::vector<Sample> inputs, const HarnessOptions& options = {});
 std::vector<Sample> run_stage(const std::string& type, const std::string& params_json,
                               std::vector<Sample> inputs, const HarnessOptions& options = {});
 
