@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "cli/step_overrides.h"
+#include "cli/step_profile.h"
 #include "cli/validators.h"
 #include "wam/pipeline.h"
 #include "wam/runner.h"
@@ -26,8 +27,10 @@ constexpr int kExitInvalid = 2;
 
 using Clock = std::chrono::steady_clock;
 
-// Steps of the device part timed node by node after the timed run.
+// Steps of the device part timed node by node after the timed run, and profiled with --profile.
 constexpr int64_t kProfileSteps = 3;
+// Kernels listed from a --profile trace.
+constexpr size_t kListedKernels = 15;
 
 // The nodes the device-resident phase runs: the chain after HostToDevice, ending in TrainStep.
 struct DevicePart {
@@ -111,11 +114,15 @@ struct DeviceResult {
   double samples_per_s = 0;
   int64_t peak_bytes = -1;
   std::vector<std::pair<std::string, double>> node_ms_per_batch;  // chain order
+  std::optional<StepProfile> profile;
 };
 
 // Captures one batch where HostToDevice emits it, then replays it through the device chain.
+// With `profile`, kProfileSteps more steps run under the profiler (traced to `trace_path` unless
+// it is empty).
 DeviceResult run_device_part(const std::string& file, const LoadOptions& options,
-                             const DevicePart& part, int64_t warmup, int64_t total) {
+                             const DevicePart& part, int64_t warmup, int64_t total, bool profile,
+                             const std::string& trace_path) {
   std::optional<Sample> batch;
   {
     LoadOptions capture_options = options;
@@ -132,7 +139,8 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
   }
 
   LoadOptions step_options = options;
-  step_options.overrides.push_back("settings.steps=" + std::to_string(total + kProfileSteps));
+  const int64_t extra_steps = profile ? 2 * kProfileSteps : kProfileSteps;
+  step_options.overrides.push_back("settings.steps=" + std::to_string(total + extra_steps));
   ValidatedPipeline pipeline = load_pipeline(file, step_options);
   std::deque<Context> contexts;  // deque: stable addresses, stages keep pointers to them
   std::vector<Stage*> chain;
@@ -166,12 +174,19 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
     step_ends.push_back(Clock::now());
   }
   DeviceResult result{steady_rate(step_ends, warmup, pipeline.settings().batch_size),
-                      peak_device_bytes(), {}};
+                      peak_device_bytes(), {}, std::nullopt};
   // Then a few more steps with a synchronisation after each node, so its kernels count for it.
   std::vector<double> node_seconds(chain.size(), 0.0);
   for (int64_t step = 0; step < kProfileSteps; ++step) run_step(&node_seconds);
   for (size_t i = 0; i < chain.size(); ++i) {
     result.node_ms_per_batch.emplace_back(part.chain[i], 1e3 * node_seconds[i] / kProfileSteps);
+  }
+  if (profile) {
+    result.profile = profile_steps(
+        [&] {
+          for (int64_t step = 0; step < kProfileSteps; ++step) run_step(nullptr);
+        },
+        trace_path);
   }
   return result;
 }
@@ -247,6 +262,38 @@ void print_whole_graph(const GraphResult& graph, const DeviceResult& device, con
   out["graph_stats"] = graph.stats.to_json();
 }
 
+// The longest kernels (or CPU operators) of the profiled steps, per step, with their share.
+void print_profile(const StepProfile& profile, const std::string& trace_path, nlohmann::json& out) {
+  double total_ms = 0;
+  for (const KernelTime& kernel : profile.longest) total_ms += kernel.total_ms;
+  const double steps = static_cast<double>(kProfileSteps);
+  const char* what = profile.kernels ? "kernels" : "CPU operators (nested: shares overlap)";
+  char line[256];
+  std::snprintf(line, sizeof(line), "  profile of %lld steps: %.2f ms of %s per step; longest:\n",
+                static_cast<long long>(kProfileSteps), total_ms / steps, what);
+  std::cout << line;
+  nlohmann::json listed = nlohmann::json::array();
+  for (size_t i = 0; i < std::min(profile.longest.size(), kListedKernels); ++i) {
+    const KernelTime& kernel = profile.longest[i];
+    std::snprintf(line, sizeof(line), "    %8.2f ms %5.1f%% %6lld calls  %.100s\n",
+                  kernel.total_ms / steps, total_ms > 0 ? 100 * kernel.total_ms / total_ms : 0.0,
+                  kernel.calls / kProfileSteps, kernel.name.c_str());
+    std::cout << line;
+    listed.push_back({{"name", kernel.name},
+                      {"ms_per_step", kernel.total_ms / steps},
+                      {"calls_per_step", kernel.calls / kProfileSteps}});
+  }
+  if (!trace_path.empty()) {
+    std::cout << "  trace: "
+              << (profile.trace_note.empty() ? trace_path + " (open in ui.perfetto.dev)"
+                                             : profile.trace_note)
+              << "\n";
+  }
+  out["profile"] = {{"device_kernels", profile.kernels},
+                    {"ms_per_step", total_ms / steps},
+                    {"longest", listed}};
+}
+
 std::string gib(int64_t bytes) {
   if (bytes < 0) return "n/a (no CUDA)";
   char text[32];
@@ -273,6 +320,11 @@ BenchCommand::BenchCommand(CLI::App& app) {
   bench_->add_option("--threads", threads_, "Worker threads (overrides settings.threads)")
       ->check(at_least(0));
   bench_->add_option("--json", json_out_, "Also write the figures and the graph's stats as JSON");
+  bench_->add_flag("--profile", profile_,
+                   "Also profile 3 steps of the device part and list its longest kernels");
+  bench_->add_option("--trace", trace_out_,
+                     "With --profile: write the Chrome trace of those steps (ui.perfetto.dev)")
+      ->needs("--profile");
   bench_->add_flag("--device-only", device_only_,
                    "Measure only the device part (step speed and peak memory, e.g. for sweeps)");
 }
@@ -298,7 +350,8 @@ int BenchCommand::run() const {
   std::cerr << "bench: " << probe.name() << ": device part (" << part.transfer_id << " -> ";
   for (size_t i = 0; i < part.chain.size(); ++i) std::cerr << (i ? ", " : "") << part.chain[i];
   std::cerr << ") on one device-resident batch, " << warmup_ << " + " << steps_ << " steps\n";
-  const DeviceResult device = run_device_part(file_, options, part, warmup_, total);
+  const DeviceResult device =
+      run_device_part(file_, options, part, warmup_, total, profile_, trace_out_);
   char line[256];
   std::cout << probe.name() << " (" << steps_ << " timed steps after " << warmup_
             << " warm-up, batch " << probe.settings().batch_size << ")\n";
@@ -316,6 +369,7 @@ int BenchCommand::run() const {
                         {"device_part_samples_per_s", device.samples_per_s},
                         {"device_part_peak_bytes", device.peak_bytes},
                         {"device_part_ms_per_batch", device.node_ms_per_batch}};
+  if (device.profile) print_profile(*device.profile, trace_out_, out);
   if (!device_only_) {
     std::cerr << "bench: " << probe.name() << ": whole graph, " << warmup_ << " + " << steps_
               << " steps\n";

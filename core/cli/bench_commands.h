@@ -27,6 +27,8 @@ class BenchCommand {
   int64_t warmup_ = 5;
   int64_t threads_ = -1;
   std::string json_out_;
+  bool profile_ = false;
+  std::string trace_out_;
   bool device_only_ = false;
 };
 

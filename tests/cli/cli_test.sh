@@ -111,6 +111,26 @@ if b["graph_stats"]["stop_reason"] != "steps":
 print("FAIL bench json: " + "; ".join(problems) if problems else "ok   bench json")
 sys.exit(1 if problems else 0)
 PY
+expect_contains "bench --profile lists the longest operators" 0 \
+  "  profile of 3 steps: " \
+  -- "$bin" bench pipelines/robotwin_online.json "${tiny[@]}" --set settings.batch_size=2 \
+  --steps 1 --warmup 1 --device-only --profile --json "$work/profile.json"
+/usr/bin/python3 - "$work/profile.json" <<'PY' || failures=$((failures + 1))
+import json, sys
+p = json.load(open(sys.argv[1]))["profile"]
+names = [k["name"] for k in p["longest"]]
+problems = []
+if p["device_kernels"]:
+    problems.append("a CPU run listed device kernels")
+if not (1 <= len(names) <= 15) or not all(n.startswith(("aten::", "autograd::", "torch::")) or "Backward" in n or "CppNode" in n for n in names):
+    problems.append(f"unexpected entries {names}")
+if [k["ms_per_step"] for k in p["longest"]] != sorted((k["ms_per_step"] for k in p["longest"]), reverse=True):
+    problems.append("not longest first")
+print("FAIL bench profile: " + "; ".join(problems) if problems else "ok   bench profile")
+sys.exit(1 if problems else 0)
+PY
+expect "bench --trace needs --profile" 2 "--trace requires --profile" \
+  -- "$bin" bench pipelines/robotwin_online.json --trace "$work/t.json"
 [ ! -e "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_3.pt" ] ||
   { echo "FAIL bench wrote a checkpoint"; failures=$((failures + 1)); }
 expect "bench refuses a data graph" 2 \

@@ -1,0 +1,70 @@
+#include "cli/step_profile.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <torch/csrc/autograd/profiler_kineto.h>
+#include <torch/torch.h>
+#include <torch/version.h>
+
+namespace wam::cli {
+namespace {
+
+double duration_ms(const torch::autograd::profiler::KinetoEvent& event) {
+#if TORCH_VERSION_MAJOR >= 2
+  return static_cast<double>(event.durationNs()) / 1e6;
+#else
+  return static_cast<double>(event.durationUs()) / 1e3;
+#endif
+}
+
+}  // namespace
+
+StepProfile profile_steps(const std::function<void()>& body, const std::string& trace_path) {
+  namespace profiler = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const profiler::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  std::set<ActivityType> activities{ActivityType::CPU};
+  if (torch::cuda::is_available()) activities.insert(ActivityType::CUDA);
+  profiler::prepareProfiler(config, activities);
+  profiler::enableProfiler(config, activities);
+  try {
+    body();
+  } catch (...) {
+    profiler::disableProfiler();
+    throw;
+  }
+  const std::unique_ptr<profiler::ProfilerResult> result = profiler::disableProfiler();
+
+  std::map<std::string, KernelTime> kernels, cpu_ops;
+  for (const profiler::KinetoEvent& event : result->events()) {
+    auto& table = event.deviceType() == c10::DeviceType::CPU ? cpu_ops : kernels;
+    KernelTime& entry = table[event.name()];
+    entry.name = event.name();
+    entry.total_ms += duration_ms(event);
+    ++entry.calls;
+  }
+  StepProfile profile;
+  profile.kernels = !kernels.empty();
+  for (const auto& [name, entry] : profile.kernels ? kernels : cpu_ops) {
+    profile.longest.push_back(entry);
+  }
+  std::sort(profile.longest.begin(), profile.longest.end(),
+            [](const KernelTime& a, const KernelTime& b) { return a.total_ms > b.total_ms; });
+
+  if (!trace_path.empty()) {
+    const std::string temporary = trace_path + ".tmp";
+    try {
+      result->save(temporary);
+      std::filesystem::rename(temporary, trace_path);
+    } catch (const c10::Error&) {
+      // Debian's LibTorch is built without Kineto, which alone writes traces.
+      profile.trace_note = "no trace written: this LibTorch was built without Kineto";
+    }
+  }
+  return profile;
+}
+
+}  // namespace wam::cli
