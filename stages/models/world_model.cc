@@ -159,27 +159,38 @@ void check_consistency(const MoTConfig& c) {
 // ---------------------------------------------------------------------------------------------
 // Tensor helpers.
 
-// Applies fn to consecutive token segments (dim 1) that each have their own modulation row: the
-// video stream has a clean segment (condition frames, timestep 0) and a noised one.
-at::Tensor per_segment(const at::Tensor& x, c10::IntArrayRef segments,
-                       const std::function<at::Tensor(const at::Tensor&, int64_t)>& fn) {
-  if (segments.size() == 1) return fn(x, 0);
-  std::vector<at::Tensor> parts = x.split_with_sizes(segments, 1);
-  for (size_t i = 0; i < parts.size(); ++i) parts[i] = fn(parts[i], static_cast<int64_t>(i));
-  return at::cat(parts, 1);
+// Token segments (dim 1) that each have their own modulation row: the video stream has a clean
+// segment (condition frames, timestep 0) and a noised one. `token_segment` (long [N]) holds each
+// token's segment; undefined means one segment for all tokens.
+at::Tensor token_segments(c10::IntArrayRef sizes, const at::TensorOptions& long_options) {
+  if (sizes.size() == 1) return {};
+  int64_t tokens = 0;
+  for (int64_t size : sizes) tokens += size;
+  const at::Tensor token = at::arange(tokens, long_options);
+  at::Tensor segment = at::zeros({tokens}, long_options);
+  int64_t start = 0;
+  for (size_t i = 0; i + 1 < sizes.size(); ++i) {
+    start += sizes[i];
+    segment = segment + token.ge(start).to(at::kLong);
+  }
+  return segment;
 }
 
-// x * (1 + scale) + shift with per-segment shift/scale rows [B, S, D].
+// Rows [B, S, D], one per segment, as one row per token [B, N, D] (with one segment the rows stay
+// [B, 1, D] and broadcast). One gather instead of splitting x and concatenating the parts.
+at::Tensor rows_per_token(const at::Tensor& rows, const at::Tensor& token_segment) {
+  return token_segment.defined() ? rows.index_select(1, token_segment) : rows;
+}
+
+// x * (1 + scale) + shift with per-segment shift/scale rows [B, S, D]: one fused kernel on x.
 at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
-                    c10::IntArrayRef segments) {
-  return per_segment(x, segments, [&](const at::Tensor& part, int64_t i) {
-    return part * (1 + scale.narrow(1, i, 1)) + shift.narrow(1, i, 1);
-  });
+                    const at::Tensor& token_segment) {
+  return at::addcmul(rows_per_token(shift, token_segment), x,
+                     rows_per_token(1 + scale, token_segment));
 }
 
-at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, c10::IntArrayRef segments) {
-  return per_segment(
-      x, segments, [&](const at::Tensor& part, int64_t i) { return part * gate.narrow(1, i, 1); });
+at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& token_segment) {
+  return x * rows_per_token(gate, token_segment);
 }
 
 at::Tensor plain_layer_norm(const at::Tensor& x) {
@@ -222,16 +233,17 @@ at::Tensor unpatchify(const at::Tensor& tokens, int64_t channels, int64_t frames
       .reshape({b, channels, frames, hp * kPatch, wp * kPatch});
 }
 
-// Per-token rotation angles for RoPE; x's pairs (2i, 2i+1) rotate by angles[..., i].
+// Per-token RoPE rotations: x's pair (2i, 2i+1), read as the complex number x_2i + i x_2i+1, is
+// multiplied by rotation[..., i] = e^(i angle).
 struct Rope {
-  at::Tensor cos, sin;  // [N, head_dim/2], float32
+  at::Tensor rotation;  // [N, head_dim/2], complex64
 };
 
 at::Tensor axis_frequencies(int64_t dims, const at::TensorOptions& options) {
   return at::pow(kRopeTheta, at::arange(0, dims, 2, options) / double(dims)).reciprocal();
 }
 
-Rope make_rope(const at::Tensor& angles) { return {angles.cos(), angles.sin()}; }
+Rope make_rope(const at::Tensor& angles) { return {at::polar(at::ones_like(angles), angles)}; }
 
 // Video stream positions: (frame, row, column) for every token of `frames` latent frames, then
 // the future-delta queries on the same raster at frame index `frames`.
@@ -253,13 +265,14 @@ Rope action_rope(int64_t rows, int64_t head_dim, const at::TensorOptions& option
   return make_rope(at::arange(rows, options).view({-1, 1}) * axis_frequencies(head_dim, options));
 }
 
-// x [B, N, H, d]
+// x [B, N, H, d]. One complex multiply (float32) rather than rotating even and odd halves apart:
+// a third of the kernels, forward and backward.
 at::Tensor apply_rope(const at::Tensor& x, const Rope& rope) {
   const int64_t n = x.size(1), half = x.size(3) / 2;
-  at::Tensor pairs = x.to(at::kFloat).reshape({x.size(0), n, x.size(2), half, 2});
-  at::Tensor x0 = pairs.select(-1, 0), x1 = pairs.select(-1, 1);
-  at::Tensor cos = rope.cos.view({1, n, 1, half}), sin = rope.sin.view({1, n, 1, half});
-  return at::stack({x0 * cos - x1 * sin, x0 * sin + x1 * cos}, -1).flatten(-2).to(x.scalar_type());
+  at::Tensor pairs = at::view_as_complex(
+      x.to(at::kFloat).contiguous().reshape({x.size(0), n, x.size(2), half, 2}));
+  at::Tensor rotated = pairs * rope.rotation.view({1, n, 1, half});
+  return at::view_as_real(rotated).flatten(-2).to(x.scalar_type());
 }
 
 // Sinusoidal timestep features [.., freq_dim]: cos half then sin half (Wan's order).
@@ -282,14 +295,19 @@ at::Tensor modulation_table(int64_t rows, int64_t hidden) {
 
 namespace detail {
 
-// RMSNorm with a learned scale; LibTorch 1.13 has no torch::nn::RMSNorm.
+// RMSNorm with a learned scale (LibTorch 1.13 has no torch::nn::RMSNorm). From LibTorch 2.4,
+// at::rms_norm, which recent versions run as one fused kernel each way on CUDA.
 class RMSNormImpl : public torch::nn::Module {
  public:
   explicit RMSNormImpl(int64_t dim) { weight_ = register_parameter("weight", torch::ones({dim})); }
   at::Tensor forward(const at::Tensor& x) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+    return at::rms_norm(x, {x.size(-1)}, weight_, kNormEps);
+#else
     at::Tensor x32 = x.to(at::kFloat);
     at::Tensor normed = x32 * at::rsqrt(x32.pow(2).mean(-1, true) + kNormEps);
     return normed.to(x.scalar_type()) * weight_;
+#endif
   }
 
  private:
@@ -369,14 +387,14 @@ class ExpertBlockImpl : public torch::nn::Module {
     ffn_out_ = register_module("ffn_out", torch::nn::Linear(ffn, hidden));
   }
 
-  // x [B, N, D]; t_mod [B, S, 6*D] over `segments`.
+  // x [B, N, D]; t_mod [B, S, 6*D], one row per segment of `token_segment` (token_segments()).
   ExpertAttentionInput pre_attention(const at::Tensor& x, const at::Tensor& t_mod,
-                                     c10::IntArrayRef segments, const Rope& rope) {
+                                     const at::Tensor& token_segment, const Rope& rope) {
     const int64_t b = x.size(0), n = x.size(1);
     ExpertAttentionInput out;
     out.mods = (modulation_.view({1, 1, 6, hidden_}) + t_mod.view({b, t_mod.size(1), 6, hidden_}))
                    .unbind(2);
-    at::Tensor h = modulate(plain_layer_norm(x), out.mods[0], out.mods[1], segments);
+    at::Tensor h = modulate(plain_layer_norm(x), out.mods[0], out.mods[1], token_segment);
     out.q = apply_rope(q_norm_->forward(q_->forward(h)).view({b, n, heads_, head_dim_}), rope);
     out.k = apply_rope(k_norm_->forward(k_->forward(h)).view({b, n, heads_, head_dim_}), rope);
     out.v = v_->forward(h).view({b, n, heads_, head_dim_});
@@ -386,13 +404,13 @@ class ExpertBlockImpl : public torch::nn::Module {
   // attended [B, N, H*d] from the joint attention; context [B, L, context_dim] with key mask
   // context_allowed [B, 1, 1, L].
   at::Tensor post_attention(at::Tensor x, const at::Tensor& attended,
-                            const std::vector<at::Tensor>& mods, c10::IntArrayRef segments,
+                            const std::vector<at::Tensor>& mods, const at::Tensor& token_segment,
                             const at::Tensor& context, const at::Tensor& context_allowed) {
-    x = x + gated(o_->forward(attended), mods[2], segments);
+    x = x + gated(o_->forward(attended), mods[2], token_segment);
     x = x + cross_attention(cross_norm_->forward(x), context, context_allowed);
-    at::Tensor h = modulate(plain_layer_norm(x), mods[3], mods[4], segments);
+    at::Tensor h = modulate(plain_layer_norm(x), mods[3], mods[4], token_segment);
     at::Tensor ffn = ffn_out_->forward(at::gelu(ffn_in_->forward(h), "tanh"));
-    return x + gated(ffn, mods[5], segments);
+    return x + gated(ffn, mods[5], token_segment);
   }
 
  private:
@@ -423,7 +441,7 @@ struct LayerInputs {
   at::Tensor video_t_mod, action_t_mod;      // [B, S, 6*D]
   at::Tensor video_context, action_context;  // [B, L+1, video_hidden], [B, S+1, vlm_dim]
   // Constants.
-  std::vector<int64_t> video_segments, action_segments;
+  at::Tensor video_token_segment, action_token_segment;  // token_segments()
   Rope video_rope, action_rope;
   at::Tensor joint_allowed;                                  // bool [B, 1, N, N]
   at::Tensor video_context_allowed, action_context_allowed;  // bool [B, 1, 1, L]
@@ -446,18 +464,19 @@ class MoTLayerImpl : public torch::nn::Module {
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& video, const at::Tensor& action,
                                             const LayerInputs& in) {
     ExpertAttentionInput v =
-        video_->pre_attention(video, in.video_t_mod, in.video_segments, in.video_rope);
+        video_->pre_attention(video, in.video_t_mod, in.video_token_segment, in.video_rope);
     ExpertAttentionInput a =
-        action_->pre_attention(action, in.action_t_mod, in.action_segments, in.action_rope);
+        action_->pre_attention(action, in.action_t_mod, in.action_token_segment, in.action_rope);
     at::Tensor attended = attention(at::cat({v.q, a.q}, 1), at::cat({v.k, a.k}, 1),
                                     at::cat({v.v, a.v}, 1), in.joint_allowed);
     const int64_t video_tokens = video.size(1);
     at::Tensor video_out =
         video_->post_attention(video, attended.narrow(1, 0, video_tokens), v.mods,
-                               in.video_segments, in.video_context, in.video_context_allowed);
+                               in.video_token_segment, in.video_context, in.video_context_allowed);
     at::Tensor action_out =
         action_->post_attention(action, attended.narrow(1, video_tokens, action.size(1)), a.mods,
-                                in.action_segments, in.action_context, in.action_context_allowed);
+                                in.action_token_segment, in.action_context,
+                                in.action_context_allowed);
     return {video_out, action_out};
   }
 
@@ -817,9 +836,9 @@ LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& n
       at::cat({batch.context.to(dtype), proprio_to_text_->forward(proprio_row)}, 1));
   inputs.action_context =
       at::cat({batch.vlm_context.to(dtype), proprio_to_vlm_->forward(proprio_row)}, 1);
-  inputs.video_segments = {kConditionFrames * hw, (future + 1) * hw};
-  inputs.action_segments = {rows};
   at::TensorOptions float_options = latents.options().dtype(at::kFloat);
+  inputs.video_token_segment =
+      token_segments({kConditionFrames * hw, (future + 1) * hw}, float_options.dtype(at::kLong));
   inputs.video_rope = video_rope(frames, hp, wp, c.head_dim, float_options);
   inputs.action_rope = action_rope(rows, c.head_dim, float_options);
   inputs.joint_allowed = joint_attention_mask(frames, hw, batch.recent_is_pad.to(at::kBool),

@@ -83,9 +83,34 @@ AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options)
 
 void AdamW::set_lr(double lr) { lr_.fill_(lr); }
 
+// ATen's fused AdamW (LibTorch >= 2.0, CUDA): one multi-tensor kernel reads each parameter,
+// gradient and moment once, where the per-tensor ops below make about eleven passes; it reads the
+// learning rate and step from device tensors, so it stays correct under graph replay.
+#if WAM_WITH_CUDA && TORCH_VERSION_MAJOR >= 2
+#define WAM_FUSED_ADAMW 1
+#endif
+
 void AdamW::step() {
   torch::NoGradGuard no_grad;
   step_.add_(1);
+#ifdef WAM_FUSED_ADAMW
+  if (step_.is_cuda()) {
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!params_[i].grad().defined()) continue;
+      params.push_back(params_[i]);
+      grads.push_back(params_[i].grad());
+      exp_avgs.push_back(exp_avg_[i]);
+      exp_avg_sqs.push_back(exp_avg_sq_[i]);
+    }
+    // Every parameter shares the one step count.
+    const std::vector<at::Tensor> steps(params.size(), step_);
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr_,
+                      options_.beta1, options_.beta2, options_.weight_decay, options_.eps,
+                      /*amsgrad=*/false, /*maximize=*/false);
+    return;
+  }
+#endif
   const at::Tensor bias_correction1 = 1 - torch::pow(options_.beta1, step_);
   const at::Tensor bias_correction2_sqrt = torch::sqrt(1 - torch::pow(options_.beta2, step_));
   const at::Tensor step_size = lr_ / bias_correction1;
@@ -106,16 +131,19 @@ int64_t AdamW::step_count() const { return static_cast<int64_t>(step_.item<float
 
 at::Tensor clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
   torch::NoGradGuard no_grad;
-  std::vector<at::Tensor> grads, norms;
+  std::vector<at::Tensor> grads;
   for (const at::Tensor& p : params) {
-    if (!p.grad().defined()) continue;
-    grads.push_back(p.grad());
-    norms.push_back(p.grad().norm(2).to(at::kFloat));
+    if (p.grad().defined()) grads.push_back(p.grad());
   }
   if (grads.empty()) return torch::zeros({});
-  const at::Tensor total = torch::stack(norms).norm(2);
+  // Multi-tensor kernels: a few launches for all gradients instead of two per gradient.
+  const at::Tensor total = torch::stack(at::_foreach_norm(grads, 2)).to(at::kFloat).norm(2);
   const at::Tensor coefficient = torch::clamp_max(max_norm / (total + 1e-6), 1.0);
+#if TORCH_VERSION_MAJOR >= 2
+  at::_foreach_mul_(grads, coefficient.to(grads.front().scalar_type()));
+#else
   for (at::Tensor& grad : grads) grad.mul_(coefficient.to(grad.scalar_type()));
+#endif
   return total;
 }
 
