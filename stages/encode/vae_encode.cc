@@ -38,7 +38,7 @@ struct VaeEncodeParams {
   int64_t width = 32;
   int64_t seed = 0;
   std::string device = "auto";
-  std::string dtype = "float32";
+  std::string dtype = "auto";
   bool deduplicate_identical_anchor_batch = true;
 
   template <class V>
@@ -54,7 +54,9 @@ struct VaeEncodeParams {
       Min{0});
     v("device", device, "Where the encoder runs (auto: CUDA when available).",
       OneOf{"auto", "cpu", "cuda"});
-    v("dtype", dtype, "Encoder precision; the latents have it too.", OneOf{"float32", "bfloat16"});
+    v("dtype", dtype,
+      "Encoder precision, which the latents keep (auto: bfloat16 on CUDA, float32 on the CPU).",
+      OneOf{"auto", "float32", "bfloat16"});
     v("deduplicate_identical_anchor_batch", deduplicate_identical_anchor_batch,
       "Encode the anchor frame once when every row of the batch has the same one.");
   }

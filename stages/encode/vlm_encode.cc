@@ -46,7 +46,7 @@ struct VlmEncodeParams {
   bool reuse_metadata = false;
   int64_t seed = 0;
   std::string device = "auto";
-  std::string dtype = "float32";
+  std::string dtype = "auto";
 
   template <class V>
   void visit(V& v) {
@@ -71,7 +71,9 @@ struct VlmEncodeParams {
     v("seed", seed, "Built-in stand-in: weight seed (the same seed gives the same model).", Min{0});
     v("device", device, "Where the model runs (auto: CUDA when available).",
       OneOf{"auto", "cpu", "cuda"});
-    v("dtype", dtype, "Model precision; vlm_context has it too.", OneOf{"float32", "bfloat16"});
+    v("dtype", dtype,
+      "Model precision, which vlm_context keeps (auto: bfloat16 on CUDA, float32 on the CPU).",
+      OneOf{"auto", "float32", "bfloat16"});
   }
 };
 

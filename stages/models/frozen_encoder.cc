@@ -21,7 +21,8 @@ EncoderPlacement resolve_placement(const std::string& device, const std::string&
                 "\"auto\" or \"cpu\"");
   }
   if (device == "cuda" || (device == "auto" && has_cuda)) placement.device = at::Device(at::kCUDA);
-  placement.dtype = dtype == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  const bool bfloat16 = dtype == "bfloat16" || (dtype == "auto" && placement.device.is_cuda());
+  placement.dtype = bfloat16 ? at::kBFloat16 : at::kFloat;
   return placement;
 }
 

@@ -21,8 +21,10 @@ struct EncoderPlacement {
   at::ScalarType dtype = at::kFloat;
 };
 
-// device: "auto" (CUDA when available) | "cpu" | "cuda"; dtype: "float32" | "bfloat16". Throws
-// wam::Error naming `owner` when CUDA is asked for but LibTorch has none.
+// device: "auto" (CUDA when available) | "cpu" | "cuda"; dtype: "auto" (bfloat16 on CUDA, as the
+// reference runs its frozen models under bf16 mixed precision; float32 on the CPU, where bfloat16
+// is slow) | "float32" | "bfloat16". Throws wam::Error naming `owner` when CUDA is asked for but
+// LibTorch has none.
 EncoderPlacement resolve_placement(const std::string& device, const std::string& dtype,
                                    const std::string& owner);
 
