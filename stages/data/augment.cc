@@ -1,20 +1,23 @@
 // Augment: turns decoded camera frames into the model's video canvas. Per camera: resize to
 // `camera_size`, camera jitter (selected cameras); then canvas composition to 384x256, colour
-// jitter, domain jitter (RGB gain, shadow), sensor noise (selected cameras), normalise to [-1, 1].
+// jitter, domain jitter (RGB gain, shadow), sensor noise (selected cameras), normalise to [-1, 1];
+// with `video_dtype: uint8`, `video` then becomes uint8 levels.
 // The random parameters are drawn once per sample from (settings.seed, epoch, sample_id) and used
 // for every frame of it, so a sample is bit-identical serial or parallel, run to run.
 //
 // Cost: the geometry (resize, camera jitter, slot resize, composition) runs on uint8 planes
 // (libswscale resizes, a uint8 warp), so float work only ever touches the 384x256 canvas, never
-// the raw frames.
+// the raw frames. `video_dtype: uint8` quantises here, per sample and in parallel, what
+// HostToDevice's video_as_uint8 would otherwise quantise per batch on its one thread.
 //
 // Reads:  frames (Tensor uint8 [V, T, H, W, 3]; T = 11 [anchor, recent, window 0..8] with
 //         `frames: all`, T = 1 [current] with `frames: current`); sample_id, epoch (Int) unless
 //         deterministic (or, with `frames: current`, unless a sync_vlm_* param is on)
 // Writes: vlm_current_images (uint8 [V, 3, H, W], the current frame per camera at its raw size:
 //         untouched, or with the sample's camera / colour jitter under sync_vlm_*); with
-//         `frames: all` also video (float [3, T-2, 384, 256]), memory_video_anchor and
-//         memory_video_recent (float [3, 1, 384, 256])
+//         `frames: all` also video (float [3, T-2, 384, 256] in [-1, 1]; with
+//         `video_dtype: uint8`, uint8 levels round((x + 1) * 127.5) of those values),
+//         memory_video_anchor and memory_video_recent (float [3, 1, 384, 256], either way)
 // Removes: frames
 // Example: {"id": "augment", "type": "Augment", "inputs": ["decode"],
 //           "params": {"$ref": "data/augment"}}
@@ -47,6 +50,7 @@ struct AugmentParams {
   std::string canvas = "vertical";
   std::vector<int64_t> camera_size = {192, 256};
   bool deterministic = false;
+  std::string video_dtype = "float32";
 
   std::vector<int64_t> camera_jitter_cameras;
   double camera_jitter_prob = 0.0;
@@ -91,6 +95,11 @@ struct AugmentParams {
       Min{1});
     v("deterministic", deterministic,
       "Turn every random transform off, whatever the jitter params say (latent caches need it).");
+    v("video_dtype", video_dtype,
+      "float32: `video` in [-1, 1]; uint8: the same values as uint8 levels round((x + 1) * 127.5) "
+      "(a quarter of the bytes), quantised here per sample; HostToDevice turns them back into "
+      "float [-1, 1]. The memory frames stay float32.",
+      OneOf{"float32", "uint8"});
 
     v("camera_jitter_cameras", camera_jitter_cameras, "Camera indices that get camera jitter.",
       Min{0});
@@ -209,7 +218,8 @@ class AugmentStage final : public Stage {
   static constexpr std::string_view kType = "Augment";
   static constexpr std::string_view kSummary =
       "Per-camera resize and jitter, 384x256 canvas, colour/domain jitter, sensor noise, "
-      "normalise to [-1, 1]; current frames for the VLM (raw, or with the sample's jitter).";
+      "normalise to [-1, 1] (video optionally as uint8 levels); current frames for the VLM (raw, "
+      "or with the sample's jitter).";
   using Params = AugmentParams;
 
   explicit AugmentStage(Params params) : params_(std::move(params)) {}
@@ -269,7 +279,9 @@ class AugmentStage final : public Stage {
       // [3, 1, H, W] slice of it counts as contiguous), keeping all of it alive downstream.
       const at::Tensor canvas = render(planes, drawn).permute({1, 0, 2, 3});
       const int64_t window = frames.size(1) - kWindowStart;
-      sample.set_tensor("video", compact(canvas.narrow(1, kWindowStart, window)));
+      at::Tensor video = canvas.narrow(1, kWindowStart, window);
+      if (video_as_levels()) video = image_ops::signed_unit_to_levels(video);
+      sample.set_tensor("video", compact(video));
       sample.set_tensor("memory_video_anchor", compact(canvas.narrow(1, kAnchorIndex, 1)));
       sample.set_tensor("memory_video_recent", compact(canvas.narrow(1, kRecentIndex, 1)));
     }
@@ -279,6 +291,7 @@ class AugmentStage final : public Stage {
 
  private:
   bool all_frames() const { return params_.frames == "all"; }
+  bool video_as_levels() const { return params_.video_dtype == "uint8"; }
   bool sync_vlm() const { return params_.sync_vlm_color_jitter || params_.sync_vlm_camera_jitter; }
   // Whether samples are drawn at all: `frames: current` writes only the VLM images, which only
   // the sync_vlm_* jitter touches.

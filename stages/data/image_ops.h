@@ -132,4 +132,17 @@ at::Tensor add_gaussian_noise(const at::Tensor& images, double stddev, at::Gener
 // [0, 1] -> [-1, 1], i.e. Normalize(mean 0.5, std 0.5).
 void to_signed_unit_(at::Tensor& images);
 
+// ---- video as uint8 levels ----------------------------------------------------------------------
+// `video` can travel as uint8 levels (a quarter of the bytes): Augment writes them with
+// video_dtype uint8, HostToDevice turns them back into float. Both ends use these two, so a level
+// means the same everywhere.
+
+// float in [-1, 1] -> a new uint8 tensor of levels round((x + 1) * 127.5), halves to even, clamped
+// to [0, 255]; `images` is only read.
+at::Tensor signed_unit_to_levels(const at::Tensor& images);
+
+// Levels held in a float tensor (e.g. a float copy of the uint8 levels) -> [-1, 1] in place:
+// x / 127.5 - 1, within half a level of what signed_unit_to_levels() was given.
+void levels_to_signed_unit_(at::Tensor& levels);
+
 }  // namespace wam::image_ops

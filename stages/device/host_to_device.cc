@@ -15,15 +15,20 @@
 // dropping thread's current stream (the stream that used the batch) and the next copy into that
 // buffer waits for it on the copy stream, so a buffer is never overwritten under a running kernel.
 //
-// video_as_uint8: `video` (float in [-1, 1]) travels as uint8 (a quarter of the bytes) and is
-// normalised back to float on the GPU.
-// Without CUDA, batches pass through unchanged (logged once).
+// `video` as uint8 levels (Augment's video_dtype: uint8) crosses as those bytes (a quarter of
+// float's) and is normalised to float [-1, 1] on the GPU. video_as_uint8 does the same for float
+// `video` by quantising it here first, per batch on this stage's one thread, which made the pinned
+// stage the slowest transfer on the GPU host (docs/BENCHMARKS.md); Augment's video_dtype quantises
+// per sample, in parallel.
+// Without CUDA, batches pass through unchanged (logged once), except that uint8 `video` is
+// normalised to float on the host: the stages after this one take float video.
 //
-// Reads: every Tensor field (generic).  Writes: the same fields, on the device.
+// Reads: every Tensor field (generic).  Writes: the same fields, on the device (`video` float).
 // Example: {"id": "h2d", "type": "HostToDevice", "inputs": ["collate"],
 //           "params": {"mode": "pinned", "pool_batches": 4, "video_as_uint8": true}}
 #include <string>
 
+#include "data/image_ops.h"
 #include "train/train_loop.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
@@ -58,21 +63,26 @@ struct HostToDeviceParams {
     v("pool_batches", pool_batches, "pinned: staging buffers (batches in flight to the step).",
       Min{1});
     v("video_as_uint8", video_as_uint8,
-      "Ship `video` as uint8 (4x fewer bytes) and normalise it to [-1, 1] on the GPU.");
+      "Quantise float `video` to uint8 here and ship that (4x fewer bytes), normalised to [-1, 1] "
+      "on the GPU. Slow on this one thread: prefer Augment's video_dtype uint8, whose uint8 "
+      "`video` is shipped this way whatever this param says.");
     v("device", device, "Target device (auto: settings.device).", OneOf{"auto", "cuda", "cpu"});
   }
 };
 
+// Augment's video_dtype uint8: levels round((x + 1) * 127.5) of a video in [-1, 1].
+bool is_video_levels(const std::string& name, const at::Tensor& t) {
+  return name == "video" && t.scalar_type() == at::kByte;
+}
+
+// The float dtype `video` leaves this stage with.
+at::ScalarType normalised_dtype(const at::Tensor& video) {
+  return video.is_floating_point() ? video.scalar_type() : at::kFloat;
+}
+
 #if WAM_WITH_CUDA
 bool is_float_video(const std::string& name, const at::Tensor& t) {
   return name == "video" && t.is_floating_point();
-}
-
-// [-1, 1] float -> uint8 levels 0..255, the inverse of normalise_video. One temporary, updated in
-// place: this runs on the stage's one thread over the whole batch (2.3x faster than a fresh tensor
-// per operation; 132 vs 311 ms for a RoboTwin batch of 16 on one EPYC core).
-at::Tensor quantize_video(const at::Tensor& video) {
-  return video.add(1.0).mul_(127.5).round_().clamp_(0, 255).to(at::kByte);
 }
 
 constexpr int64_t kAlignment = 256;
@@ -83,11 +93,13 @@ int64_t align(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kA
 // Where one tensor field goes in a staging buffer.
 struct FieldLayout {
   std::string name;
-  at::Tensor source;  // the CPU tensor
-  bool as_uint8 = false;
+  at::Tensor source;      // the CPU tensor
+  bool quantize = false;  // float video made levels here (video_as_uint8)
+  bool levels = false;    // crosses as uint8 levels, normalised to float on the device
+  at::ScalarType output_dtype = at::kFloat;
   int64_t host_offset = 0, host_bytes = 0;      // what crosses the bus
   int64_t device_offset = 0, device_bytes = 0;  // what is copied into
-  int64_t output_offset = 0;                    // the emitted tensor (as_uint8: float video)
+  int64_t output_offset = 0, output_bytes = 0;  // the emitted tensor (levels: float video)
 };
 
 // Pinned host + device staging buffers, shared with the deleters of the emitted views (which may
@@ -189,7 +201,9 @@ class HostToDeviceStage final : public Stage {
     bytes_copied_ = &context.counter("bytes_copied");
     pool_waits_ = &context.counter("pool_waits");
     if (!device_.is_cuda()) {
-      context.log("HostToDevice: the training device is cpu; batches pass through unchanged");
+      context.log(
+          "HostToDevice: the training device is cpu; batches pass through unchanged (uint8 "
+          "video is normalised to float)");
       return;
     }
 #if WAM_WITH_CUDA
@@ -199,6 +213,7 @@ class HostToDeviceStage final : public Stage {
 
   void process(Sample sample, Emitter& out) override {
     if (!device_.is_cuda()) {
+      normalise_video_levels_on_host(sample);
       out.emit(std::move(sample));
       return;
     }
@@ -213,6 +228,17 @@ class HostToDeviceStage final : public Stage {
   }
 
  private:
+  // The same values as the device path's normalisation, so a CPU run trains on what a GPU run
+  // would.
+  static void normalise_video_levels_on_host(Sample& sample) {
+    if (!sample.has("video") || sample.type("video") != FieldType::kTensor) return;
+    const at::Tensor& levels = sample.tensor("video");
+    if (!is_video_levels("video", levels)) return;
+    at::Tensor video = levels.to(normalised_dtype(levels));
+    image_ops::levels_to_signed_unit_(video);
+    sample.set_tensor("video", video);
+  }
+
 #if WAM_WITH_CUDA
   std::vector<std::string> cpu_tensor_fields(const Sample& sample) const {
     std::vector<std::string> names;
@@ -227,10 +253,14 @@ class HostToDeviceStage final : public Stage {
   void copy_pageable(Sample& sample) {
     for (const std::string& name : cpu_tensor_fields(sample)) {
       const at::Tensor& source = sample.tensor(name);
-      if (params_.video_as_uint8 && is_float_video(name, source)) {
-        const at::Tensor levels = quantize_video(source).to(device_);
+      const bool quantize = params_.video_as_uint8 && is_float_video(name, source);
+      if (quantize || is_video_levels(name, source)) {
+        const at::Tensor levels =
+            (quantize ? image_ops::signed_unit_to_levels(source) : source).to(device_);
         bytes_copied_->add(static_cast<int64_t>(levels.nbytes()));
-        sample.set_tensor(name, levels.to(source.scalar_type()).div_(127.5).sub_(1.0));
+        at::Tensor video = levels.to(normalised_dtype(source));
+        image_ops::levels_to_signed_unit_(video);
+        sample.set_tensor(name, video);
       } else {
         bytes_copied_->add(static_cast<int64_t>(source.nbytes()));
         sample.set_tensor(name, source.to(device_));
@@ -245,18 +275,20 @@ class HostToDeviceStage final : public Stage {
       FieldLayout f;
       f.name = name;
       f.source = sample.tensor(name);
-      f.as_uint8 = params_.video_as_uint8 && is_float_video(name, f.source);
-      const int64_t output_bytes = static_cast<int64_t>(f.source.nbytes());
-      f.host_bytes = f.as_uint8 ? f.source.numel() : output_bytes;
+      f.quantize = params_.video_as_uint8 && is_float_video(name, f.source);
+      f.levels = f.quantize || is_video_levels(name, f.source);
+      f.output_dtype = f.levels ? normalised_dtype(f.source) : f.source.scalar_type();
+      f.output_bytes = f.source.numel() * static_cast<int64_t>(c10::elementSize(f.output_dtype));
+      f.host_bytes = f.levels ? f.source.numel() : f.output_bytes;
       f.host_offset = host_bytes;
       host_bytes += align(f.host_bytes);
       f.device_bytes = f.host_bytes;
       f.device_offset = device_bytes;
       device_bytes += align(f.device_bytes);
       f.output_offset = f.device_offset;
-      if (f.as_uint8) {
+      if (f.levels) {
         f.output_offset = device_bytes;
-        device_bytes += align(output_bytes);
+        device_bytes += align(f.output_bytes);
       }
       layout.push_back(std::move(f));
     }
@@ -288,27 +320,25 @@ class HostToDeviceStage final : public Stage {
       return bytes.narrow(0, offset, size).view(dtype).view(sizes);
     };
     for (const FieldLayout& f : layout) {
-      const at::ScalarType staged = f.as_uint8 ? at::kByte : f.source.scalar_type();
+      const at::ScalarType staged = f.levels ? at::kByte : f.source.scalar_type();
       typed(buffer.host, f.host_offset, f.host_bytes, staged, f.source.sizes())
-          .copy_(f.as_uint8 ? quantize_video(f.source) : f.source);
+          .copy_(f.quantize ? image_ops::signed_unit_to_levels(f.source) : f.source);
     }
     {
       c10::cuda::CUDAStreamGuard guard(copy_stream_);
       // The previous batch in this buffer may still be read by the step's kernels.
       if (buffer.used) buffer.released.block(copy_stream_);
       for (const FieldLayout& f : layout) {
-        const at::ScalarType staged = f.as_uint8 ? at::kByte : f.source.scalar_type();
+        const at::ScalarType staged = f.levels ? at::kByte : f.source.scalar_type();
         at::Tensor target = typed(buffer.device, f.device_offset, f.device_bytes, staged,
                                   f.source.sizes());
         target.copy_(typed(buffer.host, f.host_offset, f.host_bytes, staged, f.source.sizes()),
                      /*non_blocking=*/true);
-        if (f.as_uint8) {
-          const int64_t output_bytes = static_cast<int64_t>(f.source.nbytes());
-          typed(buffer.device, f.output_offset, output_bytes, f.source.scalar_type(),
-                f.source.sizes())
-              .copy_(target)
-              .div_(127.5)
-              .sub_(1.0);
+        if (f.levels) {
+          at::Tensor video = typed(buffer.device, f.output_offset, f.output_bytes, f.output_dtype,
+                                   f.source.sizes());
+          video.copy_(target);
+          image_ops::levels_to_signed_unit_(video);
         }
         bytes_copied_->add(f.host_bytes);
       }
@@ -318,8 +348,8 @@ class HostToDeviceStage final : public Stage {
       copied.synchronize();
     }
     for (const FieldLayout& f : layout) {
-      sample.set_tensor(f.name, pool_->view(pool_, index, f.output_offset, f.source.sizes(),
-                                            f.source.scalar_type()));
+      sample.set_tensor(
+          f.name, pool_->view(pool_, index, f.output_offset, f.source.sizes(), f.output_dtype));
     }
   }
 #endif

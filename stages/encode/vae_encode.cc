@@ -32,6 +32,15 @@ bool rows_bitwise_identical(const at::Tensor& t) {
   return at::equal(bits, bits.narrow(0, 0, 1).expand_as(bits));
 }
 
+// The encoders would take uint8 levels for floats 0..255 without a word.
+void check_float_video(const at::Tensor& video, const std::string& field) {
+  if (video.is_floating_point()) return;
+  throw Error("field \"" + field + "\" is " + describe_tensor(video) +
+              ": VaeEncode takes float video in [-1, 1]. uint8 levels (Augment's video_dtype: "
+              "uint8) become float in HostToDevice: put one before VaeEncode, or set Augment's "
+              "video_dtype to float32");
+}
+
 struct VaeEncodeParams {
   std::string encoder = "builtin";
   std::string path;
@@ -97,6 +106,9 @@ class VaeEncodeStage final : public Stage {
     const at::Tensor& video = batch.tensor("video");
     const at::Tensor& anchor = batch.tensor("memory_video_anchor");
     const at::Tensor& recent = batch.tensor("memory_video_recent");
+    check_float_video(video, "video");
+    check_float_video(anchor, "memory_video_anchor");
+    check_float_video(recent, "memory_video_recent");
     models::check_vae_input(video, "video");
     models::check_vae_input(anchor, "memory_video_anchor");
     models::check_vae_input(recent, "memory_video_recent");

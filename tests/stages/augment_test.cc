@@ -526,5 +526,64 @@ TEST(AugmentTest, CurrentFramesGetTheSameVlmJitterAsAllFrames) {
   EXPECT_FALSE(torch::equal(all.tensor("vlm_current_images"), raw_current(frames)));
 }
 
+// ---- video_dtype uint8 --------------------------------------------------------------------------
+
+// What HostToDevice's video_as_uint8 made of the float video before Augment could emit uint8,
+// written out here so that the test pins the mapping instead of reusing the code under test.
+at::Tensor quantised_as_host_to_device_did(const at::Tensor& video) {
+  return video.add(1.0).mul(127.5).round().clamp(0, 255).to(torch::kUInt8);
+}
+
+std::string with_video_dtype(const std::string& params, const char* dtype) {
+  auto json = nlohmann::json::parse(params);
+  json["video_dtype"] = dtype;
+  return json.dump();
+}
+
+TEST(AugmentTest, Uint8VideoIsTheFloatVideoQuantisedExactly) {
+  const auto frames = smooth_frames(3, 11, 48, 64);
+  for (const bool deterministic : {false, true}) {
+    for (int64_t id : {0, 1, 2, 3}) {
+      SCOPED_TRACE("deterministic " + std::to_string(deterministic) + ", sample " +
+                   std::to_string(id));
+      const std::string params = everything_on(deterministic);
+      const Sample as_float = run_one(params, frame_sample(frames, id, 1));
+      const Sample as_levels =
+          run_one(with_video_dtype(params, "uint8"), frame_sample(frames, id, 1));
+      const at::Tensor& levels = as_levels.tensor("video");
+      ASSERT_EQ(levels.scalar_type(), torch::kUInt8);
+      ASSERT_EQ(levels.sizes(), (std::vector<int64_t>{3, 9, 384, 256}));
+      EXPECT_TRUE(levels.is_contiguous());
+      EXPECT_EQ(levels.storage().nbytes(), levels.nbytes());
+      EXPECT_TRUE(torch::equal(levels, quantised_as_host_to_device_did(as_float.tensor("video"))));
+      // Only `video` changes: the memory frames stay float, the VLM images are the same.
+      for (const char* field :
+           {"memory_video_anchor", "memory_video_recent", "vlm_current_images"}) {
+        EXPECT_TRUE(torch::equal(as_levels.tensor(field), as_float.tensor(field))) << field;
+      }
+    }
+  }
+}
+
+TEST(AugmentTest, Float32VideoDtypeIsTheDefault) {
+  const Sample sample = frame_sample(smooth_frames(3, 11, 48, 64), 2);
+  const Sample as_default = run_one(everything_on(false), sample);
+  EXPECT_EQ(as_default.tensor("video").scalar_type(), torch::kFloat);
+  expect_same_canvas(as_default,
+                     run_one(with_video_dtype(everything_on(false), "float32"), sample));
+}
+
+TEST(AugmentImageOpsTest, EveryLevelSurvivesTheRoundTripThroughSignedUnit) {
+  const auto levels = torch::arange(256, torch::kInt).to(torch::kUInt8);
+  at::Tensor unit = levels.to(torch::kFloat);
+  ops::levels_to_signed_unit_(unit);
+  EXPECT_EQ(unit[0].item<float>(), -1.0f);
+  EXPECT_EQ(unit[255].item<float>(), 1.0f);
+  EXPECT_TRUE(torch::equal(ops::signed_unit_to_levels(unit), levels));
+  // Out-of-range values clamp; 0 is 127.5 levels, rounded to 128.
+  EXPECT_TRUE(torch::equal(ops::signed_unit_to_levels(torch::tensor({-1.5f, 0.0f, 1.5f})),
+                           torch::tensor({0, 128, 255}, torch::kUInt8)));
+}
+
 }  // namespace
 }  // namespace wam::testing

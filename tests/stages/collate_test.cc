@@ -76,6 +76,23 @@ TEST(CollateTest, StacksTensorsScalarsStringsAndJson) {
   EXPECT_EQ(last.get_json("sample_keys"), (nlohmann::json{"sample:4"}));
 }
 
+// Augment's video_dtype uint8: the levels are stacked as they are, still uint8.
+TEST(CollateTest, StacksUint8VideoUnchanged) {
+  std::vector<Sample> samples;
+  for (int64_t i = 0; i < 3; ++i) {
+    Sample sample("sample:" + std::to_string(i));
+    sample.set_tensor("video", torch::randint(0, 256, {3, 9, 8, 4}, torch::kUInt8));
+    samples.push_back(std::move(sample));
+  }
+  auto batches = run_stage("Collate", R"({"batch_size": 3})", samples);
+  ASSERT_EQ(batches.size(), 1u);
+  const auto& video = batches[0].tensor("video");
+  EXPECT_EQ(video.scalar_type(), torch::kUInt8);
+  EXPECT_TRUE(
+      torch::equal(video, torch::stack({samples[0].tensor("video"), samples[1].tensor("video"),
+                                        samples[2].tensor("video")})));
+}
+
 TEST(CollateTest, DropLastDiscardsThePartialBatch) {
   auto batches =
       run_stage("Collate", R"({"batch_size": 2, "drop_last": true})", numbered_samples(5));

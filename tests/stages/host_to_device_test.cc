@@ -1,5 +1,5 @@
-// HostToDevice: CPU pass-through, and (CUDA only) pageable and pinned copies, uint8 video and the
-// pool as flow-control token.
+// HostToDevice: CPU pass-through (uint8 video normalised on the host), and (CUDA only) pageable
+// and pinned copies, uint8 video and the pool as flow-control token.
 #include <atomic>
 #include <optional>
 #include <chrono>
@@ -23,6 +23,15 @@ Sample make_batch(int64_t seed) {
   batch.set_tensor("sample_id", torch::tensor({seed, seed + 1}, torch::kLong));
   batch.set("prompt", nlohmann::json::array({"pick", "place"}));
   return batch;
+}
+
+// The batch with its video as Augment's video_dtype uint8 writes it: the levels HostToDevice's
+// video_as_uint8 made of the float video.
+Sample with_video_levels(const Sample& batch) {
+  Sample levels = batch;
+  levels.set_tensor(
+      "video", batch.tensor("video").add(1.0).mul(127.5).round().clamp(0, 255).to(torch::kUInt8));
+  return levels;
 }
 
 class VectorEmitter final : public Emitter {
@@ -73,8 +82,31 @@ TEST(HostToDeviceTest, PassesThroughOnCpuAndSaysSoOnce) {
   }
   EXPECT_EQ(h2d.log, std::vector<std::string>{
                          "[h2d] HostToDevice: the training device is cpu; batches pass through "
-                         "unchanged"});
+                         "unchanged (uint8 video is normalised to float)"});
   EXPECT_EQ(h2d.counter("bytes_copied"), 0);
+}
+
+TEST(HostToDeviceTest, NormalisesUint8VideoOnCpuAsTheGpuDoes) {
+  for (const char* params : {R"({"mode": "pinned", "video_as_uint8": true, "device": "cpu"})",
+                             R"({"mode": "pageable", "device": "cpu"})"}) {
+    SCOPED_TRACE(params);
+    OpenedStage h2d(params);
+    const Sample as_float = make_batch(3);
+    const Sample in = with_video_levels(as_float);
+    const at::Tensor levels = in.tensor("video").clone();
+    const Sample out = h2d.process(in);
+    const at::Tensor& video = out.tensor("video");
+    ASSERT_EQ(video.scalar_type(), torch::kFloat);
+    ASSERT_EQ(video.sizes(), in.tensor("video").sizes());
+    // What the device path computes from the levels (a float copy, / 127.5, - 1), here on the host.
+    EXPECT_TRUE(torch::equal(video, levels.to(torch::kFloat).div_(127.5).sub_(1.0)));
+    EXPECT_LE((video - as_float.tensor("video")).abs().max().item<double>(), 0.5 / 127.5 + 1e-6);
+    EXPECT_TRUE(torch::equal(in.tensor("video"), levels));  // the received tensor is left alone
+    for (const char* name : {"action", "action_is_pad", "vlm_current_images"}) {
+      EXPECT_EQ(out.tensor(name).data_ptr(), in.tensor(name).data_ptr()) << name;
+    }
+    EXPECT_EQ(h2d.counter("bytes_copied"), 0);
+  }
 }
 
 TEST(HostToDeviceTest, CudaRequestedWithoutCudaIsAnError) {
@@ -134,6 +166,29 @@ TEST(HostToDeviceCudaTest, PinnedCopiesArriveIntactThroughRecycledBuffers) {
     }
     EXPECT_EQ(h2d.counter("bytes_copied"), expected_bytes);
     EXPECT_EQ(h2d.counter("pool_waits"), 0);
+  }
+}
+
+// uint8 video from Augment gives the very floats that video_as_uint8 gave for the float video, and
+// crosses as the same bytes, whether video_as_uint8 is on or not.
+TEST(HostToDeviceCudaTest, Uint8VideoArrivesAsTheHostQuantisedFloatVideoDid) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string mode : {"pageable", "pinned"}) {
+    SCOPED_TRACE(mode);
+    OpenedStage quantising(R"({"video_as_uint8": true, "mode": ")" + mode + R"("})");
+    OpenedStage copying(R"({"video_as_uint8": true, "mode": ")" + mode + R"("})");
+    OpenedStage copying_without_flag(R"({"mode": ")" + mode + R"("})");
+    for (int64_t i = 0; i < 3; ++i) {
+      const Sample in = make_batch(i);
+      const at::Tensor expected = quantising.process(in).tensor("video").cpu();
+      for (OpenedStage* h2d : {&copying, &copying_without_flag}) {
+        const Sample out = h2d->process(with_video_levels(in));
+        expect_arrived_intact(in, out, true);
+        EXPECT_TRUE(torch::equal(out.tensor("video").cpu(), expected));
+      }
+    }
+    EXPECT_EQ(copying.counter("bytes_copied"), quantising.counter("bytes_copied"));
+    EXPECT_EQ(copying_without_flag.counter("bytes_copied"), quantising.counter("bytes_copied"));
   }
 }
 

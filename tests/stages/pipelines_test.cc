@@ -30,6 +30,38 @@ TEST_P(ShippedPipeline, Validates) {
   }
 }
 
+// VaeEncode takes float video only (it rejects uint8 at run time): where Augment writes uint8
+// video, a HostToDevice node, which normalises it, must lie between them.
+TEST_P(ShippedPipeline, Uint8VideoPassesHostToDeviceBeforeVaeEncode) {
+  const ValidatedPipeline pipeline =
+      load_pipeline(std::string(WAM_SOURCE_DIR) + "/pipelines/" + GetParam());
+  const auto& nodes = pipeline.nodes();
+  // Topological order: a node's inputs come before it.
+  std::vector<bool> uint8_video(nodes.size(), false);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const ValidatedNode& node = nodes[i];
+    for (size_t input : node.inputs) uint8_video[i] = uint8_video[i] || uint8_video[input];
+    if (node.type == "Augment") uint8_video[i] = node.params.at("video_dtype") == "uint8";
+    if (node.type == "HostToDevice") uint8_video[i] = false;
+    if (node.type == "VaeEncode") EXPECT_FALSE(uint8_video[i]) << node.id;
+  }
+}
+
+// The online and compile training graphs quantise the video in Augment. The baseline keeps float
+// video end to end, and the data graphs keep it too: their sparse and full decodes are compared
+// batch for batch, and their figures are the data path as measured so far.
+TEST_P(ShippedPipeline, OnlineAndCompileTrainingQuantiseVideoInAugment) {
+  const ValidatedPipeline pipeline =
+      load_pipeline(std::string(WAM_SOURCE_DIR) + "/pipelines/" + GetParam());
+  const std::string& name = pipeline.name();
+  const bool training = name.find("_data_") == std::string::npos;
+  const bool online_or_compile =
+      name.find("_online") != std::string::npos || name.find("_compile") != std::string::npos;
+  const ValidatedNode* augment = pipeline.find("augment");
+  ASSERT_NE(augment, nullptr);
+  EXPECT_EQ(augment->params.at("video_dtype"), training && online_or_compile ? "uint8" : "float32");
+}
+
 INSTANTIATE_TEST_SUITE_P(All, ShippedPipeline, ::testing::ValuesIn(shipped_pipelines()),
                          [](const auto& info) {
                            std::string name = info.param.substr(0, info.param.size() - 5);

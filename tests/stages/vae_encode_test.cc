@@ -148,6 +148,15 @@ TEST(VaeEncodeTest, RejectsSpatialSizesNotMultipleOf16) {
       "H x W = 40 x 32)");
 }
 
+TEST(VaeEncodeTest, RejectsUint8VideoNamingTheParamThatMadeIt) {
+  Sample batch = video_batch(1, 5, 64, 32);
+  batch.set_tensor("video", torch::zeros({1, 3, 5, 64, 32}, torch::kUInt8));
+  EXPECT_EQ(encode_error(kBuiltin, batch),
+            "field \"video\" is Byte[1, 3, 5, 64, 32]: VaeEncode takes float video in [-1, 1]. "
+            "uint8 levels (Augment's video_dtype: uint8) become float in HostToDevice: put one "
+            "before VaeEncode, or set Augment's video_dtype to float32");
+}
+
 // forward(video) = 16x16 mean pools of every 4th frame, channels tiled to 48, times `scale`.
 const char* kPoolingVae = R"(
 def forward(self, video):
