@@ -159,38 +159,52 @@ void check_consistency(const MoTConfig& c) {
 // ---------------------------------------------------------------------------------------------
 // Tensor helpers.
 
-// Token segments (dim 1) that each have their own modulation row: the video stream has a clean
-// segment (condition frames, timestep 0) and a noised one. `token_segment` (long [N]) holds each
-// token's segment; undefined means one segment for all tokens.
-at::Tensor token_segments(c10::IntArrayRef sizes, const at::TensorOptions& long_options) {
-  if (sizes.size() == 1) return {};
-  int64_t tokens = 0;
-  for (int64_t size : sizes) tokens += size;
-  const at::Tensor token = at::arange(tokens, long_options);
-  at::Tensor segment = at::zeros({tokens}, long_options);
-  int64_t start = 0;
-  for (size_t i = 0; i + 1 < sizes.size(); ++i) {
-    start += sizes[i];
-    segment = segment + token.ge(start).to(at::kLong);
-  }
-  return segment;
+// How a stream's modulation rows map onto its tokens. The stream is `groups` equal runs of tokens
+// (the video stream: one per latent frame, the future-delta queries counting as one more), and
+// each run belongs to one segment with its own row: the video stream has a clean segment
+// (condition frames, timestep 0) and a noised one; the action chunk is one group and one segment.
+// Viewing x as [B, groups, run, D] lets the rows broadcast: no per-token copy of them forward, a
+// plain reduction backward.
+struct TokenGroups {
+  int64_t groups = 1;
+  at::Tensor segment_of_group;  // long [groups]; undefined: every group is segment 0
+};
+
+// Rows [B, S, D] -> [B, groups, 1, D].
+at::Tensor rows_per_group(const at::Tensor& rows, const TokenGroups& layout) {
+  const at::Tensor grouped =
+      layout.segment_of_group.defined() ? rows.index_select(1, layout.segment_of_group) : rows;
+  return grouped.unsqueeze(2);
 }
 
-// Rows [B, S, D], one per segment, as one row per token [B, N, D] (with one segment the rows stay
-// [B, 1, D] and broadcast). One gather instead of splitting x and concatenating the parts.
-at::Tensor rows_per_token(const at::Tensor& rows, const at::Tensor& token_segment) {
-  return token_segment.defined() ? rows.index_select(1, token_segment) : rows;
+at::Tensor grouped_view(const at::Tensor& x, const TokenGroups& layout) {
+  return x.reshape({x.size(0), layout.groups, -1, x.size(2)});
 }
 
 // x * (1 + scale) + shift with per-segment shift/scale rows [B, S, D]: one fused kernel on x.
 at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
-                    const at::Tensor& token_segment) {
-  return at::addcmul(rows_per_token(shift, token_segment), x,
-                     rows_per_token(1 + scale, token_segment));
+                    const TokenGroups& layout) {
+  return at::addcmul(rows_per_group(shift, layout), grouped_view(x, layout),
+                     rows_per_group(1 + scale, layout))
+      .view(x.sizes());
 }
 
-at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const at::Tensor& token_segment) {
-  return x * rows_per_token(gate, token_segment);
+at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const TokenGroups& layout) {
+  return (grouped_view(x, layout) * rows_per_group(gate, layout)).view(x.sizes());
+}
+
+// Linear layers applied to the same input as one GEMM over their concatenated weights: the input
+// is read (and cast, under autocast) once, and backward needs no gradient accumulation.
+std::vector<at::Tensor> fused_linears(const at::Tensor& x,
+                                      std::initializer_list<torch::nn::Linear> layers) {
+  std::vector<at::Tensor> weights, biases;
+  std::vector<int64_t> widths;
+  for (const torch::nn::Linear& layer : layers) {
+    weights.push_back(layer->weight);
+    biases.push_back(layer->bias);
+    widths.push_back(layer->weight.size(0));
+  }
+  return at::linear(x, at::cat(weights), at::cat(biases)).split_with_sizes(widths, -1);
 }
 
 at::Tensor plain_layer_norm(const at::Tensor& x) {
@@ -387,30 +401,31 @@ class ExpertBlockImpl : public torch::nn::Module {
     ffn_out_ = register_module("ffn_out", torch::nn::Linear(ffn, hidden));
   }
 
-  // x [B, N, D]; t_mod [B, S, 6*D], one row per segment of `token_segment` (token_segments()).
+  // x [B, N, D]; t_mod [B, S, 6*D], one row per segment of `layout`.
   ExpertAttentionInput pre_attention(const at::Tensor& x, const at::Tensor& t_mod,
-                                     const at::Tensor& token_segment, const Rope& rope) {
+                                     const TokenGroups& layout, const Rope& rope) {
     const int64_t b = x.size(0), n = x.size(1);
     ExpertAttentionInput out;
     out.mods = (modulation_.view({1, 1, 6, hidden_}) + t_mod.view({b, t_mod.size(1), 6, hidden_}))
                    .unbind(2);
-    at::Tensor h = modulate(plain_layer_norm(x), out.mods[0], out.mods[1], token_segment);
-    out.q = apply_rope(q_norm_->forward(q_->forward(h)).view({b, n, heads_, head_dim_}), rope);
-    out.k = apply_rope(k_norm_->forward(k_->forward(h)).view({b, n, heads_, head_dim_}), rope);
-    out.v = v_->forward(h).view({b, n, heads_, head_dim_});
+    at::Tensor h = modulate(plain_layer_norm(x), out.mods[0], out.mods[1], layout);
+    std::vector<at::Tensor> qkv = fused_linears(h, {q_, k_, v_});
+    out.q = apply_rope(q_norm_->forward(qkv[0]).view({b, n, heads_, head_dim_}), rope);
+    out.k = apply_rope(k_norm_->forward(qkv[1]).view({b, n, heads_, head_dim_}), rope);
+    out.v = qkv[2].reshape({b, n, heads_, head_dim_});
     return out;
   }
 
   // attended [B, N, H*d] from the joint attention; context [B, L, context_dim] with key mask
   // context_allowed [B, 1, 1, L].
   at::Tensor post_attention(at::Tensor x, const at::Tensor& attended,
-                            const std::vector<at::Tensor>& mods, const at::Tensor& token_segment,
+                            const std::vector<at::Tensor>& mods, const TokenGroups& layout,
                             const at::Tensor& context, const at::Tensor& context_allowed) {
-    x = x + gated(o_->forward(attended), mods[2], token_segment);
+    x = x + gated(o_->forward(attended), mods[2], layout);
     x = x + cross_attention(cross_norm_->forward(x), context, context_allowed);
-    at::Tensor h = modulate(plain_layer_norm(x), mods[3], mods[4], token_segment);
+    at::Tensor h = modulate(plain_layer_norm(x), mods[3], mods[4], layout);
     at::Tensor ffn = ffn_out_->forward(at::gelu(ffn_in_->forward(h), "tanh"));
-    return x + gated(ffn, mods[5], token_segment);
+    return x + gated(ffn, mods[5], layout);
   }
 
  private:
@@ -418,9 +433,9 @@ class ExpertBlockImpl : public torch::nn::Module {
                              const at::Tensor& context_allowed) {
     const int64_t b = x.size(0), n = x.size(1), l = context.size(1);
     at::Tensor q = cross_q_norm_->forward(cross_q_->forward(x)).view({b, n, heads_, head_dim_});
-    at::Tensor k =
-        cross_k_norm_->forward(cross_k_->forward(context)).view({b, l, heads_, head_dim_});
-    at::Tensor v = cross_v_->forward(context).view({b, l, heads_, head_dim_});
+    std::vector<at::Tensor> kv = fused_linears(context, {cross_k_, cross_v_});
+    at::Tensor k = cross_k_norm_->forward(kv[0]).view({b, l, heads_, head_dim_});
+    at::Tensor v = kv[1].reshape({b, l, heads_, head_dim_});
     return cross_o_->forward(attention(q, k, v, context_allowed));
   }
 
@@ -441,7 +456,7 @@ struct LayerInputs {
   at::Tensor video_t_mod, action_t_mod;      // [B, S, 6*D]
   at::Tensor video_context, action_context;  // [B, L+1, video_hidden], [B, S+1, vlm_dim]
   // Constants.
-  at::Tensor video_token_segment, action_token_segment;  // token_segments()
+  TokenGroups video_groups, action_groups;
   Rope video_rope, action_rope;
   at::Tensor joint_allowed;                                  // bool [B, 1, N, N]
   at::Tensor video_context_allowed, action_context_allowed;  // bool [B, 1, 1, L]
@@ -464,18 +479,18 @@ class MoTLayerImpl : public torch::nn::Module {
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& video, const at::Tensor& action,
                                             const LayerInputs& in) {
     ExpertAttentionInput v =
-        video_->pre_attention(video, in.video_t_mod, in.video_token_segment, in.video_rope);
+        video_->pre_attention(video, in.video_t_mod, in.video_groups, in.video_rope);
     ExpertAttentionInput a =
-        action_->pre_attention(action, in.action_t_mod, in.action_token_segment, in.action_rope);
+        action_->pre_attention(action, in.action_t_mod, in.action_groups, in.action_rope);
     at::Tensor attended = attention(at::cat({v.q, a.q}, 1), at::cat({v.k, a.k}, 1),
                                     at::cat({v.v, a.v}, 1), in.joint_allowed);
     const int64_t video_tokens = video.size(1);
     at::Tensor video_out =
         video_->post_attention(video, attended.narrow(1, 0, video_tokens), v.mods,
-                               in.video_token_segment, in.video_context, in.video_context_allowed);
+                               in.video_groups, in.video_context, in.video_context_allowed);
     at::Tensor action_out =
         action_->post_attention(action, attended.narrow(1, video_tokens, action.size(1)), a.mods,
-                                in.action_token_segment, in.action_context,
+                                in.action_groups, in.action_context,
                                 in.action_context_allowed);
     return {video_out, action_out};
   }
@@ -837,8 +852,10 @@ LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& n
   inputs.action_context =
       at::cat({batch.vlm_context.to(dtype), proprio_to_vlm_->forward(proprio_row)}, 1);
   at::TensorOptions float_options = latents.options().dtype(at::kFloat);
-  inputs.video_token_segment =
-      token_segments({kConditionFrames * hw, (future + 1) * hw}, float_options.dtype(at::kLong));
+  // Video: one group per latent frame plus the delta queries; the condition frames are clean.
+  inputs.video_groups.groups = frames + 1;
+  inputs.video_groups.segment_of_group =
+      at::arange(frames + 1, float_options.dtype(at::kLong)).ge(kConditionFrames).to(at::kLong);
   inputs.video_rope = video_rope(frames, hp, wp, c.head_dim, float_options);
   inputs.action_rope = action_rope(rows, c.head_dim, float_options);
   inputs.joint_allowed = joint_attention_mask(frames, hw, batch.recent_is_pad.to(at::kBool),
