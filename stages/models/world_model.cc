@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "models/checkpoint.h"
+#include "models/fused_norm.h"
 #include "wam/error.h"
 
 namespace wam::models {
@@ -323,6 +324,7 @@ class RMSNormImpl : public torch::nn::Module {
     return normed.to(x.scalar_type()) * weight_;
 #endif
   }
+  const at::Tensor& weight() const { return weight_; }
 
  private:
   at::Tensor weight_;
@@ -401,17 +403,18 @@ class ExpertBlockImpl : public torch::nn::Module {
     ffn_out_ = register_module("ffn_out", torch::nn::Linear(ffn, hidden));
   }
 
-  // x [B, N, D]; t_mod [B, S, 6*D], one row per segment of `layout`.
+  // x [B, N, D]; t_mod [B, S, 6*D], one row per segment of `layout`. `fused`: q/k norms (and
+  // RoPE) through the fused kernels where they apply.
   ExpertAttentionInput pre_attention(const at::Tensor& x, const at::Tensor& t_mod,
-                                     const TokenGroups& layout, const Rope& rope) {
+                                     const TokenGroups& layout, const Rope& rope, bool fused) {
     const int64_t b = x.size(0), n = x.size(1);
     ExpertAttentionInput out;
     out.mods = (modulation_.view({1, 1, 6, hidden_}) + t_mod.view({b, t_mod.size(1), 6, hidden_}))
                    .unbind(2);
     at::Tensor h = modulate(plain_layer_norm(x), out.mods[0], out.mods[1], layout);
     std::vector<at::Tensor> qkv = fused_linears(h, {q_, k_, v_});
-    out.q = apply_rope(q_norm_->forward(qkv[0]).view({b, n, heads_, head_dim_}), rope);
-    out.k = apply_rope(k_norm_->forward(qkv[1]).view({b, n, heads_, head_dim_}), rope);
+    out.q = normed_heads(q_norm_, qkv[0], &rope, fused);
+    out.k = normed_heads(k_norm_, qkv[1], &rope, fused);
     out.v = qkv[2].reshape({b, n, heads_, head_dim_});
     return out;
   }
@@ -420,21 +423,34 @@ class ExpertBlockImpl : public torch::nn::Module {
   // context_allowed [B, 1, 1, L].
   at::Tensor post_attention(at::Tensor x, const at::Tensor& attended,
                             const std::vector<at::Tensor>& mods, const TokenGroups& layout,
-                            const at::Tensor& context, const at::Tensor& context_allowed) {
+                            const at::Tensor& context, const at::Tensor& context_allowed,
+                            bool fused) {
     x = x + gated(o_->forward(attended), mods[2], layout);
-    x = x + cross_attention(cross_norm_->forward(x), context, context_allowed);
+    x = x + cross_attention(cross_norm_->forward(x), context, context_allowed, fused);
     at::Tensor h = modulate(plain_layer_norm(x), mods[3], mods[4], layout);
     at::Tensor ffn = ffn_out_->forward(at::gelu(ffn_in_->forward(h), "tanh"));
     return x + gated(ffn, mods[5], layout);
   }
 
  private:
+  // x [B, N, H*d] -> RMSNorm, RoPE when `rope` is given, as heads [B, N, H, d].
+  at::Tensor normed_heads(RMSNorm& norm, const at::Tensor& x, const Rope* rope, bool fused) {
+    const std::vector<int64_t> heads = {x.size(0), x.size(1), heads_, head_dim_};
+    if (fused && fused_rms_norm_rope_applies(x, head_dim_)) {
+      return fused_rms_norm_rope(x, norm->weight(), rope ? rope->rotation : at::Tensor(),
+                                 head_dim_, kNormEps)
+          .view(heads);
+    }
+    at::Tensor normed = norm->forward(x).view(heads);
+    return rope ? apply_rope(normed, *rope) : normed;
+  }
+
   at::Tensor cross_attention(const at::Tensor& x, const at::Tensor& context,
-                             const at::Tensor& context_allowed) {
-    const int64_t b = x.size(0), n = x.size(1), l = context.size(1);
-    at::Tensor q = cross_q_norm_->forward(cross_q_->forward(x)).view({b, n, heads_, head_dim_});
+                             const at::Tensor& context_allowed, bool fused) {
+    const int64_t b = x.size(0), l = context.size(1);
+    at::Tensor q = normed_heads(cross_q_norm_, cross_q_->forward(x), nullptr, fused);
     std::vector<at::Tensor> kv = fused_linears(context, {cross_k_, cross_v_});
-    at::Tensor k = cross_k_norm_->forward(kv[0]).view({b, l, heads_, head_dim_});
+    at::Tensor k = normed_heads(cross_k_norm_, kv[0], nullptr, fused);
     at::Tensor v = kv[1].reshape({b, l, heads_, head_dim_});
     return cross_o_->forward(attention(q, k, v, context_allowed));
   }
@@ -457,6 +473,7 @@ struct LayerInputs {
   at::Tensor video_context, action_context;  // [B, L+1, video_hidden], [B, S+1, vlm_dim]
   // Constants.
   TokenGroups video_groups, action_groups;
+  bool fused_norms = false;  // WorldActionModelImpl::set_fused_kernels
   Rope video_rope, action_rope;
   at::Tensor joint_allowed;                                  // bool [B, 1, N, N]
   at::Tensor video_context_allowed, action_context_allowed;  // bool [B, 1, 1, L]
@@ -479,19 +496,22 @@ class MoTLayerImpl : public torch::nn::Module {
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& video, const at::Tensor& action,
                                             const LayerInputs& in) {
     ExpertAttentionInput v =
-        video_->pre_attention(video, in.video_t_mod, in.video_groups, in.video_rope);
+        video_->pre_attention(video, in.video_t_mod, in.video_groups, in.video_rope,
+                                in.fused_norms);
     ExpertAttentionInput a =
-        action_->pre_attention(action, in.action_t_mod, in.action_groups, in.action_rope);
+        action_->pre_attention(action, in.action_t_mod, in.action_groups, in.action_rope,
+                                 in.fused_norms);
     at::Tensor attended = attention(at::cat({v.q, a.q}, 1), at::cat({v.k, a.k}, 1),
                                     at::cat({v.v, a.v}, 1), in.joint_allowed);
     const int64_t video_tokens = video.size(1);
     at::Tensor video_out =
         video_->post_attention(video, attended.narrow(1, 0, video_tokens), v.mods,
-                               in.video_groups, in.video_context, in.video_context_allowed);
+                               in.video_groups, in.video_context, in.video_context_allowed,
+                               in.fused_norms);
     at::Tensor action_out =
         action_->post_attention(action, attended.narrow(1, video_tokens, action.size(1)), a.mods,
                                 in.action_groups, in.action_context,
-                                in.action_context_allowed);
+                                in.action_context_allowed, in.fused_norms);
     return {video_out, action_out};
   }
 
@@ -861,6 +881,7 @@ LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& n
   inputs.joint_allowed = joint_attention_mask(frames, hw, batch.recent_is_pad.to(at::kBool),
                                               batch.action_is_pad.to(at::kBool));
   inputs.video_context_allowed = context_allowed(batch.context_mask);
+  inputs.fused_norms = fused_kernels_;
   inputs.action_context_allowed = context_allowed(batch.vlm_mask);
 
   const detail::LayerOutputs layers = run_layers(video_tokens, action_tokens, inputs);

@@ -118,6 +118,9 @@ class WorldActionModelImpl : public torch::nn::Module {
   LossTerms loss(const TrainBatch& batch, const FlowNoise& noise);
   const MoTConfig& config() const { return config_; }
   int64_t parameter_count() const;
+  // Routes the q/k norms and RoPE through the fused CUDA kernels (models/fused_norm.h) where they
+  // apply; TrainStep's compiled mode turns this on. Same maths, other rounding.
+  void set_fused_kernels(bool on) { fused_kernels_ = on; }
 
  private:
   // Runs the layers in the groups of checkpoint_group_starts, checkpointed when
@@ -126,6 +129,7 @@ class WorldActionModelImpl : public torch::nn::Module {
                                   const detail::LayerInputs& inputs);
 
   MoTConfig config_;
+  bool fused_kernels_ = false;
   torch::nn::Linear patch_embed_{nullptr};         // (C*2*2) -> video_hidden
   at::Tensor delta_queries_;                       // [future_delta_tokens, video_hidden]
   torch::nn::Linear action_embed_{nullptr};        // action_dim -> action_hidden

@@ -362,6 +362,8 @@ StepRunner::StepRunner(models::WorldActionModel model, AdamW& optimizer, at::Dev
                        StepOptions options, bool compiled, std::string tunableop_results)
     : model_(std::move(model)), optimizer_(optimizer), device_(device), options_(options),
       compiled_(compiled && device.is_cuda() && kCudaCodePaths), tunableop_results_(std::move(tunableop_results)) {
+  // The compiled step runs the fused kernels, as the reference's compiled layers run Inductor's.
+  model_->set_fused_kernels(compiled_);
 #if WAM_WITH_CUDA
   if (compiled_ && !tunableop_results_.empty()) {
     fs::create_directories(fs::path(tunableop_results_).parent_path());

@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 
+#include "models/fused_norm.h"
 #include "models/world_model.h"
 #include "train/train_loop.h"
 #include "wam/registry.h"
@@ -60,7 +61,9 @@ struct TrainStepParams {
     v("model", model,
       "Model preset object (a configs/model/*.json fragment, usually {\"$ref\": \"model\"}).",
       NonEmpty{});
-    v("mode", mode, "eager: op by op; compiled: the whole step replayed as one CUDA graph.",
+    v("mode", mode,
+      "eager: op by op; compiled: the whole step replayed as one CUDA graph, q/k norms and RoPE "
+      "as fused kernels.",
       OneOf{"eager", "compiled"});
     v("checkpoint_group", checkpoint_group,
       "Activation checkpointing: recompute groups of this many layers (0: off; -1: 1 for eager, "
@@ -174,8 +177,12 @@ class TrainStepStage final : public Stage {
         tunableop_results = train::tunableop_results_path(
             at::cuda::getDeviceProperties(device_.index())->name,
             models::MoTConfig::from_json(params_.model));
-        context.log("TrainStep: compiled step: captured once as a CUDA graph after warm-up; "
-                    "TunableOp GEMM results in " + tunableop_results);
+        context.log(std::string("TrainStep: compiled step: captured once as a CUDA graph after "
+                                "warm-up; q/k norms ") +
+                    (models::fused_kernels_built()
+                         ? "fused (stages/kernels)"
+                         : "unfused (this build found no CUDA compiler for stages/kernels)") +
+                    "; TunableOp GEMM results in " + tunableop_results);
 #endif
       } else {
         context.log(std::string("TrainStep: mode \"compiled\" needs CUDA graphs and a CUDA "

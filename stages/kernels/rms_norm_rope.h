@@ -1,0 +1,39 @@
+// Fused RMSNorm (+ RoPE) CUDA kernels for the compiled training step: the per-head q/k norms of the
+// MoT read their input once and write bf16 once, where the ATen ops make about ten passes forward
+// and twenty backward over fp32 copies (the fusion Inductor gives the reference's compile path).
+// Raw pointers and a stream only: this header is shared by nvcc and the host compiler.
+#pragma once
+
+#include <cstdint>
+
+struct CUstream_st;
+
+namespace wam::kernels {
+
+enum class Precision { kFloat32, kBFloat16 };  // of x, out, grad_out and grad_x
+
+struct RmsNormRopeShape {
+  int64_t rows = 0;        // B * N
+  int64_t width = 0;       // H * head_dim, normalised as one vector (the MoT's q/k norm)
+  int64_t head_dim = 0;    // RoPE pairs (2i, 2i+1) within each head
+  int64_t tokens = 0;      // N: row r is token r % N, whose rotation row it reads
+  int64_t x_row_stride = 0;  // elements between rows of x (a column slice of a fused QKV output)
+};
+
+// Rows the kernels can take: width even, width / 2 <= kMaxPairsPerThread * kThreads.
+bool rms_norm_rope_supports(const RmsNormRopeShape& shape);
+
+// out[r] = rope(x[r] * rstd[r] * weight), rstd[r] = 1 / sqrt(mean(x[r]^2) + eps). `rotation`:
+// [tokens, head_dim / 2] (cos, sin) float pairs, or null for a plain RMSNorm. out is contiguous.
+void rms_norm_rope_forward(const void* x, const float* weight, const float* rotation, void* out,
+                           float* rstd, const RmsNormRopeShape& shape, float eps,
+                           Precision precision, CUstream_st* stream);
+
+// grad_x (contiguous) and grad_weight (accumulated into: zero it first) from grad_out
+// (contiguous), with the rstd the forward saved.
+void rms_norm_rope_backward(const void* grad_out, const void* x, const float* weight,
+                            const float* rotation, const float* rstd, void* grad_x,
+                            float* grad_weight, const RmsNormRopeShape& shape,
+                            Precision precision, CUstream_st* stream);
+
+}  // namespace wam::kernels
