@@ -228,9 +228,17 @@ void print_whole_graph(const GraphResult& graph, const DeviceResult& device, con
     for (const std::string& id : part.chain) in_device_part = in_device_part || node.id == id;
     if (!in_device_part && (!busiest || node.utilisation > busiest->utilisation)) busiest = &node;
   }
-  const double transfer_ms =
-      transfer && transfer->out > 0 ? 1e3 * transfer->busy_s / static_cast<double>(transfer->out)
-                                    : 0.0;
+  // The transfer node's busy time less its waits for a free pinned buffer (flow control: the step
+  // still held them), per batch.
+  double transfer_ms = 0.0, transfer_wait_ms = 0.0;
+  if (transfer && transfer->out > 0) {
+    double wait_s = 0.0;
+    for (const auto& [name, value] : transfer->counters) {
+      if (name == "pool_wait_us") wait_s = 1e-6 * static_cast<double>(value);
+    }
+    transfer_ms = 1e3 * (transfer->busy_s - wait_s) / static_cast<double>(transfer->out);
+    transfer_wait_ms = 1e3 * wait_s / static_cast<double>(transfer->out);
+  }
   // Samples buffered inside the graph when the timed window opens (filled while the warm-up steps
   // were slow) are consumed at no data-path cost; at most max_in_flight of them.
   const double buffer_bound = static_cast<double>(settings.max_in_flight) /
@@ -247,8 +255,9 @@ void print_whole_graph(const GraphResult& graph, const DeviceResult& device, con
                 "to %.1f%%; more --steps narrow it)\n",
                 static_cast<long long>(settings.max_in_flight), 100 * buffer_bound);
   std::cout << line;
-  std::snprintf(line, sizeof(line), "  %s: %.2f ms per batch\n", part.transfer_id.c_str(),
-                transfer_ms);
+  std::snprintf(line, sizeof(line),
+                "  %s: %.2f ms per batch transferring (+ %.2f ms waiting for a free buffer)\n",
+                part.transfer_id.c_str(), transfer_ms, transfer_wait_ms);
   std::cout << line;
   if (busiest) {
     std::snprintf(line, sizeof(line), "  busiest host node:    %s %.0f%%\n", busiest->id.c_str(),
@@ -259,6 +268,7 @@ void print_whole_graph(const GraphResult& graph, const DeviceResult& device, con
   out["pipeline_efficiency"] = efficiency;
   out["buffered_samples_bound"] = buffer_bound;
   out["transfer_ms_per_batch"] = transfer_ms;
+  out["transfer_wait_ms_per_batch"] = transfer_wait_ms;
   out["graph_stats"] = graph.stats.to_json();
 }
 

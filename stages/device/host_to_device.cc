@@ -200,6 +200,7 @@ class HostToDeviceStage final : public Stage {
         params_.device == "auto" ? context.settings().device : params_.device, "HostToDevice");
     bytes_copied_ = &context.counter("bytes_copied");
     pool_waits_ = &context.counter("pool_waits");
+    pool_wait_us_ = &context.counter("pool_wait_us");
     if (!device_.is_cuda()) {
       context.log(
           "HostToDevice: the training device is cpu; batches pass through unchanged (uint8 "
@@ -301,8 +302,15 @@ class HostToDeviceStage final : public Stage {
     }
 
     bool waited = false;
+    const auto wait_start = std::chrono::steady_clock::now();
     const size_t index = pool_->acquire(waited);
-    if (waited) pool_waits_->add();
+    if (waited) {
+      // Flow control, not transfer: the step still holds every buffer.
+      pool_waits_->add();
+      pool_wait_us_->add(std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::steady_clock::now() - wait_start)
+                             .count());
+    }
     StagingPool::Buffer& buffer = pool_->buffer(index);
     if (buffer.host.numel() < host_bytes || buffer.device.numel() < device_bytes) {
       const int64_t grown_host = host_bytes + host_bytes / 4;
@@ -359,6 +367,7 @@ class HostToDeviceStage final : public Stage {
   at::Device device_ = at::Device(at::kCPU);
   Counter* bytes_copied_ = nullptr;
   Counter* pool_waits_ = nullptr;
+  Counter* pool_wait_us_ = nullptr;
 #if WAM_WITH_CUDA
   c10::cuda::CUDAStream copy_stream_ = c10::cuda::getDefaultCUDAStream();
   std::shared_ptr<StagingPool> pool_;

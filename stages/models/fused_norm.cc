@@ -30,12 +30,13 @@ kernels::Precision precision_of(const at::Tensor& x) {
 }
 
 const float* pairs_or_null(const at::Tensor& rotation_pairs) {
-  return rotation_pairs.defined() ? rotation_pairs.data_ptr<float>() : nullptr;
+  return rotation_pairs.numel() > 0 ? rotation_pairs.data_ptr<float>() : nullptr;
 }
 
 class FusedRmsNormRope : public torch::autograd::Function<FusedRmsNormRope> {
  public:
-  // rotation_pairs: float [N, head_dim / 2, 2] (cos, sin), or undefined.
+  // rotation_pairs: float [N, head_dim / 2, 2] (cos, sin), or empty for no RoPE (autograd takes
+  // no undefined inputs).
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
                             const at::Tensor& weight, const at::Tensor& rotation_pairs,
                             int64_t head_dim, double eps) {
@@ -86,8 +87,8 @@ at::Tensor fused_rms_norm_rope(const at::Tensor& x, const at::Tensor& weight,
   if (!fused_rms_norm_rope_applies(x, head_dim) || weight.scalar_type() != at::kFloat) {
     throw Error("fused_rms_norm_rope: unsupported input (check fused_rms_norm_rope_applies)");
   }
-  const at::Tensor pairs =
-      rotation.defined() ? at::view_as_real(rotation).contiguous() : at::Tensor();
+  const at::Tensor pairs = rotation.defined() ? at::view_as_real(rotation).contiguous()
+                                              : at::empty({0}, x.options().dtype(at::kFloat));
   return FusedRmsNormRope::apply(x, weight.contiguous(), pairs, head_dim, eps);
 }
 
