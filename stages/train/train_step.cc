@@ -181,7 +181,8 @@ class TrainStepStage final : public Stage {
                                 "warm-up; q/k norms ") +
                     (models::fused_kernels_built()
                          ? "fused (stages/kernels)"
-                         : "unfused (this build found no CUDA compiler for stages/kernels)") +
+                         : "unfused (built without stages/kernels: no CUDA compiler, or "
+                           "WAM_BUILD_FUSED_KERNELS=OFF)") +
                     "; TunableOp GEMM results in " + tunableop_results);
 #endif
       } else {
