@@ -311,7 +311,8 @@ at::Tensor modulation_table(int64_t rows, int64_t hidden) {
 namespace detail {
 
 // RMSNorm with a learned scale (LibTorch 1.13 has no torch::nn::RMSNorm). From LibTorch 2.4,
-// at::rms_norm, which recent versions run as one fused kernel each way on CUDA.
+// at::rms_norm, which keeps the input's dtype (2.11 still runs it as separate ops on CUDA; the
+// compiled step's fused kernel replaces it, models/fused_norm.h).
 class RMSNormImpl : public torch::nn::Module {
  public:
   explicit RMSNormImpl(int64_t dim) { weight_ = register_parameter("weight", torch::ones({dim})); }
