@@ -19,6 +19,7 @@
 
 #include "models/checkpoint.h"
 #include "models/fused_norm.h"
+#include "models/modulation.h"
 #include "wam/error.h"
 
 namespace wam::models {
@@ -159,40 +160,6 @@ void check_consistency(const MoTConfig& c) {
 
 // ---------------------------------------------------------------------------------------------
 // Tensor helpers.
-
-// How a stream's modulation rows map onto its tokens. The stream is `groups` equal runs of tokens
-// (the video stream: one per latent frame, the future-delta queries counting as one more), and
-// each run belongs to one segment with its own row: the video stream has a clean segment
-// (condition frames, timestep 0) and a noised one; the action chunk is one group and one segment.
-// Viewing x as [B, groups, run, D] lets the rows broadcast: no per-token copy of them forward, a
-// plain reduction backward.
-struct TokenGroups {
-  int64_t groups = 1;
-  at::Tensor segment_of_group;  // long [groups]; undefined: every group is segment 0
-};
-
-// Rows [B, S, D] -> [B, groups, 1, D].
-at::Tensor rows_per_group(const at::Tensor& rows, const TokenGroups& layout) {
-  const at::Tensor grouped =
-      layout.segment_of_group.defined() ? rows.index_select(1, layout.segment_of_group) : rows;
-  return grouped.unsqueeze(2);
-}
-
-at::Tensor grouped_view(const at::Tensor& x, const TokenGroups& layout) {
-  return x.reshape({x.size(0), layout.groups, -1, x.size(2)});
-}
-
-// x * (1 + scale) + shift with per-segment shift/scale rows [B, S, D]: one fused kernel on x.
-at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
-                    const TokenGroups& layout) {
-  return at::addcmul(rows_per_group(shift, layout), grouped_view(x, layout),
-                     rows_per_group(1 + scale, layout))
-      .view(x.sizes());
-}
-
-at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const TokenGroups& layout) {
-  return (grouped_view(x, layout) * rows_per_group(gate, layout)).view(x.sizes());
-}
 
 // Linear layers applied to the same input as one GEMM over their concatenated weights: the input
 // is read (and cast, under autocast) once, and backward needs no gradient accumulation.

@@ -1,0 +1,73 @@
+// Per-segment AdaLN modulation over grouped tokens against splitting the stream at the segment
+// boundary and modulating each part with its own row, values and gradients.
+#include "models/modulation.h"
+
+#include <gtest/gtest.h>
+
+#include <functional>
+
+namespace wam {
+namespace {
+
+// 2 samples, 5 groups of 3 tokens, width 4; groups 0-2 are segment 0, groups 3-4 segment 1.
+constexpr int64_t kBatch = 2, kGroups = 5, kRun = 3, kWidth = 4, kFirstSegmentGroups = 3;
+
+models::TokenGroups two_segments() {
+  return {kGroups, torch::tensor({0, 0, 0, 1, 1}, torch::kLong)};
+}
+
+// The stream split at the boundary, each part with its segment's row.
+at::Tensor split_reference(const at::Tensor& x, const at::Tensor& rows,
+                           const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& op) {
+  const int64_t boundary = kFirstSegmentGroups * kRun;
+  return at::cat({op(x.narrow(1, 0, boundary), rows.narrow(1, 0, 1)),
+                  op(x.narrow(1, boundary, x.size(1) - boundary), rows.narrow(1, 1, 1))},
+                 1);
+}
+
+TEST(ModulationTest, ModulateGivesEachSegmentItsOwnRowWithGradients) {
+  torch::manual_seed(1);
+  const at::Tensor x0 = torch::randn({kBatch, kGroups * kRun, kWidth});
+  const at::Tensor shift0 = torch::randn({kBatch, 2, kWidth}), scale0 = torch::randn({kBatch, 2, kWidth});
+  at::Tensor x = x0.clone().requires_grad_(true), shift = shift0.clone().requires_grad_(true),
+             scale = scale0.clone().requires_grad_(true);
+  at::Tensor x_ref = x0.clone().requires_grad_(true), shift_ref = shift0.clone().requires_grad_(true),
+             scale_ref = scale0.clone().requires_grad_(true);
+
+  const at::Tensor out = models::modulate(x, shift, scale, two_segments());
+  const at::Tensor shift_scale = at::cat({shift_ref, scale_ref}, 2);
+  const at::Tensor expected = split_reference(x_ref, shift_scale, [](const at::Tensor& part, const at::Tensor& row) {
+    return part * (1 + row.narrow(2, kWidth, kWidth)) + row.narrow(2, 0, kWidth);
+  });
+  ASSERT_EQ(out.sizes(), x.sizes());
+  EXPECT_TRUE(at::allclose(out, expected, 1e-6, 1e-6));
+  // Token 8 is the last of segment 0, token 9 the first of segment 1.
+  EXPECT_TRUE(at::allclose(out[0][8], x0[0][8] * (1 + scale0[0][0]) + shift0[0][0], 1e-6, 1e-6));
+  EXPECT_TRUE(at::allclose(out[0][9], x0[0][9] * (1 + scale0[0][1]) + shift0[0][1], 1e-6, 1e-6));
+
+  const at::Tensor grad = torch::randn(out.sizes());
+  out.backward(grad);
+  expected.backward(grad);
+  EXPECT_TRUE(at::allclose(x.grad(), x_ref.grad(), 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(shift.grad(), shift_ref.grad(), 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(scale.grad(), scale_ref.grad(), 1e-5, 1e-6));
+}
+
+TEST(ModulationTest, GatedWithOneSegmentBroadcastsItsRow) {
+  torch::manual_seed(2);
+  const at::Tensor x = torch::randn({kBatch, 7, kWidth}), gate = torch::randn({kBatch, 1, kWidth});
+  const at::Tensor out = models::gated(x, gate, models::TokenGroups{});
+  EXPECT_TRUE(at::allclose(out, x * gate, 1e-6, 1e-6));
+}
+
+TEST(ModulationTest, GatedGivesEachSegmentItsOwnRow) {
+  torch::manual_seed(3);
+  const at::Tensor x = torch::randn({kBatch, kGroups * kRun, kWidth});
+  const at::Tensor gate = torch::randn({kBatch, 2, kWidth});
+  const at::Tensor expected = split_reference(
+      x, gate, [](const at::Tensor& part, const at::Tensor& row) { return part * row; });
+  EXPECT_TRUE(at::allclose(models::gated(x, gate, two_segments()), expected, 1e-6, 1e-6));
+}
+
+}  // namespace
+}  // namespace wam
