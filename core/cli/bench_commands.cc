@@ -329,12 +329,14 @@ BenchCommand::BenchCommand(CLI::App& app) {
       ->check(at_least(1));
   bench_->add_option("--threads", threads_, "Worker threads (overrides settings.threads)")
       ->check(at_least(0));
-  bench_->add_option("--json", json_out_, "Also write the figures and the graph's stats as JSON");
+  bench_->add_option("--json", json_out_, "Also write the figures and the graph's stats as JSON")
+      ->check(in_existing_directory());
   bench_->add_flag("--profile", profile_,
                    "Also profile 3 steps of the device part and list its longest kernels");
   bench_->add_option("--trace", trace_out_,
                      "With --profile: write the Chrome trace of those steps (ui.perfetto.dev)")
-      ->needs("--profile");
+      ->needs("--profile")
+      ->check(in_existing_directory());
   bench_->add_flag("--device-only", device_only_,
                    "Measure only the device part (step speed and peak memory, e.g. for sweeps)");
 }

@@ -59,9 +59,13 @@ StepProfile profile_steps(const std::function<void()>& body, const std::string& 
     try {
       result->save(temporary);
       std::filesystem::rename(temporary, trace_path);
-    } catch (const c10::Error&) {
-      // Debian's LibTorch is built without Kineto, which alone writes traces.
-      profile.trace_note = "no trace written: this LibTorch was built without Kineto";
+    } catch (const c10::Error& e) {
+      // E.g. Debian's LibTorch, built without Kineto, which alone writes traces. The kernel table
+      // is still printed.
+      profile.trace_note = std::string("no trace written to ") + trace_path + ": " +
+                           e.what_without_backtrace();
+    } catch (const std::filesystem::filesystem_error& e) {
+      profile.trace_note = std::string("no trace written to ") + trace_path + ": " + e.what();
     }
   }
   return profile;

@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 namespace wam::cli {
@@ -22,6 +23,18 @@ inline CLI::Validator at_least(int64_t minimum) {
         return "must be >= " + std::to_string(minimum) + ", got " + value;
       },
       ">=" + std::to_string(minimum));
+}
+
+// Accepts an output file path whose directory exists, so that a long run does not end unable to
+// write its result: "--json: directory runs/x does not exist".
+inline CLI::Validator in_existing_directory() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        const std::filesystem::path directory = std::filesystem::path(value).parent_path();
+        if (directory.empty() || std::filesystem::is_directory(directory)) return {};
+        return "directory " + directory.string() + " does not exist";
+      },
+      "FILE");
 }
 
 }  // namespace wam::cli

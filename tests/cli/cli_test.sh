@@ -133,6 +133,8 @@ if [k["ms_per_step"] for k in p["longest"]] != sorted((k["ms_per_step"] for k in
 print("FAIL bench profile: " + "; ".join(problems) if problems else "ok   bench profile")
 sys.exit(1 if problems else 0)
 PY
+expect "bench checks its output directory first" 2 "--json: directory $work/missing does not exist" \
+  -- "$bin" bench pipelines/robotwin_online.json --json "$work/missing/bench.json"
 expect "bench --trace needs --profile" 2 "--trace requires --profile" \
   -- "$bin" bench pipelines/robotwin_online.json --trace "$work/t.json"
 [ ! -e "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_3.pt" ] ||
