@@ -6,6 +6,8 @@
 // packet), so a sequencer_node can restore source order before order-sensitive stages and joins can
 // match inputs by sequence number. Terminal nodes return the limiter's credit once every terminal
 // has finished an item, so at most max_in_flight source items are inside the graph at any time.
+// A batching node passes its absorbed items' credits to the batch it emits: an item inside a
+// batch still counts until the batch leaves the graph.
 
 #include "wam/runner.h"
 
@@ -13,6 +15,7 @@
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <iostream>
 #include <map>
@@ -29,6 +32,8 @@ struct Packet {
   uint64_t seq = 0;
   size_t from = 0;  // index of the node that produced it (matches join inputs)
   std::vector<Sample> samples;
+  bool holds_credit = true;       // false once a batching node took this item's credit
+  std::vector<uint64_t> carried;  // credits of the items batched into these samples
 };
 using PacketPtr = std::shared_ptr<Packet>;
 using StageNode = flow::multifunction_node<PacketPtr, std::tuple<PacketPtr>>;
@@ -67,6 +72,14 @@ class Join {
     }
     auto merged = std::make_shared<Packet>();
     merged->seq = packet->seq;
+    // Branches of one fan-out carry the same credits: keep each once.
+    for (const auto& part : parts) {
+      merged->holds_credit = merged->holds_credit && part->holds_credit;
+      merged->carried.insert(merged->carried.end(), part->carried.begin(), part->carried.end());
+    }
+    std::sort(merged->carried.begin(), merged->carried.end());
+    merged->carried.erase(std::unique(merged->carried.begin(), merged->carried.end()),
+                          merged->carried.end());
     for (const auto& part : parts) {
       if (part->samples.empty()) return merged;  // skipped on one branch: skipped here
     }
@@ -183,9 +196,12 @@ class Run {
     auto output = std::make_shared<Packet>();
     output->seq = input->seq;
     output->from = index;
+    output->holds_credit = input->holds_credit;
+    output->carried = input->carried;
     metrics.start();
     const auto began = Clock::now();
     const bool sole_owner = input.use_count() == 1;
+    bool dropped = false;  // a sample failed and was skipped
     if (!stopping()) {
       metrics.add_in(static_cast<int64_t>(input->samples.size()));
       for (auto& sample : input->samples) {
@@ -197,14 +213,34 @@ class Run {
           node.transform().process(sole_owner ? std::move(sample) : Sample(sample), emitter);
         } catch (const std::exception& e) {
           output->samples.resize(mark);
+          dropped = true;
           if (!handle_error(index, key, "process", e.what())) break;
         }
         if (stopping()) break;
       }
     }
+    if (node.contract.is_batching() && !input->samples.empty() && !dropped) {
+      pass_batched_credits(index, *output);
+    }
     metrics.finish(Clock::now() - began);
     finish_output(index, *output);
     return output;
+  }
+
+  // A batching node that absorbed its input keeps the item's credits until it emits a batch,
+  // which then carries every credit held so far.
+  void pass_batched_credits(size_t index, Packet& output) {
+    std::lock_guard<std::mutex> lock(held_credits_mutex_);
+    std::vector<uint64_t>& held = held_credits_[index];
+    if (output.samples.empty()) {
+      if (output.holds_credit) held.push_back(output.seq);
+      held.insert(held.end(), output.carried.begin(), output.carried.end());
+      output.holds_credit = false;
+      output.carried.clear();
+    } else {
+      output.carried.insert(output.carried.end(), held.begin(), held.end());
+      held.clear();
+    }
   }
 
   // Applies the node's on_error policy; returns whether processing may go on.
@@ -241,8 +277,21 @@ class Run {
         std::lock_guard<std::mutex> lock(output_mutex_);
         for (const auto& sample : output.samples) options_.on_output(sample);
       }
+      if (options_.on_output_counted && !output.samples.empty()) {
+        std::vector<int64_t> node_outputs(nodes_.size());
+        for (size_t i = 0; i < nodes_.size(); ++i) node_outputs[i] = metrics_[i].out();
+        std::lock_guard<std::mutex> lock(output_mutex_);
+        for (const auto& sample : output.samples) options_.on_output_counted(sample, node_outputs);
+      }
     }
     metrics_[index].add_out(static_cast<int64_t>(output.samples.size()));
+  }
+
+  // A terminal finished a packet: retire its own item (unless a batch took its credit) and the
+  // items batched into it.
+  void retire(const Packet& packet) {
+    if (packet.holds_credit) retire(packet.seq);
+    for (uint64_t seq : packet.carried) retire(seq);
   }
 
   // A terminal finished `seq`; return the limiter credit once every terminal has.
@@ -281,6 +330,7 @@ class Run {
         }
         metrics.add_busy(Clock::now() - began);
         if (!sample) {
+          source_exhausted_ = true;
           control.stop();
           return PacketPtr();
         }
@@ -355,7 +405,7 @@ class Run {
               std::lock_guard<std::mutex> lock(output_mutex_);
               for (const auto& sample : p->samples) options_.on_output(sample);
             }
-            retire(p->seq);
+            retire(*p);
             return flow::continue_msg();
           });
       flow::make_edge(limiter, *source_sink);
@@ -370,6 +420,7 @@ class Run {
       fail(StageError("graph", "runtime", "", "run", e.what()));
     }
     if (options_.interrupt && options_.interrupt->load()) request_stop(StopReason::kInterrupted);
+    if (!stopping() && !source_exhausted_) report_stall();
     graph_ = nullptr;
     limiter_ = nullptr;
   }
@@ -392,7 +443,7 @@ class Run {
   void forward(size_t index, const PacketPtr& packet, Port& port) {
     const auto& outputs = nodes_[index].outputs;
     if (outputs.empty()) {
-      retire(packet->seq);
+      retire(*packet);
       return;
     }
     announce(outputs);
@@ -426,6 +477,30 @@ class Run {
         return;
       }
     }
+  }
+
+  // The graph went idle with its source neither exhausted nor stopped: every credit is held by
+  // items a batching node keeps for a batch it cannot complete.
+  void report_stall() {
+    size_t holder = 0, most = 0;
+    {
+      std::lock_guard<std::mutex> lock(held_credits_mutex_);
+      for (const auto& [index, held] : held_credits_) {
+        if (held.size() > most) holder = index, most = held.size();
+      }
+    }
+    const std::string limit = std::to_string(pipeline_.settings().max_in_flight);
+    if (most == 0) {
+      fail(StageError(nodes_[0].id, nodes_[0].type, "", "run",
+                      "the graph stalled with all settings.max_in_flight = " + limit +
+                          " source items inside it"));
+      return;
+    }
+    fail(StageError(nodes_[holder].id, nodes_[holder].type, "", "run",
+                    "the graph stalled: all settings.max_in_flight = " + limit +
+                        " source items are held by " + nodes_[holder].id +
+                        " waiting to complete a batch; raise settings.max_in_flight to at least "
+                        "the batch size (a few batches more keeps every stage busy)"));
   }
 
   bool deliver_downstream(size_t index, const PacketPtr& packet) {
@@ -548,10 +623,13 @@ class Run {
   flow::limiter_node<PacketPtr>* limiter_ = nullptr;
   std::mutex retire_mutex_;
   std::map<uint64_t, size_t> retired_;
+  std::mutex held_credits_mutex_;
+  std::map<size_t, std::vector<uint64_t>> held_credits_;  // by batching node
   std::mutex output_mutex_;
 
   uint64_t next_seq_ = 0;  // touched only by the serial source body, then by drain()
   bool produced_any_ = false;
+  bool source_exhausted_ = false;  // set by the source body before the graph goes idle
   Clock::time_point last_emit_;
   Clock::time_point start_;
 

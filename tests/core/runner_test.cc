@@ -77,7 +77,9 @@ TEST_P(Runner, OrderedRunRestoresSourceOrderBeforeOrderSensitiveStages) {
 }
 
 TEST_P(Runner, FanOutAndJoinMergeBranchesBySequence) {
-  Outcome o = run_json(R"({"version": 1, "name": "fan", "nodes": [
+  // One batch of all 100 items: exactly max_in_flight, the least that can complete it.
+  Outcome o = run_json(R"({"version": 1, "name": "fan", "settings": {"max_in_flight": 100},
+    "nodes": [
     {"id": "source", "type": "Count", "params": {"count": 100}},
     {"id": "slow", "type": "Delay", "inputs": ["source"], "params": {"max_us": 200}},
     {"id": "tag", "type": "Tag", "inputs": ["slow"], "params": {"field": "tag", "value": "t"}},
@@ -151,6 +153,63 @@ TEST_P(Runner, InFlightItemsStayWithinMaxInFlight) {
   EXPECT_LE(testing::InFlightProbe::max_live.load(), 3 + 1);
   EXPECT_GE(testing::InFlightProbe::max_live.load(), 1);
   EXPECT_LE(o.node("delay").queue_max, 3);
+}
+
+TEST_P(Runner, BatchedItemsKeepTheirCreditsUntilTheBatchLeavesTheGraph) {
+  // Items absorbed into a batch are still inside the graph: the bound counts them until the
+  // batch is retired, so a slow consumer cannot pile up max_in_flight whole batches.
+  testing::InFlightProbe::reset();
+  Outcome o = run_json(R"({"version": 1, "name": "bounded_batches",
+    "settings": {"max_in_flight": 8},
+    "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 400, "track_in_flight": true}},
+    {"id": "batch", "type": "Batch", "inputs": ["source"], "params": {"size": 4}},
+    {"id": "slow", "type": "Delay", "inputs": ["batch"], "params": {"max_us": 2000}},
+    {"id": "exit", "type": "InFlightExit", "inputs": ["slow"]}]})",
+                       {threads()});
+  ASSERT_FALSE(o.result.error) << o.result.error->what();
+  EXPECT_EQ(o.node("exit").out, 100);
+  EXPECT_EQ(o.result.stats.stop_reason, "exhausted");
+  EXPECT_LE(testing::InFlightProbe::max_live.load(), 8 + 1);
+  EXPECT_GE(testing::InFlightProbe::max_live.load(), 4);
+}
+
+TEST_P(Runner, ABatchLargerThanMaxInFlightStopsWithAnErrorInsteadOfEndingEarly) {
+  Outcome o = run_json(R"({"version": 1, "name": "stall",
+    "settings": {"max_in_flight": 3},
+    "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 40}},
+    {"id": "batch", "type": "Batch", "inputs": ["source"], "params": {"size": 4}}]})",
+                       {threads()});
+  ASSERT_TRUE(o.result.error);
+  EXPECT_EQ(o.result.stats.stop_reason, "failed");
+  EXPECT_TRUE(o.outputs.empty());
+  EXPECT_EQ(std::string(o.result.error->what()),
+            "[batch: Batch] run: the graph stalled: all settings.max_in_flight = 3 source items "
+            "are held by batch waiting to complete a batch; raise settings.max_in_flight to at "
+            "least the batch size (a few batches more keeps every stage busy)");
+}
+
+TEST_P(Runner, CountedOutputsSeeHowFarEveryNodeHasGot) {
+  TempDir dir;
+  ValidatedPipeline pipeline =
+      load_pipeline(dir.write("p.json", kChain), {{threads()}}, testing::test_registry());
+  std::vector<std::vector<int64_t>> seen;
+  RunOptions options;
+  options.log = [](const std::string&) {};
+  options.on_output_counted = [&](const Sample&, const std::vector<int64_t>& node_outputs) {
+    seen.push_back(node_outputs);
+  };
+  RunResult result = run_pipeline(pipeline, options);
+  ASSERT_FALSE(result.error);
+  ASSERT_EQ(seen.size(), 13u);  // 12 full batches and the 8 values flushed at the end
+  for (size_t k = 0; k < seen.size(); ++k) {
+    ASSERT_EQ(seen[k].size(), 4u);  // source, delay, plus, batch
+    EXPECT_EQ(seen[k][3], static_cast<int64_t>(k)) << "batches before this one";
+    EXPECT_GE(seen[k][2], std::min<int64_t>(200, 16 * static_cast<int64_t>(k + 1)))
+        << "values already through plus";
+    EXPECT_GE(seen[k][0], seen[k][2]);
+  }
 }
 
 TEST_P(Runner, StepsStopAfterNTerminalItems) {

@@ -194,6 +194,7 @@ class BatchStage final : public Stage {
     c.removes("value");
     c.writes("values", FieldType::kJson);
     c.order_sensitive();
+    c.batches();
   }
   void process(Sample s, Emitter& out) override {
     values_.push_back(s.get_int("value"));
@@ -294,7 +295,8 @@ class InFlightExitStage final : public Stage {
   explicit InFlightExitStage(Params) {}
   void declare(Contract& c) const override { c.concurrency(Concurrency::unlimited()); }
   void process(Sample s, Emitter& out) override {
-    --InFlightProbe::live;
+    // A batch ends the span of every item in it.
+    InFlightProbe::live -= s.has("values") ? static_cast<int64_t>(s.get_json("values").size()) : 1;
     out.emit(std::move(s));
   }
 };

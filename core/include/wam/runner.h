@@ -21,6 +21,9 @@ struct RunOptions {
   std::function<void(const std::string&)> log;
   // Called for every item leaving a terminal node (after the `steps` cut), in the order they leave.
   std::function<void(const Sample&)> on_output;
+  // Like on_output, with how many items each node had emitted by then, in pipeline node order
+  // (bench separates batches the graph buffered before its timed window from those made in it).
+  std::function<void(const Sample&, const std::vector<int64_t>& node_outputs)> on_output_counted;
 };
 
 struct RunResult {
