@@ -252,17 +252,23 @@ void print_whole_graph(const GraphResult& graph, const DeviceResult& device, con
     for (const std::string& id : part.chain) in_device_part = in_device_part || node.id == id;
     if (!in_device_part && (!busiest || node.utilisation > busiest->utilisation)) busiest = &node;
   }
-  // The transfer node's busy time less its waits for a free pinned buffer (flow control: the step
-  // still held them), per batch.
-  double transfer_ms = 0.0, transfer_wait_ms = 0.0;
+  // On CUDA the transfer is the host staging plus the copies' CUDA-event time (waits for a free
+  // buffer or for the GPU's earlier work are flow control, not transfer); on the CPU, the node's
+  // busy time less any buffer waits.
+  double transfer_ms = 0.0, transfer_wait_ms = 0.0, busy_ms = 0.0, staging_ms = 0.0, copy_ms = 0.0;
+  bool event_timed = false;
   if (transfer && transfer->out > 0) {
-    double wait_s = 0.0;
+    const double batches = static_cast<double>(transfer->out);
     for (const auto& [name, value] : transfer->counters) {
-      if (name == "pool_wait_us") wait_s = 1e-6 * static_cast<double>(value);
+      const double ms_per_batch = 1e-3 * static_cast<double>(value) / batches;
+      if (name == "pool_wait_us") transfer_wait_ms = ms_per_batch;
+      if (name == "staging_us") staging_ms = ms_per_batch;
+      if (name == "copy_us") copy_ms = ms_per_batch, event_timed = true;
     }
-    transfer_ms = 1e3 * (transfer->busy_s - wait_s) / static_cast<double>(transfer->out);
-    transfer_wait_ms = 1e3 * wait_s / static_cast<double>(transfer->out);
+    busy_ms = 1e3 * transfer->busy_s / batches;
+    transfer_ms = event_timed ? staging_ms + copy_ms : busy_ms - transfer_wait_ms;
   }
+
   char line[256];
   std::snprintf(line, sizeof(line),
                 "  whole graph:          %9.2f samples/s (the lower of: steps %.2f, batches "
@@ -272,9 +278,16 @@ void print_whole_graph(const GraphResult& graph, const DeviceResult& device, con
   std::cout << line;
   std::snprintf(line, sizeof(line), "  pipeline efficiency:  %9.3f\n", efficiency);
   std::cout << line;
-  std::snprintf(line, sizeof(line),
-                "  %s: %.2f ms per batch transferring (+ %.2f ms waiting for a free buffer)\n",
-                part.transfer_id.c_str(), transfer_ms, transfer_wait_ms);
+  if (event_timed) {
+    std::snprintf(line, sizeof(line),
+                  "  %s: %.2f ms per batch transferring (%.2f staging on the host + %.2f copying, "
+                  "CUDA-event timed); busy %.2f ms, %.2f of it waiting for a free buffer\n",
+                  part.transfer_id.c_str(), transfer_ms, staging_ms, copy_ms, busy_ms,
+                  transfer_wait_ms);
+  } else {
+    std::snprintf(line, sizeof(line), "  %s: %.2f ms per batch (busy, no device copies)\n",
+                  part.transfer_id.c_str(), transfer_ms);
+  }
   std::cout << line;
   if (busiest) {
     std::snprintf(line, sizeof(line), "  busiest host node:    %s %.0f%%\n", busiest->id.c_str(),
@@ -286,6 +299,9 @@ void print_whole_graph(const GraphResult& graph, const DeviceResult& device, con
   out["graph_delivered_samples_per_s"] = graph.delivered_samples_per_s;
   out["pipeline_efficiency"] = efficiency;
   out["transfer_ms_per_batch"] = transfer_ms;
+  out["transfer_staging_ms_per_batch"] = staging_ms;
+  out["transfer_copy_ms_per_batch"] = copy_ms;
+  out["transfer_busy_ms_per_batch"] = busy_ms;
   out["transfer_wait_ms_per_batch"] = transfer_wait_ms;
   out["graph_stats"] = graph.stats.to_json();
 }

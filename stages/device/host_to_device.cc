@@ -23,6 +23,10 @@
 // Without CUDA, batches pass through unchanged (logged once), except that uint8 `video` is
 // normalised to float on the host: the stages after this one take float video.
 //
+// Counters: bytes_copied; staging_us (host time packing batches into pinned buffers); copy_us
+// (the copies and the normalisation on the device, timed with CUDA events on their stream, so
+// waits for earlier GPU work are not in it); pool_waits and pool_wait_us (waits for a free buffer).
+//
 // Reads: every Tensor field (generic).  Writes: the same fields, on the device (`video` float).
 // Example: {"id": "h2d", "type": "HostToDevice", "inputs": ["collate"],
 //           "params": {"mode": "pinned", "pool_batches": 4, "video_as_uint8": true}}
@@ -208,6 +212,8 @@ class HostToDeviceStage final : public Stage {
       return;
     }
 #if WAM_WITH_CUDA
+    staging_us_ = &context.counter("staging_us");
+    copy_us_ = &context.counter("copy_us");
     copy_stream_ = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
 #endif
   }
@@ -252,6 +258,11 @@ class HostToDeviceStage final : public Stage {
   }
 
   void copy_pageable(Sample& sample) {
+    // Blocking copies on the current stream: they start once the step's queued kernels are done,
+    // and the event pair times only the copies.
+    const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_.index());
+    at::cuda::CUDAEvent copy_began(cudaEventDefault);
+    copy_began.record(stream);
     for (const std::string& name : cpu_tensor_fields(sample)) {
       const at::Tensor& source = sample.tensor(name);
       const bool quantize = params_.video_as_uint8 && is_float_video(name, source);
@@ -267,6 +278,14 @@ class HostToDeviceStage final : public Stage {
         sample.set_tensor(name, source.to(device_));
       }
     }
+    at::cuda::CUDAEvent copied(cudaEventDefault);
+    copied.record(stream);
+    copied.synchronize();
+    add_copy_time(copy_began, copied);
+  }
+
+  void add_copy_time(const at::cuda::CUDAEvent& began, const at::cuda::CUDAEvent& ended) {
+    copy_us_->add(static_cast<int64_t>(1e3 * static_cast<double>(began.elapsed_time(ended))));
   }
 
   void copy_pinned(Sample& sample) {
@@ -327,15 +346,21 @@ class HostToDeviceStage final : public Stage {
                     at::IntArrayRef sizes) {
       return bytes.narrow(0, offset, size).view(dtype).view(sizes);
     };
+    const auto staging_start = std::chrono::steady_clock::now();
     for (const FieldLayout& f : layout) {
       const at::ScalarType staged = f.levels ? at::kByte : f.source.scalar_type();
       typed(buffer.host, f.host_offset, f.host_bytes, staged, f.source.sizes())
           .copy_(f.quantize ? image_ops::signed_unit_to_levels(f.source) : f.source);
     }
+    staging_us_->add(std::chrono::duration_cast<std::chrono::microseconds>(
+                         std::chrono::steady_clock::now() - staging_start)
+                         .count());
     {
       c10::cuda::CUDAStreamGuard guard(copy_stream_);
       // The previous batch in this buffer may still be read by the step's kernels.
       if (buffer.used) buffer.released.block(copy_stream_);
+      at::cuda::CUDAEvent copy_began(cudaEventDefault);  // after that wait: flow control
+      copy_began.record(copy_stream_);
       for (const FieldLayout& f : layout) {
         const at::ScalarType staged = f.levels ? at::kByte : f.source.scalar_type();
         at::Tensor target = typed(buffer.device, f.device_offset, f.device_bytes, staged,
@@ -351,9 +376,10 @@ class HostToDeviceStage final : public Stage {
         bytes_copied_->add(f.host_bytes);
       }
       // Waited for here, on this stage's thread: the emitted batch is complete on the device.
-      at::cuda::CUDAEvent copied;
+      at::cuda::CUDAEvent copied(cudaEventDefault);
       copied.record(copy_stream_);
       copied.synchronize();
+      add_copy_time(copy_began, copied);
     }
     for (const FieldLayout& f : layout) {
       sample.set_tensor(
@@ -368,6 +394,8 @@ class HostToDeviceStage final : public Stage {
   Counter* bytes_copied_ = nullptr;
   Counter* pool_waits_ = nullptr;
   Counter* pool_wait_us_ = nullptr;
+  Counter* staging_us_ = nullptr;
+  Counter* copy_us_ = nullptr;
 #if WAM_WITH_CUDA
   c10::cuda::CUDAStream copy_stream_ = c10::cuda::getDefaultCUDAStream();
   std::shared_ptr<StagingPool> pool_;

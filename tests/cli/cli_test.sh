@@ -95,7 +95,7 @@ grep -q '"stop_reason": "steps"' "$work/stats.json" || { echo "FAIL train: stats
 
 expect_contains "bench measures the device part and the whole graph" 0 "  pipeline efficiency:" \
   -- "$bin" bench pipelines/robotwin_online.json "${tiny[@]}" --set settings.batch_size=2 \
-  --steps 2 --warmup 1 --json "$work/bench.json"
+  --set settings.device=cpu --steps 2 --warmup 1 --json "$work/bench.json"
 /usr/bin/python3 - "$work/bench.json" <<'PY' || failures=$((failures + 1))
 import json, sys
 b = json.load(open(sys.argv[1]))
@@ -112,8 +112,8 @@ if b["graph_samples_per_s"] != min(b["graph_step_samples_per_s"], b["graph_deliv
 if b["graph_stats"]["stop_reason"] != "steps":
     problems.append("the whole-graph phase did not stop at its steps")
 h2d = next(n for n in b["graph_stats"]["nodes"] if n["id"] == "h2d")
-# On the CPU there is no pinned pool: no waits, and the transfer is the node's whole busy time.
-if b["transfer_wait_ms_per_batch"] != 0 or abs(b["transfer_ms_per_batch"] - 1e3 * h2d["busy_s"] / h2d["out"]) > 1e-6:
+# On the CPU there is no pinned pool and no copy: no waits, and the transfer is the node's whole busy time.
+if b["transfer_wait_ms_per_batch"] != 0 or b["transfer_copy_ms_per_batch"] != 0 or abs(b["transfer_ms_per_batch"] - 1e3 * h2d["busy_s"] / h2d["out"]) > 1e-6:
     problems.append(f"transfer {b['transfer_ms_per_batch']} + wait {b['transfer_wait_ms_per_batch']} vs h2d {h2d}")
 print("FAIL bench json: " + "; ".join(problems) if problems else "ok   bench json")
 sys.exit(1 if problems else 0)
@@ -121,7 +121,7 @@ PY
 expect_contains "bench --profile lists the longest operators" 0 \
   "  profile of 3 steps: " \
   -- "$bin" bench pipelines/robotwin_online.json "${tiny[@]}" --set settings.batch_size=2 \
-  --steps 1 --warmup 1 --device-only --profile --json "$work/profile.json"
+  --set settings.device=cpu --steps 1 --warmup 1 --device-only --profile --json "$work/profile.json"
 /usr/bin/python3 - "$work/profile.json" <<'PY' || failures=$((failures + 1))
 import json, sys
 p = json.load(open(sys.argv[1]))["profile"]
