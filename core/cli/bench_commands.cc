@@ -78,26 +78,43 @@ class CollectingEmitter final : public Emitter {
   std::vector<Sample> samples;
 };
 
-void synchronize_device() {
+// Whether the pipeline trains on CUDA: a CPU run on a GPU machine must not touch the CUDA
+// allocator (its statistics throw before CUDA is initialised).
+bool trains_on_cuda(const Settings& settings) {
 #if WAM_WITH_CUDA
-  if (torch::cuda::is_available()) torch::cuda::synchronize();
+  return settings.device == "cuda" || (settings.device == "auto" && torch::cuda::is_available());
+#else
+  (void)settings;
+  return false;
+#endif
+}
+
+void synchronize_device(bool cuda) {
+#if WAM_WITH_CUDA
+  if (cuda) torch::cuda::synchronize();
+#else
+  (void)cuda;
 #endif
 }
 
 // Peak bytes the CUDA caching allocator handed out since the last reset; -1 without CUDA.
-int64_t peak_device_bytes() {
+int64_t peak_device_bytes(bool cuda) {
 #if WAM_WITH_CUDA
-  if (torch::cuda::is_available()) {
-    synchronize_device();
+  if (cuda) {
+    synchronize_device(cuda);
     return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device()).allocated_bytes[0].peak;
   }
+#else
+  (void)cuda;
 #endif
   return -1;
 }
 
-void reset_peak_device_bytes() {
+void reset_peak_device_bytes(bool cuda) {
 #if WAM_WITH_CUDA
-  if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+  if (cuda) c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+#else
+  (void)cuda;
 #endif
 }
 
@@ -144,7 +161,8 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
   ValidatedPipeline pipeline = load_pipeline(file, step_options);
   std::deque<Context> contexts;  // deque: stable addresses, stages keep pointers to them
   std::vector<Stage*> chain;
-  reset_peak_device_bytes();
+  const bool cuda = trains_on_cuda(pipeline.settings());
+  reset_peak_device_bytes(cuda);
   for (const std::string& id : part.chain) {
     const ValidatedNode& node = *pipeline.find(id);
     contexts.emplace_back(node.id, node.type, pipeline.settings(),
@@ -161,11 +179,11 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
       for (Sample& sample : flowing) chain[i]->process(std::move(sample), out);
       flowing = std::move(out.samples);
       if (node_seconds) {
-        synchronize_device();
+        synchronize_device(cuda);
         (*node_seconds)[i] += std::chrono::duration<double>(Clock::now() - start).count();
       }
     }
-    synchronize_device();
+    synchronize_device(cuda);
   };
   // The rate: nodes overlap as in the graph (one synchronisation per step).
   std::vector<Clock::time_point> step_ends;
@@ -174,7 +192,7 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
     step_ends.push_back(Clock::now());
   }
   DeviceResult result{steady_rate(step_ends, warmup, pipeline.settings().batch_size),
-                      peak_device_bytes(), {}, std::nullopt};
+                      peak_device_bytes(cuda), {}, std::nullopt};
   // Then a few more steps with a synchronisation after each node, so its kernels count for it.
   std::vector<double> node_seconds(chain.size(), 0.0);
   for (int64_t step = 0; step < kProfileSteps; ++step) run_step(&node_seconds);
@@ -186,7 +204,7 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
         [&] {
           for (int64_t step = 0; step < kProfileSteps; ++step) run_step(nullptr);
         },
-        trace_path);
+        cuda, trace_path);
   }
   return result;
 }

@@ -22,12 +22,13 @@ double duration_ms(const torch::autograd::profiler::KinetoEvent& event) {
 
 }  // namespace
 
-StepProfile profile_steps(const std::function<void()>& body, const std::string& trace_path) {
+StepProfile profile_steps(const std::function<void()>& body, bool cuda,
+                          const std::string& trace_path) {
   namespace profiler = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;
   const profiler::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
   std::set<ActivityType> activities{ActivityType::CPU};
-  if (torch::cuda::is_available()) activities.insert(ActivityType::CUDA);
+  if (cuda) activities.insert(ActivityType::CUDA);
   profiler::prepareProfiler(config, activities);
   profiler::enableProfiler(config, activities);
   try {

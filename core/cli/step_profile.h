@@ -23,8 +23,9 @@ struct StepProfile {
   std::string trace_note;  // why no trace was written, or "" when it was
 };
 
-// Runs `body` under the profiler (CPU operators, and CUDA kernels when CUDA is available). When
+// Runs `body` under the profiler (CPU operators, and CUDA kernels with `cuda`). When
 // `trace_path` is not empty, writes the Chrome trace there (through a temporary and a rename).
-StepProfile profile_steps(const std::function<void()>& body, const std::string& trace_path);
+StepProfile profile_steps(const std::function<void()>& body, bool cuda,
+                          const std::string& trace_path);
 
 }  // namespace wam::cli
