@@ -34,6 +34,7 @@ constexpr size_t kListedKernels = 15;
 
 // The nodes the device-resident phase runs: the chain after HostToDevice, ending in TrainStep.
 struct DevicePart {
+  std::string feed_id;            // the node feeding HostToDevice: host batches
   std::string transfer_id;        // the HostToDevice node
   std::vector<std::string> chain;  // node ids after it, in flow order; the last is TrainStep
 };
@@ -54,7 +55,11 @@ DevicePart find_device_part(const ValidatedPipeline& pipeline) {
                 " has no HostToDevice node; bench measures training pipelines "
                 "(for data graphs use `run --stats-out`)");
   }
-  DevicePart part{nodes[*transfer].id, {}};
+  if (nodes[*transfer].inputs.size() != 1) {
+    throw Error("bench: " + nodes[*transfer].id + " in " + pipeline.file() +
+                " must have one input (the host batches it moves)");
+  }
+  DevicePart part{nodes[nodes[*transfer].inputs[0]].id, nodes[*transfer].id, {}};
   size_t at = *transfer;
   while (!nodes[at].outputs.empty()) {
     if (nodes[at].outputs.size() != 1 || nodes[nodes[at].outputs[0]].inputs.size() != 1) {
@@ -127,14 +132,19 @@ double steady_rate(const std::vector<Clock::time_point>& step_ends, int64_t warm
   return seconds > 0 ? steps * static_cast<double>(batch_size) / seconds : 0.0;
 }
 
+// Transfers of one host batch timed alone, after one that sizes a pinned pool.
+constexpr int64_t kTransferRepeats = 5;
+
 struct DeviceResult {
   double samples_per_s = 0;
+  double transfer_ms_per_batch = 0;  // the transfer node alone, nothing else on the device
   int64_t peak_bytes = -1;
   std::vector<std::pair<std::string, double>> node_ms_per_batch;  // chain order
   std::optional<StepProfile> profile;
 };
 
-// Captures one batch where HostToDevice emits it, then replays it through the device chain.
+// Captures one host batch where it enters HostToDevice, times that node alone on it, then replays
+// the device batch through the device chain.
 // With `profile`, kProfileSteps more steps run under the profiler (traced to `trace_path` unless
 // it is empty).
 DeviceResult run_device_part(const std::string& file, const LoadOptions& options,
@@ -145,7 +155,7 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
     LoadOptions capture_options = options;
     capture_options.overrides.push_back("settings.steps=1");
     ValidatedPipeline capture = load_pipeline(file, capture_options);
-    capture.keep_upstream_of(part.transfer_id);
+    capture.keep_upstream_of(part.feed_id);
     RunOptions run_options;
     run_options.on_output = [&](const Sample& sample) {
       if (!batch) batch = sample;
@@ -163,13 +173,35 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
   std::vector<Stage*> chain;
   const bool cuda = trains_on_cuda(pipeline.settings());
   reset_peak_device_bytes(cuda);
-  for (const std::string& id : part.chain) {
+  auto open_stage = [&](const std::string& id) -> Stage& {
     const ValidatedNode& node = *pipeline.find(id);
     contexts.emplace_back(node.id, node.type, pipeline.settings(),
                           [](const std::string& line) { std::cerr << line << "\n"; });
     node.stage->open(contexts.back());
-    chain.push_back(&node.transform());
-  }
+    return node.transform();
+  };
+  Stage& transfer = open_stage(part.transfer_id);
+  for (const std::string& id : part.chain) chain.push_back(&open_stage(id));
+
+  // The transfer's own cost per batch in its mode: the device is otherwise idle, so no wait for a
+  // free buffer or for queued kernels is in it. Dropped outputs return pinned buffers to the pool.
+  const Sample host_batch = std::move(*batch);
+  auto transfer_once = [&] {
+    CollectingEmitter out;
+    transfer.process(Sample(host_batch), out);
+    synchronize_device(cuda);
+    if (out.samples.size() != 1) {
+      throw Error("bench: " + part.transfer_id + " emitted " + std::to_string(out.samples.size()) +
+                  " batches for one");
+    }
+    return std::move(out.samples[0]);
+  };
+  batch = transfer_once();
+  const Clock::time_point transfers_start = Clock::now();
+  for (int64_t i = 0; i < kTransferRepeats; ++i) transfer_once();
+  const double transfer_ms =
+      1e3 * std::chrono::duration<double>(Clock::now() - transfers_start).count() /
+      static_cast<double>(kTransferRepeats);
 
   auto run_step = [&](std::vector<double>* node_seconds) {
     std::vector<Sample> flowing{*batch};
@@ -192,7 +224,7 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
     step_ends.push_back(Clock::now());
   }
   DeviceResult result{steady_rate(step_ends, warmup, pipeline.settings().batch_size),
-                      peak_device_bytes(cuda), {}, std::nullopt};
+                      transfer_ms, peak_device_bytes(cuda), {}, std::nullopt};
   // Then a few more steps with a synchronisation after each node, so its kernels count for it.
   std::vector<double> node_seconds(chain.size(), 0.0);
   for (int64_t step = 0; step < kProfileSteps; ++step) run_step(&node_seconds);
@@ -259,7 +291,7 @@ GraphResult run_whole_graph(const std::string& file, const LoadOptions& options,
 // The whole-graph figures, their ratio to the device part, and the host side at a glance (the
 // transfer and the busiest node before the device part).
 void print_whole_graph(const GraphResult& graph, const DeviceResult& device, const DevicePart& part,
-                       nlohmann::json& out) {
+                       bool cuda, nlohmann::json& out) {
   const double efficiency =
       device.samples_per_s > 0 ? graph.samples_per_s / device.samples_per_s : 0.0;
   const NodeStats* busiest = nullptr;
@@ -296,6 +328,10 @@ void print_whole_graph(const GraphResult& graph, const DeviceResult& device, con
   std::cout << line;
   std::snprintf(line, sizeof(line), "  pipeline efficiency:  %9.3f\n", efficiency);
   std::cout << line;
+  if (graph.delivered_samples_per_s == 0) {
+    std::cout << "  (no batch reached " << part.transfer_id
+              << " while timed: the steps used batches made during warm-up; time more --steps)\n";
+  }
   if (event_timed) {
     std::snprintf(line, sizeof(line),
                   "  %s: %.2f ms per batch transferring (%.2f staging on the host + %.2f copying, "
@@ -303,8 +339,10 @@ void print_whole_graph(const GraphResult& graph, const DeviceResult& device, con
                   part.transfer_id.c_str(), transfer_ms, staging_ms, copy_ms, busy_ms,
                   transfer_wait_ms);
   } else {
-    std::snprintf(line, sizeof(line), "  %s: %.2f ms per batch (busy, no device copies)\n",
-                  part.transfer_id.c_str(), transfer_ms);
+    std::snprintf(line, sizeof(line), "  %s: %.2f ms per batch busy (%s)\n",
+                  part.transfer_id.c_str(), transfer_ms,
+                  cuda ? "blocking copies: they wait for the kernels queued before them"
+                       : "no device copies");
   }
   std::cout << line;
   if (busiest) {
@@ -422,6 +460,9 @@ int BenchCommand::run() const {
   std::snprintf(line, sizeof(line), "  device part alone:    %9.2f samples/s, peak device memory %s\n",
                 device.samples_per_s, gib(device.peak_bytes).c_str());
   std::cout << line;
+  std::snprintf(line, sizeof(line), "    %-20s %9.2f ms per batch, timed alone (not in the rate)\n",
+                (part.transfer_id + ":").c_str(), device.transfer_ms_per_batch);
+  std::cout << line;
   for (const auto& [id, ms] : device.node_ms_per_batch) {
     std::snprintf(line, sizeof(line), "    %-20s %9.2f ms per batch\n", (id + ":").c_str(), ms);
     std::cout << line;
@@ -432,13 +473,14 @@ int BenchCommand::run() const {
                         {"batch_size", probe.settings().batch_size},
                         {"device_part_samples_per_s", device.samples_per_s},
                         {"device_part_peak_bytes", device.peak_bytes},
+                        {"transfer_alone_ms_per_batch", device.transfer_ms_per_batch},
                         {"device_part_ms_per_batch", device.node_ms_per_batch}};
   if (device.profile) print_profile(*device.profile, trace_out_, out);
   if (!device_only_) {
     std::cerr << "bench: " << probe.name() << ": whole graph, " << warmup_ << " + " << steps_
               << " steps\n";
     const GraphResult graph = run_whole_graph(file_, options, part, warmup_, total);
-    print_whole_graph(graph, device, part, out);
+    print_whole_graph(graph, device, part, trains_on_cuda(probe.settings()), out);
   }
   if (!json_out_.empty()) write_file_atomically(json_out_, out.dump(2) + "\n");
   return 0;

@@ -23,9 +23,10 @@
 // Without CUDA, batches pass through unchanged (logged once), except that uint8 `video` is
 // normalised to float on the host: the stages after this one take float video.
 //
-// Counters: bytes_copied; staging_us (host time packing batches into pinned buffers); copy_us
-// (the copies and the normalisation on the device, timed with CUDA events on their stream, so
-// waits for earlier GPU work are not in it); pool_waits and pool_wait_us (waits for a free buffer).
+// Counters: bytes_copied; in pinned mode also staging_us (host time packing batches into pinned
+// buffers), copy_us (the copies and the normalisation on the device, timed with CUDA events on the
+// copy stream, which only this stage uses, so waits for earlier GPU work are not in it),
+// pool_waits and pool_wait_us (waits for a free buffer).
 //
 // Reads: every Tensor field (generic).  Writes: the same fields, on the device (`video` float).
 // Example: {"id": "h2d", "type": "HostToDevice", "inputs": ["collate"],
@@ -212,8 +213,10 @@ class HostToDeviceStage final : public Stage {
       return;
     }
 #if WAM_WITH_CUDA
-    staging_us_ = &context.counter("staging_us");
-    copy_us_ = &context.counter("copy_us");
+    if (params_.mode == "pinned") {
+      staging_us_ = &context.counter("staging_us");
+      copy_us_ = &context.counter("copy_us");
+    }
     copy_stream_ = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
 #endif
   }
@@ -257,12 +260,9 @@ class HostToDeviceStage final : public Stage {
     return names;
   }
 
+  // Blocking copies on the current stream, which the step's kernels share: they are not timed
+  // apart (an event pair there would enclose the step's kernels too).
   void copy_pageable(Sample& sample) {
-    // Blocking copies on the current stream: they start once the step's queued kernels are done,
-    // and the event pair times only the copies.
-    const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_.index());
-    at::cuda::CUDAEvent copy_began(cudaEventDefault);
-    copy_began.record(stream);
     for (const std::string& name : cpu_tensor_fields(sample)) {
       const at::Tensor& source = sample.tensor(name);
       const bool quantize = params_.video_as_uint8 && is_float_video(name, source);
@@ -278,15 +278,8 @@ class HostToDeviceStage final : public Stage {
         sample.set_tensor(name, source.to(device_));
       }
     }
-    at::cuda::CUDAEvent copied(cudaEventDefault);
-    copied.record(stream);
-    copied.synchronize();
-    add_copy_time(copy_began, copied);
   }
 
-  void add_copy_time(const at::cuda::CUDAEvent& began, const at::cuda::CUDAEvent& ended) {
-    copy_us_->add(static_cast<int64_t>(1e3 * static_cast<double>(began.elapsed_time(ended))));
-  }
 
   void copy_pinned(Sample& sample) {
     std::vector<FieldLayout> layout;
@@ -379,7 +372,7 @@ class HostToDeviceStage final : public Stage {
       at::cuda::CUDAEvent copied(cudaEventDefault);
       copied.record(copy_stream_);
       copied.synchronize();
-      add_copy_time(copy_began, copied);
+      copy_us_->add(static_cast<int64_t>(1e3 * copy_began.elapsed_time(copied)));
     }
     for (const FieldLayout& f : layout) {
       sample.set_tensor(

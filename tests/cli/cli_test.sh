@@ -107,6 +107,8 @@ if not (b["device_part_samples_per_s"] > 0 and b["graph_step_samples_per_s"] > 0
     problems.append("rates must be positive")
 if abs(b["pipeline_efficiency"] - b["graph_samples_per_s"] / b["device_part_samples_per_s"]) > 1e-9:
     problems.append("efficiency is not the ratio of the rates")
+if not b["transfer_alone_ms_per_batch"] > 0:
+    problems.append("the transfer timed alone took no time")
 if b["graph_samples_per_s"] != min(b["graph_step_samples_per_s"], b["graph_delivered_samples_per_s"]):
     problems.append("the graph rate is not the lower of the step side and the data path side")
 if b["graph_stats"]["stop_reason"] != "steps":
