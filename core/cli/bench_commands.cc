@@ -172,7 +172,6 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
   std::deque<Context> contexts;  // deque: stable addresses, stages keep pointers to them
   std::vector<Stage*> chain;
   const bool cuda = trains_on_cuda(pipeline.settings());
-  reset_peak_device_bytes(cuda);
   auto open_stage = [&](const std::string& id) -> Stage& {
     const ValidatedNode& node = *pipeline.find(id);
     contexts.emplace_back(node.id, node.type, pipeline.settings(),
@@ -202,6 +201,9 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
   const double transfer_ms =
       1e3 * std::chrono::duration<double>(Clock::now() - transfers_start).count() /
       static_cast<double>(kTransferRepeats);
+  // After the transfers: CUDA is initialised (its statistics throw before) and the pinned pool,
+  // allocated by now, still counts in the peak.
+  reset_peak_device_bytes(cuda);
 
   auto run_step = [&](std::vector<double>* node_seconds) {
     std::vector<Sample> flowing{*batch};
