@@ -39,7 +39,9 @@ struct Settings {
     v("batch_size", batch_size, "Samples per batch (per process).", Min{1});
     v("threads", threads, "Worker threads (0: one per core).", Min{0});
     v("max_in_flight", max_in_flight,
-      "Most source samples inside the graph at once: bounds every queue.", Min{1});
+      "Most source samples inside the graph at once, those batched included until their batch "
+      "leaves it: bounds every queue (at least the batch size).",
+      Min{1});
     v("ordered", ordered,
       "Restore source order before order-sensitive nodes: serial and parallel runs give the same "
       "result.");
