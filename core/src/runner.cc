@@ -362,11 +362,20 @@ class Run {
       const size_t concurrency = node.concurrency.limit == Concurrency::kUnlimited
                                      ? size_t(flow::unlimited)
                                      : static_cast<size_t>(node.concurrency.limit);
+      // A free worker takes a bounded-concurrency node's work first, later nodes (they are in
+      // topological order) before earlier ones: the serial chain to the step is never starved by
+      // a backlog of parallel decoding, and it holds at most one worker per node, so the parallel
+      // stages keep the rest.
+      const auto priority = node.concurrency.limit == Concurrency::kUnlimited
+                                ? flow::no_priority
+                                : static_cast<flow::node_priority_t>(i);
       stage_nodes[i] = std::make_unique<StageNode>(
-          graph, concurrency, [this, i](const PacketPtr& in, StageNode::output_ports_type& ports) {
+          graph, concurrency,
+          [this, i](const PacketPtr& in, StageNode::output_ports_type& ports) {
             PacketPtr out = process_packet(i, in);
             forward(i, out, std::get<0>(ports));
-          });
+          },
+          priority);
       flow::receiver<PacketPtr>* first = stage_nodes[i].get();
       if (settings.ordered && node.contract.is_order_sensitive()) {
         sequencers.push_back(std::make_unique<flow::sequencer_node<PacketPtr>>(
@@ -387,7 +396,8 @@ class Run {
               } catch (const std::exception& e) {
                 fail(StageError(nodes_[i].id, nodes_[i].type, "", "join", e.what()));
               }
-            }));
+            },
+            priority));
         flow::make_edge(flow::output_port<0>(*join_nodes.back()), *first);
         first = join_nodes.back().get();
       }
