@@ -500,17 +500,18 @@ class Run {
       }
     }
     const std::string limit = std::to_string(pipeline_.settings().max_in_flight);
+    const std::string setting = pipeline_.file() + ":/settings/max_in_flight";
     if (most == 0) {
       fail(StageError(nodes_[0].id, nodes_[0].type, "", "run",
-                      "the graph stalled with all settings.max_in_flight = " + limit +
-                          " source items inside it"));
+                      "the graph stalled with all " + limit + " source items allowed by " +
+                          setting + " inside it"));
       return;
     }
     fail(StageError(nodes_[holder].id, nodes_[holder].type, "", "run",
-                    "the graph stalled: all settings.max_in_flight = " + limit +
-                        " source items are held by " + nodes_[holder].id +
-                        " waiting to complete a batch; raise settings.max_in_flight to at least "
-                        "the batch size (a few batches more keeps every stage busy)"));
+                    "the graph stalled: all " + limit + " source items allowed by " + setting +
+                        " are held by " + nodes_[holder].id +
+                        " waiting to complete a batch; raise it to at least the batch size (a few "
+                        "batches more keeps every stage busy)"));
   }
 
   bool deliver_downstream(size_t index, const PacketPtr& packet) {

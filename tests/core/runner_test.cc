@@ -12,6 +12,7 @@ using nlohmann::json;
 using testing::TempDir;
 
 struct Outcome {
+  std::string file;  // the pipeline file the run loaded (gone after the run)
   RunResult result;
   std::vector<Sample> outputs;
   const NodeStats& node(const std::string& id) const {
@@ -29,6 +30,7 @@ Outcome run_json(const std::string& text, const std::vector<std::string>& overri
   ValidatedPipeline pipeline = load_pipeline(file, {overrides}, testing::test_registry());
   if (!stop_after.empty()) pipeline.keep_upstream_of(stop_after);
   Outcome outcome;
+  outcome.file = file;
   RunOptions options;
   options.log = [](const std::string&) {};
   options.on_output = [&](const Sample& s) { outcome.outputs.push_back(s); };
@@ -185,9 +187,9 @@ TEST_P(Runner, ABatchLargerThanMaxInFlightStopsWithAnErrorInsteadOfEndingEarly) 
   EXPECT_EQ(o.result.stats.stop_reason, "failed");
   EXPECT_TRUE(o.outputs.empty());
   EXPECT_EQ(std::string(o.result.error->what()),
-            "[batch: Batch] run: the graph stalled: all settings.max_in_flight = 3 source items "
-            "are held by batch waiting to complete a batch; raise settings.max_in_flight to at "
-            "least the batch size (a few batches more keeps every stage busy)");
+            "[batch: Batch] run: the graph stalled: all 3 source items allowed by " + o.file +
+                ":/settings/max_in_flight are held by batch waiting to complete a batch; raise it "
+                "to at least the batch size (a few batches more keeps every stage busy)");
 }
 
 TEST_P(Runner, CountedOutputsSeeHowFarEveryNodeHasGot) {
