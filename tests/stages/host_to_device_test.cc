@@ -61,6 +61,12 @@ struct OpenedStage {
     return out.at(0);
   }
   int64_t counter(const std::string& name) { return context->counter(name).value(); }
+  bool has_counter(const std::string& name) const {
+    for (const auto& [counted, value] : context->counters()) {
+      if (counted == name) return true;
+    }
+    return false;
+  }
 
   Settings settings;
   std::unique_ptr<StageBase> base;
@@ -84,6 +90,7 @@ TEST(HostToDeviceTest, PassesThroughOnCpuAndSaysSoOnce) {
                          "[h2d] HostToDevice: the training device is cpu; batches pass through "
                          "unchanged (uint8 video is normalised to float)"});
   EXPECT_EQ(h2d.counter("bytes_copied"), 0);
+  EXPECT_FALSE(h2d.has_counter("copy_us"));  // nothing is copied, so nothing is timed
 }
 
 TEST(HostToDeviceTest, NormalisesUint8VideoOnCpuAsTheGpuDoes) {
@@ -146,6 +153,9 @@ TEST(HostToDeviceCudaTest, PageableCopiesArriveIntact) {
   const Sample in = make_batch(1);
   expect_arrived_intact(in, h2d.process(in), false);
   EXPECT_GT(h2d.counter("bytes_copied"), 0);
+  // Blocking copies share the step's stream: no staging or event-timed copy figures.
+  EXPECT_FALSE(h2d.has_counter("staging_us"));
+  EXPECT_FALSE(h2d.has_counter("copy_us"));
 }
 
 TEST(HostToDeviceCudaTest, PinnedCopiesArriveIntactThroughRecycledBuffers) {
@@ -166,6 +176,8 @@ TEST(HostToDeviceCudaTest, PinnedCopiesArriveIntactThroughRecycledBuffers) {
     }
     EXPECT_EQ(h2d.counter("bytes_copied"), expected_bytes);
     EXPECT_EQ(h2d.counter("pool_waits"), 0);
+    EXPECT_TRUE(h2d.has_counter("staging_us"));
+    EXPECT_GT(h2d.counter("copy_us"), 0);  // six batches' copies, timed by CUDA events
   }
 }
 
