@@ -9,10 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "cli/bench_commands.h"
-#include "cli/compile_commands.h"
-#include "cli/dataset_commands.h"
-#include "cli/text_cache_commands.h"
+#include "cli/command.h"
 #include "cli/validators.h"
 #include "wam/pipeline.h"
 #include "wam/registry.h"
@@ -20,10 +17,10 @@
 
 namespace {
 
-constexpr int kExitOk = 0;
-constexpr int kExitFailed = 1;
-constexpr int kExitInvalid = 2;
-constexpr int kExitInterrupted = 130;
+using wam::cli::kExitFailed;
+using wam::cli::kExitInterrupted;
+using wam::cli::kExitInvalid;
+using wam::cli::kExitOk;
 
 std::atomic<bool> g_interrupted{false};
 
@@ -212,10 +209,7 @@ int run_cli(int argc, char** argv) {
   add_pipeline_args(*graph, graph_args);
   graph->add_option("-o,--output", graph_out, "Output .dot file (default: stdout)");
 
-  DatasetCommands dataset_commands(app);
-  BenchCommand bench_command(app);
-  CompileCommand compile_command(app);
-  TextCacheCommands text_cache_commands(app);
+  const std::vector<std::unique_ptr<Command>> commands = CommandRegistry::builtin().create_all(app);
 
   try {
     app.parse(argc, argv);
@@ -230,10 +224,9 @@ int run_cli(int argc, char** argv) {
     if (app.got_subcommand("stages")) return cmd_stages();
     if (*describe) return cmd_describe(describe_type);
     if (*graph) return cmd_graph(graph_args, graph_out);
-    if (dataset_commands.selected()) return dataset_commands.run();
-    if (bench_command.selected()) return bench_command.run();
-    if (compile_command.selected()) return compile_command.run();
-    if (text_cache_commands.selected()) return text_cache_commands.run();
+    for (const auto& command : commands) {
+      if (command->selected()) return command->run();
+    }
   } catch (const wam::ConfigError& e) {
     std::cerr << e.what() << "\n";
     return kExitInvalid;

@@ -34,6 +34,7 @@
 #include <string>
 
 #include "data/image_ops.h"
+#include "device/transfer_timing.h"
 #include "train/train_loop.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
@@ -185,7 +186,7 @@ class StagingPool {
 };
 #endif
 
-class HostToDeviceStage final : public Stage {
+class HostToDeviceStage final : public Stage, public TimedTransfer {
  public:
   static constexpr std::string_view kType = "HostToDevice";
   static constexpr std::string_view kSummary =
@@ -197,6 +198,17 @@ class HostToDeviceStage final : public Stage {
 
   void declare(Contract& contract) const override {
     contract.concurrency(Concurrency::serial());
+  }
+
+  TransferTiming transfer_timing() const override {
+    TransferTiming timing;
+    if (pool_wait_us_) timing.pool_wait_us = pool_wait_us_->value();
+    if (copy_us_) {
+      timing.staging_us = staging_us_->value();
+      timing.copy_us = copy_us_->value();
+      timing.event_timed = true;
+    }
+    return timing;
   }
 
   void open(Context& context) override {

@@ -28,6 +28,7 @@
 #include "models/fused_norm.h"
 #include "models/world_model.h"
 #include "train/train_loop.h"
+#include "train/training_step.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 
@@ -103,13 +104,15 @@ constexpr const char* kReads[] = {"video_latents",
                                   "action_dim_is_pad",
                                   "proprio"};
 
-class TrainStepStage final : public Stage {
+class TrainStepStage final : public Stage, public TrainingStep {
  public:
   static constexpr std::string_view kType = "TrainStep";
   static constexpr std::string_view kSummary =
       "Trains the world-action model one step per batch (eager or CUDA-graph compiled); emits "
       "one record per step.";
   using Params = TrainStepParams;
+
+  bool compiled() const override { return params_.mode == "compiled"; }
 
   explicit TrainStepStage(Params params) : params_(std::move(params)) {}
 

@@ -1,4 +1,10 @@
-#include "cli/bench_commands.h"
+// `wam-pipeline bench PIPELINE`: is the data path keeping the training device busy?
+//
+// Runs a training pipeline twice: first its device part alone (every node after HostToDevice, which
+// must be a chain ending in TrainStep) fed one device-resident batch over and over, then the whole
+// graph. Both are timed over the same steps after a warm-up (capture, GEMM tuning, pipeline fill),
+// and their ratio is the pipeline efficiency: 1.0 means the host side never made the step wait.
+#include "cli/command.h"
 
 #include <chrono>
 #include <cstdio>
@@ -8,8 +14,10 @@
 
 #include <torch/torch.h>
 
-#include "cli/step_overrides.h"
-#include "cli/step_profile.h"
+#include "device/transfer_timing.h"
+#include "train/step_overrides.h"
+#include "train/step_profile.h"
+#include "train/training_step.h"
 #include "cli/validators.h"
 #include "wam/pipeline.h"
 #include "wam/runner.h"
@@ -23,7 +31,6 @@
 namespace wam::cli {
 namespace {
 
-constexpr int kExitInvalid = 2;
 
 using Clock = std::chrono::steady_clock;
 
@@ -43,16 +50,16 @@ DevicePart find_device_part(const ValidatedPipeline& pipeline) {
   const auto& nodes = pipeline.nodes();
   std::optional<size_t> transfer;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    if (nodes[i].type != "HostToDevice") continue;
+    if (!dynamic_cast<const stages::TimedTransfer*>(nodes[i].stage.get())) continue;
     if (transfer) {
-      throw Error("bench: " + pipeline.file() + " has more than one HostToDevice node (" +
+      throw Error("bench: " + pipeline.file() + " has more than one host-to-device node (" +
                   nodes[*transfer].id + ", " + nodes[i].id + "); bench measures one device part");
     }
     transfer = i;
   }
   if (!transfer) {
     throw Error("bench: " + pipeline.file() +
-                " has no HostToDevice node; bench measures training pipelines "
+                " has no host-to-device node (HostToDevice); bench measures training pipelines "
                 "(for data graphs use `run --stats-out`)");
   }
   if (nodes[*transfer].inputs.size() != 1) {
@@ -70,9 +77,9 @@ DevicePart find_device_part(const ValidatedPipeline& pipeline) {
     at = nodes[at].outputs[0];
     part.chain.push_back(nodes[at].id);
   }
-  if (part.chain.empty() || nodes[at].type != "TrainStep") {
+  if (part.chain.empty() || !dynamic_cast<const stages::TrainingStep*>(nodes[at].stage.get())) {
     throw Error("bench: the chain after " + part.transfer_id + " in " + pipeline.file() +
-                " must end in a TrainStep node");
+                " must end in a training step node (TrainStep)");
   }
   return part;
 }
@@ -248,6 +255,7 @@ struct GraphResult {
   double step_samples_per_s = 0;   // batches the step finished in the timed window
   double delivered_samples_per_s = 0;  // batches that reached the transfer in that window
   RunStats stats;
+  stages::TransferTiming transfer_timing;  // the transfer node's totals over the run
 };
 
 // The graph's rate over the timed steps. Batches the data path finished while the warm-up steps
@@ -287,6 +295,9 @@ GraphResult run_whole_graph(const std::string& file, const LoadOptions& options,
       seconds > 0 ? delivered * static_cast<double>(batch_size) / seconds : 0.0;
   graph.samples_per_s = std::min(graph.step_samples_per_s, graph.delivered_samples_per_s);
   graph.stats = result.stats;
+  graph.transfer_timing =
+      dynamic_cast<const stages::TimedTransfer&>(*pipeline.find(part.transfer_id)->stage)
+          .transfer_timing();
   return graph;
 }
 
@@ -308,15 +319,14 @@ void print_whole_graph(const GraphResult& graph, const DeviceResult& device, con
   // buffer or for the GPU's earlier work are flow control, not transfer); on the CPU, the node's
   // busy time less any buffer waits.
   double transfer_ms = 0.0, transfer_wait_ms = 0.0, busy_ms = 0.0, staging_ms = 0.0, copy_ms = 0.0;
-  bool event_timed = false;
+  const stages::TransferTiming& timing = graph.transfer_timing;
+  const bool event_timed = timing.event_timed;
   if (transfer && transfer->out > 0) {
     const double batches = static_cast<double>(transfer->out);
-    for (const auto& [name, value] : transfer->counters) {
-      const double ms_per_batch = 1e-3 * static_cast<double>(value) / batches;
-      if (name == "pool_wait_us") transfer_wait_ms = ms_per_batch;
-      if (name == "staging_us") staging_ms = ms_per_batch;
-      if (name == "copy_us") copy_ms = ms_per_batch, event_timed = true;
-    }
+    auto ms_per_batch = [&](int64_t us) { return 1e-3 * static_cast<double>(us) / batches; };
+    transfer_wait_ms = ms_per_batch(timing.pool_wait_us);
+    staging_ms = ms_per_batch(timing.staging_us);
+    copy_ms = ms_per_batch(timing.copy_us);
     busy_ms = 1e3 * transfer->busy_s / batches;
     transfer_ms = event_timed ? staging_ms + copy_ms : busy_ms - transfer_wait_ms;
   }
@@ -405,6 +415,26 @@ std::string gib(int64_t bytes) {
 
 }  // namespace
 
+class BenchCommand final : public Command {
+ public:
+  static constexpr std::string_view kName = "bench";
+  explicit BenchCommand(CLI::App& app);
+  bool selected() const override;
+  int run() override;
+
+ private:
+  CLI::App* bench_ = nullptr;
+  std::string file_;
+  std::vector<std::string> overrides_;
+  int64_t steps_ = 20;
+  int64_t warmup_ = 5;
+  int64_t threads_ = -1;
+  std::string json_out_;
+  bool profile_ = false;
+  std::string trace_out_;
+  bool device_only_ = false;
+};
+
 BenchCommand::BenchCommand(CLI::App& app) {
   bench_ = app.add_subcommand(
       "bench",
@@ -435,7 +465,7 @@ BenchCommand::BenchCommand(CLI::App& app) {
 
 bool BenchCommand::selected() const { return bench_->parsed(); }
 
-int BenchCommand::run() const {
+int BenchCommand::run() {
   LoadOptions options{overrides_};
   if (threads_ >= 0) options.overrides.push_back("settings.threads=" + std::to_string(threads_));
   const ValidatedPipeline probe = load_pipeline(file_, options);
@@ -487,5 +517,7 @@ int BenchCommand::run() const {
   if (!json_out_.empty()) write_file_atomically(json_out_, out.dump(2) + "\n");
   return 0;
 }
+
+WAM_REGISTER_COMMAND(BenchCommand);
 
 }  // namespace wam::cli

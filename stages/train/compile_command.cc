@@ -1,11 +1,15 @@
-#include "cli/compile_commands.h"
+// `wam-pipeline compile PIPELINE`: prepares the compiled step's compiler artifacts (TunableOp GEMM
+// results under $WAM_COMPILE_CACHE) by running real training steps of a compiled pipeline, as the
+// reference's tools/compile.py prepares its Inductor/Triton caches.
+#include "cli/command.h"
 
 #include <filesystem>
 #include <iostream>
 
-#include "cli/step_overrides.h"
+#include "train/step_overrides.h"
 #include "models/world_model.h"
 #include "train/train_loop.h"
+#include "train/training_step.h"
 #include "wam/pipeline.h"
 #include "wam/runner.h"
 
@@ -16,13 +20,25 @@
 namespace wam::cli {
 namespace {
 
-constexpr int kExitFailed = 1;
-constexpr int kExitInvalid = 2;
 constexpr const char* kNeedsCuda =
     "compile: no CUDA device here; the TunableOp results are prepared on the GPU that will train "
     "(run this command there)\n";
 
 }  // namespace
+
+class CompileCommand final : public Command {
+ public:
+  static constexpr std::string_view kName = "compile";
+  explicit CompileCommand(CLI::App& app);
+  bool selected() const override;
+  int run() override;
+
+ private:
+  CLI::App* compile_ = nullptr;
+  std::string file_;
+  std::vector<std::string> overrides_;
+  int64_t steps_ = 2;
+};
 
 CompileCommand::CompileCommand(CLI::App& app) {
   compile_ = app.add_subcommand(
@@ -37,14 +53,18 @@ CompileCommand::CompileCommand(CLI::App& app) {
 
 bool CompileCommand::selected() const { return compile_->parsed(); }
 
-int CompileCommand::run() const {
+int CompileCommand::run() {
   LoadOptions options{overrides_};
   const ValidatedPipeline probe = load_pipeline(file_, options);
   const ValidatedNode* step = nullptr;
+  const stages::TrainingStep* training_step = nullptr;
   for (const ValidatedNode& node : probe.nodes()) {
-    if (node.type == "TrainStep") step = &node;
+    if (auto* found = dynamic_cast<const stages::TrainingStep*>(node.stage.get())) {
+      step = &node;
+      training_step = found;
+    }
   }
-  if (!step || step->params.value("mode", "") != "compiled") {
+  if (!training_step || !training_step->compiled()) {
     std::cerr << "Select a compiled pipeline (TrainStep mode: compiled) to prepare compiler "
                  "artifacts.\n";
     return kExitInvalid;
@@ -85,5 +105,7 @@ int CompileCommand::run() const {
   return 0;
 #endif
 }
+
+WAM_REGISTER_COMMAND(CompileCommand);
 
 }  // namespace wam::cli

@@ -1,4 +1,4 @@
-#include "cli/step_profile.h"
+#include "train/step_profile.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -1,4 +1,9 @@
-#include "cli/text_cache_commands.h"
+// `wam-pipeline text-cache build PIPELINE [--set ...]`: fills the HDF5 text cache that the
+// pipeline's TextEmbed node reads, with the T5 prompt of every task of the datasets its
+// EpisodeSampler nodes read.
+// Adds the `text-cache` command to `app`; after parsing, selected() says whether it was chosen and
+// run() executes it, returning the process exit status.
+#include "cli/command.h"
 
 #include <iostream>
 #include <set>
@@ -37,7 +42,21 @@ std::vector<std::string> pipeline_prompts(const ValidatedPipeline& pipeline) {
 
 }  // namespace
 
-TextCacheCommands::TextCacheCommands(CLI::App& app) {
+class TextCacheCommand final : public Command {
+ public:
+  static constexpr std::string_view kName = "text-cache";
+  explicit TextCacheCommand(CLI::App& app);
+  bool selected() const override;
+  int run() override;
+
+ private:
+  CLI::App* text_cache_ = nullptr;
+  CLI::App* build_ = nullptr;
+  std::string pipeline_;
+  std::vector<std::string> overrides_;
+};
+
+TextCacheCommand::TextCacheCommand(CLI::App& app) {
   text_cache_ = app.add_subcommand("text-cache", "Fill the text embedding cache TextEmbed reads");
   text_cache_->require_subcommand(1);
   build_ = text_cache_->add_subcommand(
@@ -48,9 +67,9 @@ TextCacheCommands::TextCacheCommands(CLI::App& app) {
   build_->add_option("--set", overrides_, "Override a value (path.to.key=VALUE)");
 }
 
-bool TextCacheCommands::selected() const { return text_cache_->parsed(); }
+bool TextCacheCommand::selected() const { return text_cache_->parsed(); }
 
-int TextCacheCommands::run() const {
+int TextCacheCommand::run() {
   const ValidatedPipeline pipeline = load_pipeline(pipeline_, {overrides_});
   std::vector<const ValidatedNode*> text_nodes;
   for (const ValidatedNode& node : pipeline.nodes()) {
@@ -75,5 +94,7 @@ int TextCacheCommands::run() const {
   }
   return 0;
 }
+
+WAM_REGISTER_COMMAND(TextCacheCommand);
 
 }  // namespace wam::cli

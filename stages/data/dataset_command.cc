@@ -1,4 +1,7 @@
-#include "cli/dataset_commands.h"
+// `wam-pipeline dataset synth|inspect|stats`: make, look at and complete LeRobot-layout datasets.
+// Adds the `dataset` command and its subcommands to `app`; after parsing, selected() says whether
+// one of them was chosen and run() executes it, returning the process exit status.
+#include "cli/command.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -257,7 +260,35 @@ int run_stats(const std::string& dir, bool force) {
 
 }  // namespace
 
-DatasetCommands::DatasetCommands(CLI::App& app) {
+class DatasetCommand final : public Command {
+ public:
+  static constexpr std::string_view kName = "dataset";
+  explicit DatasetCommand(CLI::App& app);
+  bool selected() const override;
+  int run() override;
+
+ private:
+  CLI::App* dataset_ = nullptr;
+  CLI::App* synth_ = nullptr;
+  CLI::App* inspect_ = nullptr;
+  CLI::App* stats_ = nullptr;
+
+  std::string preset_ = "libero";
+  std::string out_;
+  int64_t episodes_ = 4;
+  int64_t frames_per_episode_ = 64;
+  int fps_ = 0;
+  int gop_ = 2;
+  std::string codec_ = "av1";
+  uint64_t seed_ = 0;
+  std::string size_;  // WxH
+
+  std::string dir_;
+  bool force_ = false;
+  int64_t inspect_episodes_ = 0;  // 0: all
+};
+
+DatasetCommand::DatasetCommand(CLI::App& app) {
   dataset_ = app.add_subcommand("dataset", "Make, inspect and complete LeRobot-layout datasets");
   dataset_->require_subcommand(1);
 
@@ -304,9 +335,9 @@ DatasetCommands::DatasetCommands(CLI::App& app) {
   stats_->add_flag("--force", force_, "Overwrite an existing episodes_stats.jsonl");
 }
 
-bool DatasetCommands::selected() const { return dataset_->parsed(); }
+bool DatasetCommand::selected() const { return dataset_->parsed(); }
 
-int DatasetCommands::run() const {
+int DatasetCommand::run() {
   if (synth_->parsed()) {
     data::SynthOptions options;
     options.preset = preset_;
@@ -322,5 +353,7 @@ int DatasetCommands::run() const {
   if (inspect_->parsed()) return run_inspect(dir_, inspect_episodes_);
   return run_stats(dir_, force_);
 }
+
+WAM_REGISTER_COMMAND(DatasetCommand);
 
 }  // namespace wam::cli
