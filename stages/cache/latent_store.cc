@@ -1,0 +1,1008 @@
+#include "cache/latent_store.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "cache/store_files.h"
+#include "common/hdf5.h"
+
+namespace wam::cache {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+DType parse_dtype(std::string_view name) {
+  if (name == "float32") return DType::kFloat32;
+  if (name == "bfloat16") return DType::kBFloat16;
+  if (name == "float16") return DType::kFloat16;
+  if (name == "bool") return DType::kBool;
+  throw CacheError("unsupported cache dtype \"" + std::string(name) +
+                   "\" (allowed: float32, bfloat16, float16, bool)");
+}
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return "float32";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBool:
+      return "bool";
+  }
+  return "?";
+}
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return 4;
+    case DType::kBFloat16:
+    case DType::kFloat16:
+      return 2;
+    case DType::kBool:
+      return 1;
+  }
+  return 0;
+}
+
+size_t ValueSchema::unit_bytes() const {
+  size_t bytes = dtype_size(dtype);
+  for (size_t d = ragged() ? 1 : 0; d < shape.size(); ++d) bytes *= static_cast<size_t>(shape[d]);
+  return bytes;
+}
+
+std::vector<ValueSchema> value_schemas(const json& contract) {
+  const std::string id = contract.value("artifact_id", std::string("artifact"));
+  const auto malformed = [&](const std::string& why) {
+    return CacheError(id + " contract values are malformed: " + why);
+  };
+  if (!contract.contains("values") || !contract["values"].is_object() ||
+      contract["values"].empty()) {
+    throw malformed("expected a non-empty object {name: {dtype, shape}}");
+  }
+  std::vector<ValueSchema> values;
+  for (const auto& [name, spec] : contract["values"].items()) {
+    if (!spec.is_object() || !spec.contains("dtype") || !spec["dtype"].is_string() ||
+        !spec.contains("shape") || !spec["shape"].is_array()) {
+      throw malformed(name + " needs a dtype string and a shape array");
+    }
+    ValueSchema value{name, parse_dtype(spec["dtype"].get<std::string>()), {}};
+    for (size_t d = 0; d < spec["shape"].size(); ++d) {
+      const json& extent = spec["shape"][d];
+      if (!extent.is_number_integer() || (extent.get<int64_t>() < 1 && !(d == 0 && extent == -1))) {
+        throw malformed(name + " shape " + spec["shape"].dump() +
+                        ": extents are positive, only the first may be -1 (ragged)");
+      }
+      value.shape.push_back(extent.get<int64_t>());
+    }
+    values.push_back(std::move(value));
+  }
+  return values;
+}
+
+namespace {
+
+std::string to_hex(const unsigned char* digest, unsigned size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned i = 0; i < size; ++i) {
+    hex += kDigits[digest[i] >> 4];
+    hex += kDigits[digest[i] & 15];
+  }
+  return hex;
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+std::string sha256_hex(std::string_view bytes) {
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned size = 0;
+  if (EVP_Digest(bytes.data(), bytes.size(), digest.data(), &size, EVP_sha256(), nullptr) != 1) {
+    throw CacheError("OpenSSL cannot compute a SHA-256 digest");
+  }
+  return to_hex(digest.data(), size);
+}
+
+std::string sha256_file_hex(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw CacheError("cannot open " + path + ": " + errno_text());
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> context(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  if (!context || EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) != 1) {
+    ::close(fd);
+    throw CacheError("OpenSSL cannot compute a SHA-256 digest");
+  }
+  std::vector<char> buffer(1 << 20);
+  while (true) {
+    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = errno_text();
+      ::close(fd);
+      throw CacheError("cannot read " + path + ": " + why);
+    }
+    if (n == 0) break;
+    EVP_DigestUpdate(context.get(), buffer.data(), static_cast<size_t>(n));
+  }
+  ::close(fd);
+  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
+  unsigned size = 0;
+  EVP_DigestFinal_ex(context.get(), digest.data(), &size);
+  return to_hex(digest.data(), size);
+}
+
+std::string fingerprint(const json& value) { return sha256_hex(value.dump(-1, ' ', true)); }
+
+std::string sample_key(int64_t sample_id) { return "sample:" + std::to_string(sample_id); }
+
+std::string write_json_atomically(const std::string& path, const json& value) {
+  const fs::path target(path);
+  std::error_code ec;
+  fs::create_directories(target.parent_path(), ec);
+  // Unique per process and call, so that concurrent writers never share a temporary file.
+  static std::atomic<uint64_t> counter{0};
+  const std::string temporary =
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const std::string text = value.dump(2) + "\n";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw CacheError("cannot write " + temporary + ": " + errno_text());
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = errno_text();
+      ::close(fd);
+      ::unlink(temporary.c_str());
+      throw CacheError("cannot write " + temporary + ": " + why);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const std::string why = errno_text();
+    ::unlink(temporary.c_str());
+    throw CacheError("cannot write " + temporary + ": " + why);
+  }
+  if (::rename(temporary.c_str(), path.c_str()) != 0) {
+    const std::string why = errno_text();
+    ::unlink(temporary.c_str());
+    throw CacheError("cannot rename " + temporary + " to " + path + ": " + why);
+  }
+  const std::string directory = target.parent_path().empty() ? "." : target.parent_path().string();
+  const int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd >= 0) {
+    ::fsync(dir_fd);
+    ::close(dir_fd);
+  }
+  return text;
+}
+
+namespace {
+
+using Path = std::vector<std::string>;
+
+std::string pointer_text(Path::const_iterator begin, Path::const_iterator end) {
+  std::string text;
+  for (auto token = begin; token != end; ++token) {
+    text += '/';
+    for (char c : *token) text += c == '~' ? "~0" : c == '/' ? "~1" : std::string(1, c);
+  }
+  return text;
+}
+std::string pointer_text(const Path& path) { return pointer_text(path.begin(), path.end()); }
+
+// Path of the first leaf where `a` and `b` differ, in sorted-key document order.
+bool first_difference(const json& a, const json& b, Path* path) {
+  if (a.is_object() && b.is_object()) {
+    std::set<std::string> keys;
+    for (const auto& [key, unused] : a.items()) keys.insert(key);
+    for (const auto& [key, unused] : b.items()) keys.insert(key);
+    for (const std::string& key : keys) {
+      path->push_back(key);
+      if (!a.contains(key) || !b.contains(key) || first_difference(a[key], b[key], path)) {
+        return true;
+      }
+      path->pop_back();
+    }
+    return false;
+  }
+  if (a.is_array() && b.is_array()) {
+    const size_t common = std::min(a.size(), b.size());
+    for (size_t i = 0; i < common; ++i) {
+      path->push_back(std::to_string(i));
+      if (first_difference(a[i], b[i], path)) return true;
+      path->pop_back();
+    }
+    if (a.size() != b.size()) {
+      path->push_back(std::to_string(common));
+      return true;
+    }
+    return false;
+  }
+  return a != b;
+}
+
+std::string value_at(const json& document, const Path& path) {
+  const json::json_pointer pointer(pointer_text(path));
+  return document.contains(pointer) ? document.at(pointer).dump() : "<absent>";
+}
+
+json part(const json& contract, const std::string& key) {
+  return contract.contains(key) ? contract[key] : json();
+}
+
+}  // namespace
+
+void compare_contracts(const json& cached, const json& expected, const std::string& artifact_id,
+                       bool partial_allowed) {
+  const std::string& id = artifact_id;
+  const auto differs = [&](const std::string& key) {
+    return part(cached, key) != part(expected, key);
+  };
+  if (differs("artifact_id")) {
+    throw CacheError(id + " artifact id mismatch: cache=" + part(cached, "artifact_id").dump() +
+                     " expected=" + part(expected, "artifact_id").dump());
+  }
+  if (partial_allowed) {
+    std::vector<std::string> fields;
+    std::set<std::string> keys;
+    for (const auto& [key, unused] : cached.items()) keys.insert(key);
+    for (const auto& [key, unused] : expected.items()) keys.insert(key);
+    for (const std::string& key : keys) {
+      if (key != "sample_count" && key != "keyspace_fingerprint" && differs(key)) {
+        fields.push_back(key);
+      }
+    }
+    if (!fields.empty()) {
+      throw CacheError(id + " partial cache contract mismatch: fields=[" + join(fields, ", ") +
+                       "]");
+    }
+    const json cached_count = part(cached, "sample_count");
+    const json expected_count = part(expected, "sample_count");
+    if (!cached_count.is_number_integer() || !expected_count.is_number_integer() ||
+        cached_count.get<int64_t>() > expected_count.get<int64_t>()) {
+      throw CacheError(id + " partial cache sample_count exceeds the expected one: cache=" +
+                       part(cached, "sample_count").dump() +
+                       " expected=" + part(expected, "sample_count").dump());
+    }
+    return;
+  }
+  if (differs("sample_count")) {
+    throw CacheError(id + " sample_count mismatch: cache=" + part(cached, "sample_count").dump() +
+                     " expected=" + part(expected, "sample_count").dump());
+  }
+  if (differs("keyspace_fingerprint")) throw CacheError(id + " keyspace fingerprint mismatch.");
+  if (differs("key_codec")) {
+    throw CacheError(id + " key codec mismatch: cache=" + part(cached, "key_codec").dump() +
+                     " expected=" + part(expected, "key_codec").dump());
+  }
+  const json cached_dependencies = part(cached, "dependencies");
+  const json expected_dependencies = part(expected, "dependencies");
+  Path at;
+  if (first_difference(cached_dependencies, expected_dependencies, &at)) {
+    if (at.empty()) {
+      throw CacheError(id + " dependencies mismatch: cache=" + cached_dependencies.dump() +
+                       " expected=" + expected_dependencies.dump());
+    }
+    const std::string inner = pointer_text(at.begin() + 1, at.end());
+    throw CacheError(id + " dependency '" + at[0] + "' mismatch at " +
+                     (inner.empty() ? "/" : inner) +
+                     ": cache=" + value_at(cached_dependencies, at) +
+                     " expected=" + value_at(expected_dependencies, at));
+  }
+  if (first_difference(part(cached, "values"), part(expected, "values"), &at)) {
+    throw CacheError(id + " tensor schema mismatch at " + (at.empty() ? "/" : pointer_text(at)) +
+                     ": cache=" + value_at(part(cached, "values"), at) +
+                     " expected=" + value_at(part(expected, "values"), at));
+  }
+  if (differs("value_codec")) {
+    throw CacheError(id + " value codec mismatch: cache=" + part(cached, "value_codec").dump() +
+                     " expected=" + part(expected, "value_codec").dump());
+  }
+  if (first_difference(cached, expected, &at)) {
+    throw CacheError(id + " contract mismatch at " + pointer_text(at) +
+                     ": cache=" + value_at(cached, at) +
+                     " expected=" + value_at(expected, at));
+  }
+}
+
+namespace internal {
+
+std::string shard_file(int64_t shard_index) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "shards/shard%06lld.h5", static_cast<long long>(shard_index));
+  return name;
+}
+
+std::string catalog_path(const std::string& root) { return root + "/catalog.json"; }
+
+std::string read_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CacheError("cannot read " + what + " " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+json parse_json(const std::string& text, const std::string& path) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw CacheError(path + ": invalid JSON: " + e.what());
+  }
+}
+
+namespace {
+
+json checked_catalog(const std::string& root, const std::string& text) {
+  const std::string path = catalog_path(root);
+  json catalog = parse_json(text, path);
+  if (!catalog.is_object() || catalog.value("schema_version", json()) != kSchemaVersion ||
+      catalog.value("cache_type", json()) != kCatalogType) {
+    throw CacheError("Cache storage format is incompatible: root=" + root +
+                     ". Existing cache data is not migrated automatically; generate the cache in "
+                     "an empty/new root.");
+  }
+  if (!catalog.contains("artifacts") || !catalog["artifacts"].is_object()) {
+    throw CacheError(path + ": catalog has no artifacts object");
+  }
+  return catalog;
+}
+
+json load_catalog(const std::string& root) {
+  const std::string path = catalog_path(root);
+  if (!fs::exists(path)) {
+    throw CacheError("Cache catalog not found: " + path +
+                     ". Run `wam-pipeline cache generate PIPELINE` first.");
+  }
+  return checked_catalog(root, read_file(path, "cache catalog"));
+}
+
+}  // namespace
+
+json load_catalog_or_empty(const std::string& root) {
+  if (!fs::exists(catalog_path(root))) {
+    return {{"schema_version", kSchemaVersion},
+            {"cache_type", kCatalogType},
+            {"artifacts", json::object()}};
+  }
+  return load_catalog(root);
+}
+
+CatalogLock::CatalogLock(const std::string& root) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  const std::string path = root + "/.catalog.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw CacheError("cannot open " + path + ": " + errno_text());
+  while (::flock(fd_, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      const std::string why = errno_text();
+      ::close(fd_);
+      throw CacheError("cannot lock " + path + ": " + why);
+    }
+  }
+}
+
+CatalogLock::~CatalogLock() { ::close(fd_); }
+
+void check_key_coverage(const std::string& artifact_id, const std::vector<int64_t>& ids,
+                        int64_t sample_count) {
+  constexpr size_t kExamples = 8;
+  std::vector<char> seen(static_cast<size_t>(std::max<int64_t>(sample_count, 0)), 0);
+  std::vector<std::string> extra;
+  size_t extra_count = 0;
+  for (int64_t id : ids) {
+    if (id >= 0 && id < sample_count && !seen[id]) {
+      seen[id] = 1;
+    } else if (extra_count++ < kExamples) {
+      extra.push_back(sample_key(id));
+    }
+  }
+  std::vector<std::string> missing;
+  size_t missing_count = 0;
+  for (int64_t id = 0; id < sample_count; ++id) {
+    if (!seen[id] && missing_count++ < kExamples) missing.push_back(sample_key(id));
+  }
+  if (missing_count == 0 && extra_count == 0) return;
+  if (missing_count > kExamples) missing.push_back("...");
+  if (extra_count > kExamples) extra.push_back("...");
+  throw CacheError(artifact_id + " key coverage mismatch: missing=[" + join(missing, ", ") +
+                   "] extra=[" + join(extra, ", ") + "] (" + std::to_string(missing_count) +
+                   " missing, " + std::to_string(extra_count) + " extra or duplicate, " +
+                   std::to_string(sample_count) + " expected)");
+}
+
+namespace {
+
+using hdf5::check;
+using hdf5::Handle;
+
+std::string read_string_attribute(hid_t object, const char* name, const std::string& path) {
+  if (check(H5Aexists(object, name), "check attribute " + std::string(name), path) <= 0) {
+    return "<absent>";
+  }
+  Handle attribute(check(H5Aopen(object, name, H5P_DEFAULT), "open attribute", path), H5Aclose);
+  Handle type(check(H5Aget_type(attribute.get()), "read attribute type", path), H5Tclose);
+  if (H5Tget_class(type.get()) != H5T_STRING) return "<not a string>";
+  Handle memory_type(H5Tcopy(H5T_C_S1), H5Tclose);
+  if (H5Tis_variable_str(type.get()) > 0) {
+    H5Tset_size(memory_type.get(), H5T_VARIABLE);
+    char* value = nullptr;
+    check(H5Aread(attribute.get(), memory_type.get(), &value), "read attribute", path);
+    std::string text = value ? value : "";
+    H5free_memory(value);
+    return text;
+  }
+  const size_t size = H5Tget_size(type.get());
+  H5Tset_size(memory_type.get(), size);
+  std::string text(size, '\0');
+  check(H5Aread(attribute.get(), memory_type.get(), text.data()), "read attribute", path);
+  return text.substr(0, text.find('\0'));
+}
+
+int64_t read_int_attribute(hid_t object, const char* name, const std::string& path) {
+  if (check(H5Aexists(object, name), "check attribute", path) <= 0) return -1;
+  Handle attribute(check(H5Aopen(object, name, H5P_DEFAULT), "open attribute", path), H5Aclose);
+  int64_t value = -1;
+  check(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value), "read attribute", path);
+  return value;
+}
+
+std::string dims_text(const std::vector<hsize_t>& dims) {
+  std::string text = "[";
+  for (size_t i = 0; i < dims.size(); ++i) text += (i ? "," : "") + std::to_string(dims[i]);
+  return text + "]";
+}
+
+}  // namespace
+
+std::vector<ValueLayout> inspect_shard(const std::string& path, const std::string& artifact_id,
+                                       const std::string& build_id,
+                                       const std::vector<ValueSchema>& values, int64_t rows,
+                                       const std::vector<int64_t>* expected_ids) {
+  hdf5::silence_errors();
+  const std::string& id = artifact_id;
+  const auto mismatch = [&](const std::string& what) {
+    return CacheError(id + " shard shape/dtype mismatch: " + path + ": " + what);
+  };
+  Handle file(check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "open", path), H5Fclose);
+  const std::string attr_artifact = read_string_attribute(file.get(), "artifact_id", path);
+  const std::string attr_build = read_string_attribute(file.get(), "build_id", path);
+  const std::string attr_codec = read_string_attribute(file.get(), "key_codec", path);
+  const int64_t attr_version = read_int_attribute(file.get(), "schema_version", path);
+  if (attr_artifact != artifact_id || attr_build != build_id || attr_codec != kKeyCodec ||
+      attr_version != kSchemaVersion) {
+    throw CacheError(id + " shard attribute mismatch: " + path + ": artifact_id=" + attr_artifact +
+                     " build_id=" + attr_build + " key_codec=" + attr_codec +
+                     " schema_version=" + std::to_string(attr_version) + ", expected " +
+                     artifact_id + " " + build_id + " " + std::string(kKeyCodec) + " " +
+                     std::to_string(kSchemaVersion));
+  }
+
+  const auto exists = [&](const std::string& name) {
+    for (size_t slash = name.find('/'); ; slash = name.find('/', slash + 1)) {
+      const std::string prefix = name.substr(0, slash);
+      if (check(H5Lexists(file.get(), prefix.c_str(), H5P_DEFAULT), "look up", path, prefix) <= 0) {
+        return false;
+      }
+      if (slash == std::string::npos) return true;
+    }
+  };
+  const auto open_dataset = [&](const std::string& name) {
+    if (!exists(name)) throw mismatch("dataset " + name + " is missing");
+    return check(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), "open", path, name);
+  };
+  // Checks the dataset's dims, element type and contiguous layout; returns its file offset.
+  const auto check_dataset = [&](hid_t dataset, const std::string& name,
+                                 const std::vector<hsize_t>& dims, H5T_class_t type_class,
+                                 size_t type_size, bool is_signed) -> int64_t {
+    Handle space(check(H5Dget_space(dataset), "read dataspace", path, name), H5Sclose);
+    std::vector<hsize_t> actual(static_cast<size_t>(H5Sget_simple_extent_ndims(space.get())));
+    H5Sget_simple_extent_dims(space.get(), actual.data(), nullptr);
+    if (actual != dims) {
+      throw mismatch(name + " has dims " + dims_text(actual) + ", expected " + dims_text(dims));
+    }
+    Handle type(check(H5Dget_type(dataset), "read type", path, name), H5Tclose);
+    const bool type_ok = H5Tget_class(type.get()) == type_class &&
+                         H5Tget_size(type.get()) == type_size &&
+                         (type_class != H5T_INTEGER ||
+                          (H5Tget_sign(type.get()) == H5T_SGN_2) == is_signed) &&
+                         H5Tget_order(type.get()) == H5T_ORDER_LE;
+    if (!type_ok) throw mismatch(name + " has another element type than the contract's");
+    Handle plist(check(H5Dget_create_plist(dataset), "read layout", path, name), H5Pclose);
+    if (H5Pget_layout(plist.get()) != H5D_CONTIGUOUS) {
+      throw mismatch(name + " is not a contiguous dataset");
+    }
+    hsize_t elements = 1;
+    for (hsize_t d : dims) elements *= d;
+    if (elements == 0) return 0;
+    const haddr_t offset = H5Dget_offset(dataset);
+    if (offset == HADDR_UNDEF) throw mismatch(name + " has no allocated storage");
+    return static_cast<int64_t>(offset);
+  };
+
+  Handle ids_dataset(open_dataset("sample_ids"), H5Dclose);
+  check_dataset(ids_dataset.get(), "sample_ids", {static_cast<hsize_t>(rows)}, H5T_INTEGER, 8,
+                true);
+  if (expected_ids) {
+    std::vector<int64_t> ids(static_cast<size_t>(rows));
+    check(H5Dread(ids_dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids.data()),
+          "read", path, "sample_ids");
+    for (int64_t row = 0; row < rows; ++row) {
+      if (ids[row] != (*expected_ids)[row]) {
+        throw CacheError(id + " index/shard key mismatch: " + path + " row " +
+                         std::to_string(row) + " holds " + sample_key(ids[row]) +
+                         ", the index says " + sample_key((*expected_ids)[row]));
+      }
+    }
+  }
+
+  std::vector<ValueLayout> layouts;
+  for (const ValueSchema& value : values) {
+    const std::string name = "values/" + value.name;
+    const bool is_float32 = value.dtype == DType::kFloat32;
+    const H5T_class_t type_class = is_float32 ? H5T_FLOAT : H5T_INTEGER;
+    ValueLayout layout;
+    int64_t total_rows = rows;
+    if (value.ragged()) {
+      Handle offsets_dataset(open_dataset(name + ".__offsets"), H5Dclose);
+      check_dataset(offsets_dataset.get(), name + ".__offsets", {static_cast<hsize_t>(rows + 1)},
+                    H5T_INTEGER, 8, true);
+      layout.offsets.resize(static_cast<size_t>(rows + 1));
+      check(H5Dread(offsets_dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                    layout.offsets.data()),
+            "read", path, name + ".__offsets");
+      bool valid = layout.offsets[0] == 0;
+      for (int64_t row = 0; row < rows && valid; ++row) {
+        valid = layout.offsets[row + 1] >= layout.offsets[row];
+      }
+      if (!valid) throw mismatch(name + ".__offsets are not non-decreasing from 0");
+      total_rows = layout.offsets.back();
+    }
+    std::vector<hsize_t> dims{static_cast<hsize_t>(total_rows)};
+    for (size_t d = value.ragged() ? 1 : 0; d < value.shape.size(); ++d) {
+      dims.push_back(static_cast<hsize_t>(value.shape[d]));
+    }
+    Handle dataset(open_dataset(name), H5Dclose);
+    layout.data_offset =
+        check_dataset(dataset.get(), name, dims, type_class, dtype_size(value.dtype), false);
+    if (!is_float32) {
+      const std::string dtype = read_string_attribute(dataset.get(), "dtype", path);
+      if (dtype != dtype_name(value.dtype)) {
+        throw mismatch(name + " has dtype attribute \"" + dtype + "\", expected \"" +
+                       std::string(dtype_name(value.dtype)) + "\"");
+      }
+    }
+    layouts.push_back(std::move(layout));
+  }
+  return layouts;
+}
+
+namespace {
+
+const json& required(const json& manifest, const char* key, const std::string& id,
+                     const std::string& path) {
+  if (!manifest.contains(key)) {
+    throw CacheError(id + " manifest is incomplete: " + path + " has no '" + key + "'");
+  }
+  return manifest[key];
+}
+
+// Runs `check(i)` for i in [0, count) on min(hardware threads, count) threads; rethrows the error
+// of the lowest i that failed, so that the report does not depend on scheduling.
+template <class Check>
+void parallel_check(size_t count, Check check) {
+  std::vector<std::exception_ptr> errors(count);
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    for (size_t i = next++; i < count; i = next++) {
+      try {
+        check(i);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  const size_t threads =
+      std::min<size_t>(count, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (auto& thread : pool) thread.join();
+  for (const auto& error : errors) {
+    if (error) std::rethrow_exception(error);
+  }
+}
+
+}  // namespace
+
+CheckedBuild check_build(const std::string& build_dir, const std::string& manifest_path,
+                         const json& manifest, const std::string& artifact_id,
+                         const json* expected_contract, const OpenOptions& options) {
+  const std::string& id = artifact_id;
+  CheckedBuild build;
+  build.artifact_id = id;
+  build.build_dir = build_dir;
+  if (!manifest.is_object() || required(manifest, "complete", id, manifest_path) != true ||
+      required(manifest, "cache_type", id, manifest_path) != kArtifactType ||
+      required(manifest, "artifact_id", id, manifest_path) != id ||
+      required(manifest, "backend", id, manifest_path) != kBackend ||
+      required(manifest, "schema_version", id, manifest_path) != kSchemaVersion) {
+    throw CacheError(id + " manifest is incomplete or not a " + std::string(kBackend) + " " + id +
+                     " build: " + manifest_path);
+  }
+  build.build_id = required(manifest, "build_id", id, manifest_path).get<std::string>();
+  build.contract = required(manifest, "contract", id, manifest_path);
+  if (expected_contract) {
+    compare_contracts(build.contract, *expected_contract, id, options.partial_allowed);
+  }
+  build.values = value_schemas(build.contract);
+  build.cached_samples = build.contract.value("sample_count", int64_t{-1});
+  build.expected_samples =
+      expected_contract ? expected_contract->value("sample_count", int64_t{-1})
+                        : build.cached_samples;
+  if (options.partial_allowed && build.cached_samples == 0) {
+    throw CacheError(id + " partial cache is empty: " + manifest_path);
+  }
+
+  const std::string index_path =
+      build_dir + "/" + required(manifest, "index_file", id, manifest_path).get<std::string>();
+  const std::string index_text = read_file(index_path, id + " index");
+  if (sha256_hex(index_text) != required(manifest, "index_sha256", id, manifest_path)) {
+    throw CacheError(id + " index checksum mismatch: " + index_path);
+  }
+  const json index = parse_json(index_text, index_path);
+  if (index.value("sample_count", int64_t{-1}) != build.cached_samples) {
+    throw CacheError(id + " index sample_count mismatch: " + index_path +
+                     " index=" + index.value("sample_count", json()).dump() +
+                     " manifest=" + std::to_string(build.cached_samples));
+  }
+
+  for (const json& shard : required(manifest, "shards", id, manifest_path)) {
+    ShardRecord record{shard.at("file").get<std::string>(), shard.at("rows").get<int64_t>(),
+                       shard.at("bytes").get<int64_t>(), shard.at("sha256").get<std::string>(),
+                       {}};
+    record.sample_ids.assign(static_cast<size_t>(record.rows), -1);
+    build.shards.push_back(std::move(record));
+  }
+  std::vector<int64_t> ids;
+  ids.reserve(static_cast<size_t>(std::max<int64_t>(build.cached_samples, 0)));
+  for (const auto& [key, entry] : index.at("entries").items()) {
+    int64_t sample_id = -1;
+    size_t parsed = 0;
+    if (key.rfind("sample:", 0) == 0) {
+      try {
+        sample_id = std::stoll(key.substr(7), &parsed);
+      } catch (const std::exception&) {
+      }
+    }
+    if (parsed == 0 || parsed != key.size() - 7 || sample_id < 0) {
+      throw CacheError(id + " index has a malformed key '" + key + "': " + index_path);
+    }
+    const int64_t shard = entry.at("shard").get<int64_t>();
+    const int64_t row = entry.at("row").get<int64_t>();
+    if (shard < 0 || shard >= static_cast<int64_t>(build.shards.size()) || row < 0 ||
+        row >= build.shards[shard].rows) {
+      throw CacheError(id + " index entry " + key + " points outside the shards: " + index_path);
+    }
+    int64_t& slot = build.shards[shard].sample_ids[row];
+    if (slot != -1) {
+      throw CacheError(id + " index/shard key mismatch: " + build.shards[shard].file + " row " +
+                       std::to_string(row) + " is indexed by " + sample_key(slot) + " and " + key);
+    }
+    slot = sample_id;
+    ids.push_back(sample_id);
+  }
+  check_key_coverage(id, ids, build.cached_samples);
+  for (const ShardRecord& shard : build.shards) {
+    const auto row = std::find(shard.sample_ids.begin(), shard.sample_ids.end(), -1);
+    if (row != shard.sample_ids.end()) {
+      throw CacheError(id + " index/shard key mismatch: " + shard.file + " row " +
+                       std::to_string(row - shard.sample_ids.begin()) + " is not indexed");
+    }
+  }
+
+  for (const ShardRecord& shard : build.shards) {
+    const std::string path = build_dir + "/" + shard.file;
+    struct stat info {};
+    if (::stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+      throw CacheError("Missing " + id + " shard " + path);
+    }
+    if (info.st_size != shard.bytes) {
+      throw CacheError(id + " shard size mismatch: " + path + " has " +
+                       std::to_string(info.st_size) + " bytes, the manifest says " +
+                       std::to_string(shard.bytes));
+    }
+  }
+  if (options.mode == ValidationMode::kFull) {
+    build.layouts.resize(build.shards.size());
+    parallel_check(build.shards.size(), [&](size_t i) {
+      const ShardRecord& shard = build.shards[i];
+      const std::string path = build_dir + "/" + shard.file;
+      if (sha256_file_hex(path) != shard.sha256) {
+        throw CacheError(id + " shard checksum mismatch: " + path);
+      }
+      build.layouts[i] =
+          inspect_shard(path, id, build.build_id, build.values, shard.rows, &shard.sample_ids);
+    });
+  }
+  return build;
+}
+
+}  // namespace internal
+
+void check_write_target(const std::string& root, const std::vector<std::string>& artifact_ids,
+                        bool overwrite) {
+  if (overwrite) return;
+  const json catalog = internal::load_catalog_or_empty(root);
+  std::vector<std::string> existing;
+  for (const std::string& id : artifact_ids) {
+    if (catalog["artifacts"].contains(id)) existing.push_back(id);
+  }
+  if (!existing.empty()) {
+    throw CacheError("Cache artifacts already exist at " + root + ": [" + join(existing, ", ") +
+                     "]. Pass --overwrite to publish replacement builds.");
+  }
+}
+
+// Builds readers; the only code that fills ArtifactReader's members.
+class ReaderLoader {
+ public:
+  static std::unique_ptr<ArtifactReader> load(const std::string& root,
+                                              const std::string& artifact_id,
+                                              const json* expected_contract,
+                                              const OpenOptions& options) {
+    const std::string& id = artifact_id;
+    const json catalog = internal::load_catalog(root);
+    if (!catalog["artifacts"].contains(id)) {
+      throw CacheError("Selected cache artifact '" + id + "' is missing from catalog.");
+    }
+    const json& entry = catalog["artifacts"][id];
+    const std::string catalog_file = internal::catalog_path(root);
+    if (entry.value("backend", json()) != kBackend) {
+      throw CacheError(id + " backend mismatch in " + catalog_file + ": cache=" +
+                       entry.value("backend", json()).dump() + " expected=\"" +
+                       std::string(kBackend) + "\"");
+    }
+    const std::string relative = entry.value("manifest", std::string());
+    const fs::path manifest_relative = fs::path(relative).lexically_normal();
+    if (relative.empty() || manifest_relative.is_absolute() ||
+        *manifest_relative.begin() == "..") {
+      throw CacheError(id + " manifest path leaves the cache root: \"" + relative + "\" in " +
+                       catalog_file);
+    }
+    const std::string manifest_path = root + "/" + manifest_relative.string();
+    const std::string manifest_text = internal::read_file(manifest_path, id + " manifest");
+    if (sha256_hex(manifest_text) != entry.value("manifest_sha256", std::string())) {
+      throw CacheError("Catalog manifest checksum mismatch: " + manifest_path +
+                       " does not match the checksum in " + catalog_file);
+    }
+    const json manifest = internal::parse_json(manifest_text, manifest_path);
+    internal::CheckedBuild build =
+        internal::check_build(manifest_relative.parent_path().empty()
+                                  ? root
+                                  : root + "/" + manifest_relative.parent_path().string(),
+                              manifest_path, manifest, id, expected_contract, options);
+    if (build.build_id != entry.value("build_id", std::string())) {
+      throw CacheError(id + " build id mismatch: " + manifest_path + " holds " + build.build_id +
+                       ", " + catalog_file + " says " + entry.value("build_id", std::string()));
+    }
+
+    std::unique_ptr<ArtifactReader> reader(new ArtifactReader());
+    reader->artifact_id_ = id;
+    reader->build_id_ = build.build_id;
+    reader->contract_ = build.contract;
+    reader->values_ = build.values;
+    reader->expected_samples_ = build.expected_samples;
+    reader->cached_samples_ = build.cached_samples;
+    reader->locations_.resize(static_cast<size_t>(build.expected_samples));
+    raise_open_file_limit(build.shards.size());
+    for (size_t s = 0; s < build.shards.size(); ++s) {
+      const internal::ShardRecord& record = build.shards[s];
+      ArtifactReader::Shard shard;
+      shard.path = build.build_dir + "/" + record.file;
+      shard.layouts = build.layouts.empty()
+                          ? internal::inspect_shard(shard.path, id, build.build_id, build.values,
+                                                    record.rows, nullptr)
+                          : std::move(build.layouts[s]);
+      shard.fd = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (shard.fd < 0) throw CacheError("cannot open " + shard.path + ": " + errno_text());
+      reader->shards_.push_back(std::move(shard));
+      for (int64_t row = 0; row < record.rows; ++row) {
+        reader->locations_[record.sample_ids[row]] = {static_cast<int32_t>(s),
+                                                      static_cast<int32_t>(row)};
+      }
+    }
+    return reader;
+  }
+
+ private:
+  // One descriptor per shard stays open; lift the soft limit towards the hard one if needed.
+  static void raise_open_file_limit(size_t shards) {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+    const rlim_t wanted = static_cast<rlim_t>(shards) + 256;
+    if (limit.rlim_cur >= wanted) return;
+    limit.rlim_cur = std::min(wanted, limit.rlim_max);
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+};
+
+ArtifactReader::~ArtifactReader() {
+  for (const Shard& shard : shards_) {
+    if (shard.fd >= 0) ::close(shard.fd);
+  }
+}
+
+int ArtifactReader::value_index(std::string_view name) const {
+  for (size_t i = 0; i < values_.size(); ++i) {
+    if (values_[i].name == name) return static_cast<int>(i);
+  }
+  throw CacheError(artifact_id_ + " has no value \"" + std::string(name) + "\"");
+}
+
+double ArtifactReader::coverage() const {
+  return expected_samples_ > 0 ? static_cast<double>(cached_samples_) / expected_samples_ : 0.0;
+}
+
+bool ArtifactReader::contains(int64_t sample_id) const {
+  return sample_id >= 0 && sample_id < static_cast<int64_t>(locations_.size()) &&
+         locations_[sample_id].shard >= 0;
+}
+
+const ArtifactReader::Location& ArtifactReader::locate(int64_t sample_id) const {
+  if (!contains(sample_id)) {
+    throw CacheError(artifact_id_ + " cache is missing requested keys; examples=[" +
+                     sample_key(sample_id) + "]");
+  }
+  return locations_[sample_id];
+}
+
+void ArtifactReader::pread_exactly(const Shard& shard, void* dst, size_t bytes,
+                                   int64_t offset) const {
+  auto* out = static_cast<char*>(dst);
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(shard.fd, out + done, bytes - done, offset + done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      throw CacheError(artifact_id_ + " cannot read " + std::to_string(bytes) + " bytes at " +
+                       std::to_string(offset) + " of " + shard.path + ": " +
+                       (n == 0 ? "the file ends early" : errno_text()));
+    }
+    done += static_cast<size_t>(n);
+  }
+  rows_read_.fetch_add(1, std::memory_order_relaxed);
+  bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+void ArtifactReader::read_fixed(int64_t sample_id, int value_index, void* dst) const {
+  const Location& location = locate(sample_id);
+  const Shard& shard = shards_[location.shard];
+  const size_t row_bytes = values_.at(value_index).unit_bytes();
+  pread_exactly(shard, dst, row_bytes,
+                shard.layouts[value_index].data_offset +
+                    static_cast<int64_t>(row_bytes) * location.row);
+}
+
+int64_t ArtifactReader::ragged_length(int64_t sample_id, int value_index) const {
+  const Location& location = locate(sample_id);
+  const std::vector<int64_t>& offsets = shards_[location.shard].layouts.at(value_index).offsets;
+  if (offsets.empty()) {
+    throw CacheError(artifact_id_ + " value " + values_.at(value_index).name + " is not ragged");
+  }
+  return offsets[location.row + 1] - offsets[location.row];
+}
+
+void ArtifactReader::read_ragged(int64_t sample_id, int value_index, void* dst) const {
+  const Location& location = locate(sample_id);
+  const Shard& shard = shards_[location.shard];
+  const ValueLayout& layout = shard.layouts.at(value_index);
+  if (layout.offsets.empty()) {
+    throw CacheError(artifact_id_ + " value " + values_.at(value_index).name + " is not ragged");
+  }
+  const int64_t unit = static_cast<int64_t>(values_[value_index].unit_bytes());
+  const int64_t begin = layout.offsets[location.row];
+  const int64_t length = layout.offsets[location.row + 1] - begin;
+  if (length == 0) return;
+  pread_exactly(shard, dst, static_cast<size_t>(length * unit), layout.data_offset + begin * unit);
+}
+
+std::unique_ptr<ArtifactReader> open_artifact(const std::string& root,
+                                              const json& expected_contract,
+                                              const OpenOptions& options) {
+  if (!expected_contract.contains("artifact_id") || !expected_contract["artifact_id"].is_string()) {
+    throw CacheError("expected cache contract has no artifact_id");
+  }
+  return ReaderLoader::load(root, expected_contract["artifact_id"].get<std::string>(),
+                            &expected_contract, options);
+}
+
+std::unique_ptr<ArtifactReader> open_stored_artifact(const std::string& root,
+                                                     const std::string& artifact_id,
+                                                     ValidationMode mode) {
+  return ReaderLoader::load(root, artifact_id, nullptr, OpenOptions{mode, false});
+}
+
+namespace {
+
+ArtifactInfo summarize(const std::string& root, const std::string& id, const json& entry) {
+  ArtifactInfo info;
+  info.artifact_id = id;
+  info.build_id = entry.value("build_id", std::string());
+  info.manifest = entry.value("manifest", std::string());
+  const std::string manifest_path = root + "/" + info.manifest;
+  const json manifest =
+      internal::parse_json(internal::read_file(manifest_path, id + " manifest"), manifest_path);
+  const json shards = manifest.value("shards", json::array());
+  for (const json& shard : shards) {
+    ++info.shards;
+    info.bytes += shard.value("bytes", int64_t{0});
+  }
+  const std::string index_path = fs::path(manifest_path).parent_path().string() + "/" +
+                                 manifest.value("index_file", std::string("index.json"));
+  const json index =
+      internal::parse_json(internal::read_file(index_path, id + " index"), index_path);
+  info.samples = static_cast<int64_t>(index.value("entries", json::object()).size());
+  const json contract = manifest.value("contract", json::object());
+  const int64_t sample_count = contract.value("sample_count", int64_t{0});
+  info.coverage = sample_count > 0 ? static_cast<double>(info.samples) / sample_count : 0.0;
+  json dependencies = json::object();
+  const json contract_dependencies = contract.value("dependencies", json::object());
+  for (const auto& [name, dependency] : contract_dependencies.items()) {
+    dependencies[name] = fingerprint(dependency).substr(0, 16);
+  }
+  info.contract_summary = {{"sample_count", sample_count},
+                           {"key_codec", contract.value("key_codec", json())},
+                           {"value_codec", contract.value("value_codec", json())},
+                           {"values", contract.value("values", json::object())},
+                           {"dependencies", dependencies}};
+  std::error_code ec;
+  for (const auto& build : fs::directory_iterator(root + "/artifacts/" + id + "/builds", ec)) {
+    info.builds.push_back(build.path().filename().string());
+  }
+  std::sort(info.builds.begin(), info.builds.end());
+  return info;
+}
+
+}  // namespace
+
+std::vector<ArtifactInfo> cache_info(const std::string& root) {
+  const json catalog = internal::load_catalog(root);
+  std::vector<ArtifactInfo> infos;
+  for (const auto& [id, entry] : catalog["artifacts"].items()) {
+    infos.push_back(summarize(root, id, entry));
+  }
+  return infos;
+}
+
+std::vector<ArtifactInfo> validate_cache(const std::string& root, ValidationMode mode) {
+  const json catalog = internal::load_catalog(root);
+  std::vector<ArtifactInfo> infos;
+  for (const auto& [id, entry] : catalog["artifacts"].items()) {
+    open_stored_artifact(root, id, mode);
+    infos.push_back(summarize(root, id, entry));
+  }
+  return infos;
+}
+
+}  // namespace wam::cache
