@@ -8,6 +8,11 @@
 # gpu:    the training profiles on a CUDA machine with the base preset (`wam-pipeline bench`:
 #         device part alone vs whole graph, peak memory, transfer per batch). On the GPU machine,
 #         build first and run it with WAM_BUILD_DIR=build-gpu WAM_SKIP_SETUP=1.
+# ladder: the profile ladder on a CUDA machine, base preset, for each task of $WAM_LADDER_TASKS
+#         (default "libero robotwin"): `cache generate` samples/s, then `wam-pipeline bench` of the
+#         baseline, online, compile and cache graphs on the same synthetic dataset, and a table of
+#         samples/s, pipeline efficiency and speed-up over baseline.
+# cache:  latent cache reads, 1 and 2 threads, against a plain pread of the same bytes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${WAM_SKIP_SETUP:-}" ]; then
@@ -95,6 +100,50 @@ PY
         "$bin" bench "pipelines/$pipeline.json" "${base[@]}" $extra --steps "$steps" --warmup 5
         echo "  ($((SECONDS - began)) s)"
       done
+      ;;
+    ladder)
+      for task in ${WAM_LADDER_TASKS:-libero robotwin}; do
+        upper=$(echo "$task" | tr a-z A-Z)
+        root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/${task}_ladder
+        if [ ! -f "$root/meta/info.json" ]; then
+          "$bin" dataset synth --preset "$task" --episodes 8 --frames-per-episode 128 --gop 2 \
+            --codec av1 --out "$root" >/dev/null 2>&1
+        fi
+        export "${upper}_DATA_ROOT=$root"
+        export WAM_LATENT_CACHE=${WAM_CACHE_ROOT:-.cache/wam}/bench/${task}_latents
+        base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
+        "$bin" text-cache build "pipelines/${task}_online.json" "${base[@]}" >/dev/null
+        "$bin" compile "pipelines/${task}_compile.json" "${base[@]}" --steps 3 >/dev/null
+        echo "## ${task}: cache generate (every field of $(($(python3 -c "import json;print(json.load(open('$root/meta/info.json'))['total_frames'])"))) samples)"
+        "$bin" cache generate "pipelines/${task}_cache.json" "${base[@]}" --overwrite 2>/dev/null |
+          sed 's/^/  /'
+        table=$(mktemp)
+        for profile in baseline online compile cache; do
+          echo "## ${task}_${profile}"
+          json=$(mktemp)
+          "$bin" bench "pipelines/${task}_${profile}.json" "${base[@]}" --steps 30 --warmup 5 \
+            --json "$json" 2>/dev/null | sed 's/^/  /'
+          python3 - "$json" "$profile" >>"$table" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print(sys.argv[2], r["graph_samples_per_s"], r["pipeline_efficiency"])
+PY
+          rm -f "$json"
+        done
+        python3 - "$table" "$task" <<'PY'
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+base = float(rows[0][1])
+print(f"## {sys.argv[2]} ladder (base preset, whole graph)")
+print(f"  {'profile':<10} {'samples/s':>10} {'efficiency':>11} {'vs baseline':>12}")
+for name, rate, eff in rows:
+    print(f"  {name:<10} {float(rate):10.2f} {float(eff):11.3f} {float(rate) / base:11.2f}x")
+PY
+        rm -f "$table"
+      done
+      ;;
+    cache)
+      "$build/tests/bench/wam_bench_latent_store"
       ;;
   esac
 done

@@ -19,6 +19,8 @@
 //         `video_dtype: uint8`, uint8 levels round((x + 1) * 127.5) of those values),
 //         memory_video_anchor and memory_video_recent (float [3, 1, 384, 256], either way)
 // Removes: frames
+// With `augment_if` naming a Bool field, samples where it is false pass through untouched (they
+// carry no frames: VideoDecode's decode_if skipped them).
 // Example: {"id": "augment", "type": "Augment", "inputs": ["decode"],
 //           "params": {"$ref": "data/augment"}}
 #include <ATen/CPUGeneratorImpl.h>
@@ -38,8 +40,8 @@
 namespace wam::stages {
 namespace {
 
-constexpr int64_t kCanvasHeight = 384;
-constexpr int64_t kCanvasWidth = 256;
+using image_ops::kCanvasHeight;
+using image_ops::kCanvasWidth;
 // frames: all = [anchor, recent, window...]
 constexpr int64_t kAnchorIndex = 0;
 constexpr int64_t kRecentIndex = 1;
@@ -80,6 +82,7 @@ struct AugmentParams {
 
   bool sync_vlm_color_jitter = true;
   bool sync_vlm_camera_jitter = true;
+  std::string augment_if;
 
   template <class V>
   void visit(V& v) {
@@ -157,6 +160,9 @@ struct AugmentParams {
     v("sync_vlm_camera_jitter", sync_vlm_camera_jitter,
       "Give each camera's VLM current image that camera's camera jitter (the same motion at the "
       "raw size), as the reference's sync_vlm_camera_jitter / apply_to_vlm.");
+    v("augment_if", augment_if,
+      "Bool field: augment only samples where it is true, pass the others through unchanged "
+      "(\"\": every sample).");
   }
 };
 
@@ -228,6 +234,7 @@ class AugmentStage final : public Stage {
     contract.reads("frames", FieldType::kTensor);
     contract.removes("frames");
     contract.writes("vlm_current_images", FieldType::kTensor);
+    if (!params_.augment_if.empty()) contract.reads(params_.augment_if, FieldType::kBool);
     if (uses_random()) {
       contract.reads("sample_id", FieldType::kInt);
       contract.reads("epoch", FieldType::kInt);
@@ -255,6 +262,10 @@ class AugmentStage final : public Stage {
   }
 
   void process(Sample sample, Emitter& out) override {
+    if (!params_.augment_if.empty() && !sample.get_bool(params_.augment_if)) {
+      out.emit(std::move(sample));
+      return;
+    }
     use_one_torch_thread();
     const at::Tensor frames = sample.tensor("frames");
     check_frames(frames);

@@ -21,6 +21,10 @@
 
 namespace wam::image_ops {
 
+// The training canvas every camera layout is composed onto, [H, W].
+inline constexpr int64_t kCanvasHeight = 384;
+inline constexpr int64_t kCanvasWidth = 256;
+
 // ---- uint8 planes -------------------------------------------------------------------------------
 
 // A new uint8 [n, c, h, w] whose rows are padded (stride(2) > w).

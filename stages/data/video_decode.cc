@@ -5,7 +5,9 @@
 //         `frames: all`, T = 1 (window[0]) for `frames: current`.
 // `mode: sparse` decodes only the keyframe runs holding the needed frames; `mode: full` (the
 // baseline) decodes every frame from the window's first to its last, plus anchor and recent.
-// Counters: frames_decoded, seeks, readers_opened.
+// With `decode_if` naming a Bool field, samples where it is false pass through without frames
+// (the cache profile decodes current frames only while its VLM cache misses samples).
+// Counters: frames_decoded, seeks, readers_opened (and passed_through with decode_if).
 // Example: {"id": "decode", "type": "VideoDecode", "inputs": ["sampler"],
 //           "params": {"mode": "sparse", "frames": "all", "cache_readers": 4}}
 #include <algorithm>
@@ -23,6 +25,7 @@ struct VideoDecodeParams {
   std::string mode = "sparse";
   std::string frames = "all";
   int64_t cache_readers = 4;
+  std::string decode_if;
   template <class V>
   void visit(V& v) {
     v("mode", mode,
@@ -33,6 +36,9 @@ struct VideoDecodeParams {
       OneOf{"all", "current"});
     v("cache_readers", cache_readers,
       "Open files kept per thread for the next samples (0: open every file per sample).", Min{0});
+    v("decode_if", decode_if,
+      "Bool field: decode only samples where it is true, pass the others through unchanged "
+      "(\"\": decode every sample).");
   }
 };
 
@@ -83,6 +89,7 @@ class VideoDecodeStage final : public Stage {
     contract.reads("video_files", FieldType::kJson);
     contract.reads("frame_plan", FieldType::kJson);
     contract.writes("frames", FieldType::kTensor);
+    if (!params_.decode_if.empty()) contract.reads(params_.decode_if, FieldType::kBool);
     contract.concurrency(Concurrency::unlimited());
   }
 
@@ -90,9 +97,15 @@ class VideoDecodeStage final : public Stage {
     frames_decoded_ = &context.counter("frames_decoded");
     seeks_ = &context.counter("seeks");
     readers_opened_ = &context.counter("readers_opened");
+    if (!params_.decode_if.empty()) passed_through_ = &context.counter("passed_through");
   }
 
   void process(Sample sample, Emitter& out) override {
+    if (!params_.decode_if.empty() && !sample.get_bool(params_.decode_if)) {
+      passed_through_->add();
+      out.emit(std::move(sample));
+      return;
+    }
     const std::vector<std::string> files = parse_video_files(sample.get_json("video_files"));
     const FramePlan plan = parse_frame_plan(sample.get_json("frame_plan"));
     std::vector<int64_t> wanted = {plan.window.front()};
@@ -166,6 +179,7 @@ class VideoDecodeStage final : public Stage {
   Counter* frames_decoded_ = nullptr;
   Counter* seeks_ = nullptr;
   Counter* readers_opened_ = nullptr;
+  Counter* passed_through_ = nullptr;
 };
 
 }  // namespace

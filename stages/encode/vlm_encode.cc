@@ -12,6 +12,12 @@
 // Reads:  vlm_current_images (uint8 [B, V, 3, H, W]), task (Json array of B strings)
 // Writes: vlm_context [B, S, width] (S = V * image patches + the batch's longest prompt; rows of
 //         padding are zero), vlm_mask (bool [B, S], false on padding)
+// merge_cached (the cache profile): rows whose vlm_cache_hit is true take LatentCacheLookup's
+// cached row (vlm_cached_context / vlm_cached_mask); only the miss rows are encoded, from their
+// vlm_current_images (present only when the cache misses samples), and every row is zero-padded
+// to the longer of the two lengths. The model is loaded on the first miss, so a fully covered
+// cache never loads it. Counters: rows_encoded, rows_from_cache.
+//
 // Example: {"id": "vlm", "type": "VlmEncode", "inputs": ["vae"],
 //           "params": {"width": 2048, "reuse_metadata": true,
 //                      "view_names": ["main camera", "left wrist camera", "right wrist camera"]}}
@@ -47,6 +53,7 @@ struct VlmEncodeParams {
   int64_t seed = 0;
   std::string device = "auto";
   std::string dtype = "auto";
+  bool merge_cached = false;
 
   template <class V>
   void visit(V& v) {
@@ -74,6 +81,8 @@ struct VlmEncodeParams {
     v("dtype", dtype,
       "Model precision, which vlm_context keeps (auto: bfloat16 on CUDA, float32 on the CPU).",
       OneOf{"auto", "float32", "bfloat16"});
+    v("merge_cached", merge_cached,
+      "Take LatentCacheLookup's cached rows where vlm_cache_hit, encode only the misses.");
   }
 };
 
@@ -94,10 +103,16 @@ class VlmEncodeStage final : public Stage {
     contract.reads("task", FieldType::kJson);
     contract.writes("vlm_context", FieldType::kTensor);
     contract.writes("vlm_mask", FieldType::kTensor);
+    if (params_.merge_cached) {
+      for (const char* field : {"vlm_cache_hit", "vlm_cached_context", "vlm_cached_mask"}) {
+        contract.reads(field, FieldType::kTensor);
+      }
+    }
     contract.concurrency(Concurrency::serial());
   }
 
   void open(Context& context) override {
+    context_ = &context;
     if (params_.encoder == "builtin" &&
         (params_.width % params_.heads != 0 || (params_.width / params_.heads) % 2 != 0)) {
       throw Error("VlmEncode: param width (" + std::to_string(params_.width) +
@@ -105,6 +120,35 @@ class VlmEncodeStage final : public Stage {
                   ") must be an even whole number (the RoPE head dimension)");
     }
     placement_ = models::resolve_placement(params_.device, params_.dtype, "VlmEncode");
+    if (params_.reuse_metadata) {
+      prompt_hits_ = &context.counter("prompt_cache_hits");
+      prompt_misses_ = &context.counter("prompt_cache_misses");
+      metadata_hits_ = &context.counter("vision_metadata_cache_hits");
+      metadata_misses_ = &context.counter("vision_metadata_cache_misses");
+    }
+    if (params_.merge_cached) {
+      rows_encoded_ = &context.counter("rows_encoded");
+      rows_from_cache_ = &context.counter("rows_from_cache");
+      context.log("VlmEncode: cached rows merged; the " + params_.encoder +
+                  " model loads on the first cache miss");
+      return;
+    }
+    load_model(context);
+  }
+
+  void process(Sample batch, Emitter& out) override {
+    if (params_.merge_cached) {
+      merge_cached(batch);
+    } else {
+      auto [context, mask] = encode(batch.tensor("vlm_current_images"), batch.get_json("task"));
+      batch.set_tensor("vlm_context", std::move(context));
+      batch.set_tensor("vlm_mask", std::move(mask));
+    }
+    out.emit(std::move(batch));
+  }
+
+ private:
+  void load_model(const Context& context) {
     if (params_.encoder == "torchscript") {
       scripted_.emplace(params_.path, params_.width, placement_);
     } else {
@@ -113,25 +157,56 @@ class VlmEncodeStage final : public Stage {
       builtin_ = std::make_unique<models::BuiltinVlm>(config, static_cast<uint64_t>(params_.seed),
                                                       placement_);
     }
-    if (params_.reuse_metadata) {
-      prompt_hits_ = &context.counter("prompt_cache_hits");
-      prompt_misses_ = &context.counter("prompt_cache_misses");
-      metadata_hits_ = &context.counter("vision_metadata_cache_hits");
-      metadata_misses_ = &context.counter("vision_metadata_cache_misses");
-    }
     context.log("VlmEncode: " + params_.encoder + " model on " + placement_.device.str() + " (" +
                 params_.dtype + "), metadata reuse " + (params_.reuse_metadata ? "on" : "off"));
+    model_loaded_ = true;
   }
 
-  void process(Sample batch, Emitter& out) override {
-    const at::Tensor& frames = batch.tensor("vlm_current_images");
+  // Cached rows where vlm_cache_hit, the encoder's rows elsewhere, zero-padded to one length.
+  void merge_cached(Sample& batch) {
+    const at::Tensor hit = batch.tensor("vlm_cache_hit").to(at::kCPU);
+    const at::Tensor& cached_context = batch.tensor("vlm_cached_context");
+    const at::Tensor& cached_mask = batch.tensor("vlm_cached_mask");
+    const at::Tensor misses = at::nonzero(hit.logical_not()).flatten();
+    const int64_t rows = hit.size(0), miss_count = misses.size(0);
+    rows_from_cache_->add(rows - miss_count);
+    if (miss_count == 0) {
+      batch.set_tensor("vlm_context", cached_context);
+      batch.set_tensor("vlm_mask", cached_mask);
+      return;
+    }
+    if (!model_loaded_) load_model(*context_);
+    nlohmann::json miss_tasks = nlohmann::json::array();
+    const nlohmann::json& tasks = batch.get_json("task");
+    for (int64_t i = 0; i < miss_count; ++i) miss_tasks.push_back(tasks.at(misses[i].item<int64_t>()));
+    const at::Tensor images = batch.tensor("vlm_current_images");
+    auto [encoded, encoded_mask] =
+        encode(images.index_select(0, misses.to(images.device())), miss_tasks);
+    rows_encoded_->add(miss_count);
+    const int64_t length = std::max(cached_context.size(1), encoded.size(1));
+    const at::Device device = encoded.device();
+    at::Tensor context =
+        at::zeros({rows, length, encoded.size(2)}, encoded.options());
+    at::Tensor mask = at::zeros({rows, length}, encoded_mask.options());
+    context.narrow(1, 0, cached_context.size(1))
+        .copy_(cached_context.to(device, encoded.scalar_type()));
+    mask.narrow(1, 0, cached_mask.size(1)).copy_(cached_mask.to(device));
+    const at::Tensor miss_rows = misses.to(device);
+    context.index_copy_(0, miss_rows,
+                        at::constant_pad_nd(encoded, {0, 0, 0, length - encoded.size(1)}));
+    mask.index_copy_(0, miss_rows, at::constant_pad_nd(encoded_mask, {0, length - encoded.size(1)}));
+    batch.set_tensor("vlm_context", std::move(context));
+    batch.set_tensor("vlm_mask", std::move(mask));
+  }
+
+  // The model's context rows and mask for a batch of per-camera frames and their tasks.
+  std::pair<at::Tensor, at::Tensor> encode(const at::Tensor& frames, const nlohmann::json& tasks) {
     if (frames.dim() != 5 || frames.size(2) != 3 || frames.scalar_type() != at::kByte) {
       throw Error("field \"vlm_current_images\" is " + describe_tensor(frames) +
                   "; VlmEncode expects uint8 [B, V, 3, H, W] (a batch of per-camera frames)");
     }
     const int64_t rows = frames.size(0), views = frames.size(1);
     const std::vector<std::string> view_names = names_for(views);
-    const nlohmann::json& tasks = batch.get_json("task");
     if (!tasks.is_array() || static_cast<int64_t>(tasks.size()) != rows) {
       throw Error("field \"task\" must be a Json array of " + std::to_string(rows) +
                   " strings (one per row of vlm_current_images), got " + tasks.dump());
@@ -180,12 +255,9 @@ class VlmEncodeStage final : public Stage {
         torch::cat({torch::ones({rows, image_tokens}, at::kBool), token_ids != models::kPadToken},
                    1)
             .to(hidden.device());
-    batch.set_tensor("vlm_context", hidden * mask.unsqueeze(-1).to(hidden.scalar_type()));
-    batch.set_tensor("vlm_mask", mask);
-    out.emit(std::move(batch));
+    return {hidden * mask.unsqueeze(-1).to(hidden.scalar_type()), mask};
   }
 
- private:
   std::vector<std::string> names_for(int64_t views) const {
     if (params_.view_names.empty()) {
       std::vector<std::string> names;
@@ -229,6 +301,8 @@ class VlmEncodeStage final : public Stage {
   }
 
   Params params_;
+  const Context* context_ = nullptr;
+  bool model_loaded_ = false;
   models::EncoderPlacement placement_;
   std::unique_ptr<models::BuiltinVlm> builtin_;
   std::optional<models::ScriptedVlm> scripted_;
@@ -238,6 +312,8 @@ class VlmEncodeStage final : public Stage {
   Counter* prompt_misses_ = nullptr;
   Counter* metadata_hits_ = nullptr;
   Counter* metadata_misses_ = nullptr;
+  Counter* rows_encoded_ = nullptr;
+  Counter* rows_from_cache_ = nullptr;
 };
 
 WAM_REGISTER_STAGE(VlmEncodeStage);

@@ -93,6 +93,58 @@ grep -q '"stop_reason": "steps"' "$work/stats.json" || { echo "FAIL train: stats
 [ -f "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_2.pt" ] ||
   { echo "FAIL train: no checkpoint step_2.pt"; failures=$((failures + 1)); }
 
+# The cache profile: generate, validate, info, train from the cache; refusals; a build killed
+# midway keeps the published catalog and resumes.
+export WAM_LATENT_CACHE=$work/latents
+cache_args=("${tiny[@]}" --set settings.batch_size=2 --set settings.device=cpu)
+expect_contains "cache generate publishes every field" 0 \
+  "VLM cache published: artifact=vlm.current" \
+  -- "$bin" cache generate pipelines/robotwin_cache.json "${cache_args[@]}" --shard-size 32
+expect_contains "cache validate --full" 0 "Cache preflight passed: root=$work/latents mode=full" \
+  -- "$bin" cache validate pipelines/robotwin_cache.json "${cache_args[@]}" --full
+expect_contains "cache info" 0 "  vae_latent.memory_recent" -- "$bin" cache info
+expect_contains "train the cache profile" 0 "pipeline robotwin_cache:" \
+  -- "$bin" run pipelines/robotwin_cache.json "${cache_args[@]}" --steps 2 \
+  --stats-out "$work/cache_stats.json"
+/usr/bin/python3 - "$work/cache_stats.json" <<'PY' || failures=$((failures + 1))
+import json, sys
+nodes = {n["id"]: n for n in json.load(open(sys.argv[1]))["nodes"]}
+decoded = dict(nodes["decode"]["counters"]).get("frames_decoded", 0)
+hits = dict(nodes["cache"]["counters"]).get("hits", 0)
+ok = decoded == 0 and hits >= 4
+print(("ok   " if ok else "FAIL ") + f"cache profile decodes no frame ({decoded} decoded, {hits} hits)")
+sys.exit(0 if ok else 1)
+PY
+expect "cache generate keeps existing artifacts" 1 \
+  "error: Cache artifacts already exist at $work/latents: [vae_latent.current, vae_latent.memory_anchor, vae_latent.memory_recent, vlm.current]. Pass --overwrite to publish replacement builds." \
+  -- "$bin" cache generate pipelines/robotwin_cache.json "${cache_args[@]}"
+expect "cache generate refuses random augmentation" 2 \
+  "pipelines/robotwin_cache.json:/nodes/1/params/augment/camera_jitter_prob [cache: LatentCacheLookup]: Offline encoder artifacts require deterministic images; camera_jitter_prob is enabled. Set \"deterministic\": true (e.g. include configs/data/robotwin_deterministic.json)" \
+  -- "$bin" cache generate pipelines/robotwin_cache.json "${cache_args[@]}" \
+  --set include.data=configs/data/robotwin.json
+expect "cache generate names bad fields" 1 \
+  "error: Unsupported video latent cache fields [curent]; allowed: current, memory_anchor, memory_recent, vlm." \
+  -- "$bin" cache generate pipelines/robotwin_cache.json "${cache_args[@]}" --fields curent
+WAM_LATENT_CACHE=$work/no-cache expect "cache validate without a catalog" 1 \
+  "error: Cache catalog not found: $work/no-cache/catalog.json. Run \`wam-pipeline cache generate PIPELINE\` first." \
+  -- "$bin" cache validate pipelines/robotwin_cache.json "${cache_args[@]}"
+catalog_before=$(sha256sum "$work/latents/catalog.json")
+"$bin" cache generate pipelines/robotwin_cache.json "${cache_args[@]}" --fields current --overwrite \
+  --shard-size 2 --batch-size 2 >"$work/killed.log" 2>&1 &
+generating=$!
+for _ in $(seq 600); do
+  [ -n "$(find "$work/latents/.tmp" -name 'shard*.h5' 2>/dev/null | head -1)" ] && break
+  sleep 0.1
+done
+kill -9 "$generating" 2>/dev/null; wait "$generating" 2>/dev/null
+[ "$(sha256sum "$work/latents/catalog.json")" = "$catalog_before" ] ||
+  { echo "FAIL a killed build changed catalog.json"; failures=$((failures + 1)); }
+expect_contains "the killed build's catalog still validates" 0 "Cache preflight passed" \
+  -- "$bin" cache validate pipelines/robotwin_cache.json "${cache_args[@]}"
+expect_contains "a rerun resumes the killed build" 0 "shards were already written" \
+  -- "$bin" cache generate pipelines/robotwin_cache.json "${cache_args[@]}" --fields current \
+  --overwrite --shard-size 2 --batch-size 2
+
 expect_contains "bench measures the device part and the whole graph" 0 "  pipeline efficiency:" \
   -- "$bin" bench pipelines/robotwin_online.json "${tiny[@]}" --set settings.batch_size=2 \
   --set settings.device=cpu --steps 2 --warmup 1 --json "$work/bench.json"
@@ -145,7 +197,7 @@ expect "bench --trace needs --profile" 2 "--trace requires --profile" \
 [ ! -e "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_3.pt" ] ||
   { echo "FAIL bench wrote a checkpoint"; failures=$((failures + 1)); }
 expect "bench refuses a data graph" 2 \
-  "bench: pipelines/robotwin_data_online.json has no HostToDevice node; bench measures training pipelines (for data graphs use \`run --stats-out\`)" \
+  "bench: pipelines/robotwin_data_online.json has no host-to-device node (HostToDevice); bench measures training pipelines (for data graphs use \`run --stats-out\`)" \
   -- "$bin" bench pipelines/robotwin_data_online.json
 
 expect "compile needs a compiled pipeline" 2 \

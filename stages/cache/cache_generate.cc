@@ -1,0 +1,306 @@
+// generate's graph is made from the lookup node's params; shards are contiguous sample id
+// ranges, and the staging build is named by its contract, so a rerun after an interruption
+// resumes at the first shard that was not written and checksummed.
+#include "cache/cache_generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+
+#include "cache/cache_spec.h"
+#include "wam/config.h"
+#include "wam/pipeline.h"
+#include "wam/registry.h"
+#include "wam/runner.h"
+#include "wam/tensor.h"
+
+namespace wam::cache {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The pipeline's LatentCacheLookup node (the one node reading the cache).
+struct CacheNode {
+  const ValidatedNode* node = nullptr;
+  const LatentCacheReader* reader = nullptr;
+};
+
+CacheNode find_cache_node(const ValidatedPipeline& pipeline) {
+  CacheNode found;
+  for (const ValidatedNode& node : pipeline.nodes()) {
+    if (auto* reader = dynamic_cast<const LatentCacheReader*>(node.stage.get())) {
+      if (found.node) {
+        throw Error(pipeline.file() + ": more than one node reads the latent cache (" +
+                    found.node->id + ", " + node.id + "); give the cache command one");
+      }
+      found = {&node, reader};
+    }
+  }
+  if (!found.node) {
+    throw Error(pipeline.file() +
+                ": no node reads the latent cache (LatentCacheLookup); cache commands take a "
+                "cache pipeline such as pipelines/robotwin_cache.json");
+  }
+  return found;
+}
+
+// The spec, refusing random augmentation with the param's JSON pointer.
+CacheSpec checked_spec(const ValidatedPipeline& pipeline, const CacheNode& cache_node) {
+  CacheSpec spec = cache_node.reader->cache_spec(pipeline.settings().device);
+  if (const std::string random = first_random_augment_param(spec.augment);
+      !random.empty()) {
+    Diagnostics diagnostics(pipeline.file());
+    diagnostics.error(cache_node.node->pointer + "/params/augment/" + random,
+                      "Offline encoder artifacts require deterministic images; " + random +
+                          " is enabled. Set \"deterministic\": true (e.g. include "
+                          "configs/data/robotwin_deterministic.json)",
+                      cache_node.node->label());
+    throw ConfigError(std::move(diagnostics));
+  }
+  return spec;
+}
+
+// The generation graph: only what the selected fields need, in sample id order.
+PipelineConfig generation_graph(const ValidatedPipeline& pipeline, const CacheSpec& spec,
+                                bool vae, bool vlm, int64_t sample_count, int64_t batch_size) {
+  PipelineConfig config;
+  config.file = pipeline.file() + " (cache generate)";
+  config.name = pipeline.name() + "_cache_generate";
+  const Settings& settings = pipeline.settings();
+  config.settings = {{"seed", settings.seed},
+                     {"batch_size", batch_size},
+                     {"max_in_flight", std::max<int64_t>(settings.max_in_flight, 2 * batch_size)},
+                     {"ordered", true},
+                     {"epochs", 1},
+                     {"threads", settings.threads},
+                     {"device", settings.device}};
+  auto node = [&](std::string id, std::string type, std::vector<std::string> inputs,
+                  nlohmann::json params) {
+    NodeConfig n;
+    n.id = std::move(id);
+    n.type = std::move(type);
+    n.inputs = std::move(inputs);
+    n.params = std::move(params);
+    n.pointer = "/nodes/" + std::to_string(config.nodes.size());
+    config.nodes.push_back(std::move(n));
+  };
+  nlohmann::json sampler = spec.sampler;
+  sampler["shuffle"] = false;
+  sampler["max_samples"] = sample_count;
+  sampler["rank"] = 0;
+  sampler["world_size"] = 1;
+  const std::string frames = vae ? "all" : "current";
+  nlohmann::json augment = spec.augment;
+  augment["frames"] = frames;
+  node("sampler", "EpisodeSampler", {}, sampler);
+  node("decode", "VideoDecode", {"sampler"}, {{"mode", "sparse"}, {"frames", frames}});
+  node("augment", "Augment", {"decode"}, augment);
+  node("collate", "Collate", {"augment"}, {{"drop_last", false}});
+  node("h2d", "HostToDevice", {"collate"},
+       {{"mode", "pageable"}, {"video_as_uint8", augment.value("video_dtype", "") == "uint8"}});
+  std::string last = "h2d";
+  if (vae) {
+    node("vae", "VaeEncode", {last}, spec.vae);
+    last = "vae";
+  }
+  if (vlm) {
+    nlohmann::json params = spec.vlm;
+    params["merge_cached"] = false;
+    node("vlm", "VlmEncode", {last}, params);
+  }
+  return config;
+}
+
+// Rows of one artifact waiting for their shard to fill.
+struct PendingRows {
+  std::vector<at::Tensor> rows;            // fixed values: one tensor per sample
+  std::vector<at::Tensor> context, mask;   // vlm: cropped rows
+};
+
+// A VLM row cropped to its valid tokens [first, last]; a row without any keeps one zero token.
+std::pair<at::Tensor, at::Tensor> crop_vlm_row(const at::Tensor& context, const at::Tensor& mask) {
+  const at::Tensor valid = at::nonzero(mask).flatten();
+  if (valid.numel() == 0) {
+    return {at::zeros({1, context.size(1)}, context.options()), at::zeros({1}, mask.options())};
+  }
+  const int64_t first = valid.min().item<int64_t>(), last = valid.max().item<int64_t>();
+  return {context.narrow(0, first, last - first + 1).contiguous(),
+          mask.narrow(0, first, last - first + 1).contiguous()};
+}
+
+void check_latent(const at::Tensor& latent, const ValueSchema& schema,
+                  const std::string& artifact_id) {
+  const std::string dtype = latent.scalar_type() == at::kBFloat16 ? "bfloat16"
+                            : latent.scalar_type() == at::kFloat  ? "float32"
+                                                                  : describe_tensor(latent);
+  if (dtype != dtype_name(schema.dtype) ||
+      latent.sizes() != at::IntArrayRef(schema.shape)) {
+    std::string expected;
+    for (int64_t d : schema.shape) expected += (expected.empty() ? "" : ", ") + std::to_string(d);
+    throw Error(artifact_id + ": the encoder produced " + describe_tensor(latent) +
+                " per sample but the contract expects " +
+                std::string(dtype_name(schema.dtype)) + " [" + expected + "]");
+  }
+}
+
+}  // namespace
+
+GenerateResult generate_cache(const GenerateOptions& options) {
+  const Clock::time_point start = Clock::now();
+  const ValidatedPipeline pipeline = load_pipeline(options.pipeline, {options.overrides});
+  const CacheNode cache_node = find_cache_node(pipeline);
+  const std::vector<std::string> fields = parse_field_selection(
+      options.fields.empty() ? cache_node.reader->cache_fields() : options.fields);
+  const CacheSpec spec = checked_spec(pipeline, cache_node);
+  GenerateResult result;
+  result.root = cache_node.reader->cache_root();
+  std::vector<std::string> artifact_ids;
+  for (const auto& field : fields) artifact_ids.push_back(field_info(field).artifact_id);
+  check_write_target(result.root, artifact_ids, options.overwrite);
+
+  const DatasetFingerprint dataset = fingerprint_dataset(
+      spec.sampler.at("dataset_dirs").get<std::vector<std::string>>());
+  result.samples = options.max_samples > 0
+                       ? std::min(options.max_samples, dataset.sample_count)
+                       : dataset.sample_count;
+  bool vae = false, vlm = false;
+  std::vector<std::unique_ptr<ArtifactBuilder>> builders;
+  std::vector<std::string> builder_fields;
+  for (const auto& field : fields) {
+    const nlohmann::json contract =
+        artifact_contract(field, spec, dataset, result.samples);
+    builders.push_back(std::make_unique<ArtifactBuilder>(result.root, contract,
+                                                                build_id_of(contract, options.shard_size)));
+    builder_fields.push_back(field);
+    (field_info(field).vae ? vae : vlm) = true;
+  }
+
+  // Shards are contiguous sample id ranges; resume at the first one some artifact lacks.
+  const int64_t shard_size = options.shard_size;
+  const int64_t shard_count = (result.samples + shard_size - 1) / shard_size;
+  int64_t first_missing = 0;
+  while (first_missing < shard_count &&
+         std::all_of(builders.begin(), builders.end(),
+                     [&](const auto& b) { return b->shard_complete(first_missing); })) {
+    ++first_missing;
+  }
+  result.shards_resumed = first_missing;
+  const int64_t first_sample = first_missing * shard_size;
+
+  if (first_sample < result.samples) {
+    const int64_t batch_size =
+        options.batch_size > 0 ? options.batch_size : pipeline.settings().batch_size;
+    const PipelineConfig config =
+        generation_graph(pipeline, spec, vae, vlm, result.samples, batch_size);
+    ValidatedPipeline graph = ValidatedPipeline::from_config(config, StageRegistry::builtin());
+    graph.find("sampler")->source().restore({{"epoch", 0}, {"position", first_sample}});
+
+    std::vector<PendingRows> pending(builders.size());
+    std::vector<int64_t> pending_ids;
+    int64_t next_shard = first_missing;
+    auto flush_shard = [&] {
+      for (size_t b = 0; b < builders.size(); ++b) {
+        PendingRows& rows = pending[b];
+        std::vector<ValueRows> values;
+        at::Tensor block, context, mask;
+        if (builder_fields[b] == "vlm") {
+          context = at::cat(rows.context).contiguous();
+          mask = at::cat(rows.mask).contiguous();
+          ValueRows context_rows{"context", context.data_ptr(), context.nbytes(), {}};
+          for (const at::Tensor& row : rows.context) context_rows.lengths.push_back(row.size(0));
+          ValueRows mask_rows{"mask", mask.data_ptr(), mask.nbytes(),
+                                     context_rows.lengths};
+          values = {context_rows, mask_rows};
+        } else {
+          block = at::stack(rows.rows).contiguous();
+          values = {{"latent", block.data_ptr(), block.nbytes(), {}}};
+        }
+        if (!builders[b]->shard_complete(next_shard)) {
+          builders[b]->write_shard(next_shard, pending_ids, values);
+        }
+        rows = PendingRows{};
+      }
+      pending_ids.clear();
+      ++next_shard;
+    };
+    static const std::map<std::string, std::string> kLatentOf = {
+        {"current", "video_latents"},
+        {"memory_anchor", "memory_video_anchor_latents"},
+        {"memory_recent", "memory_video_recent_latents"}};
+    int64_t done = first_sample;
+    RunOptions run_options;
+    run_options.on_output = [&](const Sample& batch) {
+      const at::Tensor ids = batch.tensor("sample_id").to(at::kCPU);
+      const int64_t rows = ids.size(0);
+      std::vector<at::Tensor> outputs(builders.size()), masks(builders.size());
+      for (size_t b = 0; b < builders.size(); ++b) {
+        if (builder_fields[b] == "vlm") {
+          outputs[b] = batch.tensor("vlm_context").to(at::kCPU);
+          masks[b] = batch.tensor("vlm_mask").to(at::kCPU);
+        } else {
+          outputs[b] = batch.tensor(kLatentOf.at(builder_fields[b])).to(at::kCPU);
+        }
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const int64_t id = ids[r].item<int64_t>();
+        if (id != done) {
+          throw Error("cache generate: sample " + std::to_string(id) + " arrived where sample " +
+                      std::to_string(done) + " was expected; the generation graph must keep "
+                      "sample id order");
+        }
+        pending_ids.push_back(id);
+        for (size_t b = 0; b < builders.size(); ++b) {
+          if (builder_fields[b] == "vlm") {
+            auto [context, mask] = crop_vlm_row(outputs[b][r], masks[b][r]);
+            pending[b].context.push_back(std::move(context));
+            pending[b].mask.push_back(std::move(mask));
+          } else {
+            at::Tensor latent = outputs[b][r].contiguous();
+            check_latent(latent, builders[b]->values()[0], builders[b]->artifact_id());
+            pending[b].rows.push_back(std::move(latent));
+          }
+        }
+        ++done;
+        if (static_cast<int64_t>(pending_ids.size()) == shard_size || done == result.samples) {
+          flush_shard();
+        }
+      }
+      if (options.on_progress) options.on_progress(done, result.samples);
+    };
+    RunResult run = run_pipeline(graph, run_options);
+    if (run.error) throw *run.error;
+    if (done != result.samples) {
+      throw Error("cache generate: the data path produced " + std::to_string(done) + " of " +
+                  std::to_string(result.samples) + " samples");
+    }
+    result.samples_encoded = result.samples - first_sample;
+  }
+  for (auto& builder : builders) result.published.push_back(builder->publish(options.overwrite));
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return result;
+}
+
+std::vector<ArtifactReport> validate_pipeline_cache(const std::string& pipeline_file,
+                                                    const std::vector<std::string>& overrides,
+                                                    ValidationMode mode, std::string* root) {
+  const ValidatedPipeline pipeline = load_pipeline(pipeline_file, {overrides});
+  const CacheNode cache_node = find_cache_node(pipeline);
+  const CacheSpec spec = checked_spec(pipeline, cache_node);
+  const DatasetFingerprint dataset =
+      fingerprint_dataset(spec.sampler.at("dataset_dirs").get<std::vector<std::string>>());
+  if (root) *root = cache_node.reader->cache_root();
+  OpenOptions options;
+  options.mode = mode;
+  std::vector<ArtifactReport> reports;
+  for (const std::string& field : cache_node.reader->cache_fields()) {
+    options.partial_allowed = field == "vlm";
+    const auto reader =
+        open_artifact(cache_node.reader->cache_root(),
+                      artifact_contract(field, spec, dataset, dataset.sample_count), options);
+    reports.push_back({reader->artifact_id(), reader->build_id(), reader->cached_samples(),
+                       reader->expected_samples()});
+  }
+  return reports;
+}
+
+}  // namespace wam::cache

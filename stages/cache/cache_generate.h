@@ -1,0 +1,55 @@
+// `cache generate` and `cache validate` as functions returning what they did, for the command
+// and for tests: generate builds the latent cache a pipeline's LatentCacheLookup node reads,
+// validate checks it against that node's contracts.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cache/latent_store.h"
+
+namespace wam::cache {
+
+struct GenerateOptions {
+  std::string pipeline;
+  std::vector<std::string> overrides;
+  std::vector<std::string> fields;  // empty: the lookup node's
+  int64_t max_samples = 0;          // 0: every sample
+  int64_t shard_size = 256;
+  int64_t batch_size = 0;  // 0: the pipeline's
+  bool overwrite = false;
+  std::function<void(int64_t done, int64_t total)> on_progress;
+};
+
+struct GenerateResult {
+  std::string root;
+  int64_t samples = 0;          // keyspace of this build
+  int64_t samples_encoded = 0;  // by this run (resumed shards excluded)
+  int64_t shards_resumed = 0;
+  double seconds = 0;
+  std::vector<PublishResult> published;
+};
+
+// Encodes the selected fields of sample ids [0, samples) in a graph of its own (EpisodeSampler in
+// sample id order -> VideoDecode -> Augment -> Collate -> HostToDevice -> VaeEncode -> VlmEncode:
+// the encoders only), writes them in shards and publishes every artifact. Throws ConfigError for
+// random augmentation (naming the param's JSON pointer) and CacheError when an artifact exists
+// and `overwrite` is false, both before anything is encoded.
+GenerateResult generate_cache(const GenerateOptions& options);
+
+struct ArtifactReport {
+  std::string artifact_id;
+  std::string build_id;
+  int64_t cached_samples = 0;
+  int64_t expected_samples = 0;
+};
+
+// Opens every artifact the pipeline's LatentCacheLookup node reads, against its contract, in
+// `mode` (vlm.current may be partial); throws the first problem.
+std::vector<ArtifactReport> validate_pipeline_cache(const std::string& pipeline,
+                                                    const std::vector<std::string>& overrides,
+                                                    ValidationMode mode, std::string* root);
+
+}  // namespace wam::cache
