@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "cache/latent_store.h"
 #include "cache/store_files.h"
@@ -231,7 +232,8 @@ void ArtifactBuilder::write_shard(int64_t shard_index, const std::vector<int64_t
   fs::remove(state_dir_ + "/" + record_name(shard_index), ec);
   const std::string path = staging_dir_ + "/" + file;
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  hdf5::silence_errors();
+  // Thread-safe HDF5 keeps an error stack, and its printing setting, per thread.
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   {
     Handle h5(check(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
                     "create", temporary),
@@ -290,11 +292,12 @@ PublishResult ArtifactBuilder::publish(bool overwrite) {
                                entry.path().string());
     }
   }
+  std::set<std::string> recorded_files;
+  for (const auto& [shard_index, record] : records) {
+    recorded_files.insert(staging_dir_ + "/" + record.at("file").get<std::string>());
+  }
   for (const auto& entry : fs::directory_iterator(staging_dir_ + "/shards")) {
-    const std::string name = entry.path().filename().string();
-    const bool recorded = name.size() == 17 && entry.path().extension() == ".h5" &&
-                          records.count(std::stoll(name.substr(5, 6)));
-    if (!recorded) fs::remove(entry.path(), ec);
+    if (!recorded_files.count(entry.path().string())) fs::remove(entry.path(), ec);
   }
 
   json entries = json::object();

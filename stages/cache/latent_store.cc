@@ -444,6 +444,7 @@ std::string read_string_attribute(hid_t object, const char* name, const std::str
   Handle type(check(H5Aget_type(attribute.get()), "read attribute type", path), H5Tclose);
   if (H5Tget_class(type.get()) != H5T_STRING) return "<not a string>";
   Handle memory_type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_cset(memory_type.get(), H5Tget_cset(type.get()));
   if (H5Tis_variable_str(type.get()) > 0) {
     H5Tset_size(memory_type.get(), H5T_VARIABLE);
     char* value = nullptr;
@@ -479,7 +480,8 @@ std::vector<ValueLayout> inspect_shard(const std::string& path, const std::strin
                                        const std::string& build_id,
                                        const std::vector<ValueSchema>& values, int64_t rows,
                                        const std::vector<int64_t>* expected_ids) {
-  hdf5::silence_errors();
+  // Thread-safe HDF5 keeps an error stack, and its printing setting, per thread.
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const std::string& id = artifact_id;
   const auto mismatch = [&](const std::string& what) {
     return CacheError(id + " shard shape/dtype mismatch: " + path + ": " + what);
