@@ -7,11 +7,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "wam/error.h"
 
@@ -125,6 +124,8 @@ class ArtifactBuilder {
   PublishResult publish(bool overwrite);
 
  private:
+  PublishResult publish_staged(bool overwrite);
+
   std::string root_;
   nlohmann::json contract_;
   std::string build_id_;
@@ -222,7 +223,7 @@ struct ArtifactInfo {
   int64_t samples = 0;
   int64_t shards = 0;
   int64_t bytes = 0;
-  double coverage = 0;  // indexed samples / contract sample_count
+  double coverage = 0;              // indexed samples / contract sample_count
   std::vector<std::string> builds;  // every build directory on disk, published or not
   // sample_count, key_codec, value_codec, values, and a fingerprint per dependency.
   nlohmann::json contract_summary;

@@ -190,26 +190,28 @@ int main(int argc, char** argv) {
   }
   const Measurement s1 = median(store1), s2 = median(store2), p1 = median(plain1),
                     p2 = median(plain2);
-  std::printf("latent store read benchmark: %lld samples of bf16 [48,3,24,16] (%zu bytes), "
-              "%lld shards, page cache warm, %u hardware threads\n",
-              static_cast<long long>(kSamples), kRowBytes,
-              static_cast<long long>(kSamples / kShardRows), std::thread::hardware_concurrency());
+  std::printf(
+      "latent store read benchmark: %lld samples of bf16 [48,3,24,16] (%zu bytes), "
+      "%lld shards, page cache warm, %u hardware threads\n",
+      static_cast<long long>(kSamples), kRowBytes, static_cast<long long>(kSamples / kShardRows),
+      std::thread::hardware_concurrency());
   std::printf("write+publish (full validation): %.2f s, %.0f samples/s\n", write_s,
               kSamples / write_s);
   std::printf("%-8s %14s %14s %12s %12s %12s\n", "threads", "store samp/s", "pread samp/s",
               "store/pread", "store cores", "pread cores");
-  for (const auto& [threads, store, plain] :
-       {std::tuple{1, s1, p1}, std::tuple{2, s2, p2}}) {
+  for (const auto& [threads, store, plain] : {std::tuple{1, s1, p1}, std::tuple{2, s2, p2}}) {
     std::printf("%-8d %14.0f %14.0f %12.3f %12.2f %12.2f\n", threads, store.samples_per_s,
                 plain.samples_per_s, store.samples_per_s / plain.samples_per_s, store.cores_used,
                 plain.cores_used);
   }
-  std::printf("2 threads / 1 thread: store %.3f, pread %.3f\n",
-              s2.samples_per_s / s1.samples_per_s, p2.samples_per_s / p1.samples_per_s);
-  std::printf("(cores: CPU seconds of the reading threads per wall second; below the thread "
-              "count, other processes held the cores)\n");
+  std::printf("2 threads / 1 thread: store %.3f, pread %.3f\n", s2.samples_per_s / s1.samples_per_s,
+              p2.samples_per_s / p1.samples_per_s);
+  std::printf(
+      "(cores: CPU seconds of the reading threads per wall second; below the thread "
+      "count, other processes held the cores)\n");
   std::printf("store GB/s (2 threads): %.2f; reader counted %llu rows, %llu bytes\n",
-              s2.samples_per_s * kRowBytes / 1e9, static_cast<unsigned long long>(reader->rows_read()),
+              s2.samples_per_s * kRowBytes / 1e9,
+              static_cast<unsigned long long>(reader->rows_read()),
               static_cast<unsigned long long>(reader->bytes_read()));
   std::error_code ec;
   fs::remove_all(root, ec);

@@ -27,21 +27,20 @@ constexpr const char* kVae = "vae_latent.current";
 constexpr const char* kVlm = "vlm.current";
 
 json vae_contract(int64_t sample_count, const std::string& weights = "sha256:aaa") {
-  json contract = {
-      {"artifact_id", kVae},
-      {"sample_count", sample_count},
-      {"key_codec", "sample_int_v1"},
-      {"dependencies",
-       {{"dataset", {{"files", {{{"path", "videos/ep0.mp4"}, {"size", 1000}}}}}},
-        {"image_preprocess", {{"canvas", "robotwin"}, {"brightness", 0.0}}},
-        {"producer", {{"encoder", "wan_video_vae"}, {"weights", weights}}}}},
-      {"values",
-       {{"latent", {{"dtype", "bfloat16"}, {"shape", {4, 2, 3}}}},
-        {"scale", {{"dtype", "float32"}, {"shape", {2}}}},
-        {"valid", {{"dtype", "bool"}, {"shape", {3}}}}}},
-      {"value_codec", "raw"}};
-  contract["keyspace_fingerprint"] = fingerprint({contract["dependencies"]["dataset"],
-                                                  "sample_int_v1", sample_count});
+  json contract = {{"artifact_id", kVae},
+                   {"sample_count", sample_count},
+                   {"key_codec", "sample_int_v1"},
+                   {"dependencies",
+                    {{"dataset", {{"files", {{{"path", "videos/ep0.mp4"}, {"size", 1000}}}}}},
+                     {"image_preprocess", {{"canvas", "robotwin"}, {"brightness", 0.0}}},
+                     {"producer", {{"encoder", "wan_video_vae"}, {"weights", weights}}}}},
+                   {"values",
+                    {{"latent", {{"dtype", "bfloat16"}, {"shape", {4, 2, 3}}}},
+                     {"scale", {{"dtype", "float32"}, {"shape", {2}}}},
+                     {"valid", {{"dtype", "bool"}, {"shape", {3}}}}}},
+                   {"value_codec", "raw"}};
+  contract["keyspace_fingerprint"] =
+      fingerprint({contract["dependencies"]["dataset"], "sample_int_v1", sample_count});
   return contract;
 }
 
@@ -212,7 +211,8 @@ TEST(LatentStore, CatalogManifestAndIndexFollowTheFormat) {
   EXPECT_EQ(catalog, json::parse(R"({"schema_version": 3, "cache_type": "wam_artifact_cache",
       "artifacts": {"vae_latent.current": {"backend": "hdf5_shard_v1", "build_id": "b1",
       "manifest": "artifacts/vae_latent.current/builds/b1/manifest.json",
-      "manifest_sha256": ")" + sha256_hex(manifest_text) + R"("}}})"));
+      "manifest_sha256": ")" + sha256_hex(manifest_text) +
+                                 R"("}}})"));
   const json manifest = json::parse(manifest_text);
   EXPECT_EQ(manifest["complete"], true);
   EXPECT_EQ(manifest["cache_type"], "wam_artifact");
@@ -292,10 +292,9 @@ TEST(LatentStore, PublishingASecondArtifactKeepsTheFirst) {
   EXPECT_EQ(infos[0].artifact_id, kVae);
   EXPECT_EQ(infos[0].samples, 5);
   EXPECT_EQ(infos[0].shards, 2);
-  EXPECT_EQ(infos[0].bytes, static_cast<int64_t>(fs::file_size(shard_path(root, kVae,
-                                                                          "vae-build", 0)) +
-                                                fs::file_size(shard_path(root, kVae,
-                                                                         "vae-build", 1))));
+  EXPECT_EQ(infos[0].bytes,
+            static_cast<int64_t>(fs::file_size(shard_path(root, kVae, "vae-build", 0)) +
+                                 fs::file_size(shard_path(root, kVae, "vae-build", 1))));
   EXPECT_EQ(infos[0].coverage, 1.0);
   EXPECT_EQ(infos[0].builds, std::vector<std::string>{"vae-build"});
   EXPECT_EQ(infos[1].artifact_id, kVlm);
@@ -394,6 +393,17 @@ TEST(LatentStore, PartialContractsMayCoverAPrefixOnly) {
   // Without partial_allowed the same cache is a sample_count mismatch.
   EXPECT_EQ(error_of([&] { open_artifact(root, vlm_contract(10)); }),
             "vlm.current sample_count mismatch: cache=4 expected=10");
+  std::vector<uint16_t> words(8);
+  EXPECT_EQ(error_of([&] { reader->read_fixed(0, 0, words.data()); }),
+            "vlm.current value context is ragged: read it with read_ragged");
+
+  const std::string empty_root = dir.file("empty");
+  ArtifactBuilder(empty_root, vlm_contract(0), "v0").publish(false);
+  EXPECT_EQ(error_of([&] {
+              open_artifact(empty_root, vlm_contract(10), {ValidationMode::kFull, true});
+            }),
+            "vlm.current partial cache is empty: " + empty_root +
+                "/artifacts/vlm.current/builds/v0/manifest.json");
 }
 
 class PublishedVae : public ::testing::Test {
@@ -453,8 +463,8 @@ TEST_F(PublishedVae, EditedManifestFailsTheCatalogChecksum) {
   const std::string manifest = root_ + "/artifacts/vae_latent.current/builds/b1/manifest.json";
   write_bytes(manifest, read_bytes(manifest) + " ");
   EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
-            "Catalog manifest checksum mismatch: " + manifest +
-                " does not match the checksum in " + root_ + "/catalog.json");
+            "Catalog manifest checksum mismatch: " + manifest + " does not match the checksum in " +
+                root_ + "/catalog.json");
 }
 
 TEST_F(PublishedVae, IncompatibleCatalogAndUnknownArtifact) {
@@ -467,6 +477,40 @@ TEST_F(PublishedVae, IncompatibleCatalogAndUnknownArtifact) {
             "Cache storage format is incompatible: root=" + root_ +
                 ". Existing cache data is not migrated automatically; generate the cache in an "
                 "empty/new root.");
+}
+
+// Rewrites index.json and re-signs it in the manifest and the manifest in the catalog, so that
+// only the checks after the checksums can catch the edit.
+void edit_index(const std::string& root, const std::function<void(json&)>& edit) {
+  const std::string build = root + "/artifacts/vae_latent.current/builds/b1";
+  json index = json::parse(read_bytes(build + "/index.json"));
+  edit(index);
+  const std::string index_text = index.dump(2);
+  write_bytes(build + "/index.json", index_text);
+  json manifest = json::parse(read_bytes(build + "/manifest.json"));
+  manifest["index_sha256"] = sha256_hex(index_text);
+  const std::string manifest_text = manifest.dump(2);
+  write_bytes(build + "/manifest.json", manifest_text);
+  json catalog = json::parse(read_bytes(root + "/catalog.json"));
+  catalog["artifacts"][kVae]["manifest_sha256"] = sha256_hex(manifest_text);
+  write_bytes(root + "/catalog.json", catalog.dump(2));
+}
+
+TEST_F(PublishedVae, IndexWithoutAKeyFailsCoverage) {
+  edit_index(root_, [](json& index) { index["entries"].erase("sample:3"); });
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+            "vae_latent.current key coverage mismatch: missing=[sample:3] extra=[] (1 missing, 0 "
+            "extra or duplicate, 10 expected)");
+}
+
+TEST_F(PublishedVae, SwappedIndexEntriesFailOnlyFullValidation) {
+  edit_index(root_, [](json& index) {
+    std::swap(index["entries"]["sample:1"], index["entries"]["sample:2"]);
+  });
+  open_artifact(root_, vae_contract(10), {ValidationMode::kMetaOnly, false});
+  EXPECT_EQ(open_error(ValidationMode::kFull),
+            "vae_latent.current index/shard key mismatch: " + shard_path(root_, kVae, "b1", 0) +
+                " row 1 holds sample:1, the index says sample:2");
 }
 
 TEST(LatentStore, PublishChecksExactKeyCoverage) {
