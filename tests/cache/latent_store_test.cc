@@ -559,6 +559,26 @@ TEST(LatentStore, ConcurrentReadsReturnTheRightBytes) {
   EXPECT_EQ(reader->bytes_read(), static_cast<uint64_t>(kThreads * kReads * 48));
 }
 
+TEST(LatentStore, ShardsMayBeWrittenFromSeveralThreads) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  ArtifactBuilder builder(root, vae_contract(24), "b1");
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 3; ++t) {
+    writers.emplace_back([&, t] {
+      for (int64_t shard = t; shard < 6; shard += 3) {
+        const auto ids = range(shard * 4, shard * 4 + 4);
+        builder.write_shard(shard, ids, fixed_rows(ids).rows());
+      }
+    });
+  }
+  for (auto& writer : writers) writer.join();
+  EXPECT_EQ(builder.shards_written(), 6);
+  EXPECT_EQ(builder.publish(false).shards, 6);
+  const auto reader = open_artifact(root, vae_contract(24), {ValidationMode::kFull, false});
+  for (int64_t id = 0; id < 24; ++id) expect_fixed_sample(*reader, id);
+}
+
 TEST(LatentStore, BuildKilledMidwayLeavesTheCatalogAndResumes) {
   TempDir dir;
   const std::string root = dir.file("cache");
