@@ -447,6 +447,19 @@ TEST_F(PublishedVae, FlippedByteFailsOnlyFullValidation) {
   validate_cache(root_, ValidationMode::kMetaOnly);
 }
 
+TEST_F(PublishedVae, ShortReadNamesTheShard) {
+  const auto reader = open_artifact(root_, vae_contract(10));
+  fs::resize_file(shard1_, 100);
+  std::vector<uint16_t> latent(24);
+  const std::string error = error_of([&] { reader->read_fixed(5, 0, latent.data()); });
+  const std::string prefix = "vae_latent.current cannot read 48 bytes at ";
+  const std::string suffix = " of " + shard1_ + ": the file ends early";
+  ASSERT_GT(error.size(), prefix.size() + suffix.size());
+  EXPECT_EQ(error.substr(0, prefix.size()), prefix);
+  EXPECT_EQ(error.substr(error.size() - suffix.size()), suffix);
+  EXPECT_EQ(reader->rows_read(), 0u);
+}
+
 TEST_F(PublishedVae, MissingShardIsNamed) {
   fs::remove(shard1_);
   EXPECT_EQ(open_error(ValidationMode::kMetaOnly), "Missing vae_latent.current shard " + shard1_);
