@@ -6,6 +6,7 @@
 //   store: ArtifactReader::read_fixed
 //   pread: pread of the same row bytes from descriptors this program opens, at offsets it takes
 //          from HDF5 itself
+//   hdf5:  H5Dread of a one-row hyperslab from datasets kept open (the naive reader), for scale
 // Each configuration runs 5 times, interleaved; the median is reported. Cold-cache (disk) reads
 // are not measured: both paths would measure the disk.
 #include <fcntl.h>
@@ -21,7 +22,7 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "cache/latent_store.h"
@@ -80,6 +81,42 @@ struct PlainFiles {
     const int64_t offset = offsets[shard] + (sample_id % kShardRows) * kRowBytes;
     if (::pread(fds[shard], dst, kRowBytes, offset) != static_cast<ssize_t>(kRowBytes)) {
       std::fprintf(stderr, "short pread\n");
+      std::exit(1);
+    }
+  }
+};
+
+// H5Dread of one row per call through HDF5's global lock.
+struct Hdf5Rows {
+  std::vector<hid_t> files;
+  std::vector<hid_t> datasets;
+
+  explicit Hdf5Rows(const std::string& build_dir) {
+    for (int64_t shard = 0; shard * kShardRows < kSamples; ++shard) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "/shards/shard%06lld.h5", static_cast<long long>(shard));
+      files.push_back(H5Fopen((build_dir + name).c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+      datasets.push_back(H5Dopen2(files.back(), "values/latent", H5P_DEFAULT));
+    }
+  }
+  ~Hdf5Rows() {
+    for (hid_t dataset : datasets) H5Dclose(dataset);
+    for (hid_t file : files) H5Fclose(file);
+  }
+  void read(int64_t sample_id, void* dst) const {
+    const hid_t dataset = datasets[sample_id / kShardRows];
+    const hsize_t start[5] = {static_cast<hsize_t>(sample_id % kShardRows), 0, 0, 0, 0};
+    const hsize_t count[5] = {1, 48, 3, 24, 16};
+    const hsize_t words = kRowWords;
+    const hid_t file_space = H5Dget_space(dataset);
+    H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, count, nullptr);
+    const hid_t memory_space = H5Screate_simple(1, &words, nullptr);
+    const herr_t status =
+        H5Dread(dataset, H5T_NATIVE_UINT16, memory_space, file_space, H5P_DEFAULT, dst);
+    H5Sclose(memory_space);
+    H5Sclose(file_space);
+    if (status < 0) {
+      std::fprintf(stderr, "H5Dread failed\n");
       std::exit(1);
     }
   }
@@ -166,6 +203,8 @@ int main(int argc, char** argv) {
 
   const auto reader = wam::cache::open_artifact(root, contract());
   const PlainFiles plain(root + "/artifacts/vae_latent.current/builds/bench");
+  const Hdf5Rows hdf5(root + "/artifacts/vae_latent.current/builds/bench");
+  const auto hdf5_read = [&](int64_t id, void* dst) { hdf5.read(id, dst); };
   const auto store_read = [&](int64_t id, void* dst) { reader->read_fixed(id, 0, dst); };
   const auto plain_read = [&](int64_t id, void* dst) { plain.read(id, dst); };
 
@@ -174,6 +213,8 @@ int main(int argc, char** argv) {
   for (int64_t id = 0; id < kSamples; ++id) {
     store_read(id, a.data());
     plain_read(id, b.data());
+    if (a != b) break;
+    hdf5_read(id, b.data());
     if (a != b || a[7] != static_cast<uint16_t>(id * 2654435761u + 7)) {
       std::fprintf(stderr, "sample %lld differs between the store and pread\n",
                    static_cast<long long>(id));
@@ -181,15 +222,18 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::vector<Measurement> store1, store2, plain1, plain2;
+  // Per reader, per thread count (1, 2): the measurements of every round.
+  const std::vector<std::pair<const char*, std::function<void(int64_t, void*)>>> readers = {
+      {"store", store_read}, {"pread", plain_read}, {"hdf5", hdf5_read}};
+  std::vector<std::vector<std::vector<Measurement>>> rounds(
+      readers.size(), std::vector<std::vector<Measurement>>(2));
   for (int round = 0; round < kRounds; ++round) {
-    store1.push_back(measure(1, store_read));
-    plain1.push_back(measure(1, plain_read));
-    store2.push_back(measure(2, store_read));
-    plain2.push_back(measure(2, plain_read));
+    for (size_t r = 0; r < readers.size(); ++r) {
+      for (int threads = 1; threads <= 2; ++threads) {
+        rounds[r][threads - 1].push_back(measure(threads, readers[r].second));
+      }
+    }
   }
-  const Measurement s1 = median(store1), s2 = median(store2), p1 = median(plain1),
-                    p2 = median(plain2);
   std::printf(
       "latent store read benchmark: %lld samples of bf16 [48,3,24,16] (%zu bytes), "
       "%lld shards, page cache warm, %u hardware threads\n",
@@ -197,18 +241,26 @@ int main(int argc, char** argv) {
       std::thread::hardware_concurrency());
   std::printf("write+publish (full validation): %.2f s, %.0f samples/s\n", write_s,
               kSamples / write_s);
-  std::printf("%-8s %14s %14s %12s %12s %12s\n", "threads", "store samp/s", "pread samp/s",
-              "store/pread", "store cores", "pread cores");
-  for (const auto& [threads, store, plain] : {std::tuple{1, s1, p1}, std::tuple{2, s2, p2}}) {
-    std::printf("%-8d %14.0f %14.0f %12.3f %12.2f %12.2f\n", threads, store.samples_per_s,
-                plain.samples_per_s, store.samples_per_s / plain.samples_per_s, store.cores_used,
-                plain.cores_used);
+  std::printf("%-8s %8s %14s %8s %16s\n", "reader", "threads", "samples/s", "cores", "vs pread");
+  std::vector<std::vector<Measurement>> medians(readers.size());
+  for (size_t r = 0; r < readers.size(); ++r) {
+    for (int t = 0; t < 2; ++t) medians[r].push_back(median(rounds[r][t]));
   }
-  std::printf("2 threads / 1 thread: store %.3f, pread %.3f\n", s2.samples_per_s / s1.samples_per_s,
-              p2.samples_per_s / p1.samples_per_s);
+  for (size_t r = 0; r < readers.size(); ++r) {
+    for (int t = 0; t < 2; ++t) {
+      std::printf("%-8s %8d %14.0f %8.2f %16.3f\n", readers[r].first, t + 1,
+                  medians[r][t].samples_per_s, medians[r][t].cores_used,
+                  medians[r][t].samples_per_s / medians[1][t].samples_per_s);
+    }
+  }
+  for (size_t r = 0; r < readers.size(); ++r) {
+    std::printf("%s: 2 threads / 1 thread = %.3f\n", readers[r].first,
+                medians[r][1].samples_per_s / medians[r][0].samples_per_s);
+  }
   std::printf(
       "(cores: CPU seconds of the reading threads per wall second; below the thread "
       "count, other processes held the cores)\n");
+  const Measurement& s2 = medians[0][1];
   std::printf("store GB/s (2 threads): %.2f; reader counted %llu rows, %llu bytes\n",
               s2.samples_per_s * kRowBytes / 1e9,
               static_cast<unsigned long long>(reader->rows_read()),
