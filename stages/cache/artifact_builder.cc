@@ -284,6 +284,9 @@ PublishResult ArtifactBuilder::publish(bool overwrite) {
   } catch (const fs::filesystem_error& e) {
     throw CacheError(artifact_id_ + " cannot publish build " + build_id_ + " under " + root_ +
                      ": " + e.what());
+  } catch (const json::exception& e) {
+    throw CacheError(artifact_id_ + " has a malformed shard record in " + state_dir_ + ": " +
+                     e.what());
   }
 }
 
