@@ -12,6 +12,7 @@ packages=(
   libssl-dev                                  # SHA-256 (text embedding cache keys)
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  python3-h5py                                # the latent store test reads a shard with h5py
 )
 
 missing=()

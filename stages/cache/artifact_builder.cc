@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "cache/latent_store.h"
 #include "cache/store_files.h"
@@ -44,20 +45,20 @@ void write_string_attribute(hid_t object, const char* name, const std::string& v
   H5Tset_size(type.get(), H5T_VARIABLE);
   H5Tset_cset(type.get(), H5T_CSET_UTF8);
   Handle space(check(H5Screate(H5S_SCALAR), "create dataspace", path), H5Sclose);
-  Handle attribute(check(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT,
-                                    H5P_DEFAULT),
-                         "create attribute " + std::string(name), path),
-                   H5Aclose);
+  Handle attribute(
+      check(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+            "create attribute " + std::string(name), path),
+      H5Aclose);
   const char* text = value.c_str();
   check(H5Awrite(attribute.get(), type.get(), &text), "write attribute " + std::string(name), path);
 }
 
 void write_int_attribute(hid_t object, const char* name, int64_t value, const std::string& path) {
   Handle space(check(H5Screate(H5S_SCALAR), "create dataspace", path), H5Sclose);
-  Handle attribute(check(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT,
-                                    H5P_DEFAULT),
-                         "create attribute " + std::string(name), path),
-                   H5Aclose);
+  Handle attribute(
+      check(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+            "create attribute " + std::string(name), path),
+      H5Aclose);
   check(H5Awrite(attribute.get(), H5T_NATIVE_INT64, &value), "write attribute " + std::string(name),
         path);
 }
@@ -101,12 +102,12 @@ void write_value_dataset(hid_t parent, const ValueSchema& value, const std::vect
       break;
   }
   // Raw 16-bit words and bytes: the attribute says how to interpret them.
-  Handle dataset(check(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), "open", path, name),
-                 H5Dclose);
+  Handle dataset(check(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), "open", path, name), H5Dclose);
   write_string_attribute(dataset.get(), "dtype", std::string(dtype_name(value.dtype)), path);
 }
 
-void fsync_file(const std::string& path) {
+// Files and directories alike: a directory's fsync makes the renames inside it durable.
+void fsync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0 || ::fsync(fd) != 0) {
     const std::string why = std::strerror(errno);
@@ -231,10 +232,11 @@ void ArtifactBuilder::write_shard(int64_t shard_index, const std::vector<int64_t
   fs::remove(state_dir_ + "/" + record_name(shard_index), ec);
   const std::string path = staging_dir_ + "/" + file;
   const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  hdf5::silence_errors();
+  // Thread-safe HDF5 keeps an error stack, and its printing setting, per thread.
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   {
-    Handle h5(check(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                    "create", temporary),
+    Handle h5(check(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "create",
+                    temporary),
               H5Fclose);
     write_int_attribute(h5.get(), "schema_version", kSchemaVersion, temporary);
     write_string_attribute(h5.get(), "artifact_id", id, temporary);
@@ -262,20 +264,33 @@ void ArtifactBuilder::write_shard(int64_t shard_index, const std::vector<int64_t
       write_value_dataset(group.get(), value, dims, given.data, temporary);
     }
   }
-  fsync_file(temporary);
+  fsync_path(temporary);
   const std::string sha256 = sha256_file_hex(temporary);
   const int64_t bytes = static_cast<int64_t>(fs::file_size(temporary));
   if (::rename(temporary.c_str(), path.c_str()) != 0) {
     throw CacheError("cannot rename " + temporary + " to " + path + ": " + std::strerror(errno));
   }
-  write_json_atomically(
-      state_dir_ + "/" + record_name(shard_index),
-      {{"file", file}, {"rows", rows}, {"bytes", bytes}, {"sha256", sha256},
-       {"sample_ids", sample_ids}});
+  write_json_atomically(state_dir_ + "/" + record_name(shard_index), {{"file", file},
+                                                                      {"rows", rows},
+                                                                      {"bytes", bytes},
+                                                                      {"sha256", sha256},
+                                                                      {"sample_ids", sample_ids}});
   ++shards_written_;
 }
 
 PublishResult ArtifactBuilder::publish(bool overwrite) {
+  try {
+    return publish_staged(overwrite);
+  } catch (const fs::filesystem_error& e) {
+    throw CacheError(artifact_id_ + " cannot publish build " + build_id_ + " under " + root_ +
+                     ": " + e.what());
+  } catch (const json::exception& e) {
+    throw CacheError(artifact_id_ + " has a malformed shard record in " + state_dir_ + ": " +
+                     e.what());
+  }
+}
+
+PublishResult ArtifactBuilder::publish_staged(bool overwrite) {
   const std::string& id = artifact_id_;
   check_write_target(root_, {id}, overwrite);
 
@@ -285,16 +300,16 @@ PublishResult ArtifactBuilder::publish(bool overwrite) {
   for (const auto& entry : fs::directory_iterator(state_dir_)) {
     const std::string name = entry.path().filename().string();
     if (name.size() == 16 && name.rfind("shard", 0) == 0 && entry.path().extension() == ".json") {
-      records[std::stoll(name.substr(5, 6))] =
-          internal::parse_json(internal::read_file(entry.path().string(), "shard record"),
-                               entry.path().string());
+      records[std::stoll(name.substr(5, 6))] = internal::parse_json(
+          internal::read_file(entry.path().string(), "shard record"), entry.path().string());
     }
   }
+  std::set<std::string> recorded_files;
+  for (const auto& [shard_index, record] : records) {
+    recorded_files.insert(staging_dir_ + "/" + record.at("file").get<std::string>());
+  }
   for (const auto& entry : fs::directory_iterator(staging_dir_ + "/shards")) {
-    const std::string name = entry.path().filename().string();
-    const bool recorded = name.size() == 17 && entry.path().extension() == ".h5" &&
-                          records.count(std::stoll(name.substr(5, 6)));
-    if (!recorded) fs::remove(entry.path(), ec);
+    if (!recorded_files.count(entry.path().string())) fs::remove(entry.path(), ec);
   }
 
   json entries = json::object();
@@ -353,6 +368,7 @@ PublishResult ArtifactBuilder::publish(bool overwrite) {
     }
     fs::create_directories(fs::path(build_dir).parent_path());
     fs::rename(staging_dir_, build_dir);
+    fsync_path(fs::path(build_dir).parent_path().string());
     json catalog = internal::load_catalog_or_empty(root_);
     catalog["artifacts"][id] = {{"backend", kBackend},
                                 {"build_id", build_id_},
@@ -365,14 +381,13 @@ PublishResult ArtifactBuilder::publish(bool overwrite) {
   fs::remove_all(replaced, ec);
   // Other artifacts of the same build id may still be staging: remove only what is now empty.
   const std::string build_root = root_ + "/.tmp/" + build_id_;
-  for (const std::string& directory :
-       {build_root + "/replaced", build_root + "/state", build_root + "/artifacts", build_root,
-        root_ + "/.tmp"}) {
+  for (const std::string& directory : {build_root + "/replaced", build_root + "/state",
+                                       build_root + "/artifacts", build_root, root_ + "/.tmp"}) {
     fs::remove(directory, ec);
   }
 
-  PublishResult result{id, build_id_, build_dir, sample_count,
-                       static_cast<int64_t>(build.shards.size()), 0};
+  PublishResult result{
+      id, build_id_, build_dir, sample_count, static_cast<int64_t>(build.shards.size()), 0};
   for (const internal::ShardRecord& shard : build.shards) result.bytes += shard.bytes;
   return result;
 }

@@ -319,8 +319,7 @@ void compare_contracts(const json& cached, const json& expected, const std::stri
   }
   if (first_difference(cached, expected, &at)) {
     throw CacheError(id + " contract mismatch at " + pointer_text(at) +
-                     ": cache=" + value_at(cached, at) +
-                     " expected=" + value_at(expected, at));
+                     ": cache=" + value_at(cached, at) + " expected=" + value_at(expected, at));
   }
 }
 
@@ -444,6 +443,7 @@ std::string read_string_attribute(hid_t object, const char* name, const std::str
   Handle type(check(H5Aget_type(attribute.get()), "read attribute type", path), H5Tclose);
   if (H5Tget_class(type.get()) != H5T_STRING) return "<not a string>";
   Handle memory_type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_cset(memory_type.get(), H5Tget_cset(type.get()));
   if (H5Tis_variable_str(type.get()) > 0) {
     H5Tset_size(memory_type.get(), H5T_VARIABLE);
     char* value = nullptr;
@@ -479,7 +479,8 @@ std::vector<ValueLayout> inspect_shard(const std::string& path, const std::strin
                                        const std::string& build_id,
                                        const std::vector<ValueSchema>& values, int64_t rows,
                                        const std::vector<int64_t>* expected_ids) {
-  hdf5::silence_errors();
+  // Thread-safe HDF5 keeps an error stack, and its printing setting, per thread.
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const std::string& id = artifact_id;
   const auto mismatch = [&](const std::string& what) {
     return CacheError(id + " shard shape/dtype mismatch: " + path + ": " + what);
@@ -492,14 +493,13 @@ std::vector<ValueLayout> inspect_shard(const std::string& path, const std::strin
   if (attr_artifact != artifact_id || attr_build != build_id || attr_codec != kKeyCodec ||
       attr_version != kSchemaVersion) {
     throw CacheError(id + " shard attribute mismatch: " + path + ": artifact_id=" + attr_artifact +
-                     " build_id=" + attr_build + " key_codec=" + attr_codec +
-                     " schema_version=" + std::to_string(attr_version) + ", expected " +
-                     artifact_id + " " + build_id + " " + std::string(kKeyCodec) + " " +
-                     std::to_string(kSchemaVersion));
+                     " build_id=" + attr_build + " key_codec=" + attr_codec + " schema_version=" +
+                     std::to_string(attr_version) + ", expected " + artifact_id + " " + build_id +
+                     " " + std::string(kKeyCodec) + " " + std::to_string(kSchemaVersion));
   }
 
   const auto exists = [&](const std::string& name) {
-    for (size_t slash = name.find('/'); ; slash = name.find('/', slash + 1)) {
+    for (size_t slash = name.find('/');; slash = name.find('/', slash + 1)) {
       const std::string prefix = name.substr(0, slash);
       if (check(H5Lexists(file.get(), prefix.c_str(), H5P_DEFAULT), "look up", path, prefix) <= 0) {
         return false;
@@ -522,11 +522,10 @@ std::vector<ValueLayout> inspect_shard(const std::string& path, const std::strin
       throw mismatch(name + " has dims " + dims_text(actual) + ", expected " + dims_text(dims));
     }
     Handle type(check(H5Dget_type(dataset), "read type", path, name), H5Tclose);
-    const bool type_ok = H5Tget_class(type.get()) == type_class &&
-                         H5Tget_size(type.get()) == type_size &&
-                         (type_class != H5T_INTEGER ||
-                          (H5Tget_sign(type.get()) == H5T_SGN_2) == is_signed) &&
-                         H5Tget_order(type.get()) == H5T_ORDER_LE;
+    const bool type_ok =
+        H5Tget_class(type.get()) == type_class && H5Tget_size(type.get()) == type_size &&
+        (type_class != H5T_INTEGER || (H5Tget_sign(type.get()) == H5T_SGN_2) == is_signed) &&
+        H5Tget_order(type.get()) == H5T_ORDER_LE;
     if (!type_ok) throw mismatch(name + " has another element type than the contract's");
     Handle plist(check(H5Dget_create_plist(dataset), "read layout", path, name), H5Pclose);
     if (H5Pget_layout(plist.get()) != H5D_CONTIGUOUS) {
@@ -549,9 +548,9 @@ std::vector<ValueLayout> inspect_shard(const std::string& path, const std::strin
           "read", path, "sample_ids");
     for (int64_t row = 0; row < rows; ++row) {
       if (ids[row] != (*expected_ids)[row]) {
-        throw CacheError(id + " index/shard key mismatch: " + path + " row " +
-                         std::to_string(row) + " holds " + sample_key(ids[row]) +
-                         ", the index says " + sample_key((*expected_ids)[row]));
+        throw CacheError(id + " index/shard key mismatch: " + path + " row " + std::to_string(row) +
+                         " holds " + sample_key(ids[row]) + ", the index says " +
+                         sample_key((*expected_ids)[row]));
       }
     }
   }
@@ -622,8 +621,7 @@ void parallel_check(size_t count, Check check) {
       }
     }
   };
-  const size_t threads =
-      std::min<size_t>(count, std::max(1u, std::thread::hardware_concurrency()));
+  const size_t threads = std::min<size_t>(count, std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   for (size_t t = 1; t < threads; ++t) pool.emplace_back(work);
   work();
@@ -635,9 +633,11 @@ void parallel_check(size_t count, Check check) {
 
 }  // namespace
 
-CheckedBuild check_build(const std::string& build_dir, const std::string& manifest_path,
-                         const json& manifest, const std::string& artifact_id,
-                         const json* expected_contract, const OpenOptions& options) {
+namespace {
+
+CheckedBuild check_build_json(const std::string& build_dir, const std::string& manifest_path,
+                              const json& manifest, const std::string& artifact_id,
+                              const json* expected_contract, const OpenOptions& options) {
   const std::string& id = artifact_id;
   CheckedBuild build;
   build.artifact_id = id;
@@ -657,9 +657,8 @@ CheckedBuild check_build(const std::string& build_dir, const std::string& manife
   }
   build.values = value_schemas(build.contract);
   build.cached_samples = build.contract.value("sample_count", int64_t{-1});
-  build.expected_samples =
-      expected_contract ? expected_contract->value("sample_count", int64_t{-1})
-                        : build.cached_samples;
+  build.expected_samples = expected_contract ? expected_contract->value("sample_count", int64_t{-1})
+                                             : build.cached_samples;
   if (options.partial_allowed && build.cached_samples == 0) {
     throw CacheError(id + " partial cache is empty: " + manifest_path);
   }
@@ -678,8 +677,10 @@ CheckedBuild check_build(const std::string& build_dir, const std::string& manife
   }
 
   for (const json& shard : required(manifest, "shards", id, manifest_path)) {
-    ShardRecord record{shard.at("file").get<std::string>(), shard.at("rows").get<int64_t>(),
-                       shard.at("bytes").get<int64_t>(), shard.at("sha256").get<std::string>(),
+    ShardRecord record{shard.at("file").get<std::string>(),
+                       shard.at("rows").get<int64_t>(),
+                       shard.at("bytes").get<int64_t>(),
+                       shard.at("sha256").get<std::string>(),
                        {}};
     record.sample_ids.assign(static_cast<size_t>(record.rows), -1);
     build.shards.push_back(std::move(record));
@@ -748,6 +749,20 @@ CheckedBuild check_build(const std::string& build_dir, const std::string& manife
   return build;
 }
 
+}  // namespace
+
+CheckedBuild check_build(const std::string& build_dir, const std::string& manifest_path,
+                         const json& manifest, const std::string& artifact_id,
+                         const json* expected_contract, const OpenOptions& options) {
+  try {
+    return check_build_json(build_dir, manifest_path, manifest, artifact_id, expected_contract,
+                            options);
+  } catch (const json::exception& e) {
+    throw CacheError(artifact_id + " manifest or index is malformed: " + manifest_path + ": " +
+                     e.what());
+  }
+}
+
 }  // namespace internal
 
 void check_write_target(const std::string& root, const std::vector<std::string>& artifact_ids,
@@ -779,14 +794,13 @@ class ReaderLoader {
     const json& entry = catalog["artifacts"][id];
     const std::string catalog_file = internal::catalog_path(root);
     if (entry.value("backend", json()) != kBackend) {
-      throw CacheError(id + " backend mismatch in " + catalog_file + ": cache=" +
-                       entry.value("backend", json()).dump() + " expected=\"" +
+      throw CacheError(id + " backend mismatch in " + catalog_file +
+                       ": cache=" + entry.value("backend", json()).dump() + " expected=\"" +
                        std::string(kBackend) + "\"");
     }
     const std::string relative = entry.value("manifest", std::string());
     const fs::path manifest_relative = fs::path(relative).lexically_normal();
-    if (relative.empty() || manifest_relative.is_absolute() ||
-        *manifest_relative.begin() == "..") {
+    if (relative.empty() || manifest_relative.is_absolute() || *manifest_relative.begin() == "..") {
       throw CacheError(id + " manifest path leaves the cache root: \"" + relative + "\" in " +
                        catalog_file);
     }
@@ -898,10 +912,14 @@ void ArtifactReader::pread_exactly(const Shard& shard, void* dst, size_t bytes,
 void ArtifactReader::read_fixed(int64_t sample_id, int value_index, void* dst) const {
   const Location& location = locate(sample_id);
   const Shard& shard = shards_[location.shard];
-  const size_t row_bytes = values_.at(value_index).unit_bytes();
-  pread_exactly(shard, dst, row_bytes,
-                shard.layouts[value_index].data_offset +
-                    static_cast<int64_t>(row_bytes) * location.row);
+  if (values_.at(value_index).ragged()) {
+    throw CacheError(artifact_id_ + " value " + values_[value_index].name +
+                     " is ragged: read it with read_ragged");
+  }
+  const size_t row_bytes = values_[value_index].unit_bytes();
+  pread_exactly(
+      shard, dst, row_bytes,
+      shard.layouts[value_index].data_offset + static_cast<int64_t>(row_bytes) * location.row);
 }
 
 int64_t ArtifactReader::ragged_length(int64_t sample_id, int value_index) const {
@@ -990,7 +1008,12 @@ std::vector<ArtifactInfo> cache_info(const std::string& root) {
   const json catalog = internal::load_catalog(root);
   std::vector<ArtifactInfo> infos;
   for (const auto& [id, entry] : catalog["artifacts"].items()) {
-    infos.push_back(summarize(root, id, entry));
+    try {
+      infos.push_back(summarize(root, id, entry));
+    } catch (const json::exception& e) {
+      throw CacheError(id + " catalog entry, manifest or index is malformed under " + root + ": " +
+                       e.what());
+    }
   }
   return infos;
 }
@@ -998,11 +1021,8 @@ std::vector<ArtifactInfo> cache_info(const std::string& root) {
 std::vector<ArtifactInfo> validate_cache(const std::string& root, ValidationMode mode) {
   const json catalog = internal::load_catalog(root);
   std::vector<ArtifactInfo> infos;
-  for (const auto& [id, entry] : catalog["artifacts"].items()) {
-    open_stored_artifact(root, id, mode);
-    infos.push_back(summarize(root, id, entry));
-  }
-  return infos;
+  for (const auto& [id, entry] : catalog["artifacts"].items()) open_stored_artifact(root, id, mode);
+  return cache_info(root);
 }
 
 }  // namespace wam::cache

@@ -7,11 +7,10 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "wam/error.h"
 
@@ -114,17 +113,20 @@ class ArtifactBuilder {
 
   // The shard file exists and its SHA-256 equals the one recorded when it was written.
   bool shard_complete(int64_t shard_index) const;
-  // Writes shards/shard<index>.h5 (temporary name, then rename), then its checksum record.
+  // Writes shards/shard<index>.h5 (temporary name, then rename), then its checksum record. May be
+  // called from several threads at once for different shard indices.
   void write_shard(int64_t shard_index, const std::vector<int64_t>& sample_ids,
                    const std::vector<ValueRows>& values);
   // Shards written by this builder (resumed ones excluded).
-  int64_t shards_written() const { return shards_written_; }
+  int64_t shards_written() const { return shards_written_.load(); }
 
   // Merges the shards, checks exact key coverage, writes index.json and manifest.json, validates
   // the build fully, moves it to artifacts/<id>/builds/<build_id> and points catalog.json at it.
   PublishResult publish(bool overwrite);
 
  private:
+  PublishResult publish_staged(bool overwrite);
+
   std::string root_;
   nlohmann::json contract_;
   std::string build_id_;
@@ -132,7 +134,7 @@ class ArtifactBuilder {
   std::vector<ValueSchema> values_;
   std::string staging_dir_;  // becomes the published build directory
   std::string state_dir_;    // contract and per-shard checksum records; never published
-  int64_t shards_written_ = 0;
+  std::atomic<int64_t> shards_written_{0};
 };
 
 // Where one value's rows lie in one shard file.
@@ -222,7 +224,7 @@ struct ArtifactInfo {
   int64_t samples = 0;
   int64_t shards = 0;
   int64_t bytes = 0;
-  double coverage = 0;  // indexed samples / contract sample_count
+  double coverage = 0;              // indexed samples / contract sample_count
   std::vector<std::string> builds;  // every build directory on disk, published or not
   // sample_count, key_codec, value_codec, values, and a fingerprint per dependency.
   nlohmann::json contract_summary;

@@ -1,0 +1,707 @@
+#include "cache/latent_store.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "testing/temp_dir.h"
+
+namespace wam::cache {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using wam::testing::TempDir;
+
+constexpr const char* kVae = "vae_latent.current";
+constexpr const char* kVlm = "vlm.current";
+
+json vae_contract(int64_t sample_count, const std::string& weights = "sha256:aaa") {
+  json contract = {{"artifact_id", kVae},
+                   {"sample_count", sample_count},
+                   {"key_codec", "sample_int_v1"},
+                   {"dependencies",
+                    {{"dataset", {{"files", {{{"path", "videos/ep0.mp4"}, {"size", 1000}}}}}},
+                     {"image_preprocess", {{"canvas", "robotwin"}, {"brightness", 0.0}}},
+                     {"producer", {{"encoder", "wan_video_vae"}, {"weights", weights}}}}},
+                   {"values",
+                    {{"latent", {{"dtype", "bfloat16"}, {"shape", {4, 2, 3}}}},
+                     {"scale", {{"dtype", "float32"}, {"shape", {2}}}},
+                     {"valid", {{"dtype", "bool"}, {"shape", {3}}}}}},
+                   {"value_codec", "raw"}};
+  contract["keyspace_fingerprint"] =
+      fingerprint({contract["dependencies"]["dataset"], "sample_int_v1", sample_count});
+  return contract;
+}
+
+json vlm_contract(int64_t sample_count) {
+  json contract = vae_contract(sample_count);
+  contract["artifact_id"] = kVlm;
+  contract["dependencies"]["producer"] = {{"encoder", "qwen_vl"}, {"weights", "sha256:bbb"}};
+  contract["values"] = {{"context", {{"dtype", "bfloat16"}, {"shape", {-1, 8}}}},
+                        {"mask", {{"dtype", "bool"}, {"shape", {-1}}}}};
+  return contract;
+}
+
+// Deterministic, sample-specific contents: every row differs from every other.
+uint16_t latent_word(int64_t sample, size_t i) {
+  return static_cast<uint16_t>(0x3f00 + sample * 131 + i * 7);
+}
+float scale_value(int64_t sample, size_t i) { return 0.5f * sample - 3.25f * i; }
+uint8_t valid_value(int64_t sample, size_t i) { return (sample + i) % 2; }
+int64_t context_length(int64_t sample) { return 1 + sample % 4; }
+
+struct FixedRows {
+  std::vector<uint16_t> latent;
+  std::vector<float> scale;
+  std::vector<uint8_t> valid;
+  std::vector<ValueRows> rows() const {
+    return {{"latent", latent.data(), latent.size() * 2, {}},
+            {"scale", scale.data(), scale.size() * 4, {}},
+            {"valid", valid.data(), valid.size(), {}}};
+  }
+};
+
+FixedRows fixed_rows(const std::vector<int64_t>& ids) {
+  FixedRows rows;
+  for (int64_t id : ids) {
+    for (size_t i = 0; i < 24; ++i) rows.latent.push_back(latent_word(id, i));
+    for (size_t i = 0; i < 2; ++i) rows.scale.push_back(scale_value(id, i));
+    for (size_t i = 0; i < 3; ++i) rows.valid.push_back(valid_value(id, i));
+  }
+  return rows;
+}
+
+struct RaggedRows {
+  std::vector<uint16_t> context;
+  std::vector<uint8_t> mask;
+  std::vector<int64_t> lengths;
+  std::vector<ValueRows> rows() const {
+    return {{"context", context.data(), context.size() * 2, lengths},
+            {"mask", mask.data(), mask.size(), lengths}};
+  }
+};
+
+RaggedRows ragged_rows(const std::vector<int64_t>& ids) {
+  RaggedRows rows;
+  for (int64_t id : ids) {
+    rows.lengths.push_back(context_length(id));
+    for (int64_t t = 0; t < context_length(id); ++t) {
+      for (size_t i = 0; i < 8; ++i) rows.context.push_back(latent_word(id, t * 8 + i));
+      rows.mask.push_back(t % 3 != 2);
+    }
+  }
+  return rows;
+}
+
+std::vector<int64_t> range(int64_t begin, int64_t end) {
+  std::vector<int64_t> ids;
+  for (int64_t id = begin; id < end; ++id) ids.push_back(id);
+  return ids;
+}
+
+// Writes shards of `shard_rows` samples covering [0, count) and publishes.
+PublishResult publish_vae(const std::string& root, const json& contract,
+                          const std::string& build_id, int64_t count, int64_t shard_rows = 4,
+                          bool overwrite = false) {
+  ArtifactBuilder builder(root, contract, build_id);
+  for (int64_t shard = 0; shard * shard_rows < count; ++shard) {
+    const auto ids = range(shard * shard_rows, std::min(count, (shard + 1) * shard_rows));
+    builder.write_shard(shard, ids, fixed_rows(ids).rows());
+  }
+  return builder.publish(overwrite);
+}
+
+PublishResult publish_vlm(const std::string& root, const json& contract,
+                          const std::string& build_id, int64_t count) {
+  ArtifactBuilder builder(root, contract, build_id);
+  for (int64_t shard = 0; shard * 3 < count; ++shard) {
+    const auto ids = range(shard * 3, std::min(count, shard * 3 + 3));
+    builder.write_shard(shard, ids, ragged_rows(ids).rows());
+  }
+  return builder.publish(false);
+}
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+std::string error_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const CacheError& e) {
+    return e.what();
+  }
+  return "<no CacheError>";
+}
+
+std::string shard_path(const std::string& root, const std::string& id, const std::string& build,
+                       int shard) {
+  char name[64];
+  std::snprintf(name, sizeof(name), "/shards/shard%06d.h5", shard);
+  return root + "/artifacts/" + id + "/builds/" + build + name;
+}
+
+void expect_fixed_sample(const ArtifactReader& reader, int64_t id) {
+  std::vector<uint16_t> latent(24);
+  std::vector<float> scale(2);
+  std::vector<uint8_t> valid(3);
+  reader.read_fixed(id, reader.value_index("latent"), latent.data());
+  reader.read_fixed(id, reader.value_index("scale"), scale.data());
+  reader.read_fixed(id, reader.value_index("valid"), valid.data());
+  const FixedRows expected = fixed_rows({id});
+  EXPECT_EQ(latent, expected.latent) << "sample " << id;
+  EXPECT_EQ(scale, expected.scale) << "sample " << id;
+  EXPECT_EQ(valid, expected.valid) << "sample " << id;
+}
+
+TEST(LatentStore, FixedValuesReadBackBitForBit) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  const PublishResult result = publish_vae(root, vae_contract(10), "build1", 10);
+  EXPECT_EQ(result.artifact_id, kVae);
+  EXPECT_EQ(result.build_dir, root + "/artifacts/vae_latent.current/builds/build1");
+  EXPECT_EQ(result.samples, 10);
+  EXPECT_EQ(result.shards, 3);
+  EXPECT_FALSE(fs::exists(root + "/.tmp"));
+
+  const auto reader = open_artifact(root, vae_contract(10), {ValidationMode::kFull, false});
+  EXPECT_EQ(reader->build_id(), "build1");
+  EXPECT_EQ(reader->coverage(), 1.0);
+  ASSERT_EQ(reader->values().size(), 3u);
+  EXPECT_EQ(reader->values()[0].name, "latent");
+  EXPECT_EQ(reader->values()[0].unit_bytes(), 48u);
+  for (int64_t id = 0; id < 10; ++id) {
+    EXPECT_TRUE(reader->contains(id));
+    expect_fixed_sample(*reader, id);
+  }
+  EXPECT_FALSE(reader->contains(10));
+  EXPECT_FALSE(reader->contains(-1));
+  EXPECT_EQ(reader->rows_read(), 30u);
+  EXPECT_EQ(reader->bytes_read(), 10u * (48 + 8 + 3));
+  std::vector<uint16_t> buffer(24);
+  EXPECT_EQ(error_of([&] { reader->read_fixed(12, 0, buffer.data()); }),
+            "vae_latent.current cache is missing requested keys; examples=[sample:12]");
+}
+
+TEST(LatentStore, CatalogManifestAndIndexFollowTheFormat) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  publish_vae(root, vae_contract(6), "b1", 6);
+  const json catalog = json::parse(read_bytes(root + "/catalog.json"));
+  const std::string manifest_text =
+      read_bytes(root + "/artifacts/vae_latent.current/builds/b1/manifest.json");
+  EXPECT_EQ(catalog, json::parse(R"({"schema_version": 3, "cache_type": "wam_artifact_cache",
+      "artifacts": {"vae_latent.current": {"backend": "hdf5_shard_v1", "build_id": "b1",
+      "manifest": "artifacts/vae_latent.current/builds/b1/manifest.json",
+      "manifest_sha256": ")" + sha256_hex(manifest_text) +
+                                 R"("}}})"));
+  const json manifest = json::parse(manifest_text);
+  EXPECT_EQ(manifest["complete"], true);
+  EXPECT_EQ(manifest["cache_type"], "wam_artifact");
+  EXPECT_EQ(manifest["contract"], vae_contract(6));
+  ASSERT_EQ(manifest["shards"].size(), 2u);
+  EXPECT_EQ(manifest["shards"][1]["file"], "shards/shard000001.h5");
+  EXPECT_EQ(manifest["shards"][1]["rows"], 2);
+  const std::string shard = shard_path(root, kVae, "b1", 1);
+  EXPECT_EQ(manifest["shards"][1]["bytes"], fs::file_size(shard));
+  EXPECT_EQ(manifest["shards"][1]["sha256"], sha256_file_hex(shard));
+  const std::string index_text =
+      read_bytes(root + "/artifacts/vae_latent.current/builds/b1/index.json");
+  EXPECT_EQ(manifest["index_sha256"], sha256_hex(index_text));
+  const json index = json::parse(index_text);
+  EXPECT_EQ(index["sample_count"], 6);
+  EXPECT_EQ(index["entries"]["sample:5"], json::parse(R"({"shard": 1, "row": 1})"));
+  EXPECT_EQ(index_text.substr(0, 20), "{\n  \"artifact_id\": \"");
+}
+
+TEST(LatentStore, RaggedRowsReadBackBitForBit) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  publish_vlm(root, vlm_contract(7), "v1", 7);
+  const auto reader = open_artifact(root, vlm_contract(7), {ValidationMode::kFull, false});
+  const int context = reader->value_index("context");
+  const int mask = reader->value_index("mask");
+  for (int64_t id = 0; id < 7; ++id) {
+    const RaggedRows expected = ragged_rows({id});
+    ASSERT_EQ(reader->ragged_length(id, context), context_length(id));
+    ASSERT_EQ(reader->ragged_length(id, mask), context_length(id));
+    std::vector<uint16_t> words(static_cast<size_t>(context_length(id)) * 8);
+    std::vector<uint8_t> flags(static_cast<size_t>(context_length(id)));
+    reader->read_ragged(id, context, words.data());
+    reader->read_ragged(id, mask, flags.data());
+    EXPECT_EQ(words, expected.context) << "sample " << id;
+    EXPECT_EQ(flags, expected.mask) << "sample " << id;
+  }
+}
+
+TEST(LatentStore, ResumeFindsWrittenShardsAndRejectsACorruptOne) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  {
+    ArtifactBuilder builder(root, vae_contract(12), "b1");
+    builder.write_shard(0, range(0, 4), fixed_rows(range(0, 4)).rows());
+    builder.write_shard(1, range(4, 8), fixed_rows(range(4, 8)).rows());
+    EXPECT_EQ(builder.shards_written(), 2);
+  }
+  ArtifactBuilder resumed(root, vae_contract(12), "b1");
+  EXPECT_TRUE(resumed.shard_complete(0));
+  EXPECT_TRUE(resumed.shard_complete(1));
+  EXPECT_FALSE(resumed.shard_complete(2));
+  const std::string shard1 = resumed.staging_dir() + "/shards/shard000001.h5";
+  std::string bytes = read_bytes(shard1);
+  bytes[bytes.size() / 2] ^= 0x01;
+  write_bytes(shard1, bytes);
+  EXPECT_FALSE(resumed.shard_complete(1));
+
+  // A staging build of another contract is not resumed.
+  ArtifactBuilder other(root, vae_contract(12, "sha256:changed"), "b1");
+  EXPECT_FALSE(other.shard_complete(0));
+}
+
+TEST(LatentStore, PublishingASecondArtifactKeepsTheFirst) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  publish_vae(root, vae_contract(5), "vae-build", 5);
+  publish_vlm(root, vlm_contract(5), "vlm-build", 5);
+  const json catalog = json::parse(read_bytes(root + "/catalog.json"));
+  EXPECT_EQ(catalog["artifacts"][kVae]["build_id"], "vae-build");
+  EXPECT_EQ(catalog["artifacts"][kVlm]["build_id"], "vlm-build");
+  expect_fixed_sample(*open_artifact(root, vae_contract(5)), 4);
+  EXPECT_EQ(open_artifact(root, vlm_contract(5))->ragged_length(3, 0), context_length(3));
+
+  const std::vector<ArtifactInfo> infos = validate_cache(root, ValidationMode::kFull);
+  ASSERT_EQ(infos.size(), 2u);
+  EXPECT_EQ(infos[0].artifact_id, kVae);
+  EXPECT_EQ(infos[0].samples, 5);
+  EXPECT_EQ(infos[0].shards, 2);
+  EXPECT_EQ(infos[0].bytes,
+            static_cast<int64_t>(fs::file_size(shard_path(root, kVae, "vae-build", 0)) +
+                                 fs::file_size(shard_path(root, kVae, "vae-build", 1))));
+  EXPECT_EQ(infos[0].coverage, 1.0);
+  EXPECT_EQ(infos[0].builds, std::vector<std::string>{"vae-build"});
+  EXPECT_EQ(infos[1].artifact_id, kVlm);
+  EXPECT_EQ(infos[1].contract_summary["values"], vlm_contract(5)["values"]);
+  EXPECT_EQ(infos[1].contract_summary["dependencies"]["producer"],
+            fingerprint(vlm_contract(5)["dependencies"]["producer"]).substr(0, 16));
+}
+
+TEST(LatentStore, ExistingArtifactsAreReplacedOnlyWithOverwrite) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  publish_vae(root, vae_contract(5), "b1", 5);
+  const std::string refusal = "Cache artifacts already exist at " + root +
+                              ": [vae_latent.current]. Pass --overwrite to publish replacement "
+                              "builds.";
+  EXPECT_EQ(error_of([&] { check_write_target(root, {kVlm, kVae}, false); }), refusal);
+  check_write_target(root, {kVlm}, false);
+  check_write_target(root, {kVae}, true);
+  EXPECT_EQ(error_of([&] { publish_vae(root, vae_contract(5, "sha256:new"), "b2", 5); }), refusal);
+
+  publish_vae(root, vae_contract(5, "sha256:new"), "b2", 5, 4, /*overwrite=*/true);
+  EXPECT_EQ(json::parse(read_bytes(root + "/catalog.json"))["artifacts"][kVae]["build_id"], "b2");
+  expect_fixed_sample(*open_artifact(root, vae_contract(5, "sha256:new")), 2);
+  // The same build id published again replaces its directory.
+  publish_vae(root, vae_contract(5, "sha256:new"), "b2", 5, 2, /*overwrite=*/true);
+  EXPECT_EQ(open_artifact(root, vae_contract(5, "sha256:new"))->contract(),
+            vae_contract(5, "sha256:new"));
+  EXPECT_EQ(cache_info(root)[0].shards, 3);
+}
+
+TEST(LatentStore, ContractMismatchesNameTheFirstDifferingPart) {
+  const json cached = vae_contract(10);
+  const auto mismatch = [&](const json& expected, bool partial = false) {
+    return error_of([&] { compare_contracts(cached, expected, kVae, partial); });
+  };
+  compare_contracts(cached, vae_contract(10), kVae, false);
+
+  EXPECT_EQ(mismatch(vae_contract(12)),
+            "vae_latent.current sample_count mismatch: cache=10 expected=12");
+  json expected = cached;
+  expected["keyspace_fingerprint"] = "other";
+  EXPECT_EQ(mismatch(expected), "vae_latent.current keyspace fingerprint mismatch.");
+  expected = cached;
+  expected["key_codec"] = "sample_str_v2";
+  EXPECT_EQ(mismatch(expected),
+            "vae_latent.current key codec mismatch: cache=\"sample_int_v1\" "
+            "expected=\"sample_str_v2\"");
+  expected = cached;
+  expected["dependencies"]["dataset"]["files"][0]["size"] = 1001;
+  expected["dependencies"]["producer"]["weights"] = "sha256:zzz";
+  EXPECT_EQ(mismatch(expected),
+            "vae_latent.current dependency 'dataset' mismatch at /files/0/size: cache=1000 "
+            "expected=1001");
+  expected = cached;
+  expected["dependencies"]["image_preprocess"]["brightness"] = 0.2;
+  EXPECT_EQ(mismatch(expected),
+            "vae_latent.current dependency 'image_preprocess' mismatch at /brightness: cache=0.0 "
+            "expected=0.2");
+  expected = cached;
+  expected["dependencies"]["image_preprocess"]["jitter"] = true;
+  EXPECT_EQ(mismatch(expected),
+            "vae_latent.current dependency 'image_preprocess' mismatch at /jitter: "
+            "cache=<absent> expected=true");
+  expected = cached;
+  expected["values"]["latent"]["dtype"] = "float32";
+  EXPECT_EQ(mismatch(expected),
+            "vae_latent.current tensor schema mismatch at /latent/dtype: cache=\"bfloat16\" "
+            "expected=\"float32\"");
+  expected = cached;
+  expected["value_codec"] = "zstd";
+  EXPECT_EQ(mismatch(expected),
+            "vae_latent.current value codec mismatch: cache=\"raw\" expected=\"zstd\"");
+}
+
+TEST(LatentStore, PartialContractsMayCoverAPrefixOnly) {
+  const json cached = vlm_contract(4);
+  compare_contracts(cached, vlm_contract(10), kVlm, true);
+  EXPECT_EQ(error_of([&] { compare_contracts(cached, vlm_contract(3), kVlm, true); }),
+            "vlm.current partial cache sample_count exceeds the expected one: cache=4 "
+            "expected=3");
+  json expected = vlm_contract(10);
+  expected["dependencies"]["producer"]["weights"] = "sha256:ccc";
+  expected["value_codec"] = "zstd";
+  EXPECT_EQ(error_of([&] { compare_contracts(cached, expected, kVlm, true); }),
+            "vlm.current partial cache contract mismatch: fields=[dependencies, value_codec]");
+
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  publish_vlm(root, vlm_contract(4), "v1", 4);
+  const auto reader = open_artifact(root, vlm_contract(10), {ValidationMode::kFull, true});
+  EXPECT_EQ(reader->coverage(), 0.4);
+  EXPECT_EQ(reader->cached_samples(), 4);
+  EXPECT_EQ(reader->expected_samples(), 10);
+  EXPECT_TRUE(reader->contains(3));
+  EXPECT_FALSE(reader->contains(4));
+  // Without partial_allowed the same cache is a sample_count mismatch.
+  EXPECT_EQ(error_of([&] { open_artifact(root, vlm_contract(10)); }),
+            "vlm.current sample_count mismatch: cache=4 expected=10");
+  std::vector<uint16_t> words(8);
+  EXPECT_EQ(error_of([&] { reader->read_fixed(0, 0, words.data()); }),
+            "vlm.current value context is ragged: read it with read_ragged");
+
+  const std::string empty_root = dir.file("empty");
+  ArtifactBuilder(empty_root, vlm_contract(0), "v0").publish(false);
+  EXPECT_EQ(error_of([&] {
+              open_artifact(empty_root, vlm_contract(10), {ValidationMode::kFull, true});
+            }),
+            "vlm.current partial cache is empty: " + empty_root +
+                "/artifacts/vlm.current/builds/v0/manifest.json");
+}
+
+class PublishedVae : public ::testing::Test {
+ protected:
+  void SetUp() override { publish_vae(root_, vae_contract(10), "b1", 10); }
+  std::string open_error(ValidationMode mode) {
+    return error_of([&] { open_artifact(root_, vae_contract(10), {mode, false}); });
+  }
+  TempDir dir_;
+  std::string root_ = dir_.file("cache");
+  std::string shard1_ = shard_path(root_, kVae, "b1", 1);
+};
+
+TEST_F(PublishedVae, TruncatedShardFailsMetaOnlyValidation) {
+  const std::string bytes = read_bytes(shard1_);
+  write_bytes(shard1_, bytes.substr(0, bytes.size() - 10));
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+            "vae_latent.current shard size mismatch: " + shard1_ + " has " +
+                std::to_string(bytes.size() - 10) + " bytes, the manifest says " +
+                std::to_string(bytes.size()));
+}
+
+TEST_F(PublishedVae, FlippedByteFailsOnlyFullValidation) {
+  // Sample 5 is row 1 of shard 1; flip a bit of its latent.
+  const FixedRows row = fixed_rows({5});
+  const std::string pattern(reinterpret_cast<const char*>(row.latent.data()), 48);
+  std::string bytes = read_bytes(shard1_);
+  const size_t at = bytes.find(pattern);
+  ASSERT_NE(at, std::string::npos);
+  bytes[at + 10] ^= 0x04;
+  write_bytes(shard1_, bytes);
+
+  const auto reader = open_artifact(root_, vae_contract(10), {ValidationMode::kMetaOnly, false});
+  std::vector<uint16_t> latent(24);
+  reader->read_fixed(5, 0, latent.data());
+  EXPECT_NE(latent, row.latent);
+  EXPECT_EQ(open_error(ValidationMode::kFull),
+            "vae_latent.current shard checksum mismatch: " + shard1_);
+  EXPECT_EQ(error_of([&] { validate_cache(root_, ValidationMode::kFull); }),
+            "vae_latent.current shard checksum mismatch: " + shard1_);
+  validate_cache(root_, ValidationMode::kMetaOnly);
+}
+
+TEST_F(PublishedVae, ShortReadNamesTheShard) {
+  const auto reader = open_artifact(root_, vae_contract(10));
+  fs::resize_file(shard1_, 100);
+  std::vector<uint16_t> latent(24);
+  const std::string error = error_of([&] { reader->read_fixed(5, 0, latent.data()); });
+  const std::string prefix = "vae_latent.current cannot read 48 bytes at ";
+  const std::string suffix = " of " + shard1_ + ": the file ends early";
+  ASSERT_GT(error.size(), prefix.size() + suffix.size());
+  EXPECT_EQ(error.substr(0, prefix.size()), prefix);
+  EXPECT_EQ(error.substr(error.size() - suffix.size()), suffix);
+  EXPECT_EQ(reader->rows_read(), 0u);
+}
+
+TEST_F(PublishedVae, MissingShardIsNamed) {
+  fs::remove(shard1_);
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly), "Missing vae_latent.current shard " + shard1_);
+}
+
+TEST_F(PublishedVae, MissingCatalogTellsHowToGenerate) {
+  fs::remove(root_ + "/catalog.json");
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+            "Cache catalog not found: " + root_ +
+                "/catalog.json. Run `wam-pipeline cache generate PIPELINE` first.");
+}
+
+TEST_F(PublishedVae, EditedManifestFailsTheCatalogChecksum) {
+  const std::string manifest = root_ + "/artifacts/vae_latent.current/builds/b1/manifest.json";
+  write_bytes(manifest, read_bytes(manifest) + " ");
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+            "Catalog manifest checksum mismatch: " + manifest + " does not match the checksum in " +
+                root_ + "/catalog.json");
+}
+
+TEST_F(PublishedVae, IncompatibleCatalogAndUnknownArtifact) {
+  EXPECT_EQ(error_of([&] { open_artifact(root_, vlm_contract(10)); }),
+            "Selected cache artifact 'vlm.current' is missing from catalog.");
+  json catalog = json::parse(read_bytes(root_ + "/catalog.json"));
+  catalog["schema_version"] = 2;
+  write_bytes(root_ + "/catalog.json", catalog.dump());
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+            "Cache storage format is incompatible: root=" + root_ +
+                ". Existing cache data is not migrated automatically; generate the cache in an "
+                "empty/new root.");
+}
+
+// Rewrites index.json and re-signs it in the manifest and the manifest in the catalog, so that
+// only the checks after the checksums can catch the edit.
+void edit_index(const std::string& root, const std::function<void(json&)>& edit) {
+  const std::string build = root + "/artifacts/vae_latent.current/builds/b1";
+  json index = json::parse(read_bytes(build + "/index.json"));
+  edit(index);
+  const std::string index_text = index.dump(2);
+  write_bytes(build + "/index.json", index_text);
+  json manifest = json::parse(read_bytes(build + "/manifest.json"));
+  manifest["index_sha256"] = sha256_hex(index_text);
+  const std::string manifest_text = manifest.dump(2);
+  write_bytes(build + "/manifest.json", manifest_text);
+  json catalog = json::parse(read_bytes(root + "/catalog.json"));
+  catalog["artifacts"][kVae]["manifest_sha256"] = sha256_hex(manifest_text);
+  write_bytes(root + "/catalog.json", catalog.dump(2));
+}
+
+TEST_F(PublishedVae, IndexWithoutAKeyFailsCoverage) {
+  edit_index(root_, [](json& index) { index["entries"].erase("sample:3"); });
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+            "vae_latent.current key coverage mismatch: missing=[sample:3] extra=[] (1 missing, 0 "
+            "extra or duplicate, 10 expected)");
+}
+
+TEST_F(PublishedVae, SwappedIndexEntriesFailOnlyFullValidation) {
+  edit_index(root_, [](json& index) {
+    std::swap(index["entries"]["sample:1"], index["entries"]["sample:2"]);
+  });
+  open_artifact(root_, vae_contract(10), {ValidationMode::kMetaOnly, false});
+  EXPECT_EQ(open_error(ValidationMode::kFull),
+            "vae_latent.current index/shard key mismatch: " + shard_path(root_, kVae, "b1", 0) +
+                " row 1 holds sample:1, the index says sample:2");
+}
+
+TEST(LatentStore, PublishChecksExactKeyCoverage) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  ArtifactBuilder builder(root, vae_contract(12), "b1");
+  builder.write_shard(0, range(0, 4), fixed_rows(range(0, 4)).rows());
+  builder.write_shard(1, {2, 3, 5}, fixed_rows({2, 3, 5}).rows());
+  EXPECT_EQ(error_of([&] { builder.publish(false); }),
+            "vae_latent.current key coverage mismatch: missing=[sample:4, sample:6, sample:7, "
+            "sample:8, sample:9, sample:10, sample:11] extra=[sample:2, sample:3] (7 missing, 2 "
+            "extra or duplicate, 12 expected)");
+  EXPECT_FALSE(fs::exists(root + "/catalog.json"));
+  EXPECT_EQ(error_of([&] { builder.write_shard(2, {12}, fixed_rows({12}).rows()); }),
+            "vae_latent.current shard 2: sample:12 is outside the keyspace [0, 12)");
+  EXPECT_EQ(error_of([&] {
+              FixedRows rows = fixed_rows({8});
+              rows.latent.pop_back();
+              builder.write_shard(2, {8}, rows.rows());
+            }),
+            "vae_latent.current shard 2: latent holds 46 bytes, its rows need 48");
+}
+
+TEST(LatentStore, ConcurrentReadsReturnTheRightBytes) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  publish_vae(root, vae_contract(64), "b1", 64, 8);
+  const auto reader = open_artifact(root, vae_contract(64));
+  constexpr int kThreads = 4;
+  constexpr int kReads = 2000;
+  std::vector<int> wrong(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint16_t> latent(24);
+      for (int i = 0; i < kReads; ++i) {
+        const int64_t id = (i * 37 + t * 11) % 64;
+        reader->read_fixed(id, 0, latent.data());
+        if (latent != fixed_rows({id}).latent) ++wrong[t];
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(wrong, std::vector<int>(kThreads, 0));
+  EXPECT_EQ(reader->rows_read(), static_cast<uint64_t>(kThreads * kReads));
+  EXPECT_EQ(reader->bytes_read(), static_cast<uint64_t>(kThreads * kReads * 48));
+}
+
+TEST(LatentStore, ShardsMayBeWrittenFromSeveralThreads) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  ArtifactBuilder builder(root, vae_contract(24), "b1");
+  std::vector<std::thread> writers;
+  for (int t = 0; t < 3; ++t) {
+    writers.emplace_back([&, t] {
+      for (int64_t shard = t; shard < 6; shard += 3) {
+        const auto ids = range(shard * 4, shard * 4 + 4);
+        builder.write_shard(shard, ids, fixed_rows(ids).rows());
+      }
+    });
+  }
+  for (auto& writer : writers) writer.join();
+  EXPECT_EQ(builder.shards_written(), 6);
+  EXPECT_EQ(builder.publish(false).shards, 6);
+  const auto reader = open_artifact(root, vae_contract(24), {ValidationMode::kFull, false});
+  for (int64_t id = 0; id < 24; ++id) expect_fixed_sample(*reader, id);
+}
+
+TEST(LatentStore, BuildKilledMidwayLeavesTheCatalogAndResumes) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  publish_vae(root, vae_contract(12), "old", 12);
+  const std::string catalog_before = read_bytes(root + "/catalog.json");
+  const json new_contract = vae_contract(12, "sha256:retrained");
+
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ArtifactBuilder builder(root, new_contract, "new");
+    builder.write_shard(0, range(0, 4), fixed_rows(range(0, 4)).rows());
+    builder.write_shard(1, range(4, 8), fixed_rows(range(4, 8)).rows());
+    raise(SIGKILL);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status));
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+
+  EXPECT_EQ(read_bytes(root + "/catalog.json"), catalog_before);
+  const auto old_reader = open_artifact(root, vae_contract(12), {ValidationMode::kFull, false});
+  EXPECT_EQ(old_reader->build_id(), "old");
+  expect_fixed_sample(*old_reader, 7);
+  EXPECT_EQ(error_of([&] { open_artifact(root, new_contract); }),
+            "vae_latent.current dependency 'producer' mismatch at /weights: cache=\"sha256:aaa\" "
+            "expected=\"sha256:retrained\"");
+
+  ArtifactBuilder resumed(root, new_contract, "new");
+  const std::string shard0 = resumed.staging_dir() + "/shards/shard000000.h5";
+  struct stat before {};
+  ASSERT_EQ(stat(shard0.c_str(), &before), 0);
+  for (int64_t shard = 0; shard < 3; ++shard) {
+    if (resumed.shard_complete(shard)) continue;
+    const auto ids = range(shard * 4, shard * 4 + 4);
+    resumed.write_shard(shard, ids, fixed_rows(ids).rows());
+  }
+  EXPECT_EQ(resumed.shards_written(), 1);
+  struct stat after {};
+  ASSERT_EQ(stat(shard0.c_str(), &after), 0);
+  EXPECT_EQ(after.st_ino, before.st_ino);
+  EXPECT_EQ(after.st_mtim.tv_nsec, before.st_mtim.tv_nsec);
+  EXPECT_EQ(after.st_mtim.tv_sec, before.st_mtim.tv_sec);
+
+  EXPECT_EQ(error_of([&] { resumed.publish(false); }),
+            "Cache artifacts already exist at " + root +
+                ": [vae_latent.current]. Pass --overwrite to publish replacement builds.");
+  EXPECT_EQ(read_bytes(root + "/catalog.json"), catalog_before);
+  resumed.publish(true);
+  const auto new_reader = open_artifact(root, new_contract, {ValidationMode::kFull, false});
+  EXPECT_EQ(new_reader->build_id(), "new");
+  for (int64_t id = 0; id < 12; ++id) expect_fixed_sample(*new_reader, id);
+  EXPECT_FALSE(fs::exists(root + "/.tmp"));
+}
+
+// Runs `command` and returns its standard output.
+std::string run(const std::string& command) {
+  std::string output;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return output;
+  char buffer[4096];
+  for (size_t n; (n = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) output.append(buffer, n);
+  pclose(pipe);
+  return output;
+}
+
+float bf16_to_float(uint16_t word) {
+  const uint32_t bits = static_cast<uint32_t>(word) << 16;
+  float value;
+  std::memcpy(&value, &bits, 4);
+  return value;
+}
+
+TEST(LatentStore, H5pyReadsAShard) {
+  if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 has no h5py (scripts/setup.sh installs python3-h5py)";
+  }
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  publish_vae(root, vae_contract(6), "b1", 6);
+  publish_vlm(root, vlm_contract(6), "v1", 6);
+  const std::string script = std::string(WAM_SOURCE_DIR) + "/tests/cache/read_shard.py";
+
+  const json latent = json::parse(
+      run("/usr/bin/python3 " + script + " " + shard_path(root, kVae, "b1", 1) + " latent"));
+  EXPECT_EQ(latent["artifact_id"], kVae);
+  EXPECT_EQ(latent["build_id"], "b1");
+  EXPECT_EQ(latent["key_codec"], "sample_int_v1");
+  EXPECT_EQ(latent["schema_version"], 3);
+  EXPECT_EQ(latent["sample_ids"], json({4, 5}));
+  EXPECT_EQ(latent["shape"], json({2, 4, 2, 3}));
+  EXPECT_EQ(latent["dtype"], "bfloat16");
+  EXPECT_EQ(latent["numpy_dtype"], "uint16");
+  const json expected_latent = {bf16_to_float(latent_word(5, 0)), bf16_to_float(latent_word(5, 1)),
+                                bf16_to_float(latent_word(5, 2)), bf16_to_float(latent_word(5, 3))};
+  EXPECT_EQ(latent["last_row_first_values"], expected_latent);
+
+  const json scale = json::parse(
+      run("/usr/bin/python3 " + script + " " + shard_path(root, kVae, "b1", 1) + " scale"));
+  EXPECT_EQ(scale["numpy_dtype"], "float32");
+  EXPECT_EQ(scale["last_row_first_values"], json({scale_value(5, 0), scale_value(5, 1)}));
+
+  const json context = json::parse(
+      run("/usr/bin/python3 " + script + " " + shard_path(root, kVlm, "v1", 1) + " context"));
+  EXPECT_EQ(context["sample_ids"], json({3, 4, 5}));
+  // Rows of 4, 1 and 2 tokens (1 + id % 4), flat along dim 0.
+  EXPECT_EQ(context["offsets"], json({0, 4, 5, 7}));
+  EXPECT_EQ(context["shape"], json({7, 8}));
+  EXPECT_EQ(context["last_row_first_values"][0], bf16_to_float(latent_word(5, 0)));
+}
+
+}  // namespace
+}  // namespace wam::cache
