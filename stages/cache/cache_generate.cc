@@ -19,6 +19,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Decoded frames kept per decoding thread (the reference's frame_cache_capacity).
+constexpr int64_t kFrameCacheFrames = 96;
+
 // The pipeline's LatentCacheLookup node (the one node reading the cache).
 struct CacheNode {
   const ValidatedNode* node = nullptr;
@@ -93,7 +96,9 @@ PipelineConfig generation_graph(const ValidatedPipeline& pipeline, const CacheSp
   nlohmann::json augment = spec.augment;
   augment["frames"] = frames;
   node("sampler", "EpisodeSampler", {}, sampler);
-  node("decode", "VideoDecode", {"sampler"}, {{"mode", "sparse"}, {"frames", frames}});
+  // Samples come in id order: consecutive ones share most frames, kept in a frame cache.
+  node("decode", "VideoDecode", {"sampler"},
+       {{"mode", "sparse"}, {"frames", frames}, {"frame_cache", kFrameCacheFrames}});
   node("augment", "Augment", {"decode"}, augment);
   node("collate", "Collate", {"augment"}, {{"drop_last", false}});
   node("h2d", "HostToDevice", {"collate"},

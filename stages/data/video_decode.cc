@@ -7,14 +7,22 @@
 // baseline) decodes every frame from the window's first to its last, plus anchor and recent.
 // With `decode_if` naming a Bool field, samples where it is false pass through without frames
 // (the cache profile decodes current frames only while its VLM cache misses samples).
-// Counters: frames_decoded, seeks, readers_opened (and passed_through with decode_if).
+// `frame_cache` (sparse mode) keeps that many decoded frames per worker thread, keyed by file and
+// frame index, and decodes only the frames a sample needs that are not there: consecutive samples
+// of an episode share most of their frames (`cache generate` decodes each frame about once).
+// Counters: frames_decoded, seeks, readers_opened (and passed_through with decode_if,
+// frame_cache_hits with frame_cache).
 // Example: {"id": "decode", "type": "VideoDecode", "inputs": ["sampler"],
 //           "params": {"mode": "sparse", "frames": "all", "cache_readers": 4}}
 #include <algorithm>
+#include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/video_reader.h"
+#include "models/lru_cache.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 
@@ -26,6 +34,7 @@ struct VideoDecodeParams {
   std::string frames = "all";
   int64_t cache_readers = 4;
   std::string decode_if;
+  int64_t frame_cache = 0;
   template <class V>
   void visit(V& v) {
     v("mode", mode,
@@ -39,6 +48,10 @@ struct VideoDecodeParams {
     v("decode_if", decode_if,
       "Bool field: decode only samples where it is true, pass the others through unchanged "
       "(\"\": decode every sample).");
+    v("frame_cache", frame_cache,
+      "Sparse mode: decoded frames kept per worker thread for the next samples (0: none; at "
+      "least a sample's frames of every camera, e.g. 33 for 3 cameras).",
+      Min{0});
   }
 };
 
@@ -98,6 +111,7 @@ class VideoDecodeStage final : public Stage {
     seeks_ = &context.counter("seeks");
     readers_opened_ = &context.counter("readers_opened");
     if (!params_.decode_if.empty()) passed_through_ = &context.counter("passed_through");
+    if (params_.frame_cache > 0) frame_cache_hits_ = &context.counter("frame_cache_hits");
   }
 
   void process(Sample sample, Emitter& out) override {
@@ -137,7 +151,9 @@ class VideoDecodeStage final : public Stage {
                   at::kByte);
     for (size_t v = 0; v < readers.size(); ++v) {
       at::Tensor camera = frames[static_cast<int64_t>(v)];
-      if (params_.mode == "sparse") {
+      if (params_.mode == "sparse" && params_.frame_cache > 0) {
+        read_through_cache(*readers[v], wanted, plan.fps, camera, stats);
+      } else if (params_.mode == "sparse") {
         readers[v]->read_frames(wanted, plan.fps, camera, stats);
       } else {
         decode_full(*readers[v], wanted, plan.fps, camera, stats);
@@ -175,7 +191,40 @@ class VideoDecodeStage final : public Stage {
     }
   }
 
+  using FrameKey = std::pair<std::string, int64_t>;  // file, frame index
+  using FrameCache = models::LruCache<FrameKey, at::Tensor>;
+
+  // Copies the wanted frames from this thread's frame cache, decoding only the missing ones.
+  void read_through_cache(video::VideoReader& reader, const std::vector<int64_t>& wanted,
+                          double fps, at::Tensor& out, video::DecodeStats& stats) {
+    thread_local std::unique_ptr<FrameCache> cache;
+    const auto capacity = static_cast<size_t>(params_.frame_cache);
+    if (!cache || cache->capacity() != capacity) cache = std::make_unique<FrameCache>(capacity);
+    const std::set<int64_t> unique(wanted.begin(), wanted.end());
+    if (unique.size() > capacity) {
+      throw Error("VideoDecode: param frame_cache (" + std::to_string(capacity) +
+                  ") is smaller than the " + std::to_string(unique.size()) +
+                  " frames one sample needs from " + reader.path());
+    }
+    std::vector<int64_t> missing;
+    for (int64_t index : unique) {
+      if (!cache->find({reader.path(), index})) missing.push_back(index);
+    }
+    frame_cache_hits_->add(static_cast<int64_t>(unique.size() - missing.size()));
+    if (!missing.empty()) {
+      const at::Tensor decoded = reader.read_frames(missing, fps, stats);
+      for (size_t i = 0; i < missing.size(); ++i) {
+        cache->insert({reader.path(), missing[i]}, decoded[static_cast<int64_t>(i)].clone());
+      }
+    }
+    // The cache holds at least this sample's frames, so none of them was evicted above.
+    for (size_t i = 0; i < wanted.size(); ++i) {
+      out[static_cast<int64_t>(i)].copy_(*cache->find({reader.path(), wanted[i]}));
+    }
+  }
+
   Params params_;
+  Counter* frame_cache_hits_ = nullptr;
   Counter* frames_decoded_ = nullptr;
   Counter* seeks_ = nullptr;
   Counter* readers_opened_ = nullptr;

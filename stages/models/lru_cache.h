@@ -38,6 +38,7 @@ class LruCache {
   }
 
   size_t size() const { return entries_.size(); }
+  size_t capacity() const { return capacity_; }
 
  private:
   size_t capacity_;

@@ -217,5 +217,33 @@ TEST_F(VideoDecodeTest, RejectsUnknownMode) {
   }
 }
 
+// Consecutive samples of an episode share frames: with a frame cache the second sample decodes
+// only what the first did not, and both get exactly the frames an uncached decode gives.
+TEST_F(VideoDecodeTest, FrameCacheDecodesSharedFramesOnce) {
+  const json next_plan = {{"fps", 30.0},
+                          {"anchor", 0},
+                          {"recent", 7},
+                          {"window", {24, 28, 32, 36, 40, 44, 48, 52, 56}}};
+  const std::vector<Sample> inputs = {make_sample({av1_, h264_}, kPlan),
+                                      make_sample({av1_, h264_}, next_plan)};
+  const auto cached = testing::run_stage_counted("VideoDecode", R"({"frame_cache": 40})", inputs);
+  const auto uncached = testing::run_stage_counted("VideoDecode", "{}", inputs);
+  ASSERT_EQ(cached.outputs.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(at::equal(cached.outputs[i].tensor("frames"), uncached.outputs[i].tensor("frames")))
+        << "sample " << i;
+  }
+  EXPECT_EQ(stamp_of(cached.outputs[1].tensor("frames")[0][10]), 56);
+  // Sample 2 shares anchor 0 and window 24..52 (9 frames) per camera with sample 1.
+  EXPECT_EQ(cached.counters.at("frame_cache_hits"), 2 * 9);
+  EXPECT_LT(cached.counters.at("frames_decoded"), uncached.counters.at("frames_decoded"));
+  EXPECT_EQ(error_text([&] {
+              testing::run_stage("VideoDecode", R"({"frame_cache": 5})",
+                                 {make_sample({av1_}, kPlan)});
+            }),
+            "VideoDecode: param frame_cache (5) is smaller than the 11 frames one sample needs "
+            "from " + av1_);
+}
+
 }  // namespace
 }  // namespace wam
