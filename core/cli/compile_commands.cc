@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/step_overrides.h"
+#include "common/device.h"
 #include "models/world_model.h"
 #include "train/train_loop.h"
 #include "wam/pipeline.h"
@@ -57,7 +58,7 @@ int CompileCommand::run() const {
   std::cerr << kNeedsCuda;
   return kExitFailed;
 #else
-  const at::Device device = train::resolve_device(probe.settings().device, "compile");
+  const at::Device device = resolve_device("auto", probe.settings(), "compile");
   if (!device.is_cuda()) {
     std::cerr << kNeedsCuda;
     return kExitFailed;

@@ -33,8 +33,8 @@
 //           "params": {"mode": "pinned", "pool_batches": 4, "video_as_uint8": true}}
 #include <string>
 
+#include "common/device.h"
 #include "data/image_ops.h"
-#include "train/train_loop.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 
@@ -201,8 +201,7 @@ class HostToDeviceStage final : public Stage {
 
   void open(Context& context) override {
     context_ = &context;
-    device_ = train::resolve_device(
-        params_.device == "auto" ? context.settings().device : params_.device, "HostToDevice");
+    device_ = resolve_device(params_.device, context.settings(), "HostToDevice");
     bytes_copied_ = &context.counter("bytes_copied");
     pool_waits_ = &context.counter("pool_waits");
     pool_wait_us_ = &context.counter("pool_wait_us");

@@ -32,16 +32,6 @@ constexpr bool kCudaCodePaths = true;
 constexpr bool kCudaCodePaths = false;
 #endif
 
-at::Device resolve_device(const std::string& requested, const std::string& who) {
-  const bool have_cuda = torch::cuda::is_available();
-  if (requested == "cpu") return at::Device(at::kCPU);
-  if (requested == "cuda" && !have_cuda) {
-    throw Error(who + ": device \"cuda\" was requested but this LibTorch (" TORCH_VERSION
-                      ") sees no CUDA device; set device to \"auto\" or \"cpu\"");
-  }
-  return have_cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
-}
-
 at::Generator make_noise_generator(at::Device device, uint64_t seed) {
 #if WAM_WITH_CUDA
   if (device.is_cuda()) {

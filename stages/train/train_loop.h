@@ -21,10 +21,6 @@
 
 namespace wam::train {
 
-// "auto" -> CUDA when this LibTorch has it and a device is present, else CPU. "cuda" without one is
-// an error naming `who` (the stage) and what to do.
-at::Device resolve_device(const std::string& requested, const std::string& who);
-
 // The generator the flow-matching noise is drawn from, on the training device.
 at::Generator make_noise_generator(at::Device device, uint64_t seed);
 
