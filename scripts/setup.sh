@@ -12,6 +12,7 @@ packages=(
   libssl-dev                                  # SHA-256 (text embedding cache keys)
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang-format                                # scripts/check-format.sh
 )
 
 missing=()
