@@ -213,7 +213,8 @@ TEST(VaeEncodeTest, WrongShapedTorchScriptEncoderIsRejectedAtOpen) {
 def forward(self, video):
     x = video[:, :, ::4]
     b, c, t, h, w = x.size(0), x.size(1), x.size(2), x.size(3), x.size(4)
-    return x.reshape([b, c, t, h // 16, 16, w // 16, 16]).mean([4, 6]).repeat([1, 6, 1, 1, 1])[:, :16]
+    latents = x.reshape([b, c, t, h // 16, 16, w // 16, 16]).mean([4, 6])
+    return latents.repeat([1, 6, 1, 1, 1])[:, :16]
 )");
   const std::string path = temp_file("sixteen.pt");
   module.save(path);
