@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh
+# Only the command line: the test suite and benchmarks (most of a fresh build) are not run here.
+scripts/build.sh --target wam-pipeline
 bin=${WAM_BUILD_DIR:-build}/wam-pipeline
 export WAM_DATA_ROOT=${WAM_DATA_ROOT:-data}
 export WAM_CACHE_ROOT=${WAM_CACHE_ROOT:-.cache/wam}

@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-h5py                                # the latent store test reads a shard with h5py
+  clang-format                                # scripts/check-format.sh
 )
 
 missing=()

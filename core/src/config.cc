@@ -255,7 +255,9 @@ PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& 
                                detail::json_type_name(*document));
     return config;
   }
-  for (const auto& assignment : options.overrides) apply_override(*document, assignment, diagnostics);
+  for (const auto& assignment : options.overrides) {
+    apply_override(*document, assignment, diagnostics);
+  }
   expand_environment(*document, file, "", diagnostics);
 
   for (auto it = document->begin(); it != document->end(); ++it) {
@@ -335,7 +337,8 @@ PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& 
     if (auto id = node.find("id"); id != node.end() && id->is_string()) {
       nc.id = id->get<std::string>();
     } else {
-      diagnostics.error(pointer + "/id", id == node.end() ? "missing \"id\"" : "\"id\" must be a string");
+      diagnostics.error(pointer + "/id",
+                        id == node.end() ? "missing \"id\"" : "\"id\" must be a string");
     }
     if (auto type = node.find("type"); type != node.end() && type->is_string()) {
       nc.type = type->get<std::string>();
@@ -351,7 +354,8 @@ PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& 
           if ((*inputs)[k].is_string()) {
             nc.inputs.push_back((*inputs)[k].get<std::string>());
           } else {
-            diagnostics.error(pointer + "/inputs/" + std::to_string(k), "expected a node id string");
+            diagnostics.error(pointer + "/inputs/" + std::to_string(k),
+                              "expected a node id string");
           }
         }
       }
@@ -369,11 +373,12 @@ PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& 
       } else if (*on_error == "skip") {
         nc.on_error = OnError::kSkip;
       } else {
-        diagnostics.error(pointer + "/on_error",
-                          on_error->is_string()
-                              ? unknown_with_suggestion("on_error policy", on_error->get<std::string>(),
-                                                        {"fail", "skip"})
-                              : "expected \"fail\" or \"skip\"");
+        diagnostics.error(
+            pointer + "/on_error",
+            on_error->is_string()
+                ? unknown_with_suggestion("on_error policy", on_error->get<std::string>(),
+                                          {"fail", "skip"})
+                : "expected \"fail\" or \"skip\"");
       }
     }
     config.nodes.push_back(std::move(nc));

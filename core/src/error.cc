@@ -88,7 +88,7 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
       best = c;
     }
   }
-  // Suggest only plausible typos: at most a third of the word changed (and at least one edit allowed).
+  // Suggest only plausible typos: at most a third of the word changed (at least one edit allowed).
   size_t limit = std::max<size_t>(1, std::max(word.size(), best.size()) / 3);
   return best_distance <= limit ? best : std::string();
 }

@@ -117,7 +117,9 @@ void write_file_atomically(const std::string& path, const std::string& text) {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
     out << text;
     out.flush();
-    if (!out) throw Error("cannot write " + temporary + ": check the directory exists and is writable");
+    if (!out) {
+      throw Error("cannot write " + temporary + ": check the directory exists and is writable");
+    }
   }
   std::error_code ec;
   fs::rename(temporary, target, ec);

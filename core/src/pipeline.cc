@@ -27,9 +27,10 @@ std::optional<Concurrency> parse_concurrency(const json& value, const std::strin
   if (value.is_number_integer() && value.get<int64_t>() >= 1) {
     return Concurrency::at_most(value.get<int64_t>());
   }
-  diagnostics.error(pointer, "concurrency must be a positive integer, \"serial\" or \"unlimited\"; got " +
-                                 value.dump(),
-                    label);
+  diagnostics.error(
+      pointer,
+      "concurrency must be a positive integer, \"serial\" or \"unlimited\"; got " + value.dump(),
+      label);
   return std::nullopt;
 }
 
@@ -324,12 +325,14 @@ json ValidatedPipeline::effective_config() const {
                      {"concurrency", node.concurrency.to_string()},
                      {"on_error", node.on_error == OnError::kSkip ? "skip" : "fail"}});
   }
-  return {{"version", 1}, {"name", name_}, {"settings", params_to_json(settings_)}, {"nodes", nodes}};
+  return {
+      {"version", 1}, {"name", name_}, {"settings", params_to_json(settings_)}, {"nodes", nodes}};
 }
 
 std::string ValidatedPipeline::to_dot() const {
   std::ostringstream out;
-  out << "digraph \"" << name_ << "\" {\n  rankdir=LR;\n  node [shape=box, fontname=\"Helvetica\"];\n";
+  out << "digraph \"" << name_
+      << "\" {\n  rankdir=LR;\n  node [shape=box, fontname=\"Helvetica\"];\n";
   for (const auto& node : nodes_) {
     out << "  \"" << node.id << "\" [label=\"" << node.id << "\\n" << node.type;
     if (node.concurrency.limit != 1) out << "\\nconcurrency " << node.concurrency.to_string();

@@ -547,7 +547,8 @@ class Run {
     std::vector<double> last_busy(nodes_.size(), 0.0);
     int64_t last_out = 0;
     std::unique_lock<std::mutex> lock(report_mutex_);
-    while (!report_cv_.wait_for(lock, std::chrono::milliseconds(100), [this] { return finished_; })) {
+    const auto poll_interval = std::chrono::milliseconds(100);
+    while (!report_cv_.wait_for(lock, poll_interval, [this] { return finished_; })) {
       if (options_.interrupt && options_.interrupt->load() && !interrupt_seen_) {
         interrupt_seen_ = true;
         request_stop(StopReason::kInterrupted);

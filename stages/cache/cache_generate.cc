@@ -49,7 +49,7 @@ CacheNode find_cache_node(const ValidatedPipeline& pipeline) {
 
 // The spec, refusing random augmentation with the param's JSON pointer.
 CacheSpec checked_spec(const ValidatedPipeline& pipeline, const CacheNode& cache_node) {
-  CacheSpec spec = cache_node.reader->cache_spec(pipeline.settings().device);
+  CacheSpec spec = cache_node.reader->cache_spec(pipeline.settings());
   if (const std::string random = first_random_augment_param(spec.augment);
       !random.empty()) {
     Diagnostics diagnostics(pipeline.file());

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "wam/stage.h"
+
 namespace wam::cache {
 
 // The Sample fields each cache field fills, and where it is stored.
@@ -75,9 +77,9 @@ class LatentCacheReader {
   virtual const std::string& cache_root() const = 0;
   // The selected fields, parsed (throws wam::Error with the reference's message when invalid).
   virtual std::vector<std::string> cache_fields() const = 0;
-  // The effective params the cache is made from; encoder precisions resolved for `device` (the
-  // pipeline's settings.device).
-  virtual CacheSpec cache_spec(const std::string& device) const = 0;
+  // The effective params the cache is made from; encoder precisions resolved for the pipeline's
+  // settings (settings.device).
+  virtual CacheSpec cache_spec(const Settings& settings) const = 0;
 };
 
 }  // namespace wam::cache

@@ -116,8 +116,8 @@ class LatentCacheLookupStage final : public Stage, public cache::LatentCacheRead
   std::vector<std::string> cache_fields() const override {
     return cache::parse_field_selection(params_.fields);
   }
-  cache::CacheSpec cache_spec(const std::string& device) const override {
-    return make_spec(params_, device);
+  cache::CacheSpec cache_spec(const Settings& settings) const override {
+    return make_spec(params_, settings);
   }
 
   void declare(Contract& contract) const override {
@@ -137,7 +137,7 @@ class LatentCacheLookupStage final : public Stage, public cache::LatentCacheRead
 
   void open(Context& context) override {
     const std::vector<std::string> fields = cache_fields();
-    const cache::CacheSpec spec = cache_spec(context.settings().device);
+    const cache::CacheSpec spec = cache_spec(context.settings());
     if (const std::string random = cache::first_random_augment_param(spec.augment);
         !random.empty()) {
       throw Error("Offline encoder artifacts require deterministic images; augment." + random +
@@ -219,22 +219,21 @@ class LatentCacheLookupStage final : public Stage, public cache::LatentCacheRead
     }
   }
 
-  static cache::CacheSpec make_spec(const Params& params, const std::string& settings_device) {
+  static cache::CacheSpec make_spec(const Params& params, const Settings& settings) {
     cache::CacheSpec spec;
     spec.sampler = effective_params("EpisodeSampler", params.sampler, "sampler");
     spec.augment = effective_params("Augment", params.augment, "augment");
     spec.vae = effective_params("VaeEncode", params.vae, "vae");
     spec.vlm = effective_params("VlmEncode", params.vlm, "vlm");
-    spec.vae_dtype = resolved_dtype(spec.vae, settings_device);
-    spec.vlm_dtype = resolved_dtype(spec.vlm, settings_device);
+    spec.vae_dtype = resolved_dtype(spec.vae, settings);
+    spec.vlm_dtype = resolved_dtype(spec.vlm, settings);
     return spec;
   }
 
-  static std::string resolved_dtype(const nlohmann::json& encoder, const std::string& device) {
-    const std::string encoder_device = encoder.value("device", "auto");
-    const models::EncoderPlacement placement = models::resolve_placement(
-        encoder_device == "auto" ? device : encoder_device, encoder.value("dtype", "auto"),
-        "LatentCacheLookup");
+  static std::string resolved_dtype(const nlohmann::json& encoder, const Settings& settings) {
+    const models::EncoderPlacement placement =
+        models::resolve_placement(encoder.value("device", "auto"), encoder.value("dtype", "auto"),
+                                  settings, "LatentCacheLookup");
     return placement.dtype == at::kBFloat16 ? "bfloat16" : "float32";
   }
 

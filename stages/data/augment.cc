@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "common/seeding.h"
 #include "data/image_ops.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
@@ -166,12 +167,7 @@ struct AugmentParams {
   }
 };
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using seeding::splitmix64;
 
 // The random source of one sample: a function of (seed, epoch, sample id) only, never of the
 // thread or the order in which samples arrive.

@@ -17,18 +17,13 @@ extern "C" {
 }
 
 #include "cli/validators.h"
+#include "common/ffmpeg.h"
 #include "data/lerobot_dataset.h"
 #include "data/synth_dataset.h"
 #include "wam/error.h"
 
 namespace wam::cli {
 namespace {
-
-std::string av_message(int code) {
-  char text[AV_ERROR_MAX_STRING_SIZE] = {};
-  av_strerror(code, text, sizeof(text));
-  return text;
-}
 
 // What `inspect` learns from one video without decoding it: the container's index (mp4 keeps
 // one entry per frame, with its keyframe flag), or the packets where there is no index.
@@ -40,23 +35,20 @@ struct VideoSummary {
 };
 
 VideoSummary summarize_video(const std::string& path) {
-  AVFormatContext* format = nullptr;
-  if (int rc = avformat_open_input(&format, path.c_str(), nullptr, nullptr); rc < 0) {
-    throw Error(path + ": FFmpeg cannot open the video: " + av_message(rc));
+  AVFormatContext* opened = nullptr;
+  if (int rc = avformat_open_input(&opened, path.c_str(), nullptr, nullptr); rc < 0) {
+    throw Error(path + ": FFmpeg cannot open the video: " + ffmpeg::error_message(rc));
   }
-  struct Closer {
-    AVFormatContext** f;
-    ~Closer() { avformat_close_input(f); }
-  } closer{&format};
-  int stream = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  const ffmpeg::InputFormat format(opened);
+  int stream = av_find_best_stream(format.get(), AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
   // mp4 headers carry the codec and frame size; other containers may need frames probed.
   if (stream < 0 || format->streams[stream]->codecpar->width <= 0) {
-    if (int rc = avformat_find_stream_info(format, nullptr); rc < 0) {
-      throw Error(path + ": FFmpeg cannot read the stream info: " + av_message(rc));
+    if (int rc = avformat_find_stream_info(format.get(), nullptr); rc < 0) {
+      throw Error(path + ": FFmpeg cannot read the stream info: " + ffmpeg::error_message(rc));
     }
-    stream = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+    stream = av_find_best_stream(format.get(), AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
   }
-  if (stream < 0) throw Error(path + ": no video stream: " + av_message(stream));
+  if (stream < 0) throw Error(path + ": no video stream: " + ffmpeg::error_message(stream));
   AVStream* video = format->streams[stream];
   VideoSummary summary;
   summary.codec = avcodec_get_name(video->codecpar->codec_id);
@@ -81,14 +73,15 @@ VideoSummary summarize_video(const std::string& path) {
     }
     return summary;
   }
-  AVPacket* packet = av_packet_alloc();
+  const ffmpeg::Packet packet(av_packet_alloc());
   int rc = 0;
-  while ((rc = av_read_frame(format, packet)) >= 0) {
+  while ((rc = av_read_frame(format.get(), packet.get())) >= 0) {
     if (packet->stream_index == stream) count(packet->flags & AV_PKT_FLAG_KEY);
-    av_packet_unref(packet);
+    av_packet_unref(packet.get());
   }
-  av_packet_free(&packet);
-  if (rc != AVERROR_EOF) throw Error(path + ": FFmpeg cannot read a packet: " + av_message(rc));
+  if (rc != AVERROR_EOF) {
+    throw Error(path + ": FFmpeg cannot read a packet: " + ffmpeg::error_message(rc));
+  }
   return summary;
 }
 

@@ -25,6 +25,7 @@
 #include <cmath>
 #include <random>
 
+#include "common/seeding.h"
 #include "data/lerobot_dataset.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
@@ -35,13 +36,7 @@ namespace {
 constexpr int64_t kMergedDim = 80;
 constexpr uint64_t kProprioNoiseStream = 0x70726f7072696f;  // "proprio": separates noise from order
 
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-uint64_t mix_seed(uint64_t a, uint64_t b) { return splitmix64(a ^ splitmix64(b)); }
+using seeding::mix_seed;
 
 struct EpisodeSamplerParams {
   std::vector<std::string> dataset_dirs;

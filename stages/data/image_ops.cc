@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 extern "C" {
 #include <libavutil/pixdesc.h>
 #include <libswscale/swscale.h>
 }
 
+#include "common/ffmpeg.h"
 #include "wam/error.h"
 #include "wam/tensor.h"
 
@@ -34,9 +36,6 @@ class ScalerCache {
   ScalerCache() = default;
   ScalerCache(const ScalerCache&) = delete;
   ScalerCache& operator=(const ScalerCache&) = delete;
-  ~ScalerCache() {
-    for (auto& entry : entries_) sws_freeContext(entry.context);
-  }
 
   SwsContext* get(int src_width, int src_height, AVPixelFormat src_format, int dst_width,
                   int dst_height, AVPixelFormat dst_format, int flags) {
@@ -44,24 +43,21 @@ class ScalerCache {
       if (e.src_width == src_width && e.src_height == src_height && e.src_format == src_format &&
           e.dst_width == dst_width && e.dst_height == dst_height && e.dst_format == dst_format &&
           e.flags == flags) {
-        return e.context;
+        return e.context.get();
       }
     }
-    SwsContext* context = sws_getContext(src_width, src_height, src_format, dst_width, dst_height,
-                                         dst_format, flags, nullptr, nullptr, nullptr);
+    ffmpeg::Scaler context(sws_getContext(src_width, src_height, src_format, dst_width, dst_height,
+                                          dst_format, flags, nullptr, nullptr, nullptr));
     if (!context) {
       throw Error("libswscale cannot convert " + std::to_string(src_width) + "x" +
                   std::to_string(src_height) + " " + av_get_pix_fmt_name(src_format) + " to " +
                   std::to_string(dst_width) + "x" + std::to_string(dst_height) + " " +
                   av_get_pix_fmt_name(dst_format));
     }
-    if (entries_.size() == kCapacity) {
-      sws_freeContext(entries_.front().context);
-      entries_.erase(entries_.begin());
-    }
-    entries_.push_back(
-        {src_width, src_height, src_format, dst_width, dst_height, dst_format, flags, context});
-    return context;
+    if (entries_.size() == kCapacity) entries_.erase(entries_.begin());
+    entries_.push_back({src_width, src_height, src_format, dst_width, dst_height, dst_format, flags,
+                        std::move(context)});
+    return entries_.back().context.get();
   }
 
  private:
@@ -72,7 +68,7 @@ class ScalerCache {
     int dst_width, dst_height;
     AVPixelFormat dst_format;
     int flags;
-    SwsContext* context;
+    ffmpeg::Scaler context;
   };
   std::vector<Entry> entries_;
 };

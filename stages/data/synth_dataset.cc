@@ -6,19 +6,13 @@
 #include <filesystem>
 #include <random>
 
+#include "common/seeding.h"
 #include "data/lerobot_dataset.h"
 #include "data/video_io.h"
 #include "wam/error.h"
 
 namespace wam::data {
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
 
 std::vector<std::string> numbered(const std::string& prefix, int count) {
   std::vector<std::string> names;
@@ -215,7 +209,7 @@ void synthesize_dataset(const SynthOptions& o) {
   const int64_t frames = o.frames_per_episode;
   int64_t frames_done = 0;
   for (int64_t episode = 0; episode < o.episodes; ++episode) {
-    std::mt19937_64 rng(splitmix64(o.seed ^ splitmix64(static_cast<uint64_t>(episode))));
+    std::mt19937_64 rng(seeding::mix_seed(o.seed, static_cast<uint64_t>(episode)));
     const int64_t task_index = episode % static_cast<int64_t>(preset.tasks.size());
     EpisodeData data;
     data.floats["action"] =

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "data/video_reader.h"
-#include "models/lru_cache.h"
+#include "common/lru_cache.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 
@@ -192,7 +192,7 @@ class VideoDecodeStage final : public Stage {
   }
 
   using FrameKey = std::pair<std::string, int64_t>;  // file, frame index
-  using FrameCache = models::LruCache<FrameKey, at::Tensor>;
+  using FrameCache = LruCache<FrameKey, at::Tensor>;
 
   // Copies the wanted frames from this thread's frame cache, decoding only the missing ones.
   void read_through_cache(video::VideoReader& reader, const std::vector<int64_t>& wanted,

@@ -12,16 +12,11 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
+#include "common/ffmpeg.h"
 #include "wam/error.h"
 
 namespace wam::video {
 namespace {
-
-std::string av_message(int code) {
-  char buffer[AV_ERROR_MAX_STRING_SIZE] = {};
-  av_strerror(code, buffer, sizeof(buffer));
-  return buffer;
-}
 
 // The stamp: 16 data bits in two rows of 8 blocks, and below them the same bits inverted. A bit is
 // read by comparing a block with its inverted twin, so a uniform brightness shift from the codec
@@ -59,24 +54,17 @@ struct VideoWriter::Impl {
   std::string temp_path;
   int width = 0;
   int height = 0;
-  AVFormatContext* format = nullptr;
-  AVCodecContext* codec = nullptr;
-  AVStream* stream = nullptr;
-  SwsContext* scaler = nullptr;
-  AVFrame* frame = nullptr;
-  AVPacket* packet = nullptr;
+  ffmpeg::OutputFormat format;
+  ffmpeg::CodecContext codec;
+  AVStream* stream = nullptr;  // owned by `format`
+  ffmpeg::Scaler scaler;
+  ffmpeg::Frame frame;
+  ffmpeg::Packet packet;
   int64_t next_pts = 0;
   bool finished = false;
 
   ~Impl() {
-    sws_freeContext(scaler);
-    av_frame_free(&frame);
-    av_packet_free(&packet);
-    avcodec_free_context(&codec);
-    if (format) {
-      if (format->pb) avio_closep(&format->pb);
-      avformat_free_context(format);
-    }
+    format.reset();  // closes the temporary before it is removed
     if (!finished && !temp_path.empty()) {
       std::error_code ignored;
       std::filesystem::remove(temp_path, ignored);
@@ -84,20 +72,21 @@ struct VideoWriter::Impl {
   }
 
   [[noreturn]] void fail(const std::string& what, int code) const {
-    throw Error("cannot write video \"" + path + "\": " + what + ": " + av_message(code));
+    throw Error("cannot write video \"" + path + "\": " + what + ": " +
+                ffmpeg::error_message(code));
   }
 
   // Sends one frame (null flushes) and muxes every packet the encoder has ready.
   void encode(const AVFrame* input) {
-    int rc = avcodec_send_frame(codec, input);
+    int rc = avcodec_send_frame(codec.get(), input);
     if (rc < 0) fail("encoding failed", rc);
     while (true) {
-      rc = avcodec_receive_packet(codec, packet);
+      rc = avcodec_receive_packet(codec.get(), packet.get());
       if (rc == AVERROR(EAGAIN) || rc == AVERROR_EOF) return;
       if (rc < 0) fail("encoding failed", rc);
-      av_packet_rescale_ts(packet, codec->time_base, stream->time_base);
+      av_packet_rescale_ts(packet.get(), codec->time_base, stream->time_base);
       packet->stream_index = stream->index;
-      rc = av_interleaved_write_frame(format, packet);
+      rc = av_interleaved_write_frame(format.get(), packet.get());
       if (rc < 0) fail("writing a packet failed", rc);
     }
   }
@@ -147,10 +136,13 @@ VideoWriter::VideoWriter(const std::string& path, int width, int height,
 
   w.temp_path = path + ".tmp";
   // The temporary's extension says nothing, so the container is named explicitly.
-  int rc = avformat_alloc_output_context2(&w.format, nullptr, "mp4", w.temp_path.c_str());
+  AVFormatContext* muxer = nullptr;
+  int rc = avformat_alloc_output_context2(&muxer, nullptr, "mp4", w.temp_path.c_str());
   if (rc < 0) w.fail("cannot create the mp4 muxer", rc);
+  w.format.reset(muxer);
 
-  w.codec = avcodec_alloc_context3(encoder);
+  w.codec.reset(avcodec_alloc_context3(encoder));
+  if (!w.codec) w.fail("cannot allocate the encoder", AVERROR(ENOMEM));
   w.codec->width = width;
   w.codec->height = height;
   w.codec->pix_fmt = AV_PIX_FMT_YUV420P;
@@ -174,30 +166,30 @@ VideoWriter::VideoWriter(const std::string& path, int width, int height,
     av_opt_set(w.codec->priv_data, "x264-params",
                options.b_frames ? "scenecut=0:b-adapt=0" : "scenecut=0", 0);
   }
-  rc = avcodec_open2(w.codec, encoder, nullptr);
+  rc = avcodec_open2(w.codec.get(), encoder, nullptr);
   if (rc < 0) w.fail("cannot open the " + std::string(encoder_name) + " encoder", rc);
 
-  w.stream = avformat_new_stream(w.format, nullptr);
+  w.stream = avformat_new_stream(w.format.get(), nullptr);
   if (!w.stream) w.fail("cannot add a video stream", AVERROR(ENOMEM));
   w.stream->time_base = w.codec->time_base;
   w.stream->avg_frame_rate = w.codec->framerate;
-  rc = avcodec_parameters_from_context(w.stream->codecpar, w.codec);
+  rc = avcodec_parameters_from_context(w.stream->codecpar, w.codec.get());
   if (rc < 0) w.fail("cannot copy the encoder parameters", rc);
 
   rc = avio_open(&w.format->pb, w.temp_path.c_str(), AVIO_FLAG_WRITE);
   if (rc < 0) w.fail("cannot open \"" + w.temp_path + "\" for writing", rc);
-  rc = avformat_write_header(w.format, nullptr);
+  rc = avformat_write_header(w.format.get(), nullptr);
   if (rc < 0) w.fail("cannot write the mp4 header", rc);
 
-  w.scaler = sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P,
-                            SWS_BICUBIC, nullptr, nullptr, nullptr);
-  w.frame = av_frame_alloc();
-  w.packet = av_packet_alloc();
+  w.scaler.reset(sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P,
+                                SWS_BICUBIC, nullptr, nullptr, nullptr));
+  w.frame.reset(av_frame_alloc());
+  w.packet.reset(av_packet_alloc());
   if (!w.scaler || !w.frame || !w.packet) w.fail("cannot allocate buffers", AVERROR(ENOMEM));
   w.frame->format = AV_PIX_FMT_YUV420P;
   w.frame->width = width;
   w.frame->height = height;
-  rc = av_frame_get_buffer(w.frame, 0);
+  rc = av_frame_get_buffer(w.frame.get(), 0);
   if (rc < 0) w.fail("cannot allocate a frame", rc);
 }
 
@@ -207,20 +199,20 @@ void VideoWriter::write(const uint8_t* rgb) {
   Impl& w = *impl_;
   if (w.finished) throw Error("cannot write video \"" + w.path + "\": write() after finish()");
   // The encoder may still reference the previous frame's buffers.
-  int rc = av_frame_make_writable(w.frame);
+  int rc = av_frame_make_writable(w.frame.get());
   if (rc < 0) w.fail("cannot allocate a frame", rc);
   const uint8_t* source[1] = {rgb};
   const int source_stride[1] = {3 * w.width};
-  sws_scale(w.scaler, source, source_stride, 0, w.height, w.frame->data, w.frame->linesize);
+  sws_scale(w.scaler.get(), source, source_stride, 0, w.height, w.frame->data, w.frame->linesize);
   w.frame->pts = w.next_pts++;
-  w.encode(w.frame);
+  w.encode(w.frame.get());
 }
 
 void VideoWriter::finish() {
   Impl& w = *impl_;
   if (w.finished) return;
   w.encode(nullptr);
-  int rc = av_write_trailer(w.format);
+  int rc = av_write_trailer(w.format.get());
   if (rc < 0) w.fail("cannot write the mp4 trailer", rc);
   rc = avio_closep(&w.format->pb);
   if (rc < 0) w.fail("cannot close \"" + w.temp_path + "\"", rc);

@@ -18,16 +18,11 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
+#include "common/ffmpeg.h"
 #include "wam/error.h"
 
 namespace wam::video {
 namespace {
-
-std::string av_message(int code) {
-  char buffer[AV_ERROR_MAX_STRING_SIZE] = {};
-  av_strerror(code, buffer, sizeof(buffer));
-  return buffer;
-}
 
 std::string seconds(double value) {
   char buffer[32];
@@ -45,11 +40,11 @@ std::string format_fps(double fps) {
 
 struct VideoReader::Impl {
   std::string path;
-  AVFormatContext* format = nullptr;
-  AVCodecContext* codec = nullptr;
-  AVPacket* packet = nullptr;
-  AVFrame* frame = nullptr;
-  SwsContext* scaler = nullptr;
+  ffmpeg::InputFormat format;
+  ffmpeg::CodecContext codec;
+  ffmpeg::Packet packet;
+  ffmpeg::Frame frame;
+  ffmpeg::Scaler scaler;
   int stream_index = -1;
   int width = 0;
   int height = 0;
@@ -69,28 +64,22 @@ struct VideoReader::Impl {
   size_t sought_keyframe = 0;
   int64_t last_output_index = std::numeric_limits<int64_t>::min();
 
-  ~Impl() {
-    sws_freeContext(scaler);
-    av_frame_free(&frame);
-    av_packet_free(&packet);
-    avcodec_free_context(&codec);
-    avformat_close_input(&format);
-  }
-
   [[noreturn]] void fail(const std::string& what) const {
     throw Error("video \"" + path + "\": " + what);
   }
   [[noreturn]] void fail(const std::string& what, int code) const {
-    fail(what + ": " + av_message(code));
+    fail(what + ": " + ffmpeg::error_message(code));
   }
 
   void open() {
-    int rc = avformat_open_input(&format, path.c_str(), nullptr, nullptr);
-    if (rc < 0) throw Error("cannot open video \"" + path + "\": " + av_message(rc));
-    rc = avformat_find_stream_info(format, nullptr);
+    AVFormatContext* opened = nullptr;
+    int rc = avformat_open_input(&opened, path.c_str(), nullptr, nullptr);
+    if (rc < 0) throw Error("cannot open video \"" + path + "\": " + ffmpeg::error_message(rc));
+    format.reset(opened);
+    rc = avformat_find_stream_info(format.get(), nullptr);
     if (rc < 0) fail("cannot read the stream info", rc);
     const AVCodec* decoder = nullptr;
-    rc = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, &decoder, 0);
+    rc = av_find_best_stream(format.get(), AVMEDIA_TYPE_VIDEO, -1, -1, &decoder, 0);
     if (rc == AVERROR_STREAM_NOT_FOUND) fail("has no video stream");
     if (rc < 0) fail("no decoder for its video stream", rc);
     stream_index = rc;
@@ -101,14 +90,14 @@ struct VideoReader::Impl {
     time_base = av_q2d(stream->time_base);
     start_pts = stream->start_time == AV_NOPTS_VALUE ? 0 : stream->start_time;
 
-    codec = avcodec_alloc_context3(decoder);
-    packet = av_packet_alloc();
-    frame = av_frame_alloc();
+    codec.reset(avcodec_alloc_context3(decoder));
+    packet.reset(av_packet_alloc());
+    frame.reset(av_frame_alloc());
     if (!codec || !packet || !frame) fail("cannot allocate a decoder", AVERROR(ENOMEM));
-    rc = avcodec_parameters_to_context(codec, stream->codecpar);
+    rc = avcodec_parameters_to_context(codec.get(), stream->codecpar);
     if (rc < 0) fail("cannot configure the decoder", rc);
     codec->thread_count = 1;
-    rc = avcodec_open2(codec, decoder, nullptr);
+    rc = avcodec_open2(codec.get(), decoder, nullptr);
     if (rc < 0) fail("cannot open the " + std::string(decoder->name) + " decoder", rc);
 
     for (int i = 0, n = avformat_index_get_entries_count(stream); i < n; ++i) {
@@ -121,7 +110,7 @@ struct VideoReader::Impl {
   // Reads up to the first keyframe packet: its pts - dts is the decoding delay of keyframes.
   void learn_keyframe_offset() {
     while (true) {
-      int rc = av_read_frame(format, packet);
+      int rc = av_read_frame(format.get(), packet.get());
       if (rc == AVERROR_EOF) fail("has no keyframe");
       if (rc < 0) fail("cannot read a packet", rc);
       bool found = packet->stream_index == stream_index && (packet->flags & AV_PKT_FLAG_KEY);
@@ -132,7 +121,7 @@ struct VideoReader::Impl {
         // Without a container index the whole file is one run from its first keyframe.
         if (keyframe_dts.empty()) keyframe_dts.push_back(packet->dts);
       }
-      av_packet_unref(packet);
+      av_packet_unref(packet.get());
       if (found) return;
     }
   }
@@ -165,9 +154,9 @@ struct VideoReader::Impl {
   // same keyframe) or by pts (mp4 in FFmpeg 5.1, where its dts would land one keyframe early).
   void seek(size_t keyframe, DecodeStats& stats) {
     const int64_t pts = keyframe_dts[keyframe] + keyframe_pts_offset;
-    int rc = av_seek_frame(format, stream_index, pts, AVSEEK_FLAG_BACKWARD);
+    int rc = av_seek_frame(format.get(), stream_index, pts, AVSEEK_FLAG_BACKWARD);
     if (rc < 0) fail("cannot seek to " + seconds((pts - start_pts) * time_base), rc);
-    avcodec_flush_buffers(codec);
+    avcodec_flush_buffers(codec.get());
     ++stats.seeks;
     positioned = true;
     input_ended = false;
@@ -193,24 +182,24 @@ struct VideoReader::Impl {
   bool feed() {
     if (input_ended) return false;
     while (true) {
-      int rc = av_read_frame(format, packet);
+      int rc = av_read_frame(format.get(), packet.get());
       if (rc == AVERROR_EOF) {
         input_ended = true;
-        rc = avcodec_send_packet(codec, nullptr);
+        rc = avcodec_send_packet(codec.get(), nullptr);
         if (rc < 0 && rc != AVERROR_EOF) fail("cannot flush the decoder", rc);
         return true;
       }
       if (rc < 0) fail("cannot read a packet", rc);
       if (packet->stream_index != stream_index) {
-        av_packet_unref(packet);
+        av_packet_unref(packet.get());
         continue;
       }
       if ((packet->flags & AV_PKT_FLAG_KEY) && packet->dts != AV_NOPTS_VALUE) {
         reading_keyframe = keyframe_of_dts(packet->dts);
       }
       int64_t pts = packet->pts;
-      rc = avcodec_send_packet(codec, packet);
-      av_packet_unref(packet);
+      rc = avcodec_send_packet(codec.get(), packet.get());
+      av_packet_unref(packet.get());
       if (rc < 0) {
         fail("cannot decode the packet at " + seconds((pts - start_pts) * time_base), rc);
       }
@@ -256,7 +245,7 @@ struct VideoReader::Impl {
                      const std::function<void(size_t, const AVFrame*)>& sink, DecodeStats& stats,
                      std::optional<size_t> seeked_to) {
     while (true) {
-      int rc = avcodec_receive_frame(codec, frame);
+      int rc = avcodec_receive_frame(codec.get(), frame.get());
       if (rc == AVERROR(EAGAIN)) {
         if (!feed()) frame_not_found(targets[next], fps);
         continue;
@@ -275,7 +264,7 @@ struct VideoReader::Impl {
       }
       seeked_to.reset();
       last_output_index = index;
-      while (next < targets.size() && targets[next] == index) sink(next++, frame);
+      while (next < targets.size() && targets[next] == index) sink(next++, frame.get());
       if (next == targets.size()) return next;
       if (targets[next] < index) frame_not_found(targets[next], fps);
       if (worth_seeking(keyframe_for(targets[next], fps), fps)) return next;
@@ -288,13 +277,14 @@ struct VideoReader::Impl {
       fail("a frame is " + std::to_string(decoded->width) + "x" + std::to_string(decoded->height) +
            " but the stream is " + std::to_string(width) + "x" + std::to_string(height));
     }
-    scaler = sws_getCachedContext(scaler, width, height,
-                                  static_cast<AVPixelFormat>(decoded->format), width, height,
-                                  AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr, nullptr, nullptr);
+    // Frees the old context itself when it returns another one (or none).
+    scaler.reset(sws_getCachedContext(scaler.release(), width, height,
+                                      static_cast<AVPixelFormat>(decoded->format), width, height,
+                                      AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr, nullptr, nullptr));
     if (!scaler) fail("cannot convert its pixel format to RGB");
     uint8_t* planes[1] = {rgb};
     const int strides[1] = {3 * width};
-    sws_scale(scaler, decoded->data, decoded->linesize, 0, height, planes, strides);
+    sws_scale(scaler.get(), decoded->data, decoded->linesize, 0, height, planes, strides);
   }
 };
 

@@ -33,9 +33,9 @@
 //           "params": {"mode": "pinned", "pool_batches": 4, "video_as_uint8": true}}
 #include <string>
 
+#include "common/device.h"
 #include "data/image_ops.h"
 #include "device/transfer_timing.h"
-#include "train/train_loop.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 
@@ -213,8 +213,7 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
 
   void open(Context& context) override {
     context_ = &context;
-    device_ = train::resolve_device(
-        params_.device == "auto" ? context.settings().device : params_.device, "HostToDevice");
+    device_ = resolve_device(params_.device, context.settings(), "HostToDevice");
     bytes_copied_ = &context.counter("bytes_copied");
     pool_waits_ = &context.counter("pool_waits");
     pool_wait_us_ = &context.counter("pool_wait_us");

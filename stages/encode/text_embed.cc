@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "models/lru_cache.h"
+#include "common/lru_cache.h"
 #include "models/text_encoder.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
@@ -73,7 +73,7 @@ class TextEmbedStage final : public Stage {
   }
 
   Params params_;
-  models::LruCache<std::string, at::Tensor> memory_;
+  LruCache<std::string, at::Tensor> memory_;
   std::unique_ptr<models::TextCacheReader> reader_;
   Counter* cache_reads_ = nullptr;
 };

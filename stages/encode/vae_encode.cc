@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/encoder_params.h"
 #include "models/vae.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
@@ -41,31 +42,18 @@ void check_float_video(const at::Tensor& video, const std::string& field) {
               "video_dtype to float32");
 }
 
-struct VaeEncodeParams {
-  std::string encoder = "builtin";
-  std::string path;
+struct VaeEncodeParams : PlacedEncoderParams {
   int64_t width = 32;
-  int64_t seed = 0;
-  std::string device = "auto";
-  std::string dtype = "auto";
   bool deduplicate_identical_anchor_batch = true;
 
   template <class V>
   void visit(V& v) {
-    v("encoder", encoder,
-      "builtin: a Wan2.2-shaped causal 3-D conv stand-in with seeded random weights; torchscript: "
-      "the file at `path`, forward(video [B,3,T,H,W] in [-1,1]) -> latent mean "
-      "[B,48,(T-1)/4+1,H/16,W/16].",
-      OneOf{"builtin", "torchscript"});
-    v("path", path, "TorchScript file (torch.jit.save) for encoder \"torchscript\".");
+    visit_encoder_params(
+        v,
+        "builtin: a Wan2.2-shaped causal 3-D conv stand-in with seeded random weights; "
+        "torchscript: the file at `path`, forward(video [B,3,T,H,W] in [-1,1]) -> latent mean "
+        "[B,48,(T-1)/4+1,H/16,W/16].");
     v("width", width, "Built-in stand-in: channels of the first stage (doubled twice).", Min{1});
-    v("seed", seed, "Built-in stand-in: weight seed (the same seed gives the same encoder).",
-      Min{0});
-    v("device", device, "Where the encoder runs (auto: CUDA when available).",
-      OneOf{"auto", "cpu", "cuda"});
-    v("dtype", dtype,
-      "Encoder precision, which the latents keep (auto: bfloat16 on CUDA, float32 on the CPU).",
-      OneOf{"auto", "float32", "bfloat16"});
     v("deduplicate_identical_anchor_batch", deduplicate_identical_anchor_batch,
       "Encode the anchor frame once when every row of the batch has the same one.");
   }
@@ -90,7 +78,7 @@ class VaeEncodeStage final : public Stage {
 
   void open(Context& context) override {
     const models::EncoderPlacement placement =
-        models::resolve_placement(params_.device, params_.dtype, "VaeEncode");
+        models::resolve_placement(params_.device, params_.dtype, context.settings(), "VaeEncode");
     if (params_.encoder == "torchscript") {
       encoder_ = models::load_torchscript_vae(params_.path, placement);
     } else {

@@ -28,7 +28,8 @@
 #include <tuple>
 #include <vector>
 
-#include "models/lru_cache.h"
+#include "common/encoder_params.h"
+#include "common/lru_cache.h"
 #include "models/vlm.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
@@ -39,9 +40,7 @@ namespace {
 constexpr size_t kPromptCacheSize = 256;
 constexpr size_t kVisionMetadataCacheSize = 16;
 
-struct VlmEncodeParams {
-  std::string encoder = "builtin";
-  std::string path;
+struct VlmEncodeParams : PlacedEncoderParams {
   int64_t width = 2048;
   int64_t layers = 2;
   int64_t heads = 16;
@@ -50,19 +49,15 @@ struct VlmEncodeParams {
   int64_t max_pixels = 65536;
   std::vector<std::string> view_names;
   bool reuse_metadata = false;
-  int64_t seed = 0;
-  std::string device = "auto";
-  std::string dtype = "auto";
   bool merge_cached = false;
 
   template <class V>
   void visit(V& v) {
-    v("encoder", encoder,
-      "builtin: a Qwen-VL-shaped stand-in with seeded random weights; torchscript: the file at "
-      "`path`, forward(images float [B*V,3,h,w] in [0,1], token_ids int64 [B,L] right-padded "
-      "with 0) -> hidden [B,S,width], S-L image tokens first, then one row per token id.",
-      OneOf{"builtin", "torchscript"});
-    v("path", path, "TorchScript file (torch.jit.save) for encoder \"torchscript\".");
+    visit_encoder_params(
+        v,
+        "builtin: a Qwen-VL-shaped stand-in with seeded random weights; torchscript: the file at "
+        "`path`, forward(images float [B*V,3,h,w] in [0,1], token_ids int64 [B,L] right-padded "
+        "with 0) -> hidden [B,S,width], S-L image tokens first, then one row per token id.");
     v("width", width, "Hidden width of the context (the action expert's vlm_dim).", Min{1});
     v("layers", layers, "Built-in stand-in: language transformer layers.", Min{1});
     v("heads", heads, "Built-in stand-in: attention heads (width / heads must be even).", Min{1});
@@ -75,12 +70,6 @@ struct VlmEncodeParams {
       "Camera names in the prompt, one per camera of vlm_current_images (empty: camera 1..V).");
     v("reuse_metadata", reuse_metadata,
       "Cache formatted prompts + token ids (LRU 256) and vision metadata per image grid (LRU 16).");
-    v("seed", seed, "Built-in stand-in: weight seed (the same seed gives the same model).", Min{0});
-    v("device", device, "Where the model runs (auto: CUDA when available).",
-      OneOf{"auto", "cpu", "cuda"});
-    v("dtype", dtype,
-      "Model precision, which vlm_context keeps (auto: bfloat16 on CUDA, float32 on the CPU).",
-      OneOf{"auto", "float32", "bfloat16"});
     v("merge_cached", merge_cached,
       "Take LatentCacheLookup's cached rows where vlm_cache_hit, encode only the misses.");
   }
@@ -119,7 +108,8 @@ class VlmEncodeStage final : public Stage {
                   ") divided by param heads (" + std::to_string(params_.heads) +
                   ") must be an even whole number (the RoPE head dimension)");
     }
-    placement_ = models::resolve_placement(params_.device, params_.dtype, "VlmEncode");
+    placement_ =
+        models::resolve_placement(params_.device, params_.dtype, context.settings(), "VlmEncode");
     if (params_.reuse_metadata) {
       prompt_hits_ = &context.counter("prompt_cache_hits");
       prompt_misses_ = &context.counter("prompt_cache_misses");
@@ -306,8 +296,8 @@ class VlmEncodeStage final : public Stage {
   models::EncoderPlacement placement_;
   std::unique_ptr<models::BuiltinVlm> builtin_;
   std::optional<models::ScriptedVlm> scripted_;
-  models::LruCache<PromptKey, std::vector<int64_t>> prompts_{kPromptCacheSize};
-  models::LruCache<GridKey, models::VisionMetadata> metadata_{kVisionMetadataCacheSize};
+  LruCache<PromptKey, std::vector<int64_t>> prompts_{kPromptCacheSize};
+  LruCache<GridKey, models::VisionMetadata> metadata_{kVisionMetadataCacheSize};
   Counter* prompt_hits_ = nullptr;
   Counter* prompt_misses_ = nullptr;
   Counter* metadata_hits_ = nullptr;

@@ -22,7 +22,9 @@ __device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2
 
 // Sum over the block; every thread gets the total. `scratch` holds one float per warp.
 __device__ float block_sum(float value, float* scratch) {
-  for (int offset = 16; offset > 0; offset /= 2) value += __shfl_xor_sync(0xffffffffu, value, offset);
+  for (int offset = 16; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __syncthreads();  // scratch may still be read from the previous call
   if (lane == 0) scratch[warp] = value;
@@ -45,7 +47,8 @@ __global__ void forward_kernel(const T* x, const float* weight, const float* rot
                                float* rstd, RmsNormRopeShape shape, float eps) {
   __shared__ float scratch[kThreads / 32];
   const int64_t row = blockIdx.x;
-  const int pairs = static_cast<int>(shape.width / 2), half_head = static_cast<int>(shape.head_dim / 2);
+  const int pairs = static_cast<int>(shape.width / 2),
+            half_head = static_cast<int>(shape.head_dim / 2);
   const T* in = x + row * shape.x_row_stride;
   float x0[kMaxPairsPerThread], x1[kMaxPairsPerThread];
   float squares = 0.f;
@@ -81,7 +84,8 @@ __global__ void backward_kernel(const T* grad_out, const T* x, const float* weig
                                 const float* rotation, const float* rstd, T* grad_x,
                                 float* grad_weight, RmsNormRopeShape shape) {
   __shared__ float scratch[kThreads / 32];
-  const int pairs = static_cast<int>(shape.width / 2), half_head = static_cast<int>(shape.head_dim / 2);
+  const int pairs = static_cast<int>(shape.width / 2),
+            half_head = static_cast<int>(shape.head_dim / 2);
   float dw0[kMaxPairsPerThread] = {}, dw1[kMaxPairsPerThread] = {};
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kBackwardRowsPerBlock;
   for (int64_t row = first; row < first + kBackwardRowsPerBlock && row < shape.rows; ++row) {

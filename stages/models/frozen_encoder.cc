@@ -7,20 +7,15 @@
 #include <limits>
 #include <sstream>
 
+#include "common/device.h"
 #include "wam/error.h"
 
 namespace wam::models {
 
 EncoderPlacement resolve_placement(const std::string& device, const std::string& dtype,
-                                   const std::string& owner) {
+                                   const Settings& settings, const std::string& owner) {
   EncoderPlacement placement;
-  const bool has_cuda = torch::cuda::is_available();
-  if (device == "cuda" && !has_cuda) {
-    throw Error(owner +
-                ": param device is \"cuda\" but this LibTorch sees no CUDA device; use "
-                "\"auto\" or \"cpu\"");
-  }
-  if (device == "cuda" || (device == "auto" && has_cuda)) placement.device = at::Device(at::kCUDA);
+  placement.device = resolve_device(device, settings, owner);
   const bool bfloat16 = dtype == "bfloat16" || (dtype == "auto" && placement.device.is_cuda());
   placement.dtype = bfloat16 ? at::kBFloat16 : at::kFloat;
   return placement;

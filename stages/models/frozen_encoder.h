@@ -13,6 +13,8 @@
 #include <string>
 #include <utility>
 
+#include "wam/stage.h"
+
 namespace wam::models {
 
 // Device and precision of a frozen encoder.
@@ -21,12 +23,12 @@ struct EncoderPlacement {
   at::ScalarType dtype = at::kFloat;
 };
 
-// device: "auto" (CUDA when available) | "cpu" | "cuda"; dtype: "auto" (bfloat16 on CUDA, as the
-// reference runs its frozen models under bf16 mixed precision; float32 on the CPU, where bfloat16
-// is slow) | "float32" | "bfloat16". Throws wam::Error naming `owner` when CUDA is asked for but
-// LibTorch has none.
+// device: "auto" (settings.device) | "cpu" | "cuda", as resolve_device; dtype: "auto" (bfloat16
+// on CUDA, as the reference runs its frozen models under bf16 mixed precision; float32 on the CPU,
+// where bfloat16 is slow) | "float32" | "bfloat16". Throws wam::Error naming `owner` when CUDA is
+// asked for but LibTorch has none.
 EncoderPlacement resolve_placement(const std::string& device, const std::string& dtype,
-                                   const std::string& owner);
+                                   const Settings& settings, const std::string& owner);
 
 // Gives every parameter of `module` a value drawn from `seed` alone (matrices normal with std
 // 1/sqrt(fan_in), norm scales 1, biases 0), then freezes it: no gradients, eval mode, and moves it

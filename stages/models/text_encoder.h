@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/encoder_params.h"
 #include "wam/params.h"
 
 namespace wam::models {
@@ -27,15 +28,12 @@ inline constexpr int64_t kTextTokens = 128;
 
 // Where the text cache is and which encoder fills it: the TextEmbed stage's params, also read from
 // the pipeline's TextEmbed node by `wam-pipeline text-cache build`.
-struct TextCacheParams {
+struct TextCacheParams : FrozenEncoderParams {
   std::string cache;
   int64_t text_dim = 4096;
-  std::string encoder = "builtin";
-  std::string path;
   int64_t width = 512;
   int64_t layers = 2;
   int64_t heads = 8;
-  int64_t seed = 0;
   int64_t memory_entries = 64;
 
   template <class V>
@@ -45,16 +43,14 @@ struct TextCacheParams {
       "text-cache build PIPELINE`).",
       NonEmpty{});
     v("text_dim", text_dim, "Context width (umT5-xxl: 4096).", Min{1});
-    v("encoder", encoder,
-      "Encoder that fills the cache. builtin: a seeded stand-in (byte tokens, transformer, "
-      "projection to text_dim); torchscript: the file at `path`, forward(token_ids int64 [N,128]: "
-      "UTF-8 byte + 2, 1 = end, 0 = pad) -> [N,128,text_dim].",
-      OneOf{"builtin", "torchscript"});
-    v("path", path, "TorchScript file (torch.jit.save) for encoder \"torchscript\".");
+    visit_encoder_params(
+        v,
+        "Encoder that fills the cache. builtin: a seeded stand-in (byte tokens, transformer, "
+        "projection to text_dim); torchscript: the file at `path`, forward(token_ids int64 "
+        "[N,128]: UTF-8 byte + 2, 1 = end, 0 = pad) -> [N,128,text_dim].");
     v("width", width, "Built-in stand-in: transformer width.", Min{2});
     v("layers", layers, "Built-in stand-in: transformer layers.", Min{1});
     v("heads", heads, "Built-in stand-in: attention heads (width / heads must be even).", Min{1});
-    v("seed", seed, "Built-in stand-in: weight seed.", Min{0});
     v("memory_entries", memory_entries,
       "Embeddings kept in memory after reading them from the cache (LRU).", Min{1});
   }

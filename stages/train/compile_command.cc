@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "common/device.h"
 #include "train/step_overrides.h"
 #include "models/world_model.h"
 #include "train/train_loop.h"
@@ -78,7 +79,7 @@ int CompileCommand::run() {
   std::cerr << kNeedsCuda;
   return kExitFailed;
 #else
-  const at::Device device = train::resolve_device(probe.settings().device, "compile");
+  const at::Device device = resolve_device("auto", probe.settings(), "compile");
   if (!device.is_cuda()) {
     std::cerr << kNeedsCuda;
     return kExitFailed;

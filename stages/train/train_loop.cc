@@ -32,16 +32,6 @@ constexpr bool kCudaCodePaths = true;
 constexpr bool kCudaCodePaths = false;
 #endif
 
-at::Device resolve_device(const std::string& requested, const std::string& who) {
-  const bool have_cuda = torch::cuda::is_available();
-  if (requested == "cpu") return at::Device(at::kCPU);
-  if (requested == "cuda" && !have_cuda) {
-    throw Error(who + ": device \"cuda\" was requested but this LibTorch (" TORCH_VERSION
-                      ") sees no CUDA device; set device to \"auto\" or \"cpu\"");
-  }
-  return have_cuda ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
-}
-
 at::Generator make_noise_generator(at::Device device, uint64_t seed) {
 #if WAM_WITH_CUDA
   if (device.is_cuda()) {
@@ -305,11 +295,11 @@ void pad_vlm_context(models::TrainBatch& batch, int64_t pad_to) {
   if (length == pad_to) return;
   const int64_t rows = batch.vlm_context.size(0);
   batch.vlm_context = torch::cat(
-      {batch.vlm_context,
-       torch::zeros({rows, pad_to - length, batch.vlm_context.size(2)}, batch.vlm_context.options())},
+      {batch.vlm_context, torch::zeros({rows, pad_to - length, batch.vlm_context.size(2)},
+                                       batch.vlm_context.options())},
       1);
-  batch.vlm_mask =
-      torch::cat({batch.vlm_mask, torch::zeros({rows, pad_to - length}, batch.vlm_mask.options())}, 1);
+  batch.vlm_mask = torch::cat(
+      {batch.vlm_mask, torch::zeros({rows, pad_to - length}, batch.vlm_mask.options())}, 1);
 }
 
 namespace {
@@ -360,8 +350,12 @@ struct StepRunner::Graph {
 
 StepRunner::StepRunner(models::WorldActionModel model, AdamW& optimizer, at::Device device,
                        StepOptions options, bool compiled, std::string tunableop_results)
-    : model_(std::move(model)), optimizer_(optimizer), device_(device), options_(options),
-      compiled_(compiled && device.is_cuda() && kCudaCodePaths), tunableop_results_(std::move(tunableop_results)) {
+    : model_(std::move(model)),
+      optimizer_(optimizer),
+      device_(device),
+      options_(options),
+      compiled_(compiled && device.is_cuda() && kCudaCodePaths),
+      tunableop_results_(std::move(tunableop_results)) {
   // The compiled step runs the fused kernels, as the reference's compiled layers run Inductor's.
   model_->set_fused_kernels(compiled_);
 #if WAM_WITH_CUDA

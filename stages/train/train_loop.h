@@ -4,8 +4,8 @@
 //
 // Everything the compiled step must change between replays lives in device tensors (the optimizer's
 // step count, the learning rate, the inputs, the noise), so one captured graph replays a correct
-// step every time. The eager step runs the same code without capture, so eager and compiled training
-// are numerically comparable.
+// step every time. The eager step runs the same code without capture, so eager and compiled
+// training are numerically comparable.
 #pragma once
 
 #include <cstdint>
@@ -21,15 +21,11 @@
 
 namespace wam::train {
 
-// "auto" -> CUDA when this LibTorch has it and a device is present, else CPU. "cuda" without one is
-// an error naming `who` (the stage) and what to do.
-at::Device resolve_device(const std::string& requested, const std::string& who);
-
 // The generator the flow-matching noise is drawn from, on the training device.
 at::Generator make_noise_generator(at::Device device, uint64_t seed);
 
 // Linear warmup over ceil(warmup_ratio * total_steps) steps to the peak learning rate, then cosine
-// annealing down to min_lr_ratio * peak at total_steps (the reference's LinearLR + CosineAnnealingLR).
+// annealing to min_lr_ratio * peak at total_steps (the reference's LinearLR + CosineAnnealingLR).
 struct LrSchedule {
   double peak = 1e-4;
   double warmup_ratio = 0.05;

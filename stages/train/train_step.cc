@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 
+#include "common/device.h"
 #include "models/fused_norm.h"
 #include "models/world_model.h"
 #include "train/train_loop.h"
@@ -132,7 +133,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
 
   void open(Context& context) override {
     context_ = &context;
-    device_ = train::resolve_device(context.settings().device, "TrainStep");
+    device_ = resolve_device("auto", context.settings(), "TrainStep");
     try {
       config_ = models::MoTConfig::from_json(params_.model);
     } catch (const std::exception& e) {

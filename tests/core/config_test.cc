@@ -14,7 +14,8 @@ using testing::TempDir;
 
 TEST(Config, ParseErrorsGiveLineAndColumn) {
   TempDir dir;
-  std::string file = dir.write("bad.json", "{\n  \"name\": \"x\",\n  \"nodes\": [\n    {\"id\": }\n");
+  std::string file =
+      dir.write("bad.json", "{\n  \"name\": \"x\",\n  \"nodes\": [\n    {\"id\": }\n");
   Diagnostics d(file);
   load_pipeline_config(file, {}, d);
   ASSERT_EQ(d.size(), 1u);

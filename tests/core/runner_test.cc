@@ -38,7 +38,8 @@ Outcome run_json(const std::string& text, const std::vector<std::string>& overri
   return outcome;
 }
 
-std::vector<int64_t> values(const std::vector<Sample>& samples, const std::string& field = "value") {
+std::vector<int64_t> values(const std::vector<Sample>& samples,
+                            const std::string& field = "value") {
   std::vector<int64_t> out;
   for (const auto& s : samples) out.push_back(s.get_int(field));
   return out;

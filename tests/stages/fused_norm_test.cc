@@ -92,8 +92,10 @@ TEST(FusedNormCudaTest, RefusesWhatTheKernelsCannotTake) {
   const auto cuda = at::TensorOptions().device(at::kCUDA);
   EXPECT_TRUE(models::fused_rms_norm_rope_applies(torch::randn({2, 4, 4096}, cuda), 128));
   EXPECT_FALSE(models::fused_rms_norm_rope_applies(torch::randn({2, 4, 4352}, cuda), 128));
-  EXPECT_FALSE(models::fused_rms_norm_rope_applies(torch::randn({2, 4, 32}, cuda).to(at::kHalf), 16));
-  EXPECT_FALSE(models::fused_rms_norm_rope_applies(torch::randn({4, 2, 32}, cuda).transpose(0, 1), 16));
+  EXPECT_FALSE(
+      models::fused_rms_norm_rope_applies(torch::randn({2, 4, 32}, cuda).to(at::kHalf), 16));
+  EXPECT_FALSE(
+      models::fused_rms_norm_rope_applies(torch::randn({4, 2, 32}, cuda).transpose(0, 1), 16));
 }
 
 // The whole model: the fused path gives the unfused loss and gradients (float32, no autocast).

@@ -230,7 +230,9 @@ TEST(HostToDeviceCudaTest, PinnedPoolGrowsForALargerBatch) {
   const Sample out = h2d.process(larger);
   EXPECT_TRUE(torch::equal(out.tensor("action").cpu(), larger.tensor("action")));
   bool logged = false;
-  for (const auto& line : h2d.log) logged = logged || line.find("growing that buffer") != std::string::npos;
+  for (const auto& line : h2d.log) {
+    logged = logged || line.find("growing that buffer") != std::string::npos;
+  }
   EXPECT_TRUE(logged);
 }
 

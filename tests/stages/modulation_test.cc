@@ -17,8 +17,9 @@ models::TokenGroups two_segments() {
 }
 
 // The stream split at the boundary, each part with its segment's row.
-at::Tensor split_reference(const at::Tensor& x, const at::Tensor& rows,
-                           const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& op) {
+at::Tensor split_reference(
+    const at::Tensor& x, const at::Tensor& rows,
+    const std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>& op) {
   const int64_t boundary = kFirstSegmentGroups * kRun;
   return at::cat({op(x.narrow(1, 0, boundary), rows.narrow(1, 0, 1)),
                   op(x.narrow(1, boundary, x.size(1) - boundary), rows.narrow(1, 1, 1))},
@@ -28,17 +29,20 @@ at::Tensor split_reference(const at::Tensor& x, const at::Tensor& rows,
 TEST(ModulationTest, ModulateGivesEachSegmentItsOwnRowWithGradients) {
   torch::manual_seed(1);
   const at::Tensor x0 = torch::randn({kBatch, kGroups * kRun, kWidth});
-  const at::Tensor shift0 = torch::randn({kBatch, 2, kWidth}), scale0 = torch::randn({kBatch, 2, kWidth});
+  const at::Tensor shift0 = torch::randn({kBatch, 2, kWidth}),
+                   scale0 = torch::randn({kBatch, 2, kWidth});
   at::Tensor x = x0.clone().requires_grad_(true), shift = shift0.clone().requires_grad_(true),
              scale = scale0.clone().requires_grad_(true);
-  at::Tensor x_ref = x0.clone().requires_grad_(true), shift_ref = shift0.clone().requires_grad_(true),
+  at::Tensor x_ref = x0.clone().requires_grad_(true),
+             shift_ref = shift0.clone().requires_grad_(true),
              scale_ref = scale0.clone().requires_grad_(true);
 
   const at::Tensor out = models::modulate(x, shift, scale, two_segments());
   const at::Tensor shift_scale = at::cat({shift_ref, scale_ref}, 2);
-  const at::Tensor expected = split_reference(x_ref, shift_scale, [](const at::Tensor& part, const at::Tensor& row) {
-    return part * (1 + row.narrow(2, kWidth, kWidth)) + row.narrow(2, 0, kWidth);
-  });
+  const at::Tensor expected =
+      split_reference(x_ref, shift_scale, [](const at::Tensor& part, const at::Tensor& row) {
+        return part * (1 + row.narrow(2, kWidth, kWidth)) + row.narrow(2, 0, kWidth);
+      });
   ASSERT_EQ(out.sizes(), x.sizes());
   EXPECT_TRUE(at::allclose(out, expected, 1e-6, 1e-6));
   // Token 8 is the last of segment 0, token 9 the first of segment 1.

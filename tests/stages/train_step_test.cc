@@ -28,8 +28,10 @@ Sample make_batch(const models::MoTConfig& config, int64_t seed) {
   const int64_t b = 2, h = 8, w = 8, text_len = 8, vlm_len = 6, chunk = 32;
   Sample batch("batch:" + std::to_string(seed));
   batch.set_tensor("video_latents", torch::randn({b, config.latent_channels, 3, h, w}));
-  batch.set_tensor("memory_video_anchor_latents", torch::randn({b, config.latent_channels, 1, h, w}));
-  batch.set_tensor("memory_video_recent_latents", torch::randn({b, config.latent_channels, 1, h, w}));
+  batch.set_tensor("memory_video_anchor_latents",
+                   torch::randn({b, config.latent_channels, 1, h, w}));
+  batch.set_tensor("memory_video_recent_latents",
+                   torch::randn({b, config.latent_channels, 1, h, w}));
   batch.set_tensor("memory_video_recent_is_pad", torch::tensor({false, true}).view({b, 1}));
   batch.set_tensor("context", torch::randn({b, text_len, config.text_dim}));
   batch.set_tensor("context_mask", torch::ones({b, text_len}, torch::kBool));
@@ -272,9 +274,10 @@ TEST(TrainStepTest, CompiledModeOnCpuRunsEagerAndSaysWhyOnce) {
   const auto run = run_logged(params({{"total_steps", 2}, {"mode", "compiled"}}),
                               {make_batch(config, 1), make_batch(config, 2)});
   const std::string expected =
-      "[step] TrainStep: mode \"compiled\" needs CUDA graphs and a CUDA device; the training device is "
-      "cpu, so the step runs eager.";
-  EXPECT_EQ(std::count(run.log.begin(), run.log.end(), expected), 1) << ::testing::PrintToString(run.log);
+      "[step] TrainStep: mode \"compiled\" needs CUDA graphs and a CUDA device; the training "
+      "device is cpu, so the step runs eager.";
+  EXPECT_EQ(std::count(run.log.begin(), run.log.end(), expected), 1)
+      << ::testing::PrintToString(run.log);
   ASSERT_EQ(run.out.size(), 2u);
   EXPECT_TRUE(std::isfinite(run.out[1].get_double("loss")));
 }
@@ -282,9 +285,9 @@ TEST(TrainStepTest, CompiledModeOnCpuRunsEagerAndSaysWhyOnce) {
 TEST(TrainStepTest, VlmContextLongerThanThePadIsAnError) {
   const auto config = models::MoTConfig::from_json(tiny_preset());
   try {
-    testing::run_stage("TrainStep",
-                       params({{"total_steps", 1}, {"mode", "compiled"}, {"vlm_context_pad_to", 4}}),
-                       {make_batch(config, 1)}, cpu_settings());
+    testing::run_stage(
+        "TrainStep", params({{"total_steps", 1}, {"mode", "compiled"}, {"vlm_context_pad_to", 4}}),
+        {make_batch(config, 1)}, cpu_settings());
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),

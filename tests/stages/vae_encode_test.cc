@@ -56,6 +56,24 @@ TEST(VaeEncodeTest, BuiltinGivesWan22LatentShapes) {
   EXPECT_EQ(out.tensor("video").sizes(), (std::vector<int64_t>{2, 3, 9, 384, 256}));
 }
 
+// With device "auto" the encoder follows settings.device, also on a machine with CUDA.
+TEST(VaeEncodeTest, SettingsDeviceCpuKeepsEveryOutputTensorOnTheCpu) {
+  HarnessOptions options;
+  options.settings.device = "cpu";
+  const auto out = run_stage("VaeEncode", R"({"width": 4})", {video_batch(1, 5, 64, 32)}, options);
+  ASSERT_EQ(out.size(), 1u);
+  int tensors = 0;
+  for (const auto& field : out[0].fields()) {
+    const std::string& name = field.first;
+    if (out[0].type(name) != FieldType::kTensor) continue;
+    ++tensors;
+    EXPECT_TRUE(out[0].tensor(name).device().is_cpu()) << name;
+  }
+  EXPECT_EQ(tensors, 6);  // three inputs, three latents
+  // dtype "auto" follows the device: float32 on the CPU.
+  EXPECT_EQ(out[0].tensor("video_latents").scalar_type(), torch::kFloat);
+}
+
 TEST(VaeEncodeTest, SameSeedSameLatentsOtherSeedOthers) {
   const Sample a = encode(kBuiltin, video_batch(1, 5, 64, 32));
   const Sample b = encode(kBuiltin, video_batch(1, 5, 64, 32));
@@ -195,7 +213,8 @@ TEST(VaeEncodeTest, WrongShapedTorchScriptEncoderIsRejectedAtOpen) {
 def forward(self, video):
     x = video[:, :, ::4]
     b, c, t, h, w = x.size(0), x.size(1), x.size(2), x.size(3), x.size(4)
-    return x.reshape([b, c, t, h // 16, 16, w // 16, 16]).mean([4, 6]).repeat([1, 6, 1, 1, 1])[:, :16]
+    latents = x.reshape([b, c, t, h // 16, 16, w // 16, 16]).mean([4, 6])
+    return latents.repeat([1, 6, 1, 1, 1])[:, :16]
 )");
   const std::string path = temp_file("sixteen.pt");
   module.save(path);

@@ -100,6 +100,26 @@ TEST(VlmEncodeTest, BuiltinGivesImagePlusPaddedPromptTokens) {
   EXPECT_FALSE(context.requires_grad());
 }
 
+// With device "auto" the model follows settings.device, also on a machine with CUDA.
+TEST(VlmEncodeTest, SettingsDeviceCpuKeepsEveryOutputTensorOnTheCpu) {
+  HarnessOptions options;
+  options.settings.device = "cpu";
+  const auto out =
+      run_stage("VlmEncode", R"({"width": 32, "heads": 4, "layers": 1, "vocab_size": 1024})",
+                {vlm_batch({"wipe the table"}, 2, 32, 48)}, options);
+  ASSERT_EQ(out.size(), 1u);
+  int tensors = 0;
+  for (const auto& field : out[0].fields()) {
+    const std::string& name = field.first;
+    if (out[0].type(name) != FieldType::kTensor) continue;
+    ++tensors;
+    EXPECT_TRUE(out[0].tensor(name).device().is_cpu()) << name;
+  }
+  EXPECT_EQ(tensors, 3);  // vlm_current_images, vlm_context, vlm_mask
+  // dtype "auto" follows the device: float32 on the CPU.
+  EXPECT_EQ(out[0].tensor("vlm_context").scalar_type(), torch::kFloat);
+}
+
 TEST(VlmEncodeTest, SameSeedSameContextOtherSeedOthers) {
   const Sample batch = vlm_batch({"wipe the table"}, 2, 32, 48);
   const at::Tensor a = run_stage("VlmEncode", params(), {batch}).at(0).tensor("vlm_context");

@@ -32,7 +32,8 @@ StageRun run_stage_counted(const std::string& type, const std::string& params_js
   auto base = make_stage(type, params_json, *options.registry);
   auto* stage = dynamic_cast<Stage*>(base.get());
   if (!stage) throw Error(type + " is a source; use drain_source");
-  Context context("test", type, options.settings, [](const std::string& m) { std::cerr << m << "\n"; });
+  Context context("test", type, options.settings,
+                  [](const std::string& m) { std::cerr << m << "\n"; });
   stage->open(context);
   StageRun run;
   VectorEmitter emitter(run.outputs);
@@ -56,7 +57,8 @@ std::vector<Sample> drain_source(const std::string& type, const std::string& par
   auto base = make_stage(type, params_json, *options.registry);
   auto* source = dynamic_cast<Source*>(base.get());
   if (!source) throw Error(type + " is not a source");
-  Context context("test", type, options.settings, [](const std::string& m) { std::cerr << m << "\n"; });
+  Context context("test", type, options.settings,
+                  [](const std::string& m) { std::cerr << m << "\n"; });
   source->open(context);
   std::vector<Sample> out;
   uint64_t seq = 0;

@@ -44,7 +44,8 @@ struct LoadOptions {
 PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& options,
                                     Diagnostics& diagnostics);
 
-// Reads and parses one JSON file; parse errors are reported as `file:line:col: malformed JSON: ...`.
+// Reads and parses one JSON file; parse errors are reported as
+// `file:line:col: malformed JSON: ...`.
 std::optional<nlohmann::json> read_json_file(const std::string& file, Diagnostics& diagnostics);
 
 // Expands ${VAR} and ${VAR:-default} in every string of `value`. Known project variables

@@ -28,7 +28,9 @@ class NodeMetrics {
   void add_out(int64_t n) { out_.fetch_add(n, std::memory_order_relaxed); }
   void add_error() { errors_.fetch_add(1, std::memory_order_relaxed); }
   void add_skip() { skips_.fetch_add(1, std::memory_order_relaxed); }
-  void add_blocked(Clock::duration d) { blocked_ns_.fetch_add(d.count(), std::memory_order_relaxed); }
+  void add_blocked(Clock::duration d) {
+    blocked_ns_.fetch_add(d.count(), std::memory_order_relaxed);
+  }
   void add_busy(Clock::duration d) { busy_ns_.fetch_add(d.count(), std::memory_order_relaxed); }
 
   int64_t in() const { return in_.load(); }

@@ -45,7 +45,10 @@ struct Settings {
     v("ordered", ordered,
       "Restore source order before order-sensitive nodes: serial and parallel runs give the same "
       "result.");
-    v("device", device, "Where training runs.", OneOf{"auto", "cpu", "cuda"});
+    v("device", device,
+      "Where the run's stages run, unless a stage's own device param says otherwise (auto: CUDA "
+      "when available).",
+      OneOf{"auto", "cpu", "cuda"});
   }
 };
 

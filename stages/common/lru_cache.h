@@ -7,7 +7,7 @@
 #include <map>
 #include <utility>
 
-namespace wam::models {
+namespace wam {
 
 template <class Key, class Value>
 class LruCache {
@@ -46,4 +46,4 @@ class LruCache {
   std::map<Key, typename std::list<std::pair<Key, Value>>::iterator> index_;
 };
 
-}  // namespace wam::models
+}  // namespace wam

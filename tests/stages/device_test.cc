@@ -1,0 +1,56 @@
+#include "common/device.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "wam/error.h"
+
+namespace wam {
+namespace {
+
+std::string resolved(const std::string& stage, const std::string& settings, bool cuda) {
+  return resolve_device(stage, settings, cuda, "Stage").str();
+}
+
+std::string resolve_error(const std::string& stage, const std::string& settings) {
+  try {
+    resolve_device(stage, settings, /*cuda_available=*/false, "VaeEncode");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(DeviceTest, StageAutoFollowsSettingsDevice) {
+  EXPECT_EQ(resolved("auto", "cpu", /*cuda=*/true), "cpu");
+  EXPECT_EQ(resolved("auto", "cuda", /*cuda=*/true), "cuda:0");
+  EXPECT_EQ(resolved("auto", "cpu", /*cuda=*/false), "cpu");
+}
+
+TEST(DeviceTest, SettingsAutoMeansCudaWhenAvailable) {
+  EXPECT_EQ(resolved("auto", "auto", /*cuda=*/true), "cuda:0");
+  EXPECT_EQ(resolved("auto", "auto", /*cuda=*/false), "cpu");
+}
+
+TEST(DeviceTest, StageDeviceOverridesSettings) {
+  EXPECT_EQ(resolved("cpu", "cuda", /*cuda=*/true), "cpu");
+  EXPECT_EQ(resolved("cpu", "auto", /*cuda=*/true), "cpu");
+  EXPECT_EQ(resolved("cuda", "cpu", /*cuda=*/true), "cuda:0");
+}
+
+TEST(DeviceTest, CudaWithoutCudaNamesWhoAskedForIt) {
+  const std::string from_settings = resolve_error("auto", "cuda");
+  EXPECT_EQ(from_settings.rfind("VaeEncode: settings.device is \"cuda\" but this LibTorch (", 0),
+            0u)
+      << from_settings;
+  EXPECT_NE(from_settings.find(") sees no CUDA device; set it to \"auto\" or \"cpu\""),
+            std::string::npos)
+      << from_settings;
+  const std::string from_param = resolve_error("cuda", "cpu");
+  EXPECT_EQ(from_param.rfind("VaeEncode: param device is \"cuda\" but this LibTorch (", 0), 0u)
+      << from_param;
+}
+
+}  // namespace
+}  // namespace wam
