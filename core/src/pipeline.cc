@@ -322,7 +322,7 @@ json ValidatedPipeline::effective_config() const {
                      {"inputs", inputs},
                      {"params", node.params},
                      {"concurrency", node.concurrency.to_string()},
-                     {"on_error", node.on_error == OnError::kSkip ? "skip" : "fail"}});
+                     {"on_error", std::string(enum_name(node.on_error))}});
   }
   return {{"version", 1}, {"name", name_}, {"settings", params_to_json(settings_)}, {"nodes", nodes}};
 }
