@@ -19,16 +19,20 @@
 namespace wam::stages {
 namespace {
 
+enum class DecodeMode { kSparse, kFull };
+constexpr auto enum_names(DecodeMode) {
+  return std::array{EnumName{DecodeMode::kSparse, "sparse"}, EnumName{DecodeMode::kFull, "full"}};
+}
+
 struct VideoDecodeParams {
-  std::string mode = "sparse";
+  DecodeMode mode = DecodeMode::kSparse;
   std::string frames = "all";
   int64_t cache_readers = 4;
   template <class V>
   void visit(V& v) {
     v("mode", mode,
       "sparse: decode only the keyframe runs holding needed frames; full: every frame of the "
-      "window (baseline).",
-      OneOf{"sparse", "full"});
+      "window (baseline).");
     v("frames", frames, "all: anchor, recent and the 9 window frames; current: window[0] only.",
       OneOf{"all", "current"});
     v("cache_readers", cache_readers,
@@ -124,7 +128,7 @@ class VideoDecodeStage final : public Stage {
                   at::kByte);
     for (size_t v = 0; v < readers.size(); ++v) {
       at::Tensor camera = frames[static_cast<int64_t>(v)];
-      if (params_.mode == "sparse") {
+      if (params_.mode == DecodeMode::kSparse) {
         readers[v]->read_frames(wanted, plan.fps, camera, stats);
       } else {
         decode_full(*readers[v], wanted, plan.fps, camera, stats);

@@ -430,7 +430,7 @@ TEST(AugmentTest, CanvasMatchesTheFloatResizePipelineItReplaces) {
   auto out = run_one(R"({"canvas": "robotwin", "camera_size": [240, 320], "deterministic": true})",
                      frame_sample(frames, 0));
   at::Tensor reference = torch::zeros({11, 3, 384, 256});
-  const auto slots = ops::canvas_layout("robotwin", 3, 384, 256);
+  const auto slots = ops::canvas_layout(ops::Canvas::kRobotwin, 3, 384, 256);
   for (int64_t v = 0; v < 3; ++v) {
     const auto& slot = slots[static_cast<size_t>(v)];
     const auto unit = frames[v].permute({0, 3, 1, 2}).to(torch::kFloat).div(255.0);

@@ -108,6 +108,7 @@ std::string_view param_type_name() {
   else if constexpr (std::is_same_v<T, std::string>) return "string";
   else if constexpr (std::is_same_v<T, std::vector<std::string>>) return "string[]";
   else if constexpr (std::is_same_v<T, std::vector<int64_t>>) return "int[]";
+  else if constexpr (std::is_same_v<T, std::vector<std::vector<int64_t>>>) return "int[][]";
   else if constexpr (std::is_same_v<T, std::vector<double>>) return "number[]";
   else if constexpr (std::is_same_v<T, nlohmann::json>) return "json";
   else static_assert(sizeof(T) == 0, "unsupported param type");
@@ -257,9 +258,12 @@ class ParamChecker {
       : pointer_(std::move(pointer)), diagnostics_(diagnostics),
         node_label_(std::move(node_label)) {}
 
-  // Reports `message` at the param `field` of this struct unless `ok`.
+  // Reports `message` at the param `field` of this struct ("name", or "name/3" for an element).
+  void error(std::string_view field, const std::string& message) {
+    diagnostics_.error(pointer_ + "/" + std::string(field), message, node_label_);
+  }
   void require(bool ok, std::string_view field, const std::string& message) {
-    if (!ok) diagnostics_.error(pointer_ + "/" + std::string(field), message, node_label_);
+    if (!ok) error(field, message);
   }
 
  private:
