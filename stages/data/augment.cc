@@ -51,7 +51,8 @@ constexpr auto enum_names(FrameSet) {
 }
 enum class VideoDtype { kFloat32, kUint8 };
 constexpr auto enum_names(VideoDtype) {
-  return std::array{EnumName{VideoDtype::kFloat32, "float32"}, EnumName{VideoDtype::kUint8, "uint8"}};
+  return std::array{EnumName{VideoDtype::kFloat32, "float32"},
+                    EnumName{VideoDtype::kUint8, "uint8"}};
 }
 
 void require_pair(ParamChecker& c, const char* name, const std::vector<int64_t>& value) {

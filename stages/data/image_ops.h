@@ -75,7 +75,8 @@ struct Rect {
 // bottom third.
 enum class Canvas { kVertical, kRobotwin };
 constexpr auto enum_names(Canvas) {
-  return std::array{EnumName{Canvas::kVertical, "vertical"}, EnumName{Canvas::kRobotwin, "robotwin"}};
+  return std::array{EnumName{Canvas::kVertical, "vertical"},
+                    EnumName{Canvas::kRobotwin, "robotwin"}};
 }
 constexpr int64_t kRobotwinCameras = 3;
 

@@ -113,7 +113,8 @@ TEST(Params, SettingsRejectOutOfRangeValues) {
 
 enum class Layout { kVertical, kRobotwin };
 constexpr auto enum_names(Layout) {
-  return std::array{EnumName{Layout::kVertical, "vertical"}, EnumName{Layout::kRobotwin, "robotwin"}};
+  return std::array{EnumName{Layout::kVertical, "vertical"},
+                    EnumName{Layout::kRobotwin, "robotwin"}};
 }
 
 struct RangeParams {

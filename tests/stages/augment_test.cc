@@ -305,8 +305,10 @@ TEST(AugmentTest, RejectsFramesThatDoNotFitTheParams) {
     run_one(R"({"camera_jitter_scale": [1, 0.9]})", frame_sample(noise_frames(2, 11, 8, 8), 0));
     FAIL() << "expected an error";
   } catch (const Error& e) {
+    // A params-only rule: reported when the stage is built, as `validate` does.
     EXPECT_STREQ(e.what(),
-                 "param camera_jitter_scale must be [min, max] with min <= max, got [1.0,0.9]");
+                 "<test>:/params/camera_jitter_scale [Augment]: must be [min, max] with min <= "
+                 "max, got [1.0,0.9]");
   }
 }
 

@@ -13,12 +13,12 @@
 //
 //   enum class Canvas { kVertical, kRobotwin };
 //   constexpr auto enum_names(Canvas) {
-//     return std::array{EnumName{Canvas::kVertical, "vertical"}, EnumName{Canvas::kRobotwin, "robotwin"}};
+//     return std::array{EnumName{Canvas::kVertical, "vertical"},
+//                       EnumName{Canvas::kRobotwin, "robotwin"}};
 //   }
 #pragma once
 
 #include <array>
-#include <concepts>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
@@ -32,8 +32,6 @@
 #include "wam/error.h"
 
 namespace wam {
-
-struct Settings;
 
 // One value of an enum param and its JSON string.
 template <class E>
