@@ -368,17 +368,8 @@ PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& 
       nc.concurrency = *concurrency;
     }
     if (auto on_error = node.find("on_error"); on_error != node.end()) {
-      if (*on_error == "fail") {
-        nc.on_error = OnError::kFail;
-      } else if (*on_error == "skip") {
-        nc.on_error = OnError::kSkip;
-      } else {
-        diagnostics.error(
-            pointer + "/on_error",
-            on_error->is_string()
-                ? unknown_with_suggestion("on_error policy", on_error->get<std::string>(),
-                                          {"fail", "skip"})
-                : "expected \"fail\" or \"skip\"");
+      if (auto error = enum_from_json(*on_error, nc.on_error, "on_error policy")) {
+        diagnostics.error(pointer + "/on_error", *error);
       }
     }
     config.nodes.push_back(std::move(nc));

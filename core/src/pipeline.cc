@@ -208,11 +208,15 @@ ValidatedPipeline ValidatedPipeline::from_config(const PipelineConfig& config,
   // Field contracts, in topological order.
   if (order.size() == count) {
     std::vector<FieldSet> available(count);
+    // Whether every node upstream was built: below a node with bad params, what is written is
+    // unknown, and the reads it would satisfy are not reported again.
+    std::vector<bool> fields_known(count, true);
     for (size_t i : order) {
       ValidatedNode& node = nodes[i];
       const std::string& pointer = config.nodes[i].pointer;
       FieldSet fields;
       for (size_t input : inputs[i]) {
+        fields_known[i] = fields_known[i] && fields_known[input];
         for (const auto& [name, origin] : available[input]) {
           auto [it, inserted] = fields.emplace(name, origin);
           if (!inserted && it->second.writer != origin.writer) {
@@ -225,10 +229,12 @@ ValidatedPipeline ValidatedPipeline::from_config(const PipelineConfig& config,
         }
       }
       if (!node.stage) {
+        fields_known[i] = false;
         available[i] = std::move(fields);
         continue;
       }
       for (const auto& read : node.contract.read_fields()) {
+        if (!fields_known[i]) break;
         auto it = fields.find(read.name);
         std::string expected(field_type_name(read.type));
         if (it == fields.end()) {
@@ -323,7 +329,7 @@ json ValidatedPipeline::effective_config() const {
                      {"inputs", inputs},
                      {"params", node.params},
                      {"concurrency", node.concurrency.to_string()},
-                     {"on_error", node.on_error == OnError::kSkip ? "skip" : "fail"}});
+                     {"on_error", std::string(enum_name(node.on_error))}});
   }
   return {
       {"version", 1}, {"name", name_}, {"settings", params_to_json(settings_)}, {"nodes", nodes}};

@@ -48,12 +48,31 @@ constexpr int64_t kAnchorIndex = 0;
 constexpr int64_t kRecentIndex = 1;
 constexpr int64_t kWindowStart = 2;
 
+enum class FrameSet { kAll, kCurrent };
+constexpr auto enum_names(FrameSet) {
+  return std::array{EnumName{FrameSet::kAll, "all"}, EnumName{FrameSet::kCurrent, "current"}};
+}
+enum class VideoDtype { kFloat32, kUint8 };
+constexpr auto enum_names(VideoDtype) {
+  return std::array{EnumName{VideoDtype::kFloat32, "float32"},
+                    EnumName{VideoDtype::kUint8, "uint8"}};
+}
+
+void require_pair(ParamChecker& c, const char* name, const std::vector<int64_t>& value) {
+  c.require(value.size() == 2, name,
+            "must be [height, width], got " + std::to_string(value.size()) + " values");
+}
+void require_range(ParamChecker& c, const char* name, const std::vector<double>& value) {
+  c.require(value.size() == 2 && value[0] <= value[1], name,
+            "must be [min, max] with min <= max, got " + nlohmann::json(value).dump());
+}
+
 struct AugmentParams {
-  std::string frames = "all";
-  std::string canvas = "vertical";
+  FrameSet frames = FrameSet::kAll;
+  image_ops::Canvas canvas = image_ops::Canvas::kVertical;
   std::vector<int64_t> camera_size = {192, 256};
   bool deterministic = false;
-  std::string video_dtype = "float32";
+  VideoDtype video_dtype = VideoDtype::kFloat32;
 
   std::vector<int64_t> camera_jitter_cameras;
   double camera_jitter_prob = 0.0;
@@ -89,12 +108,10 @@ struct AugmentParams {
   void visit(V& v) {
     v("frames", frames,
       "What `frames` holds: all = [anchor, recent, window...] (writes the video canvas), "
-      "current = the current frame only (writes only vlm_current_images).",
-      OneOf{"all", "current"});
+      "current = the current frame only (writes only vlm_current_images).");
     v("canvas", canvas,
       "Camera layout on the 384x256 canvas: vertical = cameras stacked in equal rows; robotwin = "
-      "camera 0 at 256x256 on top, cameras 1 and 2 at 128x128 side by side below.",
-      OneOf{"vertical", "robotwin"});
+      "camera 0 at 256x256 on top, cameras 1 and 2 at 128x128 side by side below.");
     v("camera_size", camera_size, "Per-camera resize [H, W] before jitter and composition.",
       Min{1});
     v("deterministic", deterministic,
@@ -102,8 +119,7 @@ struct AugmentParams {
     v("video_dtype", video_dtype,
       "float32: `video` in [-1, 1]; uint8: the same values as uint8 levels round((x + 1) * 127.5) "
       "(a quarter of the bytes), quantised here per sample; HostToDevice turns them back into "
-      "float [-1, 1]. The memory frames stay float32.",
-      OneOf{"float32", "uint8"});
+      "float [-1, 1]. The memory frames stay float32.");
 
     v("camera_jitter_cameras", camera_jitter_cameras, "Camera indices that get camera jitter.",
       Min{0});
@@ -164,6 +180,27 @@ struct AugmentParams {
     v("augment_if", augment_if,
       "Bool field: augment only samples where it is true, pass the others through unchanged "
       "(\"\": every sample).");
+  }
+
+  // What the params alone can tell; the camera count of the samples is checked as they come.
+  void check(ParamChecker& c) const {
+    require_pair(c, "camera_size", camera_size);
+    require_range(c, "camera_jitter_scale", camera_jitter_scale);
+    require_range(c, "domain_jitter_rgb_gain", domain_jitter_rgb_gain);
+    require_range(c, "domain_jitter_shadow_depth", domain_jitter_shadow_depth);
+    require_range(c, "domain_jitter_shadow_sigma", domain_jitter_shadow_sigma);
+    c.require(sensor_noise_blur_kernel_size % 2 == 1, "sensor_noise_blur_kernel_size",
+              "must be odd, got " + std::to_string(sensor_noise_blur_kernel_size));
+    if (canvas == image_ops::Canvas::kRobotwin) {
+      for (const auto& [name, list] : {std::pair{"camera_jitter_cameras", &camera_jitter_cameras},
+                                       std::pair{"sensor_noise_cameras", &sensor_noise_cameras}}) {
+        for (int64_t camera : *list) {
+          c.require(camera < image_ops::kRobotwinCameras, name,
+                    "names camera " + std::to_string(camera) + " but canvas \"robotwin\" has " +
+                        std::to_string(image_ops::kRobotwinCameras) + " cameras");
+        }
+      }
+    }
   }
 };
 
@@ -244,15 +281,6 @@ class AugmentStage final : public Stage {
   }
 
   void open(Context& context) override {
-    check_pair("camera_size", params_.camera_size);
-    check_range("camera_jitter_scale", params_.camera_jitter_scale);
-    check_range("domain_jitter_rgb_gain", params_.domain_jitter_rgb_gain);
-    check_range("domain_jitter_shadow_depth", params_.domain_jitter_shadow_depth);
-    check_range("domain_jitter_shadow_sigma", params_.domain_jitter_shadow_sigma);
-    if (params_.sensor_noise_blur_kernel_size % 2 == 0) {
-      throw Error("param sensor_noise_blur_kernel_size must be odd, got " +
-                  std::to_string(params_.sensor_noise_blur_kernel_size));
-    }
     seed_ = static_cast<uint64_t>(context.settings().seed);
     use_one_torch_thread();
   }
@@ -297,8 +325,8 @@ class AugmentStage final : public Stage {
   }
 
  private:
-  bool all_frames() const { return params_.frames == "all"; }
-  bool video_as_levels() const { return params_.video_dtype == "uint8"; }
+  bool all_frames() const { return params_.frames == FrameSet::kAll; }
+  bool video_as_levels() const { return params_.video_dtype == VideoDtype::kUint8; }
   bool sync_vlm() const { return params_.sync_vlm_color_jitter || params_.sync_vlm_camera_jitter; }
   // Whether samples are drawn at all: `frames: current` writes only the VLM images, which only
   // the sync_vlm_* jitter touches.
@@ -306,19 +334,6 @@ class AugmentStage final : public Stage {
 
   static at::Tensor compact(const at::Tensor& view) {
     return at::empty(view.sizes(), view.options()).copy_(view);
-  }
-
-  static void check_pair(const std::string& name, const std::vector<int64_t>& value) {
-    if (value.size() != 2) {
-      throw Error("param " + name + " must be [height, width], got " +
-                  std::to_string(value.size()) + " values");
-    }
-  }
-  static void check_range(const std::string& name, const std::vector<double>& value) {
-    if (value.size() != 2 || value[0] > value[1]) {
-      throw Error("param " + name + " must be [min, max] with min <= max, got " +
-                  nlohmann::json(value).dump());
-    }
   }
 
   void check_frames(const at::Tensor& frames) const {

@@ -38,6 +38,51 @@ constexpr uint64_t kProprioNoiseStream = 0x70726f7072696f;  // "proprio": separa
 
 using seeding::mix_seed;
 
+enum class Normalization { kMinMax, kZScore };
+constexpr auto enum_names(Normalization) {
+  return std::array{EnumName{Normalization::kMinMax, "min_max"},
+                    EnumName{Normalization::kZScore, "z_score"}};
+}
+enum class StateTransform { kNone, kLiberoEeRot6d };
+constexpr auto enum_names(StateTransform) {
+  return std::array{EnumName{StateTransform::kNone, "none"},
+                    EnumName{StateTransform::kLiberoEeRot6d, "libero_ee_rot6d"}};
+}
+
+// Merges dataset dims into the 80-D layout: [[src_begin, src_end, dst_begin], ...].
+using Layout = std::vector<std::vector<int64_t>>;
+
+// What a layout's params alone decide; its source dims are checked once the dataset is open.
+void check_layout(ParamChecker& c, const char* name, const Layout& layout) {
+  std::vector<bool> taken(kMergedDim, false);
+  for (size_t i = 0; i < layout.size(); ++i) {
+    const auto& r = layout[i];
+    const std::string entry = std::string(name) + "/" + std::to_string(i);
+    const std::string shown = nlohmann::json(r).dump();
+    if (r.size() != 3) {
+      c.error(entry, "expected [src_begin, src_end, dst_begin], got " + shown);
+      continue;
+    }
+    if (r[0] < 0 || r[1] <= r[0]) {
+      c.error(entry, "source range [src_begin, src_end) must be non-empty and start at 0 or "
+                     "later, got " + shown);
+      continue;
+    }
+    const int64_t dst_end = r[2] + (r[1] - r[0]);
+    if (r[2] < 0 || dst_end > kMergedDim) {
+      c.error(entry, "destination must lie in [0, 80), got " + shown);
+      continue;
+    }
+    for (int64_t d = r[2]; d < dst_end; ++d) {
+      if (taken[d]) {
+        c.error(entry, "destination dim " + std::to_string(d) + " is used twice, in " + shown);
+        break;
+      }
+      taken[d] = true;
+    }
+  }
+}
+
 struct EpisodeSamplerParams {
   std::vector<std::string> dataset_dirs;
   std::vector<std::string> cameras;
@@ -48,12 +93,12 @@ struct EpisodeSamplerParams {
   int64_t max_samples = 0;
   int64_t rank = 0;
   int64_t world_size = 1;
-  std::string normalization = "z_score";
-  // RoboTwin's merger (reference-system.md section 1): [src_begin, src_end, dst_begin] ranges.
-  nlohmann::json action_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
-  nlohmann::json state_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
+  Normalization normalization = Normalization::kZScore;
+  // RoboTwin's merger (reference-system.md section 1).
+  Layout action_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
+  Layout state_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
   double state_noise_std = 0.0;
-  std::string state_transform = "none";
+  StateTransform state_transform = StateTransform::kNone;
 
   template <class V>
   void visit(V& v) {
@@ -70,22 +115,42 @@ struct EpisodeSamplerParams {
     v("world_size", world_size, "Number of shards.", Min{1});
     v("normalization", normalization,
       "How action and state are normalised with the dataset stats (LIBERO min_max, RoboTwin "
-      "z_score).",
-      OneOf{"min_max", "z_score"});
+      "z_score).");
     v("action_layout", action_layout,
-      "Merge into 80-D: [[src_begin, src_end, dst_begin], ...] over the action dims.");
+      "Merge into 80-D: [[src_begin, src_end, dst_begin], ...] over the action dims.", NonEmpty{});
     v("state_layout", state_layout,
       "Merge into 80-D: [[src_begin, src_end, dst_begin], ...] over the state dims (after "
-      "state_transform).");
+      "state_transform).",
+      NonEmpty{});
     v("state_transform", state_transform,
       "none, or libero_ee_rot6d: LIBERO's 15-D state [joint 7, ee position 3, ee axis-angle 3, "
       "gripper 2] becomes 17-D [joint 7, ee position 3, ee 6-D rotation, gripper aperture 1], "
-      "as the reference's LiberoRight80NoFrameTransform; the 6-D rotation is not normalised.",
-      OneOf{"none", "libero_ee_rot6d"});
+      "as the reference's LiberoRight80NoFrameTransform; the 6-D rotation is not normalised.");
     v("state_noise_std", state_noise_std,
       "Gaussian noise on the normalised proprio rows, drawn from (seed, epoch, sample id); LIBERO "
       "uses 0.01.",
       Min{0.0});
+  }
+
+  void check(ParamChecker& c) const {
+    const int64_t horizon = num_frames - 1;
+    if (horizon % action_video_freq_ratio != 0) {
+      c.error("num_frames", "Action horizon must be divisible by action_video_freq_ratio: "
+                            "num_frames-1=" + std::to_string(horizon) +
+                                ", action_video_freq_ratio=" +
+                                std::to_string(action_video_freq_ratio));
+    } else if ((horizon / action_video_freq_ratio) % 4 != 0) {
+      c.error("num_frames",
+              "The sampled RGB window must satisfy T % 4 == 1 for the Wan VAE: num_frames=" +
+                  std::to_string(num_frames) +
+                  " and action_video_freq_ratio=" + std::to_string(action_video_freq_ratio) +
+                  " give T=" + std::to_string(horizon / action_video_freq_ratio + 1));
+    }
+    c.require(rank < world_size, "rank",
+              "rank " + std::to_string(rank) + " must be < world_size " +
+                  std::to_string(world_size));
+    check_layout(c, "action_layout", action_layout);
+    check_layout(c, "state_layout", state_layout);
   }
 };
 
@@ -93,35 +158,18 @@ struct Range {
   int64_t src_begin, src_end, dst_begin;
 };
 
-std::vector<Range> parse_layout(const nlohmann::json& layout, const char* name, int64_t src_dims) {
-  const std::string where = std::string("EpisodeSampler param ") + name;
-  if (!layout.is_array() || layout.empty()) {
-    throw Error(where + ": expected a non-empty array of [src_begin, src_end, dst_begin]");
-  }
+// The checked layout as ranges; only the source dims, known once the dataset is open, are left
+// to check.
+std::vector<Range> to_ranges(const Layout& layout, const char* name, int64_t src_dims) {
   std::vector<Range> ranges;
-  std::vector<bool> taken(kMergedDim, false);
   for (size_t i = 0; i < layout.size(); ++i) {
     const auto& r = layout[i];
-    const std::string entry = where + "[" + std::to_string(i) + "] " + r.dump();
-    if (!r.is_array() || r.size() != 3 || !r[0].is_number_integer() || !r[1].is_number_integer() ||
-        !r[2].is_number_integer()) {
-      throw Error(entry + ": expected [src_begin, src_end, dst_begin] integers");
+    if (r[1] > src_dims) {
+      throw Error(std::string("EpisodeSampler param ") + name + "[" + std::to_string(i) + "] " +
+                  nlohmann::json(r).dump() + ": source range must lie in [0, " +
+                  std::to_string(src_dims) + ") of the dataset's dims");
     }
-    Range range{r[0].get<int64_t>(), r[1].get<int64_t>(), r[2].get<int64_t>()};
-    if (range.src_begin < 0 || range.src_end <= range.src_begin || range.src_end > src_dims) {
-      throw Error(entry + ": source range must lie in [0, " + std::to_string(src_dims) +
-                  ") of the dataset's dims");
-    }
-    const int64_t dst_end = range.dst_begin + (range.src_end - range.src_begin);
-    if (range.dst_begin < 0 || dst_end > kMergedDim) {
-      throw Error(entry + ": destination must lie in [0, 80)");
-    }
-    for (int64_t d = range.dst_begin; d < dst_end; ++d) {
-      if (taken[d])
-        throw Error(entry + ": destination dim " + std::to_string(d) + " is used twice");
-      taken[d] = true;
-    }
-    ranges.push_back(range);
+    ranges.push_back({r[0], r[1], r[2]});
   }
   return ranges;
 }
@@ -130,10 +178,10 @@ std::vector<Range> parse_layout(const nlohmann::json& layout, const char* name, 
 struct Normalizer {
   std::vector<float> scale, offset;
 
-  static Normalizer make(const data::FeatureStats& s, const std::string& mode) {
+  static Normalizer make(const data::FeatureStats& s, Normalization mode) {
     Normalizer n;
     for (size_t d = 0; d < s.min.size(); ++d) {
-      if (mode == "min_max") {  // to [-1, 1]
+      if (mode == Normalization::kMinMax) {  // to [-1, 1]
         double range = std::max(s.max[d] - s.min[d], 1e-6);
         n.scale.push_back(static_cast<float>(2.0 / range));
         n.offset.push_back(static_cast<float>(-2.0 * s.min[d] / range - 1.0));
@@ -243,22 +291,6 @@ class EpisodeSampler final : public Source {
   }
 
   void open(Context& context) override {
-    const int64_t horizon = p_.num_frames - 1;
-    if (horizon % p_.action_video_freq_ratio != 0) {
-      throw Error("Action horizon must be divisible by action_video_freq_ratio: num_frames-1=" +
-                  std::to_string(horizon) +
-                  ", action_video_freq_ratio=" + std::to_string(p_.action_video_freq_ratio));
-    }
-    if ((horizon / p_.action_video_freq_ratio) % 4 != 0) {
-      throw Error("The sampled RGB window must satisfy T % 4 == 1 for the Wan VAE: num_frames=" +
-                  std::to_string(p_.num_frames) +
-                  " and action_video_freq_ratio=" + std::to_string(p_.action_video_freq_ratio) +
-                  " give T=" + std::to_string(horizon / p_.action_video_freq_ratio + 1));
-    }
-    if (p_.rank >= p_.world_size) {
-      throw Error("EpisodeSampler: rank " + std::to_string(p_.rank) + " must be < world_size " +
-                  std::to_string(p_.world_size));
-    }
     seed_ = static_cast<uint64_t>(context.settings().seed);
     epochs_ = context.settings().epochs;
     load(data::open_datasets(p_.dataset_dirs));
@@ -388,8 +420,8 @@ class EpisodeSampler final : public Source {
                     std::to_string(state_dims));
       }
     }
-    action_layout_ = parse_layout(p_.action_layout, "action_layout", action_dims);
-    state_layout_ = parse_layout(p_.state_layout, "state_layout", state_dims);
+    action_layout_ = to_ranges(p_.action_layout, "action_layout", action_dims);
+    state_layout_ = to_ranges(p_.state_layout, "state_layout", state_dims);
     const auto action_norm =
         Normalizer::make(data::aggregate_stats(action_parts), p_.normalization);
     auto state_norm = Normalizer::make(data::aggregate_stats(state_parts), p_.normalization);
@@ -405,7 +437,7 @@ class EpisodeSampler final : public Source {
     }
   }
 
-  bool libero_transform() const { return p_.state_transform == "libero_ee_rot6d"; }
+  bool libero_transform() const { return p_.state_transform == StateTransform::kLiberoEeRot6d; }
 
   void build_order() {
     order_.resize(static_cast<size_t>(total_frames_));

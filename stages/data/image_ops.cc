@@ -237,9 +237,9 @@ at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp) 
   return out;
 }
 
-std::vector<Rect> canvas_layout(const std::string& layout, int64_t cameras, int64_t canvas_height,
+std::vector<Rect> canvas_layout(Canvas layout, int64_t cameras, int64_t canvas_height,
                                 int64_t canvas_width) {
-  if (layout == "vertical") {
+  if (layout == Canvas::kVertical) {
     if (cameras < 1 || canvas_height % cameras != 0) {
       throw Error("canvas \"vertical\" stacks the cameras in equal rows of the " +
                   std::to_string(canvas_height) + "-pixel canvas; " + std::to_string(cameras) +
@@ -250,18 +250,15 @@ std::vector<Rect> canvas_layout(const std::string& layout, int64_t cameras, int6
     for (int64_t i = 0; i < cameras; ++i) slots.push_back({i * row, 0, row, canvas_width});
     return slots;
   }
-  if (layout == "robotwin") {
-    if (cameras != 3) {
-      throw Error("canvas \"robotwin\" needs 3 cameras (high, left wrist, right wrist), got " +
-                  std::to_string(cameras) + "; check the sampler's cameras");
-    }
-    const int64_t top = canvas_height * 2 / 3;
-    const int64_t half = canvas_width / 2;
-    return {{0, 0, top, canvas_width},
-            {top, 0, canvas_height - top, half},
-            {top, half, canvas_height - top, canvas_width - half}};
+  if (cameras != kRobotwinCameras) {
+    throw Error("canvas \"robotwin\" needs 3 cameras (high, left wrist, right wrist), got " +
+                std::to_string(cameras) + "; check the sampler's cameras");
   }
-  throw Error("unknown canvas layout \"" + layout + "\" (allowed: vertical, robotwin)");
+  const int64_t top = canvas_height * 2 / 3;
+  const int64_t half = canvas_width / 2;
+  return {{0, 0, top, canvas_width},
+          {top, 0, canvas_height - top, half},
+          {top, half, canvas_height - top, canvas_width - half}};
 }
 
 at::Tensor compose_canvas(const std::vector<at::Tensor>& cameras, const std::vector<Rect>& slots,

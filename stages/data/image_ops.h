@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "wam/params.h"
+
 namespace wam::image_ops {
 
 // The training canvas every camera layout is composed onto, [H, W].
@@ -74,8 +76,16 @@ struct Rect {
 
 // `vertical`: the cameras stacked top to bottom in equal rows of the full width.
 // `robotwin`: camera 0 on the top two thirds at full width, cameras 1 and 2 side by side in the
-// bottom third. Throws wam::Error when the camera count does not fit the layout.
-std::vector<Rect> canvas_layout(const std::string& layout, int64_t cameras, int64_t canvas_height,
+// bottom third.
+enum class Canvas { kVertical, kRobotwin };
+constexpr auto enum_names(Canvas) {
+  return std::array{EnumName{Canvas::kVertical, "vertical"},
+                    EnumName{Canvas::kRobotwin, "robotwin"}};
+}
+constexpr int64_t kRobotwinCameras = 3;
+
+// Throws wam::Error when the camera count does not fit the layout.
+std::vector<Rect> canvas_layout(Canvas layout, int64_t cameras, int64_t canvas_height,
                                 int64_t canvas_width);
 
 // Resizes each camera's planes [N, 3, h, w] into its slot of a zero uint8 canvas [N, 3, H, W]

@@ -29,8 +29,13 @@
 namespace wam::stages {
 namespace {
 
+enum class DecodeMode { kSparse, kFull };
+constexpr auto enum_names(DecodeMode) {
+  return std::array{EnumName{DecodeMode::kSparse, "sparse"}, EnumName{DecodeMode::kFull, "full"}};
+}
+
 struct VideoDecodeParams {
-  std::string mode = "sparse";
+  DecodeMode mode = DecodeMode::kSparse;
   std::string frames = "all";
   int64_t cache_readers = 4;
   std::string decode_if;
@@ -39,8 +44,7 @@ struct VideoDecodeParams {
   void visit(V& v) {
     v("mode", mode,
       "sparse: decode only the keyframe runs holding needed frames; full: every frame of the "
-      "window (baseline).",
-      OneOf{"sparse", "full"});
+      "window (baseline).");
     v("frames", frames, "all: anchor, recent and the 9 window frames; current: window[0] only.",
       OneOf{"all", "current"});
     v("cache_readers", cache_readers,
@@ -151,9 +155,9 @@ class VideoDecodeStage final : public Stage {
                   at::kByte);
     for (size_t v = 0; v < readers.size(); ++v) {
       at::Tensor camera = frames[static_cast<int64_t>(v)];
-      if (params_.mode == "sparse" && params_.frame_cache > 0) {
+      if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0) {
         read_through_cache(*readers[v], wanted, plan.fps, camera, stats);
-      } else if (params_.mode == "sparse") {
+      } else if (params_.mode == DecodeMode::kSparse) {
         readers[v]->read_frames(wanted, plan.fps, camera, stats);
       } else {
         decode_full(*readers[v], wanted, plan.fps, camera, stats);

@@ -28,7 +28,8 @@
 // copy stream, which only this stage uses, so waits for earlier GPU work are not in it),
 // pool_waits and pool_wait_us (waits for a free buffer).
 //
-// Reads: every Tensor field (generic).  Writes: the same fields, on the device (`video` float).
+// Reads: every Tensor field (generic); with video_as_uint8, video (Tensor) must be among them.
+// Writes: the same fields, on the device (`video` float).
 // Example: {"id": "h2d", "type": "HostToDevice", "inputs": ["collate"],
 //           "params": {"mode": "pinned", "pool_batches": 4, "video_as_uint8": true}}
 #include <string>
@@ -55,8 +56,14 @@
 namespace wam::stages {
 namespace {
 
+enum class TransferMode { kPageable, kPinned };
+constexpr auto enum_names(TransferMode) {
+  return std::array{EnumName{TransferMode::kPageable, "pageable"},
+                    EnumName{TransferMode::kPinned, "pinned"}};
+}
+
 struct HostToDeviceParams {
-  std::string mode = "pageable";
+  TransferMode mode = TransferMode::kPageable;
   int64_t pool_batches = 4;
   bool video_as_uint8 = false;
   std::string device = "auto";
@@ -64,14 +71,13 @@ struct HostToDeviceParams {
   template <class V>
   void visit(V& v) {
     v("mode", mode,
-      "pageable: blocking copies; pinned: pinned pool, side-stream copies, buffers as tokens.",
-      OneOf{"pageable", "pinned"});
+      "pageable: blocking copies; pinned: pinned pool, side-stream copies, buffers as tokens.");
     v("pool_batches", pool_batches, "pinned: staging buffers (batches in flight to the step).",
       Min{1});
     v("video_as_uint8", video_as_uint8,
       "Quantise float `video` to uint8 here and ship that (4x fewer bytes), normalised to [-1, 1] "
       "on the GPU. Slow on this one thread: prefer Augment's video_dtype uint8, whose uint8 "
-      "`video` is shipped this way whatever this param says.");
+      "`video` is shipped this way whatever this param says. On, `video` must reach this stage.");
     v("device", device, "Target device (auto: settings.device).", OneOf{"auto", "cuda", "cpu"});
   }
 };
@@ -196,7 +202,13 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
 
   explicit HostToDeviceStage(Params params) : params_(std::move(params)) {}
 
+  // Every other tensor field crosses as it is; `video` is rewritten (uint8 levels become float),
+  // which validation can only see when this stage is told to expect it.
   void declare(Contract& contract) const override {
+    if (params_.video_as_uint8) {
+      contract.reads("video", FieldType::kTensor);
+      contract.writes("video", FieldType::kTensor);
+    }
     contract.concurrency(Concurrency::serial());
   }
 
@@ -224,7 +236,7 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
       return;
     }
 #if WAM_WITH_CUDA
-    if (params_.mode == "pinned") {
+    if (params_.mode == TransferMode::kPinned) {
       staging_us_ = &context.counter("staging_us");
       copy_us_ = &context.counter("copy_us");
     }
@@ -239,7 +251,7 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
       return;
     }
 #if WAM_WITH_CUDA
-    if (params_.mode == "pinned") {
+    if (params_.mode == TransferMode::kPinned) {
       copy_pinned(sample);
     } else {
       copy_pageable(sample);

@@ -10,9 +10,7 @@
 
 #include <cmath>
 #include <fstream>
-#include <functional>
 #include <limits>
-#include <map>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -37,125 +35,23 @@ constexpr int64_t kRecentFrame = 1;
 // ---------------------------------------------------------------------------------------------
 // Config parsing.
 
-// Free text in a preset file (what it is for, its parameter count); not a MoTConfig field.
-constexpr const char* kNotesKey = "notes";
-
-// One MoTConfig field as seen by from_json / to_json.
-struct FieldSpec {
-  std::function<void(MoTConfig&, const nlohmann::json&, const std::string&)> read;
-  std::function<nlohmann::json(const MoTConfig&)> write;
-};
-
-std::string key_error(const std::string& key, const std::string& what) {
-  return "model config key \"" + key + "\": " + what;
-}
-
-FieldSpec int_field(int64_t MoTConfig::*member, int64_t min_value) {
-  return {[member, min_value](MoTConfig& c, const nlohmann::json& v, const std::string& key) {
-            if (!v.is_number_integer()) {
-              throw Error(key_error(key, "expected an integer, got " + v.dump()));
-            }
-            int64_t value = v.get<int64_t>();
-            if (value < min_value) {
-              throw Error(key_error(key, "must be >= " + std::to_string(min_value) + ", got " +
-                                             std::to_string(value)));
-            }
-            c.*member = value;
-          },
-          [member](const MoTConfig& c) { return nlohmann::json(c.*member); }};
-}
-
-// Positive (strictly, when `positive`) or non-negative number.
-FieldSpec double_field(double MoTConfig::*member, bool positive) {
-  return {[member, positive](MoTConfig& c, const nlohmann::json& v, const std::string& key) {
-            if (!v.is_number()) throw Error(key_error(key, "expected a number, got " + v.dump()));
-            double value = v.get<double>();
-            if (!std::isfinite(value) || (positive ? value <= 0.0 : value < 0.0)) {
-              throw Error(key_error(key, std::string(positive ? "must be > 0" : "must be >= 0") +
-                                             ", got " + v.dump()));
-            }
-            c.*member = value;
-          },
-          [member](const MoTConfig& c) { return nlohmann::json(c.*member); }};
-}
-
-FieldSpec bool_field(bool MoTConfig::*member) {
-  return {[member](MoTConfig& c, const nlohmann::json& v, const std::string& key) {
-            if (!v.is_boolean())
-              throw Error(key_error(key, "expected true or false, got " + v.dump()));
-            c.*member = v.get<bool>();
-          },
-          [member](const MoTConfig& c) { return nlohmann::json(c.*member); }};
-}
-
-const std::map<std::string, FieldSpec>& field_specs() {
-  static const std::map<std::string, FieldSpec> specs = {
-      {"latent_channels", int_field(&MoTConfig::latent_channels, 1)},
-      {"video_hidden", int_field(&MoTConfig::video_hidden, 1)},
-      {"video_ffn", int_field(&MoTConfig::video_ffn, 1)},
-      {"action_hidden", int_field(&MoTConfig::action_hidden, 1)},
-      {"action_ffn", int_field(&MoTConfig::action_ffn, 1)},
-      {"num_layers", int_field(&MoTConfig::num_layers, 1)},
-      {"num_heads", int_field(&MoTConfig::num_heads, 1)},
-      {"head_dim", int_field(&MoTConfig::head_dim, 1)},
-      {"text_dim", int_field(&MoTConfig::text_dim, 1)},
-      {"vlm_dim", int_field(&MoTConfig::vlm_dim, 1)},
-      {"freq_dim", int_field(&MoTConfig::freq_dim, 2)},
-      {"action_dim", int_field(&MoTConfig::action_dim, 1)},
-      {"proprio_dim", int_field(&MoTConfig::proprio_dim, 1)},
-      {"future_delta_tokens", int_field(&MoTConfig::future_delta_tokens, 1)},
-      {"future_latent_frames", int_field(&MoTConfig::future_latent_frames, 1)},
-      {"video_shift", double_field(&MoTConfig::video_shift, true)},
-      {"action_shift", double_field(&MoTConfig::action_shift, true)},
-      {"lambda_video", double_field(&MoTConfig::lambda_video, false)},
-      {"lambda_action", double_field(&MoTConfig::lambda_action, false)},
-      {"lambda_future_delta", double_field(&MoTConfig::lambda_future_delta, false)},
-      {"semantic_alignment", bool_field(&MoTConfig::semantic_alignment)},
-      {"semantic_student_layer", int_field(&MoTConfig::semantic_student_layer, 0)},
-      {"semantic_teacher_layer", int_field(&MoTConfig::semantic_teacher_layer, 0)},
-      {"semantic_max_sigma", double_field(&MoTConfig::semantic_max_sigma, false)},
-      {"lambda_semantic", double_field(&MoTConfig::lambda_semantic, false)},
-      {"checkpoint_group", int_field(&MoTConfig::checkpoint_group, 0)},
-  };
-  return specs;
-}
-
-// Checks between fields, once every key is read.
-void check_consistency(const MoTConfig& c) {
-  // 3-D RoPE splits head_dim into (frame, h, w) parts of whole rotation pairs: h and w get
-  // 2*(head_dim/6) dims each, the frame axis the rest (Wan's split).
-  if (c.head_dim % 2 != 0 || c.head_dim < 6) {
-    throw Error(
-        key_error("head_dim", "must be even and >= 6 for 3-D RoPE over (frame, h, w), got " +
-                                  std::to_string(c.head_dim)));
+// Throws every problem found in a model config as one wam::Error.
+void throw_config_problems(const Diagnostics& diagnostics) {
+  if (diagnostics.empty()) return;
+  std::vector<std::string> problems;
+  for (const Diagnostic& d : diagnostics.items()) {
+    // The location is "/key".
+    problems.push_back("model config key \"" + d.location.substr(1) + "\": " + d.message);
   }
-  if (c.freq_dim % 2 != 0) {
-    throw Error(key_error("freq_dim",
-                          "must be even (cos and sin halves), got " + std::to_string(c.freq_dim)));
-  }
-  // The attention width num_heads*head_dim is independent of the hidden widths (the reference's
-  // action expert is 1024 wide with 24x128 = 3072 attention), but must not overflow int64 sizes.
-  if (c.num_heads > (int64_t{1} << 20) / c.head_dim) {
-    throw Error(key_error("num_heads", "num_heads*head_dim = " + std::to_string(c.num_heads) + "*" +
-                                           std::to_string(c.head_dim) +
-                                           " is beyond any model this code can build"));
-  }
-  if (c.semantic_alignment) {
-    if (c.semantic_teacher_layer >= c.num_layers) {
-      throw Error(key_error("semantic_teacher_layer",
-                            "must name one of the " + std::to_string(c.num_layers) +
-                                " layers (0-based), got " +
-                                std::to_string(c.semantic_teacher_layer)));
-    }
-    // The teacher is the deeper layer: shallower tokens are pulled towards a later, more semantic
-    // representation.
-    if (c.semantic_student_layer >= c.semantic_teacher_layer) {
-      throw Error(key_error("semantic_student_layer",
-                            "must be below semantic_teacher_layer (" +
-                                std::to_string(c.semantic_teacher_layer) + "), got " +
-                                std::to_string(c.semantic_student_layer)));
-    }
-  }
+  throw Error(join(problems, "; "));
+}
+
+// For configs built in code, which skip from_json.
+void check_consistency(const MoTConfig& config) {
+  Diagnostics diagnostics;
+  ParamChecker checker("", diagnostics, "");
+  config.check(checker);
+  throw_config_problems(diagnostics);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -560,24 +456,39 @@ std::string sizes_of(const at::Tensor& t) {
 // ---------------------------------------------------------------------------------------------
 // MoTConfig.
 
+void MoTConfig::check(ParamChecker& c) const {
+  c.require(video_shift > 0.0, "video_shift", "must be > 0, got " + std::to_string(video_shift));
+  c.require(action_shift > 0.0, "action_shift",
+            "must be > 0, got " + std::to_string(action_shift));
+  // 3-D RoPE splits head_dim into (frame, h, w) parts of whole rotation pairs: h and w get
+  // 2*(head_dim/6) dims each, the frame axis the rest (Wan's split).
+  c.require(head_dim % 2 == 0 && head_dim >= 6, "head_dim",
+            "must be even and >= 6 for 3-D RoPE over (frame, h, w), got " +
+                std::to_string(head_dim));
+  c.require(freq_dim % 2 == 0, "freq_dim",
+            "must be even (cos and sin halves), got " + std::to_string(freq_dim));
+  // The attention width num_heads*head_dim is independent of the hidden widths (the reference's
+  // action expert is 1024 wide with 24x128 = 3072 attention), but must not overflow int64 sizes.
+  c.require(num_heads <= (int64_t{1} << 20) / head_dim, "num_heads",
+            "num_heads*head_dim = " + std::to_string(num_heads) + "*" + std::to_string(head_dim) +
+                " is beyond any model this code can build");
+  if (semantic_alignment) {
+    c.require(semantic_teacher_layer < num_layers, "semantic_teacher_layer",
+              "must name one of the " + std::to_string(num_layers) + " layers (0-based), got " +
+                  std::to_string(semantic_teacher_layer));
+    // The teacher is the deeper layer: shallower tokens are pulled towards a later, more
+    // semantic representation.
+    c.require(semantic_student_layer < semantic_teacher_layer, "semantic_student_layer",
+              "must be below semantic_teacher_layer (" + std::to_string(semantic_teacher_layer) +
+                  "), got " + std::to_string(semantic_student_layer));
+  }
+}
+
 MoTConfig MoTConfig::from_json(const nlohmann::json& j) {
   if (!j.is_object()) throw Error("model config: expected a JSON object, got " + j.dump());
-  const auto& specs = field_specs();
-  std::vector<std::string> keys;
-  for (const auto& [name, spec] : specs) keys.push_back(name);
-  keys.push_back(kNotesKey);
-  MoTConfig config;
-  for (const auto& [key, value] : j.items()) {
-    if (key == kNotesKey) {
-      if (!value.is_string()) throw Error(key_error(key, "expected a string, got " + value.dump()));
-      continue;
-    }
-    auto it = specs.find(key);
-    if (it == specs.end())
-      throw Error("model config: " + unknown_with_suggestion("key", key, keys));
-    it->second.read(config, value, key);
-  }
-  check_consistency(config);
+  Diagnostics diagnostics;
+  MoTConfig config = parse_params<MoTConfig>(j, "", diagnostics);
+  throw_config_problems(diagnostics);
   return config;
 }
 
@@ -598,8 +509,8 @@ MoTConfig MoTConfig::from_file(const std::string& path) {
 }
 
 nlohmann::json MoTConfig::to_json() const {
-  nlohmann::json j = nlohmann::json::object();
-  for (const auto& [name, spec] : field_specs()) j[name] = spec.write(*this);
+  nlohmann::json j = params_to_json(*this);
+  j.erase("notes");
   return j;
 }
 

@@ -12,11 +12,13 @@
 #include <utility>
 #include <vector>
 
+#include "wam/params.h"
+
 namespace wam::models {
 
 // Widths and depths; presets live in configs/model/{tiny,small,base,paper}.json.
 struct MoTConfig {
-  int64_t latent_channels = 48;  // VAE latent channels (patchified (1,2,2) -> tokens)
+  int64_t latent_channels = 48;
   int64_t video_hidden = 3072;
   int64_t video_ffn = 14336;
   int64_t action_hidden = 1024;
@@ -24,34 +26,77 @@ struct MoTConfig {
   int64_t num_layers = 30;
   int64_t num_heads = 24;
   int64_t head_dim = 128;
-  int64_t text_dim = 4096;  // T5 context width
-  int64_t vlm_dim = 2048;   // VLM hidden width (action expert cross-attention)
-  int64_t freq_dim = 256;   // timestep embedding
+  int64_t text_dim = 4096;
+  int64_t vlm_dim = 2048;
+  int64_t freq_dim = 256;
   int64_t action_dim = 80;
   int64_t proprio_dim = 80;
-  int64_t future_delta_tokens = 96;  // must equal the latent raster's tokens per frame
-  int64_t future_latent_frames = 2;  // video_latents frames after the current one
-  double video_shift = 6.0;          // flow-matching timestep shift
+  int64_t future_delta_tokens = 96;
+  int64_t future_latent_frames = 2;
+  double video_shift = 6.0;
   double action_shift = 1.0;
   double lambda_video = 0.5;
   double lambda_action = 1.0;
   double lambda_future_delta = 0.5;
-  // Semantic alignment (the reference's future_delta.semantic_alignment): the future-delta query
-  // tokens after layer semantic_student_layer are pulled (1 - cosine) towards the last future
-  // frame's tokens after layer semantic_teacher_layer, in samples whose video sigma is at most
-  // semantic_max_sigma. Layers are 0-based; a layer's feature is its output.
   bool semantic_alignment = true;
   int64_t semantic_student_layer = 8;
   int64_t semantic_teacher_layer = 20;
   double semantic_max_sigma = 0.5;
   double lambda_semantic = 0.1;
-  // Activation checkpointing: 0 = none, k = recompute groups of k layers in backward.
   int64_t checkpoint_group = 0;
+  std::string notes;  // free text of a preset file; not part of the model
 
-  // Reads a configs/model/*.json object; throws wam::Error naming the key on a bad value.
+  template <class V>
+  void visit(V& v) {
+    v("latent_channels", latent_channels,
+      "VAE latent channels (patchified (1,2,2) into tokens).", Min{1});
+    v("video_hidden", video_hidden, "Video expert width.", Min{1});
+    v("video_ffn", video_ffn, "Video expert feed-forward width.", Min{1});
+    v("action_hidden", action_hidden, "Action expert width.", Min{1});
+    v("action_ffn", action_ffn, "Action expert feed-forward width.", Min{1});
+    v("num_layers", num_layers, "MoT layers.", Min{1});
+    v("num_heads", num_heads, "Attention heads (both experts).", Min{1});
+    v("head_dim", head_dim, "Attention head width (even, >= 6: 3-D RoPE).", Min{1});
+    v("text_dim", text_dim, "T5 context width.", Min{1});
+    v("vlm_dim", vlm_dim, "VLM hidden width (the action expert's cross-attention).", Min{1});
+    v("freq_dim", freq_dim, "Timestep embedding width (even).", Min{2});
+    v("action_dim", action_dim, "Action width.", Min{1});
+    v("proprio_dim", proprio_dim, "Proprio width.", Min{1});
+    v("future_delta_tokens", future_delta_tokens,
+      "Future-delta queries; must equal the latent raster's tokens per frame.", Min{1});
+    v("future_latent_frames", future_latent_frames,
+      "video_latents frames after the current one.", Min{1});
+    v("video_shift", video_shift, "Flow-matching timestep shift of the video (> 0).", Min{0.0});
+    v("action_shift", action_shift, "Flow-matching timestep shift of the actions (> 0).",
+      Min{0.0});
+    v("lambda_video", lambda_video, "Video loss weight.", Min{0.0});
+    v("lambda_action", lambda_action, "Action loss weight.", Min{0.0});
+    v("lambda_future_delta", lambda_future_delta, "Future-delta loss weight.", Min{0.0});
+    // The reference's future_delta.semantic_alignment: the future-delta query tokens after layer
+    // semantic_student_layer are pulled (1 - cosine) towards the last future frame's tokens after
+    // layer semantic_teacher_layer, in samples whose video sigma is at most semantic_max_sigma.
+    v("semantic_alignment", semantic_alignment,
+      "Semantic alignment of the future-delta queries with a deeper layer's future frame.");
+    v("semantic_student_layer", semantic_student_layer,
+      "Layer (0-based) whose future-delta query tokens are pulled.", Min{0});
+    v("semantic_teacher_layer", semantic_teacher_layer,
+      "Deeper layer (0-based) whose last future frame's tokens they are pulled towards.", Min{0});
+    v("semantic_max_sigma", semantic_max_sigma,
+      "Only samples whose video sigma is at most this count.", Min{0.0});
+    v("lambda_semantic", lambda_semantic, "Semantic alignment loss weight.", Min{0.0});
+    v("checkpoint_group", checkpoint_group,
+      "Activation checkpointing: recompute groups of this many layers in backward (0: none).",
+      Min{0});
+    v("notes", notes, "Free text: what the preset is for (not part of the model).");
+  }
+  // Rules between fields.
+  void check(ParamChecker& c) const;
+
+  // Reads a configs/model/*.json object; throws wam::Error naming every bad key.
   static MoTConfig from_json(const nlohmann::json& j);
   // from_json on a file; errors name the file.
   static MoTConfig from_file(const std::string& path);
+  // The model's fields, without the notes.
   nlohmann::json to_json() const;
   // Trainable parameters of WorldActionModel(*this), computed without allocating the model.
   int64_t parameter_count() const;

@@ -40,9 +40,14 @@
 namespace wam::stages {
 namespace {
 
+enum class StepMode { kEager, kCompiled };
+constexpr auto enum_names(StepMode) {
+  return std::array{EnumName{StepMode::kEager, "eager"}, EnumName{StepMode::kCompiled, "compiled"}};
+}
+
 struct TrainStepParams {
-  nlohmann::json model;
-  std::string mode = "eager";
+  models::MoTConfig model;
+  StepMode mode = StepMode::kEager;
   int64_t checkpoint_group = -1;
   double learning_rate = 1e-4;
   double weight_decay = 0.01;
@@ -65,8 +70,7 @@ struct TrainStepParams {
       NonEmpty{});
     v("mode", mode,
       "eager: op by op; compiled: the whole step replayed as one CUDA graph, q/k norms and RoPE "
-      "as fused kernels.",
-      OneOf{"eager", "compiled"});
+      "as fused kernels.");
     v("checkpoint_group", checkpoint_group,
       "Activation checkpointing: recompute groups of this many layers (0: off; -1: 1 for eager, "
       "3 for compiled).",
@@ -113,7 +117,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
       "one record per step.";
   using Params = TrainStepParams;
 
-  bool compiled() const override { return params_.mode == "compiled"; }
+  bool compiled() const override { return params_.mode == StepMode::kCompiled; }
 
   explicit TrainStepStage(Params params) : params_(std::move(params)) {}
 
@@ -134,12 +138,8 @@ class TrainStepStage final : public Stage, public TrainingStep {
   void open(Context& context) override {
     context_ = &context;
     device_ = resolve_device("auto", context.settings(), "TrainStep");
-    try {
-      config_ = models::MoTConfig::from_json(params_.model);
-    } catch (const std::exception& e) {
-      throw Error(std::string("TrainStep: params.model: ") + e.what());
-    }
-    const bool compiled = params_.mode == "compiled";
+    config_ = params_.model;
+    const bool compiled = params_.mode == StepMode::kCompiled;
     config_.checkpoint_group =
         params_.checkpoint_group >= 0 ? params_.checkpoint_group : (compiled ? 3 : 1);
     const int64_t total = params_.total_steps > 0 ? params_.total_steps : context.settings().steps;
@@ -179,8 +179,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
         // Keyed by the preset as given: checkpointing does not change the GEMM shapes, and
         // `wam-pipeline compile` finds the file from the preset alone.
         tunableop_results = train::tunableop_results_path(
-            at::cuda::getDeviceProperties(device_.index())->name,
-            models::MoTConfig::from_json(params_.model));
+            at::cuda::getDeviceProperties(device_.index())->name, params_.model);
         context.log(std::string("TrainStep: compiled step: captured once as a CUDA graph after "
                                 "warm-up; q/k norms ") +
                     (models::fused_kernels_built()
@@ -203,9 +202,9 @@ class TrainStepStage final : public Stage, public TrainingStep {
         tunableop_results);
 
     context.log("TrainStep: " + std::to_string(model_->parameter_count()) + " parameters on " +
-                device_.str() + ", mode " + params_.mode + ", checkpoint_group " +
-                std::to_string(config_.checkpoint_group) + ", " + std::to_string(total) +
-                " steps" +
+                device_.str() + ", mode " + std::string(enum_name(params_.mode)) +
+                ", checkpoint_group " + std::to_string(config_.checkpoint_group) + ", " +
+                std::to_string(total) + " steps" +
                 (params_.resume.empty() ? std::string()
                                         : ", resumed at step " + std::to_string(step_)));
     saved_step_ = step_;
@@ -214,7 +213,9 @@ class TrainStepStage final : public Stage, public TrainingStep {
 
   void process(Sample sample, Emitter& out) override {
     models::TrainBatch batch = read_batch(sample);
-    if (params_.mode == "compiled") train::pad_vlm_context(batch, params_.vlm_context_pad_to);
+    if (params_.mode == StepMode::kCompiled) {
+      train::pad_vlm_context(batch, params_.vlm_context_pad_to);
+    }
 
     const int64_t step = step_ + 1;
     const double lr = schedule_.at(step);

@@ -32,6 +32,10 @@ expect "missing pipeline file" 2 "missing.json: cannot read file: no such file" 
   -- "$bin" validate missing.json
 expect "bad --set" 2 "--set settings: expected path.to.key=VALUE" \
   -- "$bin" validate --set settings tests/golden/cli_unknown_type.json
+expect "a params-only rule fails validation before anything is opened" 2 \
+  "pipelines/robotwin_online.json:/nodes/0/params/rank [sampler: EpisodeSampler]: rank 2 must be < world_size 2" \
+  -- "$bin" validate --set nodes.sampler.params.rank=2 --set nodes.sampler.params.world_size=2 \
+  pipelines/robotwin_online.json
 expect "version flag" 0 "wam-pipeline 0.1.0" -- "$bin" --version
 expect "a missing argument is exit 2" 2 "pipeline is required" -- "$bin" run
 expect "a bound names the option and the value" 2 "--threads: must be >= 0, got -1" \

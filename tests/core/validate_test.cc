@@ -39,6 +39,31 @@ INSTANTIATE_TEST_SUITE_P(Broken, GoldenDiagnostics,
                          ::testing::Values("unknown_type", "graph_errors", "field_errors",
                                            "param_errors", "malformed"));
 
+// Below a node whose params are bad, what is written is unknown: its readers are not reported.
+TEST(Validate, ANodeWithBadParamsDoesNotCascadeIntoFieldErrors) {
+  PipelineConfig config;
+  config.file = "inline.json";
+  config.name = "cascade";
+  NodeConfig source, probe;
+  source.id = "source";
+  source.type = "Count";
+  source.params = {{"count", -1}};
+  source.pointer = "/nodes/0";
+  probe.id = "probe";
+  probe.type = "Probe";
+  probe.inputs = {"source"};
+  probe.params = {{"reads", {{"value", "Int"}}}};
+  probe.pointer = "/nodes/1";
+  config.nodes = {source, probe};
+  try {
+    ValidatedPipeline::from_config(config, testing::test_registry());
+    FAIL() << "validated";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.diagnostics().render(),
+              "inline.json:/nodes/0/params/count [source: Count]: must be >= 0, got -1\n");
+  }
+}
+
 TEST(Validate, ValidPipelineIsTopologicallyOrderedWithEffectiveParams) {
   PipelineConfig config;
   config.file = "inline.json";

@@ -305,8 +305,10 @@ TEST(AugmentTest, RejectsFramesThatDoNotFitTheParams) {
     run_one(R"({"camera_jitter_scale": [1, 0.9]})", frame_sample(noise_frames(2, 11, 8, 8), 0));
     FAIL() << "expected an error";
   } catch (const Error& e) {
+    // A params-only rule: reported when the stage is built, as `validate` does.
     EXPECT_STREQ(e.what(),
-                 "param camera_jitter_scale must be [min, max] with min <= max, got [1.0,0.9]");
+                 "<test>:/params/camera_jitter_scale [Augment]: must be [min, max] with min <= "
+                 "max, got [1.0,0.9]");
   }
 }
 
@@ -430,7 +432,7 @@ TEST(AugmentTest, CanvasMatchesTheFloatResizePipelineItReplaces) {
   auto out = run_one(R"({"canvas": "robotwin", "camera_size": [240, 320], "deterministic": true})",
                      frame_sample(frames, 0));
   at::Tensor reference = torch::zeros({11, 3, 384, 256});
-  const auto slots = ops::canvas_layout("robotwin", 3, 384, 256);
+  const auto slots = ops::canvas_layout(ops::Canvas::kRobotwin, 3, 384, 256);
   for (int64_t v = 0; v < 3; ++v) {
     const auto& slot = slots[static_cast<size_t>(v)];
     const auto unit = frames[v].permute({0, 3, 1, 2}).to(torch::kFloat).div(255.0);

@@ -329,14 +329,19 @@ TEST_F(EpisodeSamplerTest, RejectsWindowsTheVaeCannotTake) {
     }
     return std::string("no error");
   };
+  // Params-only rules: reported when the stage is built, as `validate` does.
   EXPECT_EQ(error_of(R"(, "num_frames": 31)"),
-            "Action horizon must be divisible by action_video_freq_ratio: num_frames-1=30, "
-            "action_video_freq_ratio=4");
+            "<test>:/params/num_frames [EpisodeSampler]: Action horizon must be divisible by "
+            "action_video_freq_ratio: num_frames-1=30, action_video_freq_ratio=4");
   EXPECT_EQ(error_of(R"(, "num_frames": 29)"),
-            "The sampled RGB window must satisfy T % 4 == 1 for the Wan VAE: num_frames=29 and "
-            "action_video_freq_ratio=4 give T=8");
+            "<test>:/params/num_frames [EpisodeSampler]: The sampled RGB window must satisfy "
+            "T % 4 == 1 for the Wan VAE: num_frames=29 and action_video_freq_ratio=4 give T=8");
   EXPECT_EQ(error_of(R"(, "world_size": 2, "rank": 2)"),
-            "EpisodeSampler: rank 2 must be < world_size 2");
+            "<test>:/params/rank [EpisodeSampler]: rank 2 must be < world_size 2");
+  EXPECT_EQ(error_of(R"(, "action_layout": [[0, 6, 0], [6, 8, 5]])"),
+            "<test>:/params/action_layout/1 [EpisodeSampler]: destination dim 5 is used twice, "
+            "in [6,8,5]");
+  // The source dims are the dataset's: checked when it is opened.
   EXPECT_EQ(error_of(R"(, "action_layout": [[0, 15, 0]])"),
             "EpisodeSampler param action_layout[0] [0,15,0]: source range must lie in [0, 14) of "
             "the dataset's dims");

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "wam/pipeline.h"
 
@@ -68,6 +70,31 @@ INSTANTIATE_TEST_SUITE_P(All, ShippedPipeline, ::testing::ValuesIn(shipped_pipel
                            for (char& c : name) c = std::isalnum(c) ? c : '_';
                            return name;
                          });
+
+// The built-in stages' params-only rules and contracts, caught by validation before anything is
+// opened: each tests/golden/<name>.json here is broken; <name>.txt holds the exact diagnostics.
+// WAM_UPDATE_GOLDEN=1 rewrites the .txt files from the current output.
+class StageGoldenDiagnostics : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StageGoldenDiagnostics, MatchesExpectedText) {
+  const std::string file = "tests/golden/" + GetParam() + ".json";
+  std::string actual;
+  try {
+    load_pipeline(file);
+    FAIL() << file << " validated, but it is a broken pipeline";
+  } catch (const ConfigError& e) {
+    actual = e.diagnostics().render();
+  }
+  const std::string expected_file = "tests/golden/" + GetParam() + ".txt";
+  if (std::getenv("WAM_UPDATE_GOLDEN")) std::ofstream(expected_file) << actual;
+  std::ifstream in(expected_file);
+  std::stringstream expected;
+  expected << in.rdbuf();
+  EXPECT_EQ(actual, expected.str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Broken, StageGoldenDiagnostics,
+                         ::testing::Values("stage_param_checks", "h2d_video_contract"));
 
 TEST(BuiltinRegistry, ListsEveryBuiltinStage) {
   EXPECT_EQ(StageRegistry::builtin().types(),

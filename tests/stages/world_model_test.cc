@@ -236,7 +236,24 @@ TEST(WorldModelTest, SemanticConfigParsesAndIsChecked) {
       "got 1");
   tiny["semantic_alignment"] = "yes";
   EXPECT_EQ(error(tiny),
-            "model config key \"semantic_alignment\": expected true or false, got \"yes\"");
+            "model config key \"semantic_alignment\": expected bool, got string");
+  tiny["semantic_alignment"] = true;
+  tiny["head_dim"] = 9;
+  tiny["num_layerz"] = 2;
+  EXPECT_EQ(error(tiny),
+            "model config key \"num_layerz\": unknown param \"num_layerz\"; did you mean "
+            "\"num_layers\"? (allowed: latent_channels, video_hidden, video_ffn, action_hidden, "
+            "action_ffn, num_layers, num_heads, head_dim, text_dim, vlm_dim, freq_dim, action_dim, "
+            "proprio_dim, future_delta_tokens, future_latent_frames, video_shift, action_shift, "
+            "lambda_video, lambda_action, lambda_future_delta, semantic_alignment, "
+            "semantic_student_layer, semantic_teacher_layer, semantic_max_sigma, lambda_semantic, "
+            "checkpoint_group, notes)");
+  tiny.erase("num_layerz");
+  EXPECT_EQ(error(tiny),
+            "model config key \"head_dim\": must be even and >= 6 for 3-D RoPE over (frame, h, "
+            "w), got 9; model config key \"semantic_student_layer\": must be below "
+            "semantic_teacher_layer (1), got 1");
+  tiny["head_dim"] = 16;
   // Off, the layers are not checked, nothing is captured and the term is a zero.
   tiny["semantic_alignment"] = false;
   tiny["future_delta_tokens"] = 16;

@@ -11,10 +11,15 @@
 #include <nlohmann/json.hpp>
 
 #include "wam/error.h"
+#include "wam/params.h"
 
 namespace wam {
 
+// What a node does when processing a sample throws: stop the run, or drop the sample and count it.
 enum class OnError { kFail, kSkip };
+constexpr auto enum_names(OnError) {
+  return std::array{EnumName{OnError::kFail, "fail"}, EnumName{OnError::kSkip, "skip"}};
+}
 
 struct NodeConfig {
   std::string id;
