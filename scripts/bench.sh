@@ -106,7 +106,7 @@ PY
         upper=$(echo "$task" | tr a-z A-Z)
         root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/${task}_ladder
         if [ ! -f "$root/meta/info.json" ]; then
-          "$bin" dataset synth --preset "$task" --episodes 8 --frames-per-episode 128 --gop 2 \
+          "$bin" dataset synth --preset "$task" --episodes 8 --frames-per-episode "${WAM_LADDER_FRAMES:-128}" --gop 2 \
             --codec av1 --out "$root" >/dev/null 2>&1
         fi
         export "${upper}_DATA_ROOT=$root"
@@ -121,7 +121,7 @@ PY
         for profile in baseline online compile cache; do
           echo "## ${task}_${profile}"
           json=$(mktemp)
-          "$bin" bench "pipelines/${task}_${profile}.json" "${base[@]}" --steps 30 --warmup 5 \
+          "$bin" bench "pipelines/${task}_${profile}.json" "${base[@]}" --steps "${WAM_LADDER_STEPS:-30}" --warmup 5 \
             --json "$json" 2>/dev/null | sed 's/^/  /'
           python3 - "$json" "$profile" >>"$table" <<'PY'
 import json, sys

@@ -666,7 +666,8 @@ CheckedBuild check_build_json(const std::string& build_dir, const std::string& m
   const std::string index_path =
       build_dir + "/" + required(manifest, "index_file", id, manifest_path).get<std::string>();
   const std::string index_text = read_file(index_path, id + " index");
-  if (sha256_hex(index_text) != required(manifest, "index_sha256", id, manifest_path)) {
+  if (sha256_hex(index_text) !=
+      required(manifest, "index_sha256", id, manifest_path).get<std::string>()) {
     throw CacheError(id + " index checksum mismatch: " + index_path);
   }
   const json index = parse_json(index_text, index_path);

@@ -206,12 +206,11 @@ TEST_F(LatentCache, GenerateThenLookupGivesTheEncodersOutputBitForBit) {
 }
 
 TEST_F(LatentCache, ChangedAugmentParamIsRefusedNamingThePart) {
-  generate({"current"}, 0, {"nodes.cache.params.fields=[\"current\"]"});
+  generate({"current"});
   const std::string error = error_of([&] {
     cache::validate_pipeline_cache(
         kCachePipeline,
-        overrides({"nodes.cache.params.fields=[\"current\"]",
-                   "nodes.cache.params.augment.camera_size=[200,300]"}),
+        overrides({"nodes.cache.params.augment.camera_size=[200,300]"}),
         cache::ValidationMode::kMetaOnly, nullptr);
   });
   EXPECT_NE(error.find("vae_latent.current dependency 'image_preprocess' mismatch"),
@@ -223,11 +222,11 @@ TEST_F(LatentCache, ChangedAugmentParamIsRefusedNamingThePart) {
 }
 
 TEST_F(LatentCache, ChangedEncoderWeightIsRefusedNamingTheProducer) {
-  generate({"current"}, 0, {"nodes.cache.params.fields=[\"current\"]"});
+  generate({"current"});
   const std::string error = error_of([&] {
     cache::validate_pipeline_cache(
         kCachePipeline,
-        overrides({"nodes.cache.params.fields=[\"current\"]", "nodes.cache.params.vae.seed=7"}),
+        overrides({"nodes.cache.params.vae.seed=7"}),
         cache::ValidationMode::kMetaOnly, nullptr);
   });
   EXPECT_NE(error.find("vae_latent.current dependency 'producer' mismatch"), std::string::npos)
@@ -241,15 +240,14 @@ TEST_F(LatentCache, ChangedDatasetFileIsRefusedNamingTheFile) {
   testing::TempDir copy;
   fs::copy(dataset_->file("robotwin"), copy.file("robotwin"), fs::copy_options::recursive);
   setenv("ROBOTWIN_DATA_ROOT", copy.file("robotwin").c_str(), 1);
-  generate({"current"}, 0, {"nodes.cache.params.fields=[\"current\"]"});
+  generate({"current"});
   const fs::path video = copy.path() / "robotwin/videos/chunk-000" /
                          "observation.images.cam_high/episode_000001.mp4";
   ASSERT_TRUE(fs::exists(video));
   fs::last_write_time(video, fs::last_write_time(video) + std::chrono::seconds(5));
   const std::string error = error_of([&] {
-    cache::validate_pipeline_cache(kCachePipeline,
-                                   overrides({"nodes.cache.params.fields=[\"current\"]"}),
-                                   cache::ValidationMode::kMetaOnly, nullptr);
+    cache::validate_pipeline_cache(kCachePipeline, overrides(), cache::ValidationMode::kMetaOnly,
+                                   nullptr);
   });
   EXPECT_NE(error.find("vae_latent.current dependency 'dataset' mismatch"), std::string::npos)
       << error;
@@ -260,8 +258,7 @@ TEST_F(LatentCache, ChangedDatasetFileIsRefusedNamingTheFile) {
 TEST_F(LatentCache, RandomAugmentationIsRefusedBeforeEncoding) {
   const std::string error = error_of([&] {
     generate({"current"}, 0,
-             {"include.data=" + kSource + "/configs/data/robotwin.json",
-              "nodes.cache.params.fields=[\"current\"]"});
+             {"include.data=" + kSource + "/configs/data/robotwin.json"});
   });
   EXPECT_NE(error.find("robotwin_cache.json:/nodes/1/params/augment/camera_jitter_prob "
                        "[cache: LatentCacheLookup]: Offline encoder artifacts require "
@@ -272,9 +269,9 @@ TEST_F(LatentCache, RandomAugmentationIsRefusedBeforeEncoding) {
 }
 
 TEST_F(LatentCache, ExistingArtifactsNeedOverwrite) {
-  generate({"current"}, 0, {"nodes.cache.params.fields=[\"current\"]"});
+  generate({"current"});
   const std::string error =
-      error_of([&] { generate({"current"}, 0, {"nodes.cache.params.fields=[\"current\"]"}); });
+      error_of([&] { generate({"current"}); });
   EXPECT_EQ(error, "Cache artifacts already exist at " + root() +
                        ": [vae_latent.current]. Pass --overwrite to publish replacement builds.");
 }
