@@ -105,16 +105,20 @@ PY
       for task in ${WAM_LADDER_TASKS:-libero robotwin}; do
         upper=$(echo "$task" | tr a-z A-Z)
         root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/${task}_ladder
-        if [ ! -f "$root/meta/info.json" ]; then
-          "$bin" dataset synth --preset "$task" --episodes 8 --frames-per-episode "${WAM_LADDER_FRAMES:-128}" --gop 2 \
-            --codec av1 --out "$root" >/dev/null 2>&1
-        fi
         export "${upper}_DATA_ROOT=$root"
+        # 8 episodes in all, spread over the data config's dataset directories (LIBERO has 4).
+        dirs=$(python3 -c "import json, os; print(' '.join(os.path.expandvars(d) for d in json.load(open('configs/data/${task}.json'))['dataset_dirs']))")
+        for dir in $dirs; do
+          [ -f "$dir/meta/info.json" ] && continue
+          "$bin" dataset synth --preset "$task" --episodes $((8 / $(echo $dirs | wc -w))) \
+            --frames-per-episode "${WAM_LADDER_FRAMES:-128}" --gop 2 --codec av1 --out "$dir" \
+            >/dev/null 2>&1
+        done
         export WAM_LATENT_CACHE=${WAM_CACHE_ROOT:-.cache/wam}/bench/${task}_latents
         base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
         "$bin" text-cache build "pipelines/${task}_online.json" "${base[@]}" >/dev/null
         "$bin" compile "pipelines/${task}_compile.json" "${base[@]}" --steps 3 >/dev/null
-        echo "## ${task}: cache generate (every field of $(($(python3 -c "import json;print(json.load(open('$root/meta/info.json'))['total_frames'])"))) samples)"
+        echo "## ${task}: cache generate (every field of every sample)"
         "$bin" cache generate "pipelines/${task}_cache.json" "${base[@]}" --overwrite 2>/dev/null |
           sed 's/^/  /'
         table=$(mktemp)
