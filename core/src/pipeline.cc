@@ -62,6 +62,248 @@ std::string describe_cycle(const std::vector<std::vector<size_t>>& inputs,
   return join(names, " -> ");
 }
 
+// What the validation passes share. Each pass reports into `diagnostics` and leaves what it found
+// here for the passes after it.
+struct Validation {
+  Validation(const PipelineConfig& config, const StageRegistry& registry, Diagnostics& diagnostics)
+      : config(config),
+        registry(registry),
+        diagnostics(diagnostics),
+        count(config.nodes.size()),
+        nodes(count),
+        inputs(count),
+        outputs(count),
+        ordered(count, false) {}
+
+  const PipelineConfig& config;
+  const StageRegistry& registry;
+  Diagnostics& diagnostics;
+  const size_t count;
+  std::vector<ValidatedNode> nodes;         // in file order until the pipeline is assembled
+  std::vector<std::string> ids;             // as written, in file order
+  std::map<std::string, size_t> index_of;   // valid, unique ids
+  std::vector<std::vector<size_t>> inputs;  // accepted edges, by file index
+  std::vector<std::vector<size_t>> outputs;
+  std::vector<size_t> order;  // topological; short of `count` when there is a cycle
+  std::vector<bool> ordered;
+};
+
+// Each node as declared; ids well formed and unique.
+void check_ids(Validation& v) {
+  static const std::regex kIdPattern("[A-Za-z_][A-Za-z0-9_-]*");
+  for (size_t i = 0; i < v.count; ++i) {
+    const NodeConfig& nc = v.config.nodes[i];
+    ValidatedNode& node = v.nodes[i];
+    node.id = nc.id;
+    node.type = nc.type;
+    node.pointer = nc.pointer;
+    node.on_error = nc.on_error;
+    v.ids.push_back(nc.id);
+    if (nc.id.empty()) continue;  // reported while loading
+    if (!std::regex_match(nc.id, kIdPattern)) {
+      v.diagnostics.error(nc.pointer + "/id", "invalid id \"" + nc.id +
+                                                  "\": use letters, digits, '_' and '-', "
+                                                  "starting with a letter or '_'");
+    } else if (!v.index_of.emplace(nc.id, i).second) {
+      v.diagnostics.error(nc.pointer + "/id", "duplicate id \"" + nc.id + "\" (first used at " +
+                                                  v.config.nodes[v.index_of[nc.id]].pointer + ")");
+    }
+  }
+}
+
+// Stage types resolved, params parsed, contracts declared, concurrency overrides applied.
+void build_stages(Validation& v) {
+  for (size_t i = 0; i < v.count; ++i) {
+    const NodeConfig& nc = v.config.nodes[i];
+    ValidatedNode& node = v.nodes[i];
+    if (nc.type.empty()) continue;
+    const StageInfo* info = v.registry.find(nc.type);
+    if (!info) {
+      v.diagnostics.error(nc.pointer + "/type",
+                          unknown_with_suggestion("stage type", nc.type, v.registry.types()),
+                          node.label());
+      continue;
+    }
+    node.kind = info->kind;
+    node.stage =
+        info->create(nc.params, nc.pointer + "/params", v.diagnostics, node.label(), &node.params);
+    if (node.stage) {
+      node.stage->declare(node.contract);
+      node.concurrency = node.contract.default_concurrency();
+    }
+    if (auto c = parse_concurrency(nc.concurrency, nc.pointer + "/concurrency", node.label(),
+                                   v.diagnostics)) {
+      node.concurrency = *c;
+    }
+  }
+}
+
+// Edges: every input names another node, once.
+void connect_inputs(Validation& v) {
+  for (size_t i = 0; i < v.count; ++i) {
+    const NodeConfig& nc = v.config.nodes[i];
+    std::set<std::string> seen;
+    for (size_t k = 0; k < nc.inputs.size(); ++k) {
+      const std::string& input = nc.inputs[k];
+      const std::string pointer = nc.pointer + "/inputs/" + std::to_string(k);
+      auto it = v.index_of.find(input);
+      if (it == v.index_of.end()) {
+        std::vector<std::string> known;
+        for (const auto& [id, index] : v.index_of) known.push_back(id);
+        v.diagnostics.error(pointer, unknown_with_suggestion("input node", input, known),
+                            v.nodes[i].label());
+      } else if (it->second == i) {
+        v.diagnostics.error(pointer, "a node cannot be its own input", v.nodes[i].label());
+      } else if (!seen.insert(input).second) {
+        v.diagnostics.error(pointer, "input \"" + input + "\" is listed twice", v.nodes[i].label());
+      } else {
+        v.inputs[i].push_back(it->second);
+      }
+    }
+  }
+}
+
+// One source, without inputs; every other node has inputs.
+void check_sources(Validation& v) {
+  const auto& config_nodes = v.config.nodes;
+  std::vector<size_t> sources;
+  for (size_t i = 0; i < v.count; ++i) {
+    if (!v.nodes[i].stage && config_nodes[i].type.empty()) continue;
+    const StageInfo* info = v.registry.find(v.nodes[i].type);
+    if (!info) continue;
+    if (info->kind == StageKind::kSource) {
+      sources.push_back(i);
+      if (!config_nodes[i].inputs.empty()) {
+        v.diagnostics.error(config_nodes[i].pointer + "/inputs",
+                            "a source takes no inputs; it starts the graph", v.nodes[i].label());
+      }
+    } else if (config_nodes[i].inputs.empty()) {
+      v.diagnostics.error(config_nodes[i].pointer,
+                          "needs \"inputs\": only a source (e.g. EpisodeSampler) starts a graph",
+                          v.nodes[i].label());
+    }
+  }
+  bool all_types_known = true;
+  for (const auto& nc : config_nodes) all_types_known = all_types_known && v.registry.find(nc.type);
+  if (sources.empty() && v.count > 0 && all_types_known) {
+    v.diagnostics.error("/nodes",
+                        "the pipeline has no source node (a stage that produces "
+                        "samples, e.g. EpisodeSampler)");
+  }
+  for (size_t k = 1; k < sources.size(); ++k) {
+    v.diagnostics.error(
+        config_nodes[sources[k]].pointer,
+        "a pipeline has one source; \"" + v.nodes[sources[0]].id + "\" is already the source",
+        v.nodes[sources[k]].label());
+  }
+}
+
+// Topological order (Kahn, stable by file order); a cycle is reported by name.
+void order_topologically(Validation& v) {
+  std::vector<size_t> pending(v.count);
+  for (size_t i = 0; i < v.count; ++i) pending[i] = v.inputs[i].size();
+  for (size_t i = 0; i < v.count; ++i) {
+    for (size_t input : v.inputs[i]) v.outputs[input].push_back(i);
+  }
+  std::set<size_t> ready;
+  for (size_t i = 0; i < v.count; ++i) {
+    if (pending[i] == 0) ready.insert(i);
+  }
+  while (!ready.empty()) {
+    size_t i = *ready.begin();
+    ready.erase(ready.begin());
+    v.order.push_back(i);
+    v.ordered[i] = true;
+    for (size_t out : v.outputs[i]) {
+      if (--pending[out] == 0) ready.insert(out);
+    }
+  }
+  if (v.order.size() != v.count) {
+    size_t first = 0;
+    while (v.ordered[first]) ++first;
+    v.diagnostics.error(v.config.nodes[first].pointer + "/inputs",
+                        "the graph has a cycle: " + describe_cycle(v.inputs, v.ids, v.ordered),
+                        v.nodes[first].label());
+  }
+}
+
+// Field contracts, in topological order: every read is written upstream with the type read.
+void check_field_flow(Validation& v) {
+  std::vector<FieldSet> available(v.count);
+  // Whether every node upstream was built: below a node with bad params, what is written is
+  // unknown, and the reads it would satisfy are not reported again.
+  std::vector<bool> fields_known(v.count, true);
+  for (size_t i : v.order) {
+    ValidatedNode& node = v.nodes[i];
+    const std::string& pointer = v.config.nodes[i].pointer;
+    FieldSet fields;
+    for (size_t input : v.inputs[i]) {
+      fields_known[i] = fields_known[i] && fields_known[input];
+      for (const auto& [name, origin] : available[input]) {
+        auto [it, inserted] = fields.emplace(name, origin);
+        if (!inserted && it->second.writer != origin.writer) {
+          v.diagnostics.error(pointer,
+                              "inputs carry two different fields named \"" + name +
+                                  "\" (written by \"" + it->second.writer + "\" and \"" +
+                                  origin.writer + "\"); rename one",
+                              node.label());
+        }
+      }
+    }
+    if (!node.stage) {
+      fields_known[i] = false;
+      available[i] = std::move(fields);
+      continue;
+    }
+    for (const auto& read : node.contract.read_fields()) {
+      if (!fields_known[i]) break;
+      auto it = fields.find(read.name);
+      std::string expected(field_type_name(read.type));
+      if (it == fields.end()) {
+        v.diagnostics.error(pointer,
+                            "reads field \"" + read.name + "\" as " + expected +
+                                ", but no upstream stage writes it",
+                            node.label());
+      } else if (it->second.type != read.type) {
+        v.diagnostics.error(pointer,
+                            "reads field \"" + read.name + "\" as " + expected + ", but \"" +
+                                it->second.writer + "\" writes it as " +
+                                std::string(field_type_name(it->second.type)),
+                            node.label());
+      }
+    }
+    for (const auto& removed : node.contract.removed_fields()) fields.erase(removed);
+    if (node.contract.is_batching()) {
+      for (auto& [name, origin] : fields) {
+        if (origin.type == FieldType::kString) {
+          origin.type = FieldType::kJson;
+        } else if (origin.type != FieldType::kJson) {
+          origin.type = FieldType::kTensor;
+        }
+      }
+    }
+    for (const auto& written : node.contract.written_fields()) {
+      fields[written.name] = {written.type, node.id};
+    }
+    available[i] = std::move(fields);
+  }
+}
+
+// The nodes in topological order, with edges as indices into that order.
+std::vector<ValidatedNode> in_topological_order(Validation& v) {
+  std::vector<size_t> new_index(v.count);
+  for (size_t k = 0; k < v.order.size(); ++k) new_index[v.order[k]] = k;
+  std::vector<ValidatedNode> nodes;
+  for (size_t old : v.order) {
+    ValidatedNode node = std::move(v.nodes[old]);
+    for (size_t input : v.inputs[old]) node.inputs.push_back(new_index[input]);
+    for (size_t output : v.outputs[old]) node.outputs.push_back(new_index[output]);
+    std::sort(node.outputs.begin(), node.outputs.end());
+    nodes.push_back(std::move(node));
+  }
+  return nodes;
+}
+
 }  // namespace
 
 ValidatedPipeline ValidatedPipeline::from_config(const PipelineConfig& config,
@@ -72,210 +314,17 @@ ValidatedPipeline ValidatedPipeline::from_config(const PipelineConfig& config,
   pipeline.name_ = config.name;
   pipeline.settings_ = parse_params<Settings>(config.settings, "/settings", diagnostics);
 
-  static const std::regex kIdPattern("[A-Za-z_][A-Za-z0-9_-]*");
-  const size_t count = config.nodes.size();
-  std::vector<ValidatedNode> nodes(count);
-  std::map<std::string, size_t> index_of;
-  std::vector<std::string> ids;
-  for (size_t i = 0; i < count; ++i) {
-    const NodeConfig& nc = config.nodes[i];
-    ValidatedNode& node = nodes[i];
-    node.id = nc.id;
-    node.type = nc.type;
-    node.pointer = nc.pointer;
-    node.on_error = nc.on_error;
-    ids.push_back(nc.id);
-    if (nc.id.empty()) continue;  // reported while loading
-    if (!std::regex_match(nc.id, kIdPattern)) {
-      diagnostics.error(nc.pointer + "/id",
-                        "invalid id \"" + nc.id + "\": use letters, digits, '_' and '-', starting "
-                        "with a letter or '_'");
-    } else if (!index_of.emplace(nc.id, i).second) {
-      diagnostics.error(nc.pointer + "/id", "duplicate id \"" + nc.id + "\" (first used at " +
-                                                config.nodes[index_of[nc.id]].pointer + ")");
-    }
-  }
-
-  for (size_t i = 0; i < count; ++i) {
-    const NodeConfig& nc = config.nodes[i];
-    ValidatedNode& node = nodes[i];
-    if (nc.type.empty()) continue;
-    const StageInfo* info = registry.find(nc.type);
-    if (!info) {
-      diagnostics.error(nc.pointer + "/type",
-                        unknown_with_suggestion("stage type", nc.type, registry.types()),
-                        node.label());
-      continue;
-    }
-    node.kind = info->kind;
-    node.stage = info->create(nc.params, nc.pointer + "/params", diagnostics, node.label(),
-                              &node.params);
-    if (node.stage) {
-      node.stage->declare(node.contract);
-      node.concurrency = node.contract.default_concurrency();
-    }
-    if (auto c = parse_concurrency(nc.concurrency, nc.pointer + "/concurrency", node.label(),
-                                   diagnostics)) {
-      node.concurrency = *c;
-    }
-  }
-
-  // Edges.
-  std::vector<std::vector<size_t>> inputs(count);
-  for (size_t i = 0; i < count; ++i) {
-    const NodeConfig& nc = config.nodes[i];
-    std::set<std::string> seen;
-    for (size_t k = 0; k < nc.inputs.size(); ++k) {
-      const std::string& input = nc.inputs[k];
-      const std::string pointer = nc.pointer + "/inputs/" + std::to_string(k);
-      auto it = index_of.find(input);
-      if (it == index_of.end()) {
-        std::vector<std::string> known;
-        for (const auto& [id, index] : index_of) known.push_back(id);
-        diagnostics.error(pointer, unknown_with_suggestion("input node", input, known),
-                          nodes[i].label());
-      } else if (it->second == i) {
-        diagnostics.error(pointer, "a node cannot be its own input", nodes[i].label());
-      } else if (!seen.insert(input).second) {
-        diagnostics.error(pointer, "input \"" + input + "\" is listed twice", nodes[i].label());
-      } else {
-        inputs[i].push_back(it->second);
-      }
-    }
-  }
-
-  // Sources and their inputs.
-  std::vector<size_t> sources;
-  for (size_t i = 0; i < count; ++i) {
-    if (!nodes[i].stage && config.nodes[i].type.empty()) continue;
-    const StageInfo* info = registry.find(nodes[i].type);
-    if (!info) continue;
-    if (info->kind == StageKind::kSource) {
-      sources.push_back(i);
-      if (!config.nodes[i].inputs.empty()) {
-        diagnostics.error(config.nodes[i].pointer + "/inputs",
-                          "a source takes no inputs; it starts the graph", nodes[i].label());
-      }
-    } else if (config.nodes[i].inputs.empty()) {
-      diagnostics.error(config.nodes[i].pointer,
-                        "needs \"inputs\": only a source (e.g. EpisodeSampler) starts a graph",
-                        nodes[i].label());
-    }
-  }
-  bool all_types_known = true;
-  for (const auto& nc : config.nodes) all_types_known = all_types_known && registry.find(nc.type);
-  if (sources.empty() && count > 0 && all_types_known) {
-    diagnostics.error("/nodes", "the pipeline has no source node (a stage that produces samples, "
-                                "e.g. EpisodeSampler)");
-  }
-  for (size_t k = 1; k < sources.size(); ++k) {
-    diagnostics.error(config.nodes[sources[k]].pointer,
-                      "a pipeline has one source; \"" + nodes[sources[0]].id +
-                          "\" is already the source",
-                      nodes[sources[k]].label());
-  }
-
-  // Topological order (Kahn, stable by file order).
-  std::vector<size_t> order;
-  std::vector<bool> ordered(count, false);
-  std::vector<size_t> pending(count);
-  for (size_t i = 0; i < count; ++i) pending[i] = inputs[i].size();
-  std::vector<std::vector<size_t>> outputs(count);
-  for (size_t i = 0; i < count; ++i) {
-    for (size_t input : inputs[i]) outputs[input].push_back(i);
-  }
-  std::set<size_t> ready;
-  for (size_t i = 0; i < count; ++i) {
-    if (pending[i] == 0) ready.insert(i);
-  }
-  while (!ready.empty()) {
-    size_t i = *ready.begin();
-    ready.erase(ready.begin());
-    order.push_back(i);
-    ordered[i] = true;
-    for (size_t out : outputs[i]) {
-      if (--pending[out] == 0) ready.insert(out);
-    }
-  }
-  if (order.size() != count) {
-    size_t first = 0;
-    while (ordered[first]) ++first;
-    diagnostics.error(config.nodes[first].pointer + "/inputs",
-                      "the graph has a cycle: " + describe_cycle(inputs, ids, ordered),
-                      nodes[first].label());
-  }
-
-  // Field contracts, in topological order.
-  if (order.size() == count) {
-    std::vector<FieldSet> available(count);
-    // Whether every node upstream was built: below a node with bad params, what is written is
-    // unknown, and the reads it would satisfy are not reported again.
-    std::vector<bool> fields_known(count, true);
-    for (size_t i : order) {
-      ValidatedNode& node = nodes[i];
-      const std::string& pointer = config.nodes[i].pointer;
-      FieldSet fields;
-      for (size_t input : inputs[i]) {
-        fields_known[i] = fields_known[i] && fields_known[input];
-        for (const auto& [name, origin] : available[input]) {
-          auto [it, inserted] = fields.emplace(name, origin);
-          if (!inserted && it->second.writer != origin.writer) {
-            diagnostics.error(pointer,
-                              "inputs carry two different fields named \"" + name +
-                                  "\" (written by \"" + it->second.writer + "\" and \"" +
-                                  origin.writer + "\"); rename one",
-                              node.label());
-          }
-        }
-      }
-      if (!node.stage) {
-        fields_known[i] = false;
-        available[i] = std::move(fields);
-        continue;
-      }
-      for (const auto& read : node.contract.read_fields()) {
-        if (!fields_known[i]) break;
-        auto it = fields.find(read.name);
-        std::string expected(field_type_name(read.type));
-        if (it == fields.end()) {
-          diagnostics.error(pointer,
-                            "reads field \"" + read.name + "\" as " + expected +
-                                ", but no upstream stage writes it",
-                            node.label());
-        } else if (it->second.type != read.type) {
-          diagnostics.error(pointer,
-                            "reads field \"" + read.name + "\" as " + expected + ", but \"" +
-                                it->second.writer + "\" writes it as " +
-                                std::string(field_type_name(it->second.type)),
-                            node.label());
-        }
-      }
-      for (const auto& removed : node.contract.removed_fields()) fields.erase(removed);
-      if (node.contract.is_batching()) {
-        for (auto& [name, origin] : fields) {
-          if (origin.type == FieldType::kString) origin.type = FieldType::kJson;
-          else if (origin.type != FieldType::kJson) origin.type = FieldType::kTensor;
-        }
-      }
-      for (const auto& written : node.contract.written_fields()) {
-        fields[written.name] = {written.type, node.id};
-      }
-      available[i] = std::move(fields);
-    }
-  }
-
+  Validation validation(config, registry, diagnostics);
+  check_ids(validation);
+  build_stages(validation);
+  connect_inputs(validation);
+  check_sources(validation);
+  order_topologically(validation);
+  // Field flow needs a complete order; a cycle is already reported.
+  if (validation.order.size() == validation.count) check_field_flow(validation);
   if (!diagnostics.empty()) throw ConfigError(std::move(diagnostics));
 
-  // Reorder topologically and remap edges.
-  std::vector<size_t> new_index(count);
-  for (size_t k = 0; k < order.size(); ++k) new_index[order[k]] = k;
-  for (size_t old : order) {
-    ValidatedNode node = std::move(nodes[old]);
-    for (size_t input : inputs[old]) node.inputs.push_back(new_index[input]);
-    for (size_t output : outputs[old]) node.outputs.push_back(new_index[output]);
-    std::sort(node.outputs.begin(), node.outputs.end());
-    pipeline.nodes_.push_back(std::move(node));
-  }
+  pipeline.nodes_ = in_topological_order(validation);
   return pipeline;
 }
 

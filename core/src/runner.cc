@@ -7,7 +7,7 @@
 // match inputs by sequence number. Terminal nodes return the limiter's credit once every terminal
 // has finished an item, so at most max_in_flight source items are inside the graph at any time.
 // A batching node passes its absorbed items' credits to the batch it emits: an item inside a
-// batch still counts until the batch leaves the graph.
+// batch still counts until the batch leaves the graph (CreditLedger keeps that account).
 
 #include "wam/runner.h"
 
@@ -23,6 +23,8 @@
 #include <sstream>
 #include <thread>
 
+#include "credit_ledger.h"
+
 namespace wam {
 namespace {
 
@@ -32,8 +34,7 @@ struct Packet {
   uint64_t seq = 0;
   size_t from = 0;  // index of the node that produced it (matches join inputs)
   std::vector<Sample> samples;
-  bool holds_credit = true;       // false once a batching node took this item's credit
-  std::vector<uint64_t> carried;  // credits of the items batched into these samples
+  Credits credits;
 };
 using PacketPtr = std::shared_ptr<Packet>;
 using StageNode = flow::multifunction_node<PacketPtr, std::tuple<PacketPtr>>;
@@ -46,6 +47,11 @@ class CollectingEmitter final : public Emitter {
  private:
   std::vector<Sample>& out_;
 };
+
+size_t count_terminals(const std::vector<ValidatedNode>& nodes) {
+  return static_cast<size_t>(std::count_if(
+      nodes.begin(), nodes.end(), [](const ValidatedNode& n) { return n.outputs.empty(); }));
+}
 
 enum class StopReason { kNone, kSteps, kInterrupted, kFailed };
 
@@ -72,14 +78,9 @@ class Join {
     }
     auto merged = std::make_shared<Packet>();
     merged->seq = packet->seq;
-    // Branches of one fan-out carry the same credits: keep each once.
-    for (const auto& part : parts) {
-      merged->holds_credit = merged->holds_credit && part->holds_credit;
-      merged->carried.insert(merged->carried.end(), part->carried.begin(), part->carried.end());
-    }
-    std::sort(merged->carried.begin(), merged->carried.end());
-    merged->carried.erase(std::unique(merged->carried.begin(), merged->carried.end()),
-                          merged->carried.end());
+    std::vector<const Credits*> credits;
+    for (const auto& part : parts) credits.push_back(&part->credits);
+    merged->credits = CreditLedger::merge(credits);
     for (const auto& part : parts) {
       if (part->samples.empty()) return merged;  // skipped on one branch: skipped here
     }
@@ -116,13 +117,17 @@ class Join {
 class Run {
  public:
   Run(ValidatedPipeline& pipeline, const RunOptions& options)
-      : pipeline_(pipeline), nodes_(pipeline.nodes()), options_(options),
-        metrics_(nodes_.size()), terminal_out_(nodes_.size()) {
+      : pipeline_(pipeline),
+        nodes_(pipeline.nodes()),
+        options_(options),
+        metrics_(nodes_.size()),
+        terminal_out_(nodes_.size()),
+        ledger_(pipeline.settings().max_in_flight, pipeline.file() + ":/settings/max_in_flight",
+                count_terminals(nodes_)) {
     log_ = options.log ? options.log : [](const std::string& line) { std::cerr << line << "\n"; };
     for (size_t i = 0; i < nodes_.size(); ++i) {
-      contexts_.push_back(std::make_unique<Context>(nodes_[i].id, nodes_[i].type,
-                                                    pipeline.settings(), log_));
-      if (nodes_[i].outputs.empty()) ++terminal_count_;
+      contexts_.push_back(
+          std::make_unique<Context>(nodes_[i].id, nodes_[i].type, pipeline.settings(), log_));
       if (nodes_[i].inputs.size() > 1) joins_.emplace(i, std::make_unique<Join>(nodes_[i].inputs));
       for (size_t k = 0; k < terminal_out_.size(); ++k) terminal_out_[k].store(0);
     }
@@ -196,8 +201,7 @@ class Run {
     auto output = std::make_shared<Packet>();
     output->seq = input->seq;
     output->from = index;
-    output->holds_credit = input->holds_credit;
-    output->carried = input->carried;
+    output->credits = input->credits;
     metrics.start();
     const auto began = Clock::now();
     const bool sole_owner = input.use_count() == 1;
@@ -219,28 +223,17 @@ class Run {
         if (stopping()) break;
       }
     }
+    // A batching node keeps an absorbed item's credits until it emits a batch.
     if (node.contract.is_batching() && !input->samples.empty() && !dropped) {
-      pass_batched_credits(index, *output);
+      if (output->samples.empty()) {
+        ledger_.absorb(index, output->seq, output->credits);
+      } else {
+        ledger_.hand_to_batch(index, output->credits);
+      }
     }
     metrics.finish(Clock::now() - began);
     finish_output(index, *output);
     return output;
-  }
-
-  // A batching node that absorbed its input keeps the item's credits until it emits a batch,
-  // which then carries every credit held so far.
-  void pass_batched_credits(size_t index, Packet& output) {
-    std::lock_guard<std::mutex> lock(held_credits_mutex_);
-    std::vector<uint64_t>& held = held_credits_[index];
-    if (output.samples.empty()) {
-      if (output.holds_credit) held.push_back(output.seq);
-      held.insert(held.end(), output.carried.begin(), output.carried.end());
-      output.holds_credit = false;
-      output.carried.clear();
-    } else {
-      output.carried.insert(output.carried.end(), held.begin(), held.end());
-      held.clear();
-    }
   }
 
   // Applies the node's on_error policy; returns whether processing may go on.
@@ -287,141 +280,35 @@ class Run {
     metrics_[index].add_out(static_cast<int64_t>(output.samples.size()));
   }
 
-  // A terminal finished a packet: retire its own item (unless a batch took its credit) and the
-  // items batched into it.
+  // A terminal finished a packet: return the credits of the items that have left the graph.
   void retire(const Packet& packet) {
-    if (packet.holds_credit) retire(packet.seq);
-    for (uint64_t seq : packet.carried) retire(seq);
+    for (size_t n = ledger_.release(packet.seq, packet.credits); n > 0; --n) {
+      limiter_->decrementer().try_put(flow::continue_msg());
+    }
   }
 
-  // A terminal finished `seq`; return the limiter credit once every terminal has.
-  void retire(uint64_t seq) {
-    if (terminal_count_ > 1) {
-      std::lock_guard<std::mutex> lock(retire_mutex_);
-      if (++retired_[seq] < terminal_count_) return;
-      retired_.erase(seq);
-    }
-    limiter_->decrementer().try_put(flow::continue_msg());
-  }
+  // The TBB nodes behind the pipeline's stage nodes; they must outlive wait_for_all().
+  struct FlowNodes {
+    explicit FlowNodes(size_t count) : stages(count), entry(count, nullptr) {}
+    std::vector<std::unique_ptr<StageNode>> stages;
+    std::vector<std::unique_ptr<flow::sequencer_node<PacketPtr>>> sequencers;
+    std::vector<std::unique_ptr<StageNode>> joins;
+    std::vector<flow::receiver<PacketPtr>*> entry;  // per node: join -> sequencer -> stage
+    std::unique_ptr<flow::function_node<PacketPtr>> source_sink;
+  };
 
   void run_graph() {
     flow::graph graph;
     graph_ = &graph;
-    const Settings& settings = pipeline_.settings();
-    ValidatedNode& source = nodes_[0];
-
-    flow::input_node<PacketPtr> input(graph, [this, &source](oneapi::tbb::flow_control& control) {
-      NodeMetrics& metrics = metrics_[0];
-      if (produced_any_) metrics.add_blocked(Clock::now() - last_emit_);
-      for (;;) {
-        if (stopping()) {
-          control.stop();
-          return PacketPtr();
-        }
-        const auto began = Clock::now();
-        std::optional<Sample> sample;
-        try {
-          sample = source.source().next();
-        } catch (const std::exception& e) {
-          metrics.add_busy(Clock::now() - began);
-          if (handle_error(0, "item " + std::to_string(next_seq_), "next", e.what())) continue;
-          control.stop();
-          return PacketPtr();
-        }
-        metrics.add_busy(Clock::now() - began);
-        if (!sample) {
-          source_exhausted_ = true;
-          control.stop();
-          return PacketPtr();
-        }
-        auto packet = std::make_shared<Packet>();
-        packet->seq = next_seq_++;
-        packet->from = 0;
-        sample->set_seq(packet->seq);
-        packet->samples.push_back(std::move(*sample));
-        finish_output(0, *packet);
-        announce(source.outputs);
-        produced_any_ = true;
-        last_emit_ = Clock::now();
-        return packet;
-      }
-    });
-    flow::limiter_node<PacketPtr> limiter(graph, static_cast<size_t>(settings.max_in_flight));
+    flow::input_node<PacketPtr> input(
+        graph, [this](oneapi::tbb::flow_control& control) { return next_packet(control); });
+    flow::limiter_node<PacketPtr> limiter(graph,
+                                          static_cast<size_t>(pipeline_.settings().max_in_flight));
     limiter_ = &limiter;
     flow::make_edge(input, limiter);
-
-    // Entry receiver of each node: join -> sequencer -> stage, as present.
-    std::vector<std::unique_ptr<StageNode>> stage_nodes(nodes_.size());
-    std::vector<std::unique_ptr<flow::sequencer_node<PacketPtr>>> sequencers;
-    std::vector<std::unique_ptr<StageNode>> join_nodes;
-    std::vector<flow::receiver<PacketPtr>*> entry(nodes_.size(), nullptr);
-    std::unique_ptr<flow::function_node<PacketPtr>> source_sink;
-
-    for (size_t i = 1; i < nodes_.size(); ++i) {
-      const ValidatedNode& node = nodes_[i];
-      const size_t concurrency = node.concurrency.limit == Concurrency::kUnlimited
-                                     ? size_t(flow::unlimited)
-                                     : static_cast<size_t>(node.concurrency.limit);
-      // A free worker takes a bounded-concurrency node's work first, later nodes (they are in
-      // topological order) before earlier ones: the serial chain to the step is never starved by
-      // a backlog of parallel decoding, and it holds at most one worker per node, so the parallel
-      // stages keep the rest.
-      const auto priority = node.concurrency.limit == Concurrency::kUnlimited
-                                ? flow::no_priority
-                                : static_cast<flow::node_priority_t>(i);
-      stage_nodes[i] = std::make_unique<StageNode>(
-          graph, concurrency,
-          [this, i](const PacketPtr& in, StageNode::output_ports_type& ports) {
-            PacketPtr out = process_packet(i, in);
-            forward(i, out, std::get<0>(ports));
-          },
-          priority);
-      flow::receiver<PacketPtr>* first = stage_nodes[i].get();
-      if (settings.ordered && node.contract.is_order_sensitive()) {
-        sequencers.push_back(std::make_unique<flow::sequencer_node<PacketPtr>>(
-            graph, [](const PacketPtr& p) { return static_cast<size_t>(p->seq); }));
-        flow::make_edge(*sequencers.back(), *stage_nodes[i]);
-        first = sequencers.back().get();
-      }
-      if (node.inputs.size() > 1) {
-        Join* join = joins_.at(i).get();
-        join_nodes.push_back(std::make_unique<StageNode>(
-            graph, flow::unlimited,
-            [this, i, join](const PacketPtr& in, StageNode::output_ports_type& ports) {
-              try {
-                if (PacketPtr merged = join->add(in, nodes_[i].label())) {
-                  metrics_[i].arrive();
-                  std::get<0>(ports).try_put(merged);
-                }
-              } catch (const std::exception& e) {
-                fail(StageError(nodes_[i].id, nodes_[i].type, "", "join", e.what()));
-              }
-            },
-            priority));
-        flow::make_edge(flow::output_port<0>(*join_nodes.back()), *first);
-        first = join_nodes.back().get();
-      }
-      entry[i] = first;
-    }
-    for (size_t i = 1; i < nodes_.size(); ++i) {
-      for (size_t output : nodes_[i].outputs) {
-        flow::make_edge(flow::output_port<0>(*stage_nodes[i]), *entry[output]);
-      }
-    }
-    if (source.outputs.empty()) {  // `--stop-after` the source: count and retire
-      source_sink = std::make_unique<flow::function_node<PacketPtr>>(
-          graph, flow::unlimited, [this](const PacketPtr& p) {
-            if (options_.on_output) {
-              std::lock_guard<std::mutex> lock(output_mutex_);
-              for (const auto& sample : p->samples) options_.on_output(sample);
-            }
-            retire(*p);
-            return flow::continue_msg();
-          });
-      flow::make_edge(limiter, *source_sink);
-    } else {
-      for (size_t output : source.outputs) flow::make_edge(limiter, *entry[output]);
-    }
+    FlowNodes flow_nodes(nodes_.size());
+    for (size_t i = 1; i < nodes_.size(); ++i) add_stage_node(graph, i, flow_nodes);
+    connect(graph, limiter, flow_nodes);
 
     input.activate();
     try {
@@ -433,6 +320,119 @@ class Run {
     if (!stopping() && !source_exhausted_) report_stall();
     graph_ = nullptr;
     limiter_ = nullptr;
+  }
+
+  // The source node's body: the next source item as a packet, or null (and stop) at its end.
+  PacketPtr next_packet(oneapi::tbb::flow_control& control) {
+    ValidatedNode& source = nodes_[0];
+    NodeMetrics& metrics = metrics_[0];
+    if (produced_any_) metrics.add_blocked(Clock::now() - last_emit_);
+    for (;;) {
+      if (stopping()) {
+        control.stop();
+        return PacketPtr();
+      }
+      const auto began = Clock::now();
+      std::optional<Sample> sample;
+      try {
+        sample = source.source().next();
+      } catch (const std::exception& e) {
+        metrics.add_busy(Clock::now() - began);
+        if (handle_error(0, "item " + std::to_string(next_seq_), "next", e.what())) continue;
+        control.stop();
+        return PacketPtr();
+      }
+      metrics.add_busy(Clock::now() - began);
+      if (!sample) {
+        source_exhausted_ = true;
+        control.stop();
+        return PacketPtr();
+      }
+      auto packet = std::make_shared<Packet>();
+      packet->seq = next_seq_++;
+      packet->from = 0;
+      sample->set_seq(packet->seq);
+      packet->samples.push_back(std::move(*sample));
+      finish_output(0, *packet);
+      announce(source.outputs);
+      produced_any_ = true;
+      last_emit_ = Clock::now();
+      return packet;
+    }
+  }
+
+  // Node `i`'s stage, behind a sequencer when it needs source order and a join when it has several
+  // inputs.
+  void add_stage_node(flow::graph& graph, size_t i, FlowNodes& flow_nodes) {
+    const ValidatedNode& node = nodes_[i];
+    const size_t concurrency = node.concurrency.limit == Concurrency::kUnlimited
+                                   ? size_t(flow::unlimited)
+                                   : static_cast<size_t>(node.concurrency.limit);
+    // A free worker takes a bounded-concurrency node's work first, later nodes (they are in
+    // topological order) before earlier ones: the serial chain to the step is never starved by
+    // a backlog of parallel decoding, and it holds at most one worker per node, so the parallel
+    // stages keep the rest.
+    const auto priority = node.concurrency.limit == Concurrency::kUnlimited
+                              ? flow::no_priority
+                              : static_cast<flow::node_priority_t>(i);
+    flow_nodes.stages[i] = std::make_unique<StageNode>(
+        graph, concurrency,
+        [this, i](const PacketPtr& in, StageNode::output_ports_type& ports) {
+          PacketPtr out = process_packet(i, in);
+          forward(i, out, std::get<0>(ports));
+        },
+        priority);
+    flow::receiver<PacketPtr>* first = flow_nodes.stages[i].get();
+    if (pipeline_.settings().ordered && node.contract.is_order_sensitive()) {
+      auto& sequencers = flow_nodes.sequencers;
+      sequencers.push_back(std::make_unique<flow::sequencer_node<PacketPtr>>(
+          graph, [](const PacketPtr& p) { return static_cast<size_t>(p->seq); }));
+      flow::make_edge(*sequencers.back(), *flow_nodes.stages[i]);
+      first = sequencers.back().get();
+    }
+    if (node.inputs.size() > 1) {
+      Join* join = joins_.at(i).get();
+      auto& joins = flow_nodes.joins;
+      joins.push_back(std::make_unique<StageNode>(
+          graph, flow::unlimited,
+          [this, i, join](const PacketPtr& in, StageNode::output_ports_type& ports) {
+            try {
+              if (PacketPtr merged = join->add(in, nodes_[i].label())) {
+                metrics_[i].arrive();
+                std::get<0>(ports).try_put(merged);
+              }
+            } catch (const std::exception& e) {
+              fail(StageError(nodes_[i].id, nodes_[i].type, "", "join", e.what()));
+            }
+          },
+          priority));
+      flow::make_edge(flow::output_port<0>(*joins.back()), *first);
+      first = joins.back().get();
+    }
+    flow_nodes.entry[i] = first;
+  }
+
+  // Edges between stage nodes, and from the limiter to the source's outputs.
+  void connect(flow::graph& graph, flow::limiter_node<PacketPtr>& limiter, FlowNodes& flow_nodes) {
+    for (size_t i = 1; i < nodes_.size(); ++i) {
+      for (size_t output : nodes_[i].outputs) {
+        flow::make_edge(flow::output_port<0>(*flow_nodes.stages[i]), *flow_nodes.entry[output]);
+      }
+    }
+    if (nodes_[0].outputs.empty()) {  // `--stop-after` the source: count and retire
+      flow_nodes.source_sink = std::make_unique<flow::function_node<PacketPtr>>(
+          graph, flow::unlimited, [this](const PacketPtr& p) {
+            if (options_.on_output) {
+              std::lock_guard<std::mutex> lock(output_mutex_);
+              for (const auto& sample : p->samples) options_.on_output(sample);
+            }
+            retire(*p);
+            return flow::continue_msg();
+          });
+      flow::make_edge(limiter, *flow_nodes.source_sink);
+    } else {
+      for (size_t output : nodes_[0].outputs) flow::make_edge(limiter, *flow_nodes.entry[output]);
+    }
   }
 
   // Queue accounting: a join's arrival is announced once, when its inputs have merged.
@@ -492,26 +492,11 @@ class Run {
   // The graph went idle with its source neither exhausted nor stopped: every credit is held by
   // items a batching node keeps for a batch it cannot complete.
   void report_stall() {
-    size_t holder = 0, most = 0;
-    {
-      std::lock_guard<std::mutex> lock(held_credits_mutex_);
-      for (const auto& [index, held] : held_credits_) {
-        if (held.size() > most) holder = index, most = held.size();
-      }
-    }
-    const std::string limit = std::to_string(pipeline_.settings().max_in_flight);
-    const std::string setting = pipeline_.file() + ":/settings/max_in_flight";
-    if (most == 0) {
-      fail(StageError(nodes_[0].id, nodes_[0].type, "", "run",
-                      "the graph stalled with all " + limit + " source items allowed by " +
-                          setting + " inside it"));
-      return;
-    }
-    fail(StageError(nodes_[holder].id, nodes_[holder].type, "", "run",
-                    "the graph stalled: all " + limit + " source items allowed by " + setting +
-                        " are held by " + nodes_[holder].id +
-                        " waiting to complete a batch; raise it to at least the batch size (a few "
-                        "batches more keeps every stage busy)"));
+    std::vector<std::string> ids;
+    for (const auto& node : nodes_) ids.push_back(node.id);
+    const CreditLedger::Stall stall = ledger_.diagnose_stall(ids);
+    const ValidatedNode& node = nodes_[stall.holder.value_or(0)];
+    fail(StageError(node.id, node.type, "", "run", stall.message));
   }
 
   bool deliver_downstream(size_t index, const PacketPtr& packet) {
@@ -542,10 +527,9 @@ class Run {
     }
   }
 
+  // Watches for an interrupt and, every report_every_s, logs a progress line.
   void report_loop() {
-    auto last_report = Clock::now();
-    std::vector<double> last_busy(nodes_.size(), 0.0);
-    int64_t last_out = 0;
+    Progress last{Clock::now(), 0, std::vector<double>(nodes_.size(), 0.0)};
     std::unique_lock<std::mutex> lock(report_mutex_);
     const auto poll_interval = std::chrono::milliseconds(100);
     while (!report_cv_.wait_for(lock, poll_interval, [this] { return finished_; })) {
@@ -556,28 +540,43 @@ class Run {
       }
       if (options_.report_every_s <= 0) continue;
       const auto now = Clock::now();
-      const double interval = std::chrono::duration<double>(now - last_report).count();
-      if (interval < options_.report_every_s) continue;
-      int64_t out = 0;
-      for (size_t i = 0; i < nodes_.size(); ++i) {
-        if (nodes_[i].outputs.empty()) out += metrics_[i].out();
-      }
-      std::ostringstream line;
-      line.setf(std::ios::fixed);
-      line.precision(1);
-      line << "[" << std::chrono::duration<double>(now - start_).count() << " s] out " << out
-           << " (" << (out - last_out) / interval << "/s) busy%:";
-      for (size_t i = 0; i < nodes_.size(); ++i) {
-        const double busy = metrics_[i].busy_seconds();
-        line.precision(0);
-        line << " " << nodes_[i].id << " "
-             << 100.0 * (busy - last_busy[i]) / (interval * slots(i, threads_));
-        last_busy[i] = busy;
-      }
-      log_(line.str());
-      last_out = out;
-      last_report = now;
+      if (std::chrono::duration<double>(now - last.at).count() < options_.report_every_s) continue;
+      Progress current = progress(now);
+      log_(progress_line(last, current));
+      last = std::move(current);
     }
+  }
+
+  // What a progress line compares with the previous one.
+  struct Progress {
+    Clock::time_point at;
+    int64_t out = 0;           // items that left the graph
+    std::vector<double> busy;  // seconds, per node
+  };
+
+  Progress progress(Clock::time_point now) const {
+    Progress progress{now, 0, {}};
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (nodes_[i].outputs.empty()) progress.out += metrics_[i].out();
+    }
+    for (const auto& metrics : metrics_) progress.busy.push_back(metrics.busy_seconds());
+    return progress;
+  }
+
+  // "[12.0 s] out 96 (8.0/s) busy%: source 3 decode 97 ...": the rates since `last`.
+  std::string progress_line(const Progress& last, const Progress& now) const {
+    const double interval = std::chrono::duration<double>(now.at - last.at).count();
+    std::ostringstream line;
+    line.setf(std::ios::fixed);
+    line.precision(1);
+    line << "[" << std::chrono::duration<double>(now.at - start_).count() << " s] out " << now.out
+         << " (" << (now.out - last.out) / interval << "/s) busy%:";
+    line.precision(0);
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      line << " " << nodes_[i].id << " "
+           << 100.0 * (now.busy[i] - last.busy[i]) / (interval * slots(i, threads_));
+    }
+    return line.str();
   }
 
   RunStats collect_stats(Clock::time_point end, int64_t threads) {
@@ -623,7 +622,7 @@ class Run {
   std::vector<std::atomic<int64_t>> terminal_out_;
   std::vector<std::unique_ptr<Context>> contexts_;
   std::map<size_t, std::unique_ptr<Join>> joins_;
-  size_t terminal_count_ = 0;
+  CreditLedger ledger_;
   int64_t threads_ = 1;
 
   std::atomic<StopReason> stop_{StopReason::kNone};
@@ -633,10 +632,6 @@ class Run {
 
   flow::graph* graph_ = nullptr;
   flow::limiter_node<PacketPtr>* limiter_ = nullptr;
-  std::mutex retire_mutex_;
-  std::map<uint64_t, size_t> retired_;
-  std::mutex held_credits_mutex_;
-  std::map<size_t, std::vector<uint64_t>> held_credits_;  // by batching node
   std::mutex output_mutex_;
 
   uint64_t next_seq_ = 0;  // touched only by the serial source body, then by drain()
