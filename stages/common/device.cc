@@ -18,9 +18,11 @@ at::Device resolve_device(const std::string& stage_device, const std::string& se
   const std::string& requested = follows_settings ? settings_device : stage_device;
   if (requested == "cpu") return at::Device(at::kCPU);
   if (requested == "cuda" && !cuda_available) {
-    throw Error(who + ": " + (follows_settings ? "settings.device" : "param device") +
-                " is \"cuda\" but this LibTorch (" TORCH_VERSION
-                ") sees no CUDA device; set it to \"auto\" or \"cpu\"");
+    throw Error(who +
+                ": device \"cuda\" was requested but this LibTorch (" TORCH_VERSION
+                ") sees no CUDA device; set " +
+                (follows_settings ? "settings.device" : "param device") +
+                " to \"auto\" or \"cpu\"");
   }
   return cuda_available ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
 }
