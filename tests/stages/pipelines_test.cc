@@ -99,8 +99,8 @@ INSTANTIATE_TEST_SUITE_P(Broken, StageGoldenDiagnostics,
 TEST(BuiltinRegistry, ListsEveryBuiltinStage) {
   EXPECT_EQ(StageRegistry::builtin().types(),
             (std::vector<std::string>{"Augment", "Collate", "EpisodeSampler", "HostToDevice",
-                                      "TextEmbed", "TrainStep", "VaeEncode", "VideoDecode",
-                                      "VlmEncode"}));
+                                      "LatentCacheLookup", "TextEmbed", "TrainStep", "VaeEncode",
+                                      "VideoDecode", "VlmEncode"}));
 }
 
 }  // namespace
