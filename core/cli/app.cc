@@ -120,7 +120,8 @@ int cmd_describe(const std::string& type) {
     default_width = std::max(default_width, row.default_value.dump().size() + 2);
   }
   std::cout << "  " << std::left << std::setw(name_width) << "name" << std::setw(type_width)
-            << "type" << std::setw(default_width) << "default" << "constraints / doc\n";
+            << "type" << std::setw(default_width) << "default"
+            << "constraints / doc\n";
   for (const auto& row : rows) {
     std::cout << "  " << std::left << std::setw(name_width) << row.name << std::setw(type_width)
               << row.type << std::setw(default_width) << row.default_value.dump()
@@ -166,9 +167,10 @@ int cmd_graph(const PipelineArgs& args, const std::string& out) {
 namespace wam::cli {
 
 int run_cli(int argc, char** argv) {
-  CLI::App app{"wam-pipeline: train robot world action models with a oneTBB flow graph of stages "
-               "described in JSON pipeline files.",
-               "wam-pipeline"};
+  CLI::App app{
+      "wam-pipeline: train robot world action models with a oneTBB flow graph of stages "
+      "described in JSON pipeline files.",
+      "wam-pipeline"};
   app.set_version_flag("--version", std::string("wam-pipeline ") + WAM_VERSION);
   app.require_subcommand(1);
 
@@ -179,21 +181,26 @@ int run_cli(int argc, char** argv) {
   bool print_config = false;
   auto* run = app.add_subcommand("run", "Run a pipeline and print a per-node summary");
   add_pipeline_args(*run, run_args);
-  run->add_option("--steps", steps, "Stop after the terminal node emitted N items (overrides settings.steps)")
+  run->add_option("--steps", steps,
+                  "Stop after the terminal node emitted N items (overrides settings.steps)")
       ->check(at_least(0));
-  run->add_option("--stop-after", stop_after,
-                  "Run only NODE and what is upstream of it; what leaves NODE is counted and dropped");
+  run->add_option(
+      "--stop-after", stop_after,
+      "Run only NODE and what is upstream of it; what leaves NODE is counted and dropped");
   run->add_option("--stats-out", stats_out, "Write the per-node statistics as JSON to this file");
   run->add_option("--report-every", report_every,
                   "Seconds between progress lines showing each node's busy%; 0 turns them off")
       ->capture_default_str()
       ->check(at_least(0));
-  run->add_option("--threads", threads, "Worker threads (overrides settings.threads; 0: one per core)")
+  run->add_option("--threads", threads,
+                  "Worker threads (overrides settings.threads; 0: one per core)")
       ->check(at_least(0));
-  run->add_flag("--print-config", print_config, "Print the effective pipeline (defaults filled in)");
+  run->add_flag("--print-config", print_config,
+                "Print the effective pipeline (defaults filled in)");
 
   std::vector<std::string> validate_files, validate_overrides;
-  auto* validate = app.add_subcommand("validate", "Check pipeline files; report every problem at once");
+  auto* validate =
+      app.add_subcommand("validate", "Check pipeline files; report every problem at once");
   validate->add_option("pipelines", validate_files, "Pipeline JSON files")->required();
   validate->add_option("--set", validate_overrides, "Override a value (path.to.key=VALUE)");
 
@@ -219,7 +226,8 @@ int run_cli(int argc, char** argv) {
   }
 
   try {
-    if (*run) return cmd_run(run_args, steps, stop_after, stats_out, report_every, threads, print_config);
+    if (*run)
+      return cmd_run(run_args, steps, stop_after, stats_out, report_every, threads, print_config);
     if (*validate) return cmd_validate(validate_files, validate_overrides);
     if (app.got_subcommand("stages")) return cmd_stages();
     if (*describe) return cmd_describe(describe_type);

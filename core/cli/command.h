@@ -52,6 +52,6 @@ class CommandRegistry {
 
 }  // namespace wam::cli
 
-#define WAM_REGISTER_COMMAND(Class)                                     \
+#define WAM_REGISTER_COMMAND(Class)                                   \
   [[maybe_unused]] static const bool wam_command_registered_##Class = \
       (::wam::cli::CommandRegistry::builtin().add<Class>(), true)

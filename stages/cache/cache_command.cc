@@ -83,24 +83,28 @@ class CacheCommand final : public Command {
         "generate",
         "Encode the selected fields of every sample with the frozen VAE / VLM (never the "
         "transformer) and publish them atomically; an interrupted run resumes where it stopped");
-    generate_->add_option("pipeline", generate_options_.pipeline,
-                          "Cache pipeline (its LatentCacheLookup node says what to build)")
+    generate_
+        ->add_option("pipeline", generate_options_.pipeline,
+                     "Cache pipeline (its LatentCacheLookup node says what to build)")
         ->required();
     generate_->add_option("--set", generate_options_.overrides,
                           "Override a value before includes resolve (path.to.key=VALUE)");
     generate_->add_option("--fields", fields_,
                           "current,memory_anchor,memory_recent,vlm or all (default: the "
                           "LatentCacheLookup node's fields)");
-    generate_->add_option("--max-samples", generate_options_.max_samples,
-                          "Encode only sample ids [0, N): a partial vlm cache, whose misses "
-                          "are encoded online (0: every sample)")
+    generate_
+        ->add_option("--max-samples", generate_options_.max_samples,
+                     "Encode only sample ids [0, N): a partial vlm cache, whose misses "
+                     "are encoded online (0: every sample)")
         ->check(at_least(0));
-    generate_->add_option("--shard-size", generate_options_.shard_size,
-                          "Samples per HDF5 shard (the unit of resume)")
+    generate_
+        ->add_option("--shard-size", generate_options_.shard_size,
+                     "Samples per HDF5 shard (the unit of resume)")
         ->capture_default_str()
         ->check(at_least(1));
-    generate_->add_option("--batch-size", generate_options_.batch_size,
-                          "Samples per encoder call (default: the pipeline's batch_size)")
+    generate_
+        ->add_option("--batch-size", generate_options_.batch_size,
+                     "Samples per encoder call (default: the pipeline's batch_size)")
         ->check(at_least(1));
     generate_->add_flag("--overwrite", generate_options_.overwrite,
                         "Publish replacement builds of artifacts the cache already holds");
@@ -141,17 +145,15 @@ class CacheCommand final : public Command {
     for (const cache::PublishResult& published : result.published) {
       const bool vlm = published.artifact_id.rfind("vlm", 0) == 0;
       char line[512];
-      std::snprintf(line, sizeof(line),
-                    "%s cache published: artifact=%s build=%s samples=%lld shards=%lld bytes=%lld "
-                    "elapsed=%.1fs throughput=%.2f samples/s catalog=%s/catalog.json\n",
-                    vlm ? "VLM" : "VAE", published.artifact_id.c_str(),
-                    published.build_id.c_str(), static_cast<long long>(published.samples),
-                    static_cast<long long>(published.shards),
-                    static_cast<long long>(published.bytes), result.seconds,
-                    result.seconds > 0 ? static_cast<double>(result.samples_encoded) /
-                                             result.seconds
-                                       : 0.0,
-                    result.root.c_str());
+      std::snprintf(
+          line, sizeof(line),
+          "%s cache published: artifact=%s build=%s samples=%lld shards=%lld bytes=%lld "
+          "elapsed=%.1fs throughput=%.2f samples/s catalog=%s/catalog.json\n",
+          vlm ? "VLM" : "VAE", published.artifact_id.c_str(), published.build_id.c_str(),
+          static_cast<long long>(published.samples), static_cast<long long>(published.shards),
+          static_cast<long long>(published.bytes), result.seconds,
+          result.seconds > 0 ? static_cast<double>(result.samples_encoded) / result.seconds : 0.0,
+          result.root.c_str());
       std::cout << line;
     }
     return kExitOk;
@@ -183,12 +185,13 @@ class CacheCommand final : public Command {
     std::printf("%s: %zu artifact%s\n", root.c_str(), artifacts.size(),
                 artifacts.size() == 1 ? "" : "s");
     for (const cache::ArtifactInfo& info : artifacts) {
-      std::printf(
-          "  %-26s build %s  samples %lld (%.1f%% coverage)  shards %lld  %s\n",
-          info.artifact_id.c_str(), info.build_id.c_str(), static_cast<long long>(info.samples),
-          100 * info.coverage, static_cast<long long>(info.shards), human_bytes(info.bytes).c_str());
+      std::printf("  %-26s build %s  samples %lld (%.1f%% coverage)  shards %lld  %s\n",
+                  info.artifact_id.c_str(), info.build_id.c_str(),
+                  static_cast<long long>(info.samples), 100 * info.coverage,
+                  static_cast<long long>(info.shards), human_bytes(info.bytes).c_str());
       const nlohmann::json& summary = info.contract_summary;
-      std::printf("    values %s  key codec %s\n", summary.value("values", nlohmann::json()).dump().c_str(),
+      std::printf("    values %s  key codec %s\n",
+                  summary.value("values", nlohmann::json()).dump().c_str(),
                   summary.value("key_codec", "").c_str());
       if (summary.contains("dependencies")) {
         for (const auto& [part, fingerprint] : summary["dependencies"].items()) {

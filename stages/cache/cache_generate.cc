@@ -50,8 +50,7 @@ CacheNode find_cache_node(const ValidatedPipeline& pipeline) {
 // The spec, refusing random augmentation with the param's JSON pointer.
 CacheSpec checked_spec(const ValidatedPipeline& pipeline, const CacheNode& cache_node) {
   CacheSpec spec = cache_node.reader->cache_spec(pipeline.settings());
-  if (const std::string random = first_random_augment_param(spec.augment);
-      !random.empty()) {
+  if (const std::string random = first_random_augment_param(spec.augment); !random.empty()) {
     Diagnostics diagnostics(pipeline.file());
     diagnostics.error(cache_node.node->pointer + "/params/augment/" + random,
                       "Offline encoder artifacts require deterministic images; " + random +
@@ -64,8 +63,8 @@ CacheSpec checked_spec(const ValidatedPipeline& pipeline, const CacheNode& cache
 }
 
 // The generation graph: only what the selected fields need, in sample id order.
-PipelineConfig generation_graph(const ValidatedPipeline& pipeline, const CacheSpec& spec,
-                                bool vae, bool vlm, int64_t sample_count, int64_t batch_size) {
+PipelineConfig generation_graph(const ValidatedPipeline& pipeline, const CacheSpec& spec, bool vae,
+                                bool vlm, int64_t sample_count, int64_t batch_size) {
   PipelineConfig config;
   config.file = pipeline.file() + " (cache generate)";
   config.name = pipeline.name() + "_cache_generate";
@@ -118,8 +117,8 @@ PipelineConfig generation_graph(const ValidatedPipeline& pipeline, const CacheSp
 
 // Rows of one artifact waiting for their shard to fill.
 struct PendingRows {
-  std::vector<at::Tensor> rows;            // fixed values: one tensor per sample
-  std::vector<at::Tensor> context, mask;   // vlm: cropped rows
+  std::vector<at::Tensor> rows;           // fixed values: one tensor per sample
+  std::vector<at::Tensor> context, mask;  // vlm: cropped rows
 };
 
 // A VLM row cropped to its valid tokens [first, last]; a row without any keeps one zero token.
@@ -138,13 +137,12 @@ void check_latent(const at::Tensor& latent, const ValueSchema& schema,
   const std::string dtype = latent.scalar_type() == at::kBFloat16 ? "bfloat16"
                             : latent.scalar_type() == at::kFloat  ? "float32"
                                                                   : describe_tensor(latent);
-  if (dtype != dtype_name(schema.dtype) ||
-      latent.sizes() != at::IntArrayRef(schema.shape)) {
+  if (dtype != dtype_name(schema.dtype) || latent.sizes() != at::IntArrayRef(schema.shape)) {
     std::string expected;
     for (int64_t d : schema.shape) expected += (expected.empty() ? "" : ", ") + std::to_string(d);
     throw Error(artifact_id + ": the encoder produced " + describe_tensor(latent) +
-                " per sample but the contract expects " +
-                std::string(dtype_name(schema.dtype)) + " [" + expected + "]");
+                " per sample but the contract expects " + std::string(dtype_name(schema.dtype)) +
+                " [" + expected + "]");
   }
 }
 
@@ -163,19 +161,17 @@ GenerateResult generate_cache(const GenerateOptions& options) {
   for (const auto& field : fields) artifact_ids.push_back(field_info(field).artifact_id);
   check_write_target(result.root, artifact_ids, options.overwrite);
 
-  const DatasetFingerprint dataset = fingerprint_dataset(
-      spec.sampler.at("dataset_dirs").get<std::vector<std::string>>());
-  result.samples = options.max_samples > 0
-                       ? std::min(options.max_samples, dataset.sample_count)
-                       : dataset.sample_count;
+  const DatasetFingerprint dataset =
+      fingerprint_dataset(spec.sampler.at("dataset_dirs").get<std::vector<std::string>>());
+  result.samples = options.max_samples > 0 ? std::min(options.max_samples, dataset.sample_count)
+                                           : dataset.sample_count;
   bool vae = false, vlm = false;
   std::vector<std::unique_ptr<ArtifactBuilder>> builders;
   std::vector<std::string> builder_fields;
   for (const auto& field : fields) {
-    const nlohmann::json contract =
-        artifact_contract(field, spec, dataset, result.samples);
-    builders.push_back(std::make_unique<ArtifactBuilder>(result.root, contract,
-                                                                build_id_of(contract, options.shard_size)));
+    const nlohmann::json contract = artifact_contract(field, spec, dataset, result.samples);
+    builders.push_back(std::make_unique<ArtifactBuilder>(
+        result.root, contract, build_id_of(contract, options.shard_size)));
     builder_fields.push_back(field);
     (field_info(field).vae ? vae : vlm) = true;
   }
@@ -213,8 +209,7 @@ GenerateResult generate_cache(const GenerateOptions& options) {
           mask = at::cat(rows.mask).contiguous();
           ValueRows context_rows{"context", context.data_ptr(), context.nbytes(), {}};
           for (const at::Tensor& row : rows.context) context_rows.lengths.push_back(row.size(0));
-          ValueRows mask_rows{"mask", mask.data_ptr(), mask.nbytes(),
-                                     context_rows.lengths};
+          ValueRows mask_rows{"mask", mask.data_ptr(), mask.nbytes(), context_rows.lengths};
           values = {context_rows, mask_rows};
         } else {
           block = at::stack(rows.rows).contiguous();
@@ -250,7 +245,8 @@ GenerateResult generate_cache(const GenerateOptions& options) {
         const int64_t id = ids[r].item<int64_t>();
         if (id != done) {
           throw Error("cache generate: sample " + std::to_string(id) + " arrived where sample " +
-                      std::to_string(done) + " was expected; the generation graph must keep "
+                      std::to_string(done) +
+                      " was expected; the generation graph must keep "
                       "sample id order");
         }
         pending_ids.push_back(id);

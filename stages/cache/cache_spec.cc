@@ -20,11 +20,11 @@ namespace fs = std::filesystem;
 // Augment params that draw randomness, with the value that turns each off.
 const std::vector<std::pair<std::string, double>>& random_augment_params() {
   static const std::vector<std::pair<std::string, double>> params = {
-      {"camera_jitter_prob", 0.0},         {"color_jitter_brightness", 0.0},
-      {"color_jitter_contrast", 0.0},      {"color_jitter_saturation", 0.0},
-      {"color_jitter_gamma", 0.0},         {"domain_jitter_rgb_prob", 0.0},
-      {"domain_jitter_shadow_prob", 0.0},  {"sensor_noise_gaussian_prob", 0.0},
-      {"sensor_noise_blur_prob", 0.0},     {"sensor_noise_downsample_prob", 0.0}};
+      {"camera_jitter_prob", 0.0},        {"color_jitter_brightness", 0.0},
+      {"color_jitter_contrast", 0.0},     {"color_jitter_saturation", 0.0},
+      {"color_jitter_gamma", 0.0},        {"domain_jitter_rgb_prob", 0.0},
+      {"domain_jitter_shadow_prob", 0.0}, {"sensor_noise_gaussian_prob", 0.0},
+      {"sensor_noise_blur_prob", 0.0},    {"sensor_noise_downsample_prob", 0.0}};
   return params;
 }
 
@@ -46,8 +46,8 @@ int64_t window_frames(const CacheSpec& spec) {
 // does), plus the SHA-256 of a TorchScript file's bytes.
 nlohmann::json producer(const nlohmann::json& encoder, const std::string& dtype,
                         const std::string& architecture) {
-  nlohmann::json part = without(encoder, {"device", "dtype", "reuse_metadata",
-                                          "deduplicate_identical_anchor_batch", "path"});
+  nlohmann::json part = without(
+      encoder, {"device", "dtype", "reuse_metadata", "deduplicate_identical_anchor_batch", "path"});
   part["architecture"] = architecture;
   part["dtype"] = dtype;
   if (encoder.value("encoder", "") == "torchscript") {
@@ -96,11 +96,10 @@ nlohmann::json inventory(const std::string& root) {
 }  // namespace
 
 const std::vector<FieldInfo>& all_fields() {
-  static const std::vector<FieldInfo> fields = {
-      {"current", "vae_latent.current", true},
-      {"memory_anchor", "vae_latent.memory_anchor", true},
-      {"memory_recent", "vae_latent.memory_recent", true},
-      {"vlm", "vlm.current", false}};
+  static const std::vector<FieldInfo> fields = {{"current", "vae_latent.current", true},
+                                                {"memory_anchor", "vae_latent.memory_anchor", true},
+                                                {"memory_recent", "vae_latent.memory_recent", true},
+                                                {"vlm", "vlm.current", false}};
   return fields;
 }
 

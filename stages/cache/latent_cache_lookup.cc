@@ -75,14 +75,10 @@ struct FieldReader {
 
 at::ScalarType scalar_type(cache::DType dtype) {
   switch (dtype) {
-    case cache::DType::kFloat32:
-      return at::kFloat;
-    case cache::DType::kBFloat16:
-      return at::kBFloat16;
-    case cache::DType::kFloat16:
-      return at::kHalf;
-    case cache::DType::kBool:
-      return at::kBool;
+    case cache::DType::kFloat32: return at::kFloat;
+    case cache::DType::kBFloat16: return at::kBFloat16;
+    case cache::DType::kFloat16: return at::kHalf;
+    case cache::DType::kBool: return at::kBool;
   }
   return at::kFloat;
 }

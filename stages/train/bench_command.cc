@@ -14,6 +14,7 @@
 
 #include <torch/torch.h>
 
+#include "common/device.h"
 #include "device/transfer_timing.h"
 #include "train/step_overrides.h"
 #include "train/step_profile.h"
@@ -93,12 +94,7 @@ class CollectingEmitter final : public Emitter {
 // Whether the pipeline trains on CUDA: a CPU run on a GPU machine must not touch the CUDA
 // allocator (its statistics throw before CUDA is initialised).
 bool trains_on_cuda(const Settings& settings) {
-#if WAM_WITH_CUDA
-  return settings.device == "cuda" || (settings.device == "auto" && torch::cuda::is_available());
-#else
-  (void)settings;
-  return false;
-#endif
+  return resolve_device("auto", settings, "bench").is_cuda();
 }
 
 void synchronize_device(bool cuda) {

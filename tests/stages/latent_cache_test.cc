@@ -49,8 +49,8 @@ class LatentCache : public ::testing::Test {
 
   std::vector<std::string> overrides(std::vector<std::string> extra = {}) const {
     std::vector<std::string> all = {"include.model=" + kSource + "/configs/model/tiny.json",
-                                    "nodes.cache.params.root=" + root(),
-                                    "settings.device=cpu", "settings.batch_size=4"};
+                                    "nodes.cache.params.root=" + root(), "settings.device=cpu",
+                                    "settings.batch_size=4"};
     all.insert(all.end(), extra.begin(), extra.end());
     return all;
   }
@@ -152,23 +152,23 @@ TEST_F(LatentCache, GenerateThenLookupGivesTheEncodersOutputBitForBit) {
     EXPECT_EQ(published.shards, 3);  // 8 + 8 + 4
   }
 
-  const Run online = run(write_graph(
-      "online",
-      {sampler_node(),
-       {{"id", "decode"}, {"type", "VideoDecode"}, {"inputs", {"sampler"}}},
-       {{"id", "augment"},
-        {"type", "Augment"},
-        {"inputs", {"decode"}},
-        {"params", {{"$ref", "data/augment"}}}},
-       {{"id", "collate"}, {"type", "Collate"}, {"inputs", {"augment"}}},
-       {{"id", "vae"}, {"type", "VaeEncode"}, {"inputs", {"collate"}}},
-       {{"id", "vlm"},
-        {"type", "VlmEncode"},
-        {"inputs", {"vae"}},
-        {"params", {{"width", {{"$ref", "model/vlm_dim"}}}}}}}));
-  const Run cached = run(write_graph(
-      "cached", {sampler_node(), lookup_node("sampler"),
-                 {{"id", "collate"}, {"type", "Collate"}, {"inputs", {"cache"}}}}));
+  const Run online = run(
+      write_graph("online", {sampler_node(),
+                             {{"id", "decode"}, {"type", "VideoDecode"}, {"inputs", {"sampler"}}},
+                             {{"id", "augment"},
+                              {"type", "Augment"},
+                              {"inputs", {"decode"}},
+                              {"params", {{"$ref", "data/augment"}}}},
+                             {{"id", "collate"}, {"type", "Collate"}, {"inputs", {"augment"}}},
+                             {{"id", "vae"}, {"type", "VaeEncode"}, {"inputs", {"collate"}}},
+                             {{"id", "vlm"},
+                              {"type", "VlmEncode"},
+                              {"inputs", {"vae"}},
+                              {"params", {{"width", {{"$ref", "model/vlm_dim"}}}}}}}));
+  const Run cached =
+      run(write_graph("cached", {sampler_node(),
+                                 lookup_node("sampler"),
+                                 {{"id", "collate"}, {"type", "Collate"}, {"inputs", {"cache"}}}}));
   ASSERT_EQ(online.batches.size(), 5u);
   ASSERT_EQ(cached.batches.size(), 5u);
   for (size_t b = 0; b < online.batches.size(); ++b) {
@@ -208,10 +208,9 @@ TEST_F(LatentCache, GenerateThenLookupGivesTheEncodersOutputBitForBit) {
 TEST_F(LatentCache, ChangedAugmentParamIsRefusedNamingThePart) {
   generate({"current"});
   const std::string error = error_of([&] {
-    cache::validate_pipeline_cache(
-        kCachePipeline,
-        overrides({"nodes.cache.params.augment.camera_size=[200,300]"}),
-        cache::ValidationMode::kMetaOnly, nullptr);
+    cache::validate_pipeline_cache(kCachePipeline,
+                                   overrides({"nodes.cache.params.augment.camera_size=[200,300]"}),
+                                   cache::ValidationMode::kMetaOnly, nullptr);
   });
   EXPECT_NE(error.find("vae_latent.current dependency 'image_preprocess' mismatch"),
             std::string::npos)
@@ -223,10 +222,8 @@ TEST_F(LatentCache, ChangedAugmentParamIsRefusedNamingThePart) {
 TEST_F(LatentCache, ChangedEncoderWeightIsRefusedNamingTheProducer) {
   generate({"current"});
   const std::string error = error_of([&] {
-    cache::validate_pipeline_cache(
-        kCachePipeline,
-        overrides({"nodes.cache.params.vae.seed=7"}),
-        cache::ValidationMode::kMetaOnly, nullptr);
+    cache::validate_pipeline_cache(kCachePipeline, overrides({"nodes.cache.params.vae.seed=7"}),
+                                   cache::ValidationMode::kMetaOnly, nullptr);
   });
   EXPECT_NE(error.find("vae_latent.current dependency 'producer' mismatch"), std::string::npos)
       << error;
@@ -240,8 +237,8 @@ TEST_F(LatentCache, ChangedDatasetFileIsRefusedNamingTheFile) {
   fs::copy(dataset_->file("robotwin"), copy.file("robotwin"), fs::copy_options::recursive);
   setenv("ROBOTWIN_DATA_ROOT", copy.file("robotwin").c_str(), 1);
   generate({"current"});
-  const fs::path video = copy.path() / "robotwin/videos/chunk-000" /
-                         "observation.images.cam_high/episode_000001.mp4";
+  const fs::path video =
+      copy.path() / "robotwin/videos/chunk-000" / "observation.images.cam_high/episode_000001.mp4";
   ASSERT_TRUE(fs::exists(video));
   fs::last_write_time(video, fs::last_write_time(video) + std::chrono::seconds(5));
   const std::string error = error_of([&] {
@@ -256,8 +253,7 @@ TEST_F(LatentCache, ChangedDatasetFileIsRefusedNamingTheFile) {
 
 TEST_F(LatentCache, RandomAugmentationIsRefusedBeforeEncoding) {
   const std::string error = error_of([&] {
-    generate({"current"}, 0,
-             {"include.data=" + kSource + "/configs/data/robotwin.json"});
+    generate({"current"}, 0, {"include.data=" + kSource + "/configs/data/robotwin.json"});
   });
   EXPECT_NE(error.find("robotwin_cache.json:/nodes/1/params/augment/camera_jitter_prob "
                        "[cache: LatentCacheLookup]: Offline encoder artifacts require "
@@ -269,8 +265,7 @@ TEST_F(LatentCache, RandomAugmentationIsRefusedBeforeEncoding) {
 
 TEST_F(LatentCache, ExistingArtifactsNeedOverwrite) {
   generate({"current"});
-  const std::string error =
-      error_of([&] { generate({"current"}); });
+  const std::string error = error_of([&] { generate({"current"}); });
   EXPECT_EQ(error, "Cache artifacts already exist at " + root() +
                        ": [vae_latent.current]. Pass --overwrite to publish replacement builds.");
 }
@@ -306,22 +301,21 @@ TEST_F(LatentCache, PartialVlmMixesCachedAndOnlineRowsInOrder) {
   for (const auto& node : current_frames_nodes) mixed_nodes.push_back(node);
   const Run mixed = run(write_graph("mixed", mixed_nodes));
 
-  const Run online = run(write_graph(
-      "online_vlm",
-      {sampler_node(),
-       {{"id", "decode"},
-        {"type", "VideoDecode"},
-        {"inputs", {"sampler"}},
-        {"params", {{"frames", "current"}}}},
-       {{"id", "augment"},
-        {"type", "Augment"},
-        {"inputs", {"decode"}},
-        {"params", {{"$ref", "data/augment"}, {"frames", "current"}}}},
-       {{"id", "collate"}, {"type", "Collate"}, {"inputs", {"augment"}}},
-       {{"id", "vlm"},
-        {"type", "VlmEncode"},
-        {"inputs", {"collate"}},
-        {"params", {{"width", {{"$ref", "model/vlm_dim"}}}}}}}));
+  const Run online = run(
+      write_graph("online_vlm", {sampler_node(),
+                                 {{"id", "decode"},
+                                  {"type", "VideoDecode"},
+                                  {"inputs", {"sampler"}},
+                                  {"params", {{"frames", "current"}}}},
+                                 {{"id", "augment"},
+                                  {"type", "Augment"},
+                                  {"inputs", {"decode"}},
+                                  {"params", {{"$ref", "data/augment"}, {"frames", "current"}}}},
+                                 {{"id", "collate"}, {"type", "Collate"}, {"inputs", {"augment"}}},
+                                 {{"id", "vlm"},
+                                  {"type", "VlmEncode"},
+                                  {"inputs", {"collate"}},
+                                  {"params", {{"width", {{"$ref", "model/vlm_dim"}}}}}}}));
   ASSERT_EQ(mixed.batches.size(), online.batches.size());
   int64_t sample = 0;
   for (size_t b = 0; b < mixed.batches.size(); ++b) {
