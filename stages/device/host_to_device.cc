@@ -1,12 +1,12 @@
 // HostToDevice: moves every CPU tensor field of a batch to the training device.
 //
 // mode pageable: blocking .to(device) per field (the baseline).
-// mode pinned: a pool of `pool_batches` staging buffers (pinned host memory + device memory),
-//   sized from the first batch and grown (with a log line) when a batch does not fit. A batch is
-//   packed into the pinned buffer, copied with non_blocking copies on a dedicated CUDA stream and
-//   emitted as views of the buffer's device memory. The pool is the flow-control token: a buffer
-//   returns to the pool only when the last view of it is dropped downstream (the step consumed the
-//   batch); when every buffer is held, process() waits.
+// mode pinned: a pool of `pool_batches` staging buffers (pinned host memory + device memory;
+//   device/staging_pool.h), sized from the first batch and grown (with a log line) when a batch
+//   does not fit. A batch is packed into the pinned buffer, copied with non_blocking copies on a
+//   dedicated CUDA stream and emitted as views of the buffer's device memory. The pool is the
+//   flow-control token: a buffer returns to the pool only when the last view of it is dropped
+//   downstream (the step consumed the batch); when every buffer is held, process() waits.
 //
 // Synchronisation, the one thing a consumer must know: the copy stream's completion event is
 // waited for on this stage's thread before the batch is emitted, so a consumer never sees data in
@@ -36,16 +36,14 @@
 
 #include "common/device.h"
 #include "data/image_ops.h"
+#include "device/staging_pool.h"
 #include "device/transfer_timing.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 
 #if WAM_WITH_CUDA
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include <ATen/cuda/CUDAContext.h>
@@ -98,7 +96,6 @@ bool is_float_video(const std::string& name, const at::Tensor& t) {
 }
 
 constexpr int64_t kAlignment = 256;
-constexpr auto kPoolWaitLimit = std::chrono::seconds(60);
 
 int64_t align(int64_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
@@ -112,83 +109,6 @@ struct FieldLayout {
   int64_t host_offset = 0, host_bytes = 0;      // what crosses the bus
   int64_t device_offset = 0, device_bytes = 0;  // what is copied into
   int64_t output_offset = 0, output_bytes = 0;  // the emitted tensor (levels: float video)
-};
-
-// Pinned host + device staging buffers, shared with the deleters of the emitted views (which may
-// outlive the stage).
-class StagingPool {
- public:
-  struct Buffer {
-    at::Tensor host;    // pinned uint8
-    at::Tensor device;  // uint8
-    at::cuda::CUDAEvent released;
-    bool used = false;
-    int64_t views = 0;  // emitted views still alive
-  };
-
-  StagingPool(at::Device device, int64_t count, int64_t host_bytes, int64_t device_bytes)
-      : device_(device) {
-    for (int64_t i = 0; i < count; ++i) {
-      auto buffer = std::make_unique<Buffer>();
-      allocate(*buffer, host_bytes, device_bytes);
-      buffers_.push_back(std::move(buffer));
-      free_.push_back(static_cast<size_t>(i));
-    }
-  }
-
-  // Blocks until a buffer is free; `waited` tells whether it had to.
-  size_t acquire(bool& waited) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    waited = free_.empty();
-    if (!cv_.wait_for(lock, kPoolWaitLimit, [&] { return !free_.empty(); })) {
-      throw Error("HostToDevice: all " + std::to_string(buffers_.size()) +
-                  " pinned buffers are still held downstream after 60 s; something keeps "
-                  "batches alive (raise pool_batches, or drop batches once consumed)");
-    }
-    const size_t index = free_.front();
-    free_.pop_front();
-    return index;
-  }
-
-  Buffer& buffer(size_t index) { return *buffers_[index]; }
-
-  void allocate(Buffer& buffer, int64_t host_bytes, int64_t device_bytes) {
-    buffer.host = at::empty({host_bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-    buffer.device = at::empty({device_bytes}, at::TensorOptions().dtype(at::kByte).device(device_));
-  }
-
-  // A view of the buffer's device memory; the buffer returns to the pool when the last one dies.
-  at::Tensor view(const std::shared_ptr<StagingPool>& self, size_t index, int64_t offset,
-                  at::IntArrayRef sizes, at::ScalarType dtype) {
-    Buffer& b = *buffers_[index];
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      ++b.views;
-    }
-    return at::from_blob(
-        b.device.data_ptr<uint8_t>() + offset, sizes,
-        [self, index](void*) { self->release_view(index); },
-        at::TensorOptions().dtype(dtype).device(device_));
-  }
-
-  int64_t size() const { return static_cast<int64_t>(buffers_.size()); }
-
- private:
-  void release_view(size_t index) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    Buffer& b = *buffers_[index];
-    if (--b.views > 0) return;
-    b.released.record(at::cuda::getCurrentCUDAStream(device_.index()));
-    b.used = true;
-    free_.push_back(index);
-    cv_.notify_one();
-  }
-
-  at::Device device_;
-  std::vector<std::unique_ptr<Buffer>> buffers_;
-  std::deque<size_t> free_;
-  std::mutex mutex_;
-  std::condition_variable cv_;
 };
 #endif
 
@@ -302,7 +222,6 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
       }
     }
   }
-
 
   void copy_pinned(Sample& sample) {
     std::vector<FieldLayout> layout;

@@ -15,7 +15,7 @@
 #include <sstream>
 #include <vector>
 
-#include "models/checkpoint.h"
+#include "models/activation_checkpoint.h"
 #include "models/fused_norm.h"
 #include "models/modulation.h"
 #include "wam/error.h"
@@ -332,7 +332,7 @@ TORCH_MODULE(ExpertBlock);
 
 // Everything a layer reads besides the two hidden streams; the same for every layer of a step.
 struct LayerInputs {
-  // Differentiable (checkpoint passes them through as inputs so they receive gradients).
+  // Differentiable (activation_checkpoint passes them through as inputs so they receive gradients).
   at::Tensor video_t_mod, action_t_mod;      // [B, S, 6*D]
   at::Tensor video_context, action_context;  // [B, L+1, video_hidden], [B, S+1, vlm_dim]
   // Constants.
@@ -548,8 +548,8 @@ std::vector<int64_t> MoTConfig::captured_layers() const {
   return {semantic_student_layer, semantic_teacher_layer};
 }
 
-std::vector<int64_t> checkpoint_group_starts(int64_t num_layers, int64_t group_size,
-                                             const std::vector<int64_t>& captured_layers) {
+std::vector<int64_t> activation_checkpoint_group_starts(
+    int64_t num_layers, int64_t group_size, const std::vector<int64_t>& captured_layers) {
   // INFERRED: the regular grid stays and the splits are added to it ("extra boundaries"); the
   // reference's own numbers (9 and 21 for groups of 3) fall on the grid either way.
   std::set<int64_t> starts = {0};
@@ -628,16 +628,16 @@ detail::LayerOutputs WorldActionModelImpl::run_layers(at::Tensor video_tokens,
                                                       at::Tensor action_tokens,
                                                       const detail::LayerInputs& inputs) {
   const int64_t num_layers = config_.num_layers;
-  const bool use_checkpoint = config_.checkpoint_group > 0 && at::GradMode::is_enabled();
+  const bool recompute = config_.activation_checkpoint_group > 0 && at::GradMode::is_enabled();
   const std::vector<int64_t> captured = config_.captured_layers();
-  const std::vector<int64_t> starts =
-      checkpoint_group_starts(num_layers, use_checkpoint ? config_.checkpoint_group : 0, captured);
+  const std::vector<int64_t> starts = activation_checkpoint_group_starts(
+      num_layers, recompute ? config_.activation_checkpoint_group : 0, captured);
   detail::LayerOutputs outputs;
   outputs.captured.resize(captured.size());
   for (size_t g = 0; g < starts.size(); ++g) {
     const int64_t start = starts[g];
     const int64_t end = g + 1 < starts.size() ? starts[g + 1] : num_layers;
-    // The closure outlives this call when checkpointed (backward recomputes through it), so it
+    // The closure outlives this call when recomputed (backward recomputes through it), so it
     // holds its own copy of the constants; the differentiable tensors arrive as `in`: video,
     // action, then LayerInputs' differentiable members in declaration order.
     detail::LayerInputs constants = inputs;
@@ -659,7 +659,8 @@ detail::LayerOutputs WorldActionModelImpl::run_layers(at::Tensor video_tokens,
     torch::autograd::variable_list in = {video_tokens,         action_tokens,
                                          inputs.video_t_mod,   inputs.action_t_mod,
                                          inputs.video_context, inputs.action_context};
-    torch::autograd::variable_list out = use_checkpoint ? checkpoint(run_group, in) : run_group(in);
+    torch::autograd::variable_list out =
+        recompute ? activation_checkpoint(run_group, in) : run_group(in);
     video_tokens = out[0];
     action_tokens = out[1];
     for (size_t k = 0; k < captured.size(); ++k) {

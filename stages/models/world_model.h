@@ -43,7 +43,7 @@ struct MoTConfig {
   int64_t semantic_teacher_layer = 20;
   double semantic_max_sigma = 0.5;
   double lambda_semantic = 0.1;
-  int64_t checkpoint_group = 0;
+  int64_t activation_checkpoint_group = 0;
   std::string notes;  // free text of a preset file; not part of the model
 
   template <class V>
@@ -84,7 +84,7 @@ struct MoTConfig {
     v("semantic_max_sigma", semantic_max_sigma,
       "Only samples whose video sigma is at most this count.", Min{0.0});
     v("lambda_semantic", lambda_semantic, "Semantic alignment loss weight.", Min{0.0});
-    v("checkpoint_group", checkpoint_group,
+    v("checkpoint_group", activation_checkpoint_group,
       "Activation checkpointing: recompute groups of this many layers in backward (0: none).",
       Min{0});
     v("notes", notes, "Free text: what the preset is for (not part of the model).");
@@ -108,8 +108,8 @@ struct MoTConfig {
 // The first layer of each activation-checkpoint group: every group_size layers (0: one group),
 // plus a split after each captured layer, so that its output is a group output (the reference's
 // compile path: 30 layers in groups of 3 with captures at 8 and 20 split at 9 and 21).
-std::vector<int64_t> checkpoint_group_starts(int64_t num_layers, int64_t group_size,
-                                             const std::vector<int64_t>& captured_layers);
+std::vector<int64_t> activation_checkpoint_group_starts(
+    int64_t num_layers, int64_t group_size, const std::vector<int64_t>& captured_layers);
 
 // One training batch on the model's device (B = batch size). Latents come from VaeEncode or the
 // latent cache; context from TextEmbed; vlm_* from VlmEncode.
@@ -168,8 +168,8 @@ class WorldActionModelImpl : public torch::nn::Module {
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
 
  private:
-  // Runs the layers in the groups of checkpoint_group_starts, checkpointed when
-  // config_.checkpoint_group > 0 and grad is on.
+  // Runs the layers in the groups of activation_checkpoint_group_starts, recomputed in backward
+  // when config_.activation_checkpoint_group > 0 and grad is on.
   detail::LayerOutputs run_layers(at::Tensor video_tokens, at::Tensor action_tokens,
                                   const detail::LayerInputs& inputs);
 

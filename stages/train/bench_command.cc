@@ -473,8 +473,8 @@ int BenchCommand::run() {
     return kExitInvalid;
   }
   const std::string step_id = part.chain.back();
-  // A benchmark leaves no checkpoints behind and starts from fresh weights.
-  add_no_checkpoint_overrides(step_id, options.overrides);
+  // A benchmark leaves no training-state files behind and starts from fresh weights.
+  add_no_training_state_overrides(step_id, options.overrides);
   const int64_t total = warmup_ + steps_;
 
   std::cerr << "bench: " << probe.name() << ": device part (" << part.transfer_id << " -> ";

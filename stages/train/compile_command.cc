@@ -7,10 +7,10 @@
 #include <iostream>
 
 #include "common/device.h"
-#include "train/step_overrides.h"
 #include "models/world_model.h"
-#include "train/train_loop.h"
+#include "train/step_overrides.h"
 #include "train/training_step.h"
+#include "train/tunableop.h"
 #include "wam/pipeline.h"
 #include "wam/runner.h"
 
@@ -45,7 +45,7 @@ CompileCommand::CompileCommand(CLI::App& app) {
   compile_ = app.add_subcommand(
       "compile",
       "Prepare the compiled step's TunableOp GEMM results by running real steps of a compiled "
-      "pipeline (checkpointing off)");
+      "pipeline (no training state saved or resumed)");
   compile_->add_option("pipeline", file_, "Pipeline JSON file")->required();
   compile_->add_option("--set", overrides_, "Override a value (path.to.key=VALUE)");
   compile_->add_option("--steps", steps_, "Training steps to run (at least 2)")
@@ -89,10 +89,10 @@ int CompileCommand::run() {
       train::tunableop_results_path(at::cuda::getDeviceProperties(device.index())->name, config);
 
   options.overrides.push_back("settings.steps=" + std::to_string(steps_));
-  add_no_checkpoint_overrides(step->id, options.overrides);
+  add_no_training_state_overrides(step->id, options.overrides);
   ValidatedPipeline pipeline = load_pipeline(file_, options);
   std::cerr << "compile: running " << steps_ << " steps of " << pipeline.name()
-            << " (checkpointing off)\n";
+            << " (no training state saved or resumed)\n";
   RunResult result = run_pipeline(pipeline);
   std::cout << result.stats.table();
   if (result.error) {

@@ -3,15 +3,17 @@
 // step. `mode: eager` runs the step op by op with per-layer activation checkpointing (the
 // reference's baseline); `mode: compiled` captures the whole step (forward, backward, optimizer)
 // once as a CUDA graph over static input buffers and replays it, with GEMMs tuned by TunableOp
-// (results under $WAM_COMPILE_CACHE/tunableop). Without CUDA, compiled runs eager and says why once.
+// (results under $WAM_COMPILE_CACHE/tunableop). Without CUDA, compiled runs eager and says why
+// once.
 //
 // The model preset is the `model` param's object, normally a $ref into an included
 // configs/model/*.json fragment, so `--set include.model=configs/model/tiny.json` swaps it.
 //
-// Checkpoints (checkpoint_dir/step_<N>.pt, written through a .tmp file; checkpoint_dir/latest
-// names the newest) hold the model, the optimizer state, the step count (the schedule's position)
-// and the noise generator's state; `resume` continues the exact loss curve when fed the same
-// batches. The source's position is not reachable from a stage: resume the source separately.
+// Training-state files (train/training_state.h: checkpoint_dir/step_<N>.pt, written through a
+// .tmp file; checkpoint_dir/latest names the newest) hold the model, the optimizer state, the step
+// count (the schedule's position) and the noise generator's state; `resume` continues the exact
+// loss curve when fed the same batches. The source's position is not reachable from a stage: resume
+// the source separately.
 //
 // Reads:  video_latents, memory_video_anchor_latents, memory_video_recent_latents,
 //         memory_video_recent_is_pad, context, context_mask, vlm_context, vlm_mask, action,
@@ -28,8 +30,12 @@
 #include "common/device.h"
 #include "models/fused_norm.h"
 #include "models/world_model.h"
-#include "train/train_loop.h"
+#include "train/optimizer.h"
+#include "train/speed_meter.h"
+#include "train/step_runner.h"
+#include "train/training_state.h"
 #include "train/training_step.h"
+#include "train/tunableop.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 
@@ -48,7 +54,7 @@ constexpr auto enum_names(StepMode) {
 struct TrainStepParams {
   models::MoTConfig model;
   StepMode mode = StepMode::kEager;
-  int64_t checkpoint_group = -1;
+  int64_t activation_checkpoint_group = -1;
   double learning_rate = 1e-4;
   double weight_decay = 0.01;
   double warmup_ratio = 0.05;
@@ -56,7 +62,7 @@ struct TrainStepParams {
   double max_grad_norm = 1.0;
   int64_t total_steps = 0;
   int64_t log_every = 10;
-  std::string checkpoint_dir;
+  std::string training_state_dir;
   int64_t save_every = 0;
   std::string resume;
   bool autocast_bf16 = true;
@@ -71,7 +77,7 @@ struct TrainStepParams {
     v("mode", mode,
       "eager: op by op; compiled: the whole step replayed as one CUDA graph, q/k norms and RoPE "
       "as fused kernels.");
-    v("checkpoint_group", checkpoint_group,
+    v("checkpoint_group", activation_checkpoint_group,
       "Activation checkpointing: recompute groups of this many layers (0: off; -1: 1 for eager, "
       "3 for compiled).",
       Min{-1});
@@ -84,10 +90,10 @@ struct TrainStepParams {
     v("max_grad_norm", max_grad_norm, "Clip the global gradient L2 norm to this.", Min{0.0});
     v("total_steps", total_steps, "Schedule length (0: settings.steps).", Min{0});
     v("log_every", log_every, "Log a [train] line every N steps.", Min{1});
-    v("checkpoint_dir", checkpoint_dir, "Where step_<N>.pt and `latest` go (\"\": none).");
-    v("save_every", save_every, "Checkpoint every N steps (0: only at the end of the run).",
-      Min{0});
-    v("resume", resume, "Checkpoint file or directory to continue from (\"\": start fresh).");
+    v("checkpoint_dir", training_state_dir, "Where step_<N>.pt and `latest` go (\"\": none).");
+    v("save_every", save_every,
+      "Save the training state every N steps (0: only at the end of the run).", Min{0});
+    v("resume", resume, "Training-state file or directory to continue from (\"\": start fresh).");
     v("autocast_bf16", autocast_bf16, "bf16 autocast for the forward pass (CUDA only).");
     v("seed", seed, "Seeds model init and the noise generator (-1: settings.seed).", Min{-1});
     v("vlm_context_pad_to", vlm_context_pad_to,
@@ -140,8 +146,9 @@ class TrainStepStage final : public Stage, public TrainingStep {
     device_ = resolve_device("auto", context.settings(), "TrainStep");
     config_ = params_.model;
     const bool compiled = params_.mode == StepMode::kCompiled;
-    config_.checkpoint_group =
-        params_.checkpoint_group >= 0 ? params_.checkpoint_group : (compiled ? 3 : 1);
+    config_.activation_checkpoint_group = params_.activation_checkpoint_group >= 0
+                                              ? params_.activation_checkpoint_group
+                                              : (compiled ? 3 : 1);
     const int64_t total = params_.total_steps > 0 ? params_.total_steps : context.settings().steps;
     if (total <= 0) {
       throw Error(
@@ -162,7 +169,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
 
     if (!params_.resume.empty()) {
       const train::TrainProgress progress =
-          train::load_checkpoint(params_.resume, model_, *optimizer_);
+          train::load_training_state(params_.resume, model_, *optimizer_);
       step_ = progress.step;
       std::lock_guard<std::mutex> lock(noise_gen_.mutex());
       noise_gen_.set_state(progress.noise_rng_state);
@@ -176,8 +183,8 @@ class TrainStepStage final : public Stage, public TrainingStep {
 #endif
       if (graph_capture) {
 #if WAM_WITH_CUDA
-        // Keyed by the preset as given: checkpointing does not change the GEMM shapes, and
-        // `wam-pipeline compile` finds the file from the preset alone.
+        // Keyed by the preset as given: activation checkpointing does not change the GEMM shapes,
+        // and `wam-pipeline compile` finds the file from the preset alone.
         tunableop_results = train::tunableop_results_path(
             at::cuda::getDeviceProperties(device_.index())->name, params_.model);
         context.log(std::string("TrainStep: compiled step: captured once as a CUDA graph after "
@@ -201,12 +208,12 @@ class TrainStepStage final : public Stage, public TrainingStep {
         train::StepOptions{params_.max_grad_norm, params_.autocast_bf16}, graph_capture,
         tunableop_results);
 
-    context.log("TrainStep: " + std::to_string(model_->parameter_count()) + " parameters on " +
-                device_.str() + ", mode " + std::string(enum_name(params_.mode)) +
-                ", checkpoint_group " + std::to_string(config_.checkpoint_group) + ", " +
-                std::to_string(total) + " steps" +
-                (params_.resume.empty() ? std::string()
-                                        : ", resumed at step " + std::to_string(step_)));
+    context.log(
+        "TrainStep: " + std::to_string(model_->parameter_count()) + " parameters on " +
+        device_.str() + ", mode " + std::string(enum_name(params_.mode)) + ", checkpoint_group " +
+        std::to_string(config_.activation_checkpoint_group) + ", " + std::to_string(total) +
+        " steps" +
+        (params_.resume.empty() ? std::string() : ", resumed at step " + std::to_string(step_)));
     saved_step_ = step_;
     start_ = std::chrono::steady_clock::now();
   }
@@ -219,12 +226,12 @@ class TrainStepStage final : public Stage, public TrainingStep {
 
     const int64_t step = step_ + 1;
     const double lr = schedule_.at(step);
-    const std::vector<double> loss = runner_->step(batch, lr, noise_gen_);
+    const train::Losses loss = runner_->step(batch, lr, noise_gen_);
     step_ = step;
     speed_.record(step_, seconds_since_open());
 
     if (step_ % params_.log_every == 0) log_progress(sample, batch.action.size(0), loss, lr);
-    if (!params_.checkpoint_dir.empty() && params_.save_every > 0 &&
+    if (!params_.training_state_dir.empty() && params_.save_every > 0 &&
         step_ % params_.save_every == 0) {
       save();
     }
@@ -232,17 +239,17 @@ class TrainStepStage final : public Stage, public TrainingStep {
     Sample record("step:" + std::to_string(step_));
     record.set_seq(sample.seq());
     record.set("step", step_);
-    record.set("loss", loss[0]);
-    record.set("loss_video", loss[1]);
-    record.set("loss_action", loss[2]);
-    record.set("loss_future_delta", loss[3]);
-    record.set("loss_semantic", loss[4]);
+    record.set("loss", loss.total);
+    record.set("loss_video", loss.video);
+    record.set("loss_action", loss.action);
+    record.set("loss_future_delta", loss.future_delta);
+    record.set("loss_semantic", loss.semantic);
     record.set("lr", lr);
     out.emit(std::move(record));
   }
 
   void close(Emitter&) override {
-    if (!params_.checkpoint_dir.empty() && step_ != saved_step_ && runner_) save();
+    if (!params_.training_state_dir.empty() && step_ != saved_step_ && runner_) save();
   }
 
  private:
@@ -268,7 +275,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
 
-  void log_progress(const Sample& sample, int64_t batch_size, const std::vector<double>& loss,
+  void log_progress(const Sample& sample, int64_t batch_size, const train::Losses& loss,
                     double lr) const {
     int64_t epoch = 0;
     if (sample.has("epoch")) {
@@ -286,8 +293,8 @@ class TrainStepStage final : public Stage, public TrainingStep {
                   "future_delta=%.4f semantic=%.4f lr=%.2e speed=%.2f optimizer_step/s, %.2f "
                   "samples/s eta=%s",
                   static_cast<long long>(epoch), static_cast<long long>(step_),
-                  static_cast<long long>(schedule_.total_steps), loss[0], loss[1], loss[2],
-                  loss[3], loss[4], lr, steps_per_second,
+                  static_cast<long long>(schedule_.total_steps), loss.total, loss.video,
+                  loss.action, loss.future_delta, loss.semantic, lr, steps_per_second,
                   steps_per_second * static_cast<double>(batch_size),
                   train::format_eta(eta).c_str());
     context_->log(line);
@@ -301,7 +308,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
       progress.noise_rng_state = noise_gen_.get_state();
     }
     const std::string path =
-        train::save_checkpoint(params_.checkpoint_dir, model_, *optimizer_, progress);
+        train::save_training_state(params_.training_state_dir, model_, *optimizer_, progress);
     saved_step_ = step_;
     context_->log("TrainStep: saved " + path);
   }

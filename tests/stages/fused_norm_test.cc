@@ -8,7 +8,7 @@
 #include <string>
 
 #include "models/world_model.h"
-#include "train/train_loop.h"
+#include "train/step_runner.h"
 
 namespace wam {
 namespace {

@@ -7,7 +7,8 @@
 
 #include "testing/stage_harness.h"
 #include "testing/temp_dir.h"
-#include "train/train_loop.h"
+#include "train/optimizer.h"
+#include "train/step_runner.h"
 #include "wam/tensor.h"
 
 namespace wam {
@@ -322,7 +323,7 @@ TEST(TrainStepCudaTest, CompiledMatchesEagerAfterFiveSteps) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const at::Device device(at::kCUDA, 0);
   auto config = models::MoTConfig::from_json(tiny_preset());
-  config.checkpoint_group = 1;
+  config.activation_checkpoint_group = 1;
   std::vector<std::vector<at::Tensor>> before, after;
   for (bool compiled : {false, true}) {
     torch::manual_seed(5);

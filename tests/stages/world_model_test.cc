@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "train/train_loop.h"
+#include "train/step_runner.h"
 #include "wam/error.h"
 
 namespace wam {
@@ -161,7 +161,7 @@ TEST(WorldModelTest, CheckpointingKeepsLossAndGradients) {
   std::vector<double> losses;
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> grads;
   for (int64_t group : {0, 1, 3}) {
-    c.checkpoint_group = group;
+    c.activation_checkpoint_group = group;
     models::WorldActionModel model = make_model(c);
     const models::LossTerms terms =
         model->loss(batch, noise_with_video_sigma(batch, c, {0.3f, 0.7f}));
@@ -190,18 +190,18 @@ TEST(WorldModelTest, CheckpointGroupsSplitAfterCapturedLayers) {
   // The reference: 30 layers in groups of 3, captures at 8 and 20, so groups start at 9 and 21.
   const models::MoTConfig paper = models::MoTConfig::from_json(preset_json("paper"));
   EXPECT_EQ(paper.captured_layers(), (Starts{8, 20}));
-  EXPECT_EQ(models::checkpoint_group_starts(30, 3, paper.captured_layers()),
+  EXPECT_EQ(models::activation_checkpoint_group_starts(30, 3, paper.captured_layers()),
             (Starts{0, 3, 6, 9, 12, 15, 18, 21, 24, 27}));
   // Off the grid (the base preset's 5 and 13), the splits are added to it.
   const models::MoTConfig base = models::MoTConfig::from_json(preset_json("base"));
-  EXPECT_EQ(models::checkpoint_group_starts(20, 3, base.captured_layers()),
+  EXPECT_EQ(models::activation_checkpoint_group_starts(20, 3, base.captured_layers()),
             (Starts{0, 3, 6, 9, 12, 14, 15, 18}));
   // No checkpointing still runs in pieces that end at the captured layers.
-  EXPECT_EQ(models::checkpoint_group_starts(20, 0, {5, 13}), (Starts{0, 6, 14}));
-  EXPECT_EQ(models::checkpoint_group_starts(5, 1, {1, 3}), (Starts{0, 1, 2, 3, 4}));
+  EXPECT_EQ(models::activation_checkpoint_group_starts(20, 0, {5, 13}), (Starts{0, 6, 14}));
+  EXPECT_EQ(models::activation_checkpoint_group_starts(5, 1, {1, 3}), (Starts{0, 1, 2, 3, 4}));
   // A capture at the last layer needs no split.
-  EXPECT_EQ(models::checkpoint_group_starts(2, 3, {0, 1}), (Starts{0, 1}));
-  EXPECT_EQ(models::checkpoint_group_starts(9, 3, {}), (Starts{0, 3, 6}));
+  EXPECT_EQ(models::activation_checkpoint_group_starts(2, 3, {0, 1}), (Starts{0, 1}));
+  EXPECT_EQ(models::activation_checkpoint_group_starts(9, 3, {}), (Starts{0, 3, 6}));
 }
 
 TEST(WorldModelTest, SemanticConfigParsesAndIsChecked) {

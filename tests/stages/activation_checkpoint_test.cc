@@ -1,5 +1,5 @@
-// models::checkpoint, the hand-written activation checkpointing.
-#include "models/checkpoint.h"
+// models::activation_checkpoint, the hand-written activation checkpointing.
+#include "models/activation_checkpoint.h"
 
 #include <gtest/gtest.h>
 
@@ -8,13 +8,13 @@
 namespace wam {
 namespace {
 
-// models::checkpoint against the same function run plainly: the gradients reach the inputs, the
-// parameters used inside and the tensors before it.
-TEST(CheckpointTest, GradientsMatchAPlainBackward) {
+// models::activation_checkpoint against the same function run plainly: the gradients reach the
+// inputs, the parameters used inside and the tensors before it.
+TEST(ActivationCheckpointTest, GradientsMatchAPlainBackward) {
   torch::manual_seed(2);
   torch::nn::Linear linear(4, 3);
   const at::Tensor leaf = torch::randn({5, 4}, torch::requires_grad());
-  const models::CheckpointedFn fn = [&](const torch::autograd::variable_list& in) {
+  const models::RecomputedFn fn = [&](const torch::autograd::variable_list& in) {
     return torch::autograd::variable_list{at::tanh(linear->forward(in[0] * in[1]))};
   };
   std::vector<at::Tensor> grads;
@@ -22,7 +22,7 @@ TEST(CheckpointTest, GradientsMatchAPlainBackward) {
     linear->zero_grad();
     leaf.mutable_grad() = at::Tensor();
     const torch::autograd::variable_list in = {leaf * 2, leaf.cos()};
-    const at::Tensor out = (checkpointed ? models::checkpoint(fn, in) : fn(in))[0];
+    const at::Tensor out = (checkpointed ? models::activation_checkpoint(fn, in) : fn(in))[0];
     ASSERT_TRUE(out.requires_grad());
     out.pow(2).sum().backward();
     ASSERT_TRUE(leaf.grad().defined());

@@ -1,6 +1,6 @@
 // Hand-written because the LibTorch C++ API lacks torch.utils.checkpoint: a custom autograd
 // Function whose forward runs without a graph and whose backward recomputes with one.
-#include "models/checkpoint.h"
+#include "models/activation_checkpoint.h"
 
 #include <utility>
 
@@ -57,19 +57,20 @@ class AutocastScope {
 
 // Carries the recompute function (and the forward's autocast) from forward to backward through
 // ctx->saved_data.
-struct CheckpointedFnHolder : torch::CustomClassHolder {
-  explicit CheckpointedFnHolder(CheckpointedFn f) : fn(std::move(f)) {}
-  CheckpointedFn fn;
+struct RecomputedFnHolder : torch::CustomClassHolder {
+  explicit RecomputedFnHolder(RecomputedFn f) : fn(std::move(f)) {}
+  RecomputedFn fn;
 #if WAM_WITH_CUDA
   AutocastState autocast = AutocastState::current();
 #endif
 };
 
-class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> {
+class ActivationCheckpointFunction
+    : public torch::autograd::Function<ActivationCheckpointFunction> {
  public:
-  static variable_list forward(AutogradContext* ctx, at::TensorList inputs, CheckpointedFn fn) {
+  static variable_list forward(AutogradContext* ctx, at::TensorList inputs, RecomputedFn fn) {
     ctx->save_for_backward(inputs.vec());
-    auto holder = c10::make_intrusive<CheckpointedFnHolder>(std::move(fn));
+    auto holder = c10::make_intrusive<RecomputedFnHolder>(std::move(fn));
     ctx->saved_data["fn"] = c10::IValue::make_capsule(holder);
     // Function::apply already disables grad here; the guard states the point of the exercise.
     torch::NoGradGuard no_grad;
@@ -78,7 +79,7 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     auto holder =
-        c10::static_intrusive_pointer_cast<CheckpointedFnHolder>(ctx->saved_data["fn"].toCapsule());
+        c10::static_intrusive_pointer_cast<RecomputedFnHolder>(ctx->saved_data["fn"].toCapsule());
     variable_list saved = ctx->get_saved_variables();
     variable_list detached;
     detached.reserve(saved.size());
@@ -115,11 +116,11 @@ class CheckpointFunction : public torch::autograd::Function<CheckpointFunction> 
 
 }  // namespace
 
-variable_list checkpoint(const CheckpointedFn& fn, const variable_list& inputs) {
+variable_list activation_checkpoint(const RecomputedFn& fn, const variable_list& inputs) {
   // As a TensorList: Function::apply counts only Tensor, optional<Tensor> and TensorList arguments
   // as autograd inputs; a std::vector<Tensor> would be taken for a constant, leaving the outputs
   // without a grad_fn and every parameter before or inside the group without a gradient.
-  return CheckpointFunction::apply(at::TensorList(inputs), fn);
+  return ActivationCheckpointFunction::apply(at::TensorList(inputs), fn);
 }
 
 }  // namespace wam::models

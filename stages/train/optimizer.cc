@@ -1,0 +1,103 @@
+#include "train/optimizer.h"
+
+#include <cmath>
+
+#include <torch/version.h>
+
+namespace wam::train {
+
+int64_t LrSchedule::warmup_steps() const {
+  // The epsilon keeps 0.05 * 100 at 5 despite binary rounding.
+  return static_cast<int64_t>(std::ceil(warmup_ratio * static_cast<double>(total_steps) - 1e-9));
+}
+
+double LrSchedule::at(int64_t step) const {
+  const int64_t warmup = warmup_steps();
+  if (step <= warmup) return peak * static_cast<double>(step) / static_cast<double>(warmup);
+  const double min_lr = peak * min_lr_ratio;
+  const int64_t decay_steps = total_steps - warmup;
+  if (decay_steps <= 0) return min_lr;
+  const double progress =
+      std::min(1.0, static_cast<double>(step - warmup) / static_cast<double>(decay_steps));
+  return min_lr + (peak - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options)
+    : params_(std::move(params)), options_(options) {
+  const at::Device device = params_.empty() ? at::Device(at::kCPU) : params_.front().device();
+  for (const at::Tensor& p : params_) {
+    exp_avg_.push_back(torch::zeros_like(p));
+    exp_avg_sq_.push_back(torch::zeros_like(p));
+  }
+  const auto scalar = at::TensorOptions().dtype(at::kFloat).device(device);
+  step_ = torch::zeros({}, scalar);
+  lr_ = torch::zeros({}, scalar);
+}
+
+void AdamW::set_lr(double lr) { lr_.fill_(lr); }
+
+// ATen's fused AdamW (LibTorch >= 2.0, CUDA): one multi-tensor kernel reads each parameter,
+// gradient and moment once, where the per-tensor ops below make about eleven passes; it reads the
+// learning rate and step from device tensors, so it stays correct under graph replay.
+#if WAM_WITH_CUDA && TORCH_VERSION_MAJOR >= 2
+#define WAM_FUSED_ADAMW 1
+#endif
+
+void AdamW::step() {
+  torch::NoGradGuard no_grad;
+  step_.add_(1);
+#ifdef WAM_FUSED_ADAMW
+  if (step_.is_cuda()) {
+    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!params_[i].grad().defined()) continue;
+      params.push_back(params_[i]);
+      grads.push_back(params_[i].grad());
+      exp_avgs.push_back(exp_avg_[i]);
+      exp_avg_sqs.push_back(exp_avg_sq_[i]);
+    }
+    // Every parameter shares the one step count.
+    const std::vector<at::Tensor> steps(params.size(), step_);
+    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr_,
+                      options_.beta1, options_.beta2, options_.weight_decay, options_.eps,
+                      /*amsgrad=*/false, /*maximize=*/false);
+    return;
+  }
+#endif
+  const at::Tensor bias_correction1 = 1 - torch::pow(options_.beta1, step_);
+  const at::Tensor bias_correction2_sqrt = torch::sqrt(1 - torch::pow(options_.beta2, step_));
+  const at::Tensor step_size = lr_ / bias_correction1;
+  const at::Tensor decay = 1 - lr_ * options_.weight_decay;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    at::Tensor& p = params_[i];
+    const at::Tensor& grad = p.grad();
+    if (!grad.defined()) continue;
+    p.mul_(decay);
+    exp_avg_[i].mul_(options_.beta1).add_(grad, 1 - options_.beta1);
+    exp_avg_sq_[i].mul_(options_.beta2).addcmul_(grad, grad, 1 - options_.beta2);
+    const at::Tensor denom = (exp_avg_sq_[i].sqrt() / bias_correction2_sqrt).add_(options_.eps);
+    p.sub_(exp_avg_[i] / denom * step_size);
+  }
+}
+
+int64_t AdamW::step_count() const { return static_cast<int64_t>(step_.item<float>()); }
+
+at::Tensor clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor& p : params) {
+    if (p.grad().defined()) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return torch::zeros({});
+  // Multi-tensor kernels: a few launches for all gradients instead of two per gradient.
+  const at::Tensor total = torch::stack(at::_foreach_norm(grads, 2)).to(at::kFloat).norm(2);
+  const at::Tensor coefficient = torch::clamp_max(max_norm / (total + 1e-6), 1.0);
+#if TORCH_VERSION_MAJOR >= 2
+  at::_foreach_mul_(grads, coefficient.to(grads.front().scalar_type()));
+#else
+  for (at::Tensor& grad : grads) grad.mul_(coefficient.to(grad.scalar_type()));
+#endif
+  return total;
+}
+
+}  // namespace wam::train

@@ -1,0 +1,65 @@
+// The optimizer of the training step and its learning-rate schedule: a capturable AdamW, gradient
+// clipping, and linear warmup then cosine annealing.
+//
+// Everything the compiled step must change between replays lives in device tensors (the step
+// count, the learning rate), so one captured graph replays a correct update every time.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace wam::train {
+
+// Linear warmup over ceil(warmup_ratio * total_steps) steps to the peak learning rate, then cosine
+// annealing to min_lr_ratio * peak at total_steps (the reference's LinearLR + CosineAnnealingLR).
+struct LrSchedule {
+  double peak = 1e-4;
+  double warmup_ratio = 0.05;
+  double min_lr_ratio = 0.01;
+  int64_t total_steps = 1;
+
+  int64_t warmup_steps() const;
+  // The learning rate of optimizer step `step` (1-based: the first step is 1).
+  double at(int64_t step) const;
+};
+
+// AdamW written with tensor ops on a device-side step count and learning rate, so that a captured
+// CUDA graph advances the bias correction and follows the schedule on every replay (the same idea
+// as ATen's fused AdamW with a tensor step). Matches torch::optim::AdamW (decoupled weight decay).
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<at::Tensor> params, AdamWOptions options);
+
+  // Writes the learning rate of the next step into the device tensor (outside any capture).
+  void set_lr(double lr);
+  // One update from the parameters' .grad(); capturable (no host synchronisation).
+  void step();
+
+  int64_t step_count() const;  // reads the device step (synchronises)
+  const std::vector<at::Tensor>& params() const { return params_; }
+  const std::vector<at::Tensor>& exp_avg() const { return exp_avg_; }
+  const std::vector<at::Tensor>& exp_avg_sq() const { return exp_avg_sq_; }
+  const at::Tensor& step_tensor() const { return step_; }
+
+ private:
+  std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
+  AdamWOptions options_;
+  at::Tensor step_;  // float32 scalar on the parameters' device
+  at::Tensor lr_;    // float32 scalar on the parameters' device
+};
+
+// Scales the gradients in place so that their global L2 norm is at most max_norm; returns the norm
+// before clipping as a device scalar. Same result as torch::nn::utils::clip_grad_norm_, without its
+// host synchronisation, so it can be captured.
+at::Tensor clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm);
+
+}  // namespace wam::train

@@ -1,0 +1,247 @@
+#include "train/step_runner.h"
+
+#include <filesystem>
+#include <sstream>
+#include <vector>
+
+#include "wam/error.h"
+
+#if WAM_WITH_CUDA
+#include <ATen/autocast_mode.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <ATen/cuda/tunable/Tunable.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace wam::train {
+namespace fs = std::filesystem;
+
+#if WAM_WITH_CUDA
+constexpr bool kCudaCodePaths = true;
+#else
+constexpr bool kCudaCodePaths = false;
+#endif
+
+at::Generator make_noise_generator(at::Device device, uint64_t seed) {
+#if WAM_WITH_CUDA
+  if (device.is_cuda()) {
+    at::Generator gen = at::cuda::detail::createCUDAGenerator(device.index());
+    gen.set_current_seed(seed);
+    return gen;
+  }
+#endif
+  return at::detail::createCPUGenerator(seed);
+}
+
+void pad_vlm_context(models::TrainBatch& batch, int64_t pad_to) {
+  const int64_t length = batch.vlm_context.size(1);
+  if (length > pad_to) {
+    throw Error("VLM context length " + std::to_string(length) + " exceeds vlm_context_pad_to=" +
+                std::to_string(pad_to) + ": increase it; the context will not be truncated.");
+  }
+  if (length == pad_to) return;
+  const int64_t rows = batch.vlm_context.size(0);
+  batch.vlm_context = torch::cat(
+      {batch.vlm_context, torch::zeros({rows, pad_to - length, batch.vlm_context.size(2)},
+                                       batch.vlm_context.options())},
+      1);
+  batch.vlm_mask = torch::cat(
+      {batch.vlm_mask, torch::zeros({rows, pad_to - length}, batch.vlm_mask.options())}, 1);
+}
+
+namespace {
+
+void reset_grads(const std::vector<at::Tensor>& params) {
+  for (const at::Tensor& p : params) p.mutable_grad() = at::Tensor();
+}
+
+#if WAM_WITH_CUDA
+// bf16 autocast on CUDA for the scope (thread-local, so set and undone around each forward).
+class CudaAutocast {
+ public:
+  CudaAutocast(bool enabled, bool cache) : enabled_(enabled) {
+    if (!enabled_) return;
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    // Cached weight casts would be freed at scope exit, under a captured graph's feet.
+    at::autocast::set_autocast_cache_enabled(cache);
+    at::autocast::increment_nesting();
+  }
+  ~CudaAutocast() {
+    if (!enabled_) return;
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(at::kCUDA, false);
+    at::autocast::set_autocast_cache_enabled(true);
+  }
+
+ private:
+  bool enabled_;
+};
+#endif
+
+}  // namespace
+
+#if WAM_WITH_CUDA
+struct StepRunner::Graph {
+  at::cuda::CUDAGraph graph;
+  models::TrainBatch inputs;  // static buffers the graph reads
+  models::FlowNoise noise;    // static buffers the graph reads
+  models::LossTerms outputs;  // written by every replay
+};
+#endif
+
+StepRunner::StepRunner(models::WorldActionModel model, AdamW& optimizer, at::Device device,
+                       StepOptions options, bool compiled, std::string tunableop_results)
+    : model_(std::move(model)),
+      optimizer_(optimizer),
+      device_(device),
+      options_(options),
+      compiled_(compiled && device.is_cuda() && kCudaCodePaths),
+      tunableop_results_(std::move(tunableop_results)) {
+  // The compiled step runs the fused kernels, as the reference's compiled layers run Inductor's.
+  model_->set_fused_kernels(compiled_);
+#if WAM_WITH_CUDA
+  if (compiled_ && !tunableop_results_.empty()) {
+    fs::create_directories(fs::path(tunableop_results_).parent_path());
+    auto* tuning = at::cuda::tunable::getTuningContext();
+    tuning->EnableTunableOp(true);
+    tuning->SetFilename(tunableop_results_);
+    if (fs::exists(tunableop_results_)) tuning->ReadFile(tunableop_results_);
+    tuning->EnableTuning(true);
+  }
+#endif
+}
+
+StepRunner::~StepRunner() = default;
+
+Losses StepRunner::step(const models::TrainBatch& batch, double lr, at::Generator& noise_gen) {
+  optimizer_.set_lr(lr);
+#if WAM_WITH_CUDA
+  if (compiled_) return graph_step(batch, noise_gen);
+#endif
+  return eager_step(batch, noise_gen);
+}
+
+models::LossTerms StepRunner::forward_backward_update(const models::TrainBatch& batch,
+                                                      const models::FlowNoise& noise) {
+  models::LossTerms loss;
+  {
+#if WAM_WITH_CUDA
+    CudaAutocast autocast(options_.autocast_bf16 && device_.is_cuda(), /*cache=*/!compiled_);
+#endif
+    loss = model_->loss(batch, noise);
+  }
+  loss.total.backward();
+  clip_grad_norm(optimizer_.params(), options_.max_grad_norm);
+  optimizer_.step();
+  return loss;
+}
+
+Losses StepRunner::eager_step(const models::TrainBatch& batch, at::Generator& noise_gen) {
+  reset_grads(optimizer_.params());
+  const models::FlowNoise noise = models::sample_flow_noise(batch, model_->config(), noise_gen);
+  const models::LossTerms loss = forward_backward_update(batch, noise);
+  return read_losses(loss);
+}
+
+#if WAM_WITH_CUDA
+namespace {
+
+constexpr int kWarmupIterations = 3;
+
+std::vector<at::Tensor*> batch_fields(models::TrainBatch& b) {
+  return {&b.video_latents, &b.anchor_latents, &b.recent_latents,    &b.recent_is_pad,
+          &b.context,       &b.context_mask,   &b.vlm_context,       &b.vlm_mask,
+          &b.action,        &b.action_is_pad,  &b.action_dim_is_pad, &b.proprio};
+}
+
+void copy_batch(models::TrainBatch& to, const models::TrainBatch& from) {
+  auto targets = batch_fields(to);
+  auto sources = batch_fields(const_cast<models::TrainBatch&>(from));
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (targets[i]->sizes() != sources[i]->sizes()) {
+      std::ostringstream message;
+      message << "TrainStep (compiled): batch field " << i << " changed shape from "
+              << targets[i]->sizes() << " to " << sources[i]->sizes()
+              << "; the captured step needs fixed shapes (set drop_last on Collate)";
+      throw Error(message.str());
+    }
+    targets[i]->copy_(*sources[i], /*non_blocking=*/true);
+  }
+}
+
+void copy_noise(models::FlowNoise& to, const models::FlowNoise& from) {
+  to.video_noise.copy_(from.video_noise);
+  to.video_sigma.copy_(from.video_sigma);
+  to.action_noise.copy_(from.action_noise);
+  to.action_sigma.copy_(from.action_sigma);
+}
+
+}  // namespace
+
+// Warm-up on a side stream (tunes GEMMs through TunableOp, initialises cuBLAS workspaces and the
+// autograd engine) with forward and backward only, so the training state is untouched; then the
+// whole step, optimizer included, is captured once. Noise for the warm-up comes from its own
+// generator: the training noise sequence is the same as eager's.
+void StepRunner::capture(const models::TrainBatch& batch) {
+  graph_ = std::make_unique<Graph>();
+  auto inputs = batch_fields(graph_->inputs);
+  auto sources = batch_fields(const_cast<models::TrainBatch&>(batch));
+  for (size_t i = 0; i < inputs.size(); ++i) *inputs[i] = sources[i]->clone();
+  at::Generator warmup_gen = make_noise_generator(device_, 0);
+  graph_->noise = models::sample_flow_noise(graph_->inputs, model_->config(), warmup_gen);
+
+  c10::cuda::CUDAStream side =
+      at::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+  c10::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream(device_.index());
+  at::cuda::CUDAEvent ready;
+  ready.record(main);
+  ready.block(side);
+  {
+    c10::cuda::CUDAStreamGuard guard(side);
+    for (int i = 0; i < kWarmupIterations; ++i) {
+      reset_grads(optimizer_.params());
+      models::LossTerms loss;
+      {
+        CudaAutocast autocast(options_.autocast_bf16, /*cache=*/false);
+        loss = model_->loss(graph_->inputs, graph_->noise);
+      }
+      loss.total.backward();
+      clip_grad_norm(optimizer_.params(), options_.max_grad_norm);
+    }
+  }
+  if (!tunableop_results_.empty()) {
+    auto* tuning = at::cuda::tunable::getTuningContext();
+    // Capture must not benchmark; it uses the tuned results. LibTorch 2.11 appends each tuned
+    // GEMM to the file set with SetFilename as it is found, so nothing is left to write here.
+    tuning->EnableTuning(false);
+  }
+  at::cuda::CUDAEvent warm;
+  warm.record(side);
+  warm.block(main);
+  // Captured with no gradients allocated: the captured backward writes fresh ones on every replay.
+  reset_grads(optimizer_.params());
+  {
+    c10::cuda::CUDAStreamGuard guard(side);
+    graph_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
+    graph_->outputs = forward_backward_update(graph_->inputs, graph_->noise);
+    graph_->graph.capture_end();
+  }
+  at::cuda::CUDAEvent captured;
+  captured.record(side);
+  captured.block(main);
+}
+
+Losses StepRunner::graph_step(const models::TrainBatch& batch, at::Generator& noise_gen) {
+  if (!graph_) capture(batch);
+  copy_batch(graph_->inputs, batch);
+  copy_noise(graph_->noise, models::sample_flow_noise(graph_->inputs, model_->config(), noise_gen));
+  graph_->graph.replay();
+  return read_losses(graph_->outputs);
+}
+#endif
+
+}  // namespace wam::train

@@ -1,0 +1,68 @@
+// The training step itself, eager or captured once as a CUDA graph and replayed: forward, backward,
+// clipping and the optimizer update, with the flow-matching noise drawn outside the model.
+//
+// Everything the compiled step must change between replays lives in device tensors (the optimizer's
+// step count, the learning rate, the inputs, the noise), so one captured graph replays a correct
+// step every time. The eager step runs the same code without capture, so eager and compiled
+// training are numerically comparable.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "models/world_model.h"
+#include "train/losses.h"
+#include "train/optimizer.h"
+
+namespace wam::train {
+
+// The generator the flow-matching noise is drawn from, on the training device.
+at::Generator make_noise_generator(at::Device device, uint64_t seed);
+
+// Pads the VLM context [B, S, D] and mask [B, S] on the right to `pad_to` tokens (mask false), so
+// the compiled step sees one shape. Longer contexts are an error: they are never truncated.
+void pad_vlm_context(models::TrainBatch& batch, int64_t pad_to);
+
+struct StepOptions {
+  double max_grad_norm = 1.0;
+  bool autocast_bf16 = true;  // CUDA only
+};
+
+// Runs training steps on one device: eager, or (CUDA) one captured graph replayed per step.
+class StepRunner {
+ public:
+  // `compiled` requests CUDA-graph capture; it is honoured only on a CUDA device in a build with
+  // the CUDA code paths (see compiled()).
+  // `tunableop_results`: where TunableOp reads and writes GEMM results ("" = no TunableOp).
+  StepRunner(models::WorldActionModel model, AdamW& optimizer, at::Device device,
+             StepOptions options, bool compiled, std::string tunableop_results);
+  ~StepRunner();
+
+  // One step: lr into the optimizer, noise from `noise_gen`, forward, backward, clip, update.
+  Losses step(const models::TrainBatch& batch, double lr, at::Generator& noise_gen);
+
+  bool compiled() const { return compiled_; }
+
+ private:
+  models::LossTerms forward_backward_update(const models::TrainBatch& batch,
+                                            const models::FlowNoise& noise);
+  Losses eager_step(const models::TrainBatch& batch, at::Generator& noise_gen);
+#if WAM_WITH_CUDA
+  Losses graph_step(const models::TrainBatch& batch, at::Generator& noise_gen);
+  void capture(const models::TrainBatch& batch);
+  struct Graph;
+  std::unique_ptr<Graph> graph_;
+#endif
+
+  models::WorldActionModel model_;
+  AdamW& optimizer_;
+  at::Device device_;
+  StepOptions options_;
+  bool compiled_;
+  std::string tunableop_results_;
+};
+
+}  // namespace wam::train
