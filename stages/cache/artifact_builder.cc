@@ -15,6 +15,7 @@
 #include <numeric>
 #include <set>
 
+#include "cache/artifact_builder.h"
 #include "cache/latent_store.h"
 #include "cache/store_files.h"
 #include "common/hdf5.h"

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cache/artifact_builder.h"
 #include "cache/latent_store.h"
 
 namespace wam::cache {

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "cache/artifact_builder.h"
 #include "cache/latent_store.h"
 
 namespace {

@@ -1,3 +1,4 @@
+#include "cache/artifact_builder.h"
 #include "cache/latent_store.h"
 
 #include <gtest/gtest.h>
