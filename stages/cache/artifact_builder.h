@@ -2,6 +2,7 @@
 // resumable, and published atomically (docs/CACHE_FORMAT.md, "Publishing and resuming").
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -67,5 +68,6 @@ class ArtifactBuilder {
   std::string staging_dir_;  // becomes the published build directory
   std::string state_dir_;    // contract and per-shard checksum records; never published
   std::atomic<int64_t> shards_written_{0};
+};
 
 }  // namespace wam::cache

@@ -80,8 +80,6 @@ enum class ValidationMode {
   kFull,      // plus every shard's checksum and contents (names, shapes, dtypes, offsets, keys)
 };
 
-};
-
 // Where one value's rows lie in one shard file.
 struct ValueLayout {
   int64_t data_offset = 0;       // file offset of the dataset's first byte
