@@ -12,6 +12,7 @@
 #include "cache/cache_generate.h"
 #include "cache/latent_store.h"
 #include "data/synth_dataset.h"
+#include "testing/expect_error.h"
 #include "testing/temp_dir.h"
 #include "wam/pipeline.h"
 #include "wam/runner.h"
@@ -49,8 +50,8 @@ class LatentCache : public ::testing::Test {
 
   std::vector<std::string> overrides(std::vector<std::string> extra = {}) const {
     std::vector<std::string> all = {"include.model=" + kSource + "/configs/model/tiny.json",
-                                    "nodes.cache.params.root=" + root(),
-                                    "settings.device=cpu", "settings.batch_size=4"};
+                                    "nodes.cache.params.root=" + root(), "settings.device=cpu",
+                                    "settings.batch_size=4"};
     all.insert(all.end(), extra.begin(), extra.end());
     return all;
   }
@@ -125,15 +126,6 @@ class LatentCache : public ::testing::Test {
     return -1;
   }
 
-  static std::string error_of(const std::function<void()>& action) {
-    try {
-      action();
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return "(no error)";
-  }
-
   static testing::TempDir* dataset_;
   testing::TempDir cache_;
 };
@@ -152,23 +144,23 @@ TEST_F(LatentCache, GenerateThenLookupGivesTheEncodersOutputBitForBit) {
     EXPECT_EQ(published.shards, 3);  // 8 + 8 + 4
   }
 
-  const Run online = run(write_graph(
-      "online",
-      {sampler_node(),
-       {{"id", "decode"}, {"type", "VideoDecode"}, {"inputs", {"sampler"}}},
-       {{"id", "augment"},
-        {"type", "Augment"},
-        {"inputs", {"decode"}},
-        {"params", {{"$ref", "data/augment"}}}},
-       {{"id", "collate"}, {"type", "Collate"}, {"inputs", {"augment"}}},
-       {{"id", "vae"}, {"type", "VaeEncode"}, {"inputs", {"collate"}}},
-       {{"id", "vlm"},
-        {"type", "VlmEncode"},
-        {"inputs", {"vae"}},
-        {"params", {{"width", {{"$ref", "model/vlm_dim"}}}}}}}));
-  const Run cached = run(write_graph(
-      "cached", {sampler_node(), lookup_node("sampler"),
-                 {{"id", "collate"}, {"type", "Collate"}, {"inputs", {"cache"}}}}));
+  const Run online = run(
+      write_graph("online", {sampler_node(),
+                             {{"id", "decode"}, {"type", "VideoDecode"}, {"inputs", {"sampler"}}},
+                             {{"id", "augment"},
+                              {"type", "Augment"},
+                              {"inputs", {"decode"}},
+                              {"params", {{"$ref", "data/augment"}}}},
+                             {{"id", "collate"}, {"type", "Collate"}, {"inputs", {"augment"}}},
+                             {{"id", "vae"}, {"type", "VaeEncode"}, {"inputs", {"collate"}}},
+                             {{"id", "vlm"},
+                              {"type", "VlmEncode"},
+                              {"inputs", {"vae"}},
+                              {"params", {{"width", {{"$ref", "model/vlm_dim"}}}}}}}));
+  const Run cached =
+      run(write_graph("cached", {sampler_node(),
+                                 lookup_node("sampler"),
+                                 {{"id", "collate"}, {"type", "Collate"}, {"inputs", {"cache"}}}}));
   ASSERT_EQ(online.batches.size(), 5u);
   ASSERT_EQ(cached.batches.size(), 5u);
   for (size_t b = 0; b < online.batches.size(); ++b) {
@@ -207,12 +199,11 @@ TEST_F(LatentCache, GenerateThenLookupGivesTheEncodersOutputBitForBit) {
 
 TEST_F(LatentCache, ChangedAugmentParamIsRefusedNamingThePart) {
   generate({"current"}, 0, {"nodes.cache.params.fields=[\"current\"]"});
-  const std::string error = error_of([&] {
-    cache::validate_pipeline_cache(
-        kCachePipeline,
-        overrides({"nodes.cache.params.fields=[\"current\"]",
-                   "nodes.cache.params.augment.camera_size=[200,300]"}),
-        cache::ValidationMode::kMetaOnly, nullptr);
+  const std::string error = testing::error_of([&] {
+    cache::validate_pipeline_cache(kCachePipeline,
+                                   overrides({"nodes.cache.params.fields=[\"current\"]",
+                                              "nodes.cache.params.augment.camera_size=[200,300]"}),
+                                   cache::ValidationMode::kMetaOnly, nullptr);
   });
   EXPECT_NE(error.find("vae_latent.current dependency 'image_preprocess' mismatch"),
             std::string::npos)
@@ -224,7 +215,7 @@ TEST_F(LatentCache, ChangedAugmentParamIsRefusedNamingThePart) {
 
 TEST_F(LatentCache, ChangedEncoderWeightIsRefusedNamingTheProducer) {
   generate({"current"}, 0, {"nodes.cache.params.fields=[\"current\"]"});
-  const std::string error = error_of([&] {
+  const std::string error = testing::error_of([&] {
     cache::validate_pipeline_cache(
         kCachePipeline,
         overrides({"nodes.cache.params.fields=[\"current\"]", "nodes.cache.params.vae.seed=7"}),
@@ -242,11 +233,11 @@ TEST_F(LatentCache, ChangedDatasetFileIsRefusedNamingTheFile) {
   fs::copy(dataset_->file("robotwin"), copy.file("robotwin"), fs::copy_options::recursive);
   setenv("ROBOTWIN_DATA_ROOT", copy.file("robotwin").c_str(), 1);
   generate({"current"}, 0, {"nodes.cache.params.fields=[\"current\"]"});
-  const fs::path video = copy.path() / "robotwin/videos/chunk-000" /
-                         "observation.images.cam_high/episode_000001.mp4";
+  const fs::path video =
+      copy.path() / "robotwin/videos/chunk-000" / "observation.images.cam_high/episode_000001.mp4";
   ASSERT_TRUE(fs::exists(video));
   fs::last_write_time(video, fs::last_write_time(video) + std::chrono::seconds(5));
-  const std::string error = error_of([&] {
+  const std::string error = testing::error_of([&] {
     cache::validate_pipeline_cache(kCachePipeline,
                                    overrides({"nodes.cache.params.fields=[\"current\"]"}),
                                    cache::ValidationMode::kMetaOnly, nullptr);
@@ -258,7 +249,7 @@ TEST_F(LatentCache, ChangedDatasetFileIsRefusedNamingTheFile) {
 }
 
 TEST_F(LatentCache, RandomAugmentationIsRefusedBeforeEncoding) {
-  const std::string error = error_of([&] {
+  const std::string error = testing::error_of([&] {
     generate({"current"}, 0,
              {"include.data=" + kSource + "/configs/data/robotwin.json",
               "nodes.cache.params.fields=[\"current\"]"});
@@ -273,14 +264,14 @@ TEST_F(LatentCache, RandomAugmentationIsRefusedBeforeEncoding) {
 
 TEST_F(LatentCache, ExistingArtifactsNeedOverwrite) {
   generate({"current"}, 0, {"nodes.cache.params.fields=[\"current\"]"});
-  const std::string error =
-      error_of([&] { generate({"current"}, 0, {"nodes.cache.params.fields=[\"current\"]"}); });
+  const std::string error = testing::error_of(
+      [&] { generate({"current"}, 0, {"nodes.cache.params.fields=[\"current\"]"}); });
   EXPECT_EQ(error, "Cache artifacts already exist at " + root() +
                        ": [vae_latent.current]. Pass --overwrite to publish replacement builds.");
 }
 
 TEST_F(LatentCache, InvalidFieldNamesAreRefused) {
-  EXPECT_EQ(error_of([&] { generate({"curent,vlm"}); }),
+  EXPECT_EQ(testing::error_of([&] { generate({"curent,vlm"}); }),
             "Unsupported video latent cache fields [curent]; allowed: current, memory_anchor, "
             "memory_recent, vlm.");
 }
@@ -310,22 +301,21 @@ TEST_F(LatentCache, PartialVlmMixesCachedAndOnlineRowsInOrder) {
   for (const auto& node : current_frames_nodes) mixed_nodes.push_back(node);
   const Run mixed = run(write_graph("mixed", mixed_nodes));
 
-  const Run online = run(write_graph(
-      "online_vlm",
-      {sampler_node(),
-       {{"id", "decode"},
-        {"type", "VideoDecode"},
-        {"inputs", {"sampler"}},
-        {"params", {{"frames", "current"}}}},
-       {{"id", "augment"},
-        {"type", "Augment"},
-        {"inputs", {"decode"}},
-        {"params", {{"$ref", "data/augment"}, {"frames", "current"}}}},
-       {{"id", "collate"}, {"type", "Collate"}, {"inputs", {"augment"}}},
-       {{"id", "vlm"},
-        {"type", "VlmEncode"},
-        {"inputs", {"collate"}},
-        {"params", {{"width", {{"$ref", "model/vlm_dim"}}}}}}}));
+  const Run online = run(
+      write_graph("online_vlm", {sampler_node(),
+                                 {{"id", "decode"},
+                                  {"type", "VideoDecode"},
+                                  {"inputs", {"sampler"}},
+                                  {"params", {{"frames", "current"}}}},
+                                 {{"id", "augment"},
+                                  {"type", "Augment"},
+                                  {"inputs", {"decode"}},
+                                  {"params", {{"$ref", "data/augment"}, {"frames", "current"}}}},
+                                 {{"id", "collate"}, {"type", "Collate"}, {"inputs", {"augment"}}},
+                                 {{"id", "vlm"},
+                                  {"type", "VlmEncode"},
+                                  {"inputs", {"collate"}},
+                                  {"params", {{"width", {{"$ref", "model/vlm_dim"}}}}}}}));
   ASSERT_EQ(mixed.batches.size(), online.batches.size());
   int64_t sample = 0;
   for (size_t b = 0; b < mixed.batches.size(); ++b) {
