@@ -40,10 +40,9 @@ Sample with_video_levels(const Sample& batch) {
 
 using testing::SteppedStage;
 
-// A HostToDevice node "h2d" whose run-wide device setting is `device`.
-testing::HarnessOptions h2d_on(std::string device = "auto") {
+// Runs the stage as node "h2d", the name its log lines carry.
+testing::HarnessOptions h2d_node() {
   testing::HarnessOptions options;
-  options.settings.device = std::move(device);
   options.node_id = "h2d";
   return options;
 }
@@ -61,7 +60,7 @@ void wait_until_asleep(pid_t tid) {
 }
 
 TEST(HostToDeviceTest, PassesThroughOnCpuAndSaysSoOnce) {
-  SteppedStage h2d("HostToDevice", R"({"mode": "pinned", "device": "cpu"})", h2d_on());
+  SteppedStage h2d("HostToDevice", R"({"mode": "pinned", "device": "cpu"})", h2d_node());
   for (int64_t i = 0; i < 3; ++i) {
     const Sample in = make_batch(i);
     const Sample out = h2d.process_one(in);
@@ -83,7 +82,7 @@ TEST(HostToDeviceTest, NormalisesUint8VideoOnCpuAsTheGpuDoes) {
   for (const char* params : {R"({"mode": "pinned", "video_as_uint8": true, "device": "cpu"})",
                              R"({"mode": "pageable", "device": "cpu"})"}) {
     SCOPED_TRACE(params);
-    SteppedStage h2d("HostToDevice", params, h2d_on());
+    SteppedStage h2d("HostToDevice", params, h2d_node());
     const Sample as_float = make_batch(3);
     const Sample in = with_video_levels(as_float);
     const at::Tensor levels = in.tensor("video").clone();
@@ -105,7 +104,7 @@ TEST(HostToDeviceTest, NormalisesUint8VideoOnCpuAsTheGpuDoes) {
 TEST(HostToDeviceTest, CudaRequestedWithoutCudaIsAnError) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has CUDA";
   const std::string error = testing::error_of(
-      [] { SteppedStage h2d("HostToDevice", R"({"device": "cuda"})", h2d_on()); });
+      [] { SteppedStage h2d("HostToDevice", R"({"device": "cuda"})", h2d_node()); });
   EXPECT_EQ(error.rfind("HostToDevice: device \"cuda\" was requested but this LibTorch (", 0), 0u)
       << error;
 }
@@ -129,7 +128,7 @@ void expect_arrived_intact(const Sample& in, const Sample& out, bool video_as_ui
 
 TEST(HostToDeviceCudaTest, PageableCopiesArriveIntact) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  SteppedStage h2d("HostToDevice", R"({"mode": "pageable"})", h2d_on());
+  SteppedStage h2d("HostToDevice", R"({"mode": "pageable"})", h2d_node());
   const Sample in = make_batch(1);
   expect_arrived_intact(in, h2d.process_one(in), false);
   EXPECT_GT(h2d.counter("bytes_copied"), 0);
@@ -144,7 +143,7 @@ TEST(HostToDeviceCudaTest, PinnedCopiesArriveIntactThroughRecycledBuffers) {
     SteppedStage h2d("HostToDevice",
                      std::string(R"({"mode": "pinned", "pool_batches": 2, "video_as_uint8": )") +
                          (as_uint8 ? "true" : "false") + "}",
-                     h2d_on());
+                     h2d_node());
     int64_t expected_bytes = 0;
     for (int64_t i = 0; i < 6; ++i) {  // three passes over the two buffers
       const Sample in = make_batch(i);
@@ -170,10 +169,10 @@ TEST(HostToDeviceCudaTest, Uint8VideoArrivesAsTheHostQuantisedFloatVideoDid) {
   for (const std::string mode : {"pageable", "pinned"}) {
     SCOPED_TRACE(mode);
     SteppedStage quantising("HostToDevice",
-                            R"({"video_as_uint8": true, "mode": ")" + mode + R"("})", h2d_on());
+                            R"({"video_as_uint8": true, "mode": ")" + mode + R"("})", h2d_node());
     SteppedStage copying("HostToDevice", R"({"video_as_uint8": true, "mode": ")" + mode + R"("})",
-                         h2d_on());
-    SteppedStage copying_without_flag("HostToDevice", R"({"mode": ")" + mode + R"("})", h2d_on());
+                         h2d_node());
+    SteppedStage copying_without_flag("HostToDevice", R"({"mode": ")" + mode + R"("})", h2d_node());
     for (int64_t i = 0; i < 3; ++i) {
       const Sample in = make_batch(i);
       const at::Tensor expected = quantising.process_one(in).tensor("video").cpu();
@@ -190,7 +189,7 @@ TEST(HostToDeviceCudaTest, Uint8VideoArrivesAsTheHostQuantisedFloatVideoDid) {
 
 TEST(HostToDeviceCudaTest, PinnedPoolIsTheFlowControlToken) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  SteppedStage h2d("HostToDevice", R"({"mode": "pinned", "pool_batches": 1})", h2d_on());
+  SteppedStage h2d("HostToDevice", R"({"mode": "pinned", "pool_batches": 1})", h2d_node());
   std::optional<Sample> held = h2d.process_one(make_batch(1));
   Sample second_batch = make_batch(2);
   std::atomic<pid_t> second_tid{0};
@@ -213,7 +212,7 @@ TEST(HostToDeviceCudaTest, PinnedPoolIsTheFlowControlToken) {
 
 TEST(HostToDeviceCudaTest, PinnedPoolGrowsForALargerBatch) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  SteppedStage h2d("HostToDevice", R"({"mode": "pinned", "pool_batches": 1})", h2d_on());
+  SteppedStage h2d("HostToDevice", R"({"mode": "pinned", "pool_batches": 1})", h2d_node());
   h2d.process_one(make_batch(1));
   Sample larger = make_batch(2);
   larger.set_tensor("action", torch::randn({2, 64, 80}));
