@@ -1,9 +1,12 @@
-// The harness's contract check: a test stage that breaks its declared contract fails the test, with
-// a message naming the stage, the sample key, the field and the types.
+// The harness's checks: a test stage that breaks its declared contract fails the test, with a
+// message naming the stage, the sample key, the field and the types; error_of and EXPECT_ERROR fail
+// a test whose call throws nothing or another message.
 #include "testing/stage_harness.h"
 
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
+
+#include "testing/expect_error.h"
 
 namespace wam::testing {
 namespace {
@@ -147,6 +150,13 @@ TEST(StageHarnessContract, BatchingStageTypesInputFieldsAsABatch) {
   EXPECT_EQ(out[0].type("task"), FieldType::kJson);
   EXPECT_EQ(out[0].type("frame_plan"), FieldType::kJson);
   EXPECT_EQ(out[0].type("episode_index"), FieldType::kTensor);
+}
+
+TEST(ExpectError, ACallThatThrowsNothingFails) {
+  EXPECT_NONFATAL_FAILURE(EXPECT_EQ(error_of([] {}), ""),
+                          "expected an exception, but the call returned normally");
+  EXPECT_NONFATAL_FAILURE(EXPECT_ERROR(throw Error("other text"), "the text"), "other text");
+  EXPECT_ERROR(throw Error("the text"), "the text");
 }
 
 }  // namespace
