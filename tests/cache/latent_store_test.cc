@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "testing/expect_error.h"
 #include "testing/temp_dir.h"
 
 namespace wam::cache {
@@ -145,12 +146,8 @@ void write_bytes(const std::string& path, const std::string& bytes) {
 }
 
 std::string error_of(const std::function<void()>& action) {
-  try {
-    action();
-  } catch (const CacheError& e) {
-    return e.what();
-  }
-  return "<no CacheError>";
+  const auto error = testing::caught<CacheError>(action);
+  return error ? error->what() : "<no CacheError>";
 }
 
 std::string shard_path(const std::string& root, const std::string& id, const std::string& build,

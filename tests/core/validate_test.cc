@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "testing/expect_error.h"
 #include "testing/test_stages.h"
 #include "wam/pipeline.h"
 
@@ -23,13 +24,10 @@ class GoldenDiagnostics : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenDiagnostics, MatchesExpectedText) {
   const std::string file = "tests/golden/" + GetParam() + ".json";
-  std::string actual;
-  try {
-    load_pipeline(file, {}, testing::test_registry());
-    FAIL() << file << " validated, but it is a broken pipeline";
-  } catch (const ConfigError& e) {
-    actual = e.diagnostics().render();
-  }
+  const auto error =
+      testing::caught<ConfigError>([&] { load_pipeline(file, {}, testing::test_registry()); });
+  ASSERT_TRUE(error) << file << " validated, but it is a broken pipeline";
+  const std::string actual = error->diagnostics().render();
   const std::string expected_file = "tests/golden/" + GetParam() + ".txt";
   if (std::getenv("WAM_UPDATE_GOLDEN")) std::ofstream(expected_file) << actual;
   EXPECT_EQ(actual, read_text(expected_file));
@@ -55,13 +53,11 @@ TEST(Validate, ANodeWithBadParamsDoesNotCascadeIntoFieldErrors) {
   probe.params = {{"reads", {{"value", "Int"}}}};
   probe.pointer = "/nodes/1";
   config.nodes = {source, probe};
-  try {
-    ValidatedPipeline::from_config(config, testing::test_registry());
-    FAIL() << "validated";
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(e.diagnostics().render(),
-              "inline.json:/nodes/0/params/count [source: Count]: must be >= 0, got -1\n");
-  }
+  const auto error = testing::caught<ConfigError>(
+      [&] { ValidatedPipeline::from_config(config, testing::test_registry()); });
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->diagnostics().render(),
+            "inline.json:/nodes/0/params/count [source: Count]: must be >= 0, got -1\n");
 }
 
 TEST(Validate, ValidPipelineIsTopologicallyOrderedWithEffectiveParams) {
@@ -78,8 +74,7 @@ TEST(Validate, ValidPipelineIsTopologicallyOrderedWithEffectiveParams) {
     return n;
   };
   config.nodes = {node("join", "Probe", {"left", "right"}, {{"reads", {{"tag", "String"}}}}),
-                  node("left", "Tag", {"source"}, {{"field", "tag"}}),
-                  node("source", "Count", {}),
+                  node("left", "Tag", {"source"}, {{"field", "tag"}}), node("source", "Count", {}),
                   node("right", "Tag", {"source"}, {{"field", "mark"}})};
   for (size_t i = 0; i < config.nodes.size(); ++i) {
     config.nodes[i].pointer = "/nodes/" + std::to_string(i);
@@ -103,14 +98,11 @@ TEST(Validate, ValidPipelineIsTopologicallyOrderedWithEffectiveParams) {
             "  \"source\" [label=\"source\\nCount\", shape=ellipse];\n"
             "  \"left\" [label=\"left\\nTag\\nconcurrency unlimited\"];\n"
             "  \"source\" -> \"left\";\n}\n");
-  try {
-    p.keep_upstream_of("lfet");
-    FAIL();
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "--stop-after: unknown node \"lfet\"; did you mean "
-              "\"left\"? (allowed: source, left)");
-  }
+  const auto error = testing::caught<ConfigError>([&] { p.keep_upstream_of("lfet"); });
+  ASSERT_TRUE(error);
+  EXPECT_STREQ(
+      error->what(),
+      "--stop-after: unknown node \"lfet\"; did you mean \"left\"? (allowed: source, left)");
 }
 
 }  // namespace

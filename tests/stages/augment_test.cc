@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "data/image_ops.h"
+#include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
 
@@ -98,12 +99,6 @@ void expect_filled(const at::Tensor& video, int64_t top, int64_t height, int64_t
       << "rows " << top << "+" << height << ", columns " << left << "+" << width;
 }
 
-class VectorEmitter final : public Emitter {
- public:
-  void emit(Sample sample) override { samples.push_back(std::move(sample)); }
-  std::vector<Sample> samples;
-};
-
 // Every random transform on, so that a determinism test would see any stray randomness.
 const char* kEverythingOn = R"({
   "canvas": "robotwin", "camera_size": [60, 80],
@@ -126,23 +121,18 @@ const std::vector<std::string> kCanvasFields = {"video", "memory_video_anchor",
 // Processes the same sample on `threads` std::threads at once through one opened stage.
 std::vector<Sample> run_concurrently(const std::string& params, const Sample& sample, int threads,
                                      const Settings& settings = {}) {
-  auto base = make_stage("Augment", params);
-  auto* stage = dynamic_cast<Stage*>(base.get());
-  Context context("augment", "Augment", settings, [](const std::string& m) { std::cerr << m; });
-  stage->open(context);
-  std::vector<VectorEmitter> emitters(threads);
+  HarnessOptions options;
+  options.settings = settings;
+  SteppedStage stage("Augment", params, options);
+  CollectingEmitter emitter;
   std::vector<std::thread> workers;
   for (int i = 0; i < threads; ++i) {
-    workers.emplace_back([&, i] {
-      for (int repeat = 0; repeat < 2; ++repeat) stage->process(sample, emitters[i]);
+    workers.emplace_back([&] {
+      for (int repeat = 0; repeat < 2; ++repeat) stage.stage().process(sample, emitter);
     });
   }
   for (auto& worker : workers) worker.join();
-  std::vector<Sample> out;
-  for (auto& emitter : emitters) {
-    for (auto& s : emitter.samples) out.push_back(std::move(s));
-  }
-  return out;
+  return emitter.take();
 }
 
 void expect_same_canvas(const Sample& a, const Sample& b) {
@@ -275,41 +265,22 @@ TEST(AugmentTest, OutputStaysInSignedUnitRangeAndInputIsUnchanged) {
 }
 
 TEST(AugmentTest, RejectsFramesThatDoNotFitTheParams) {
-  try {
-    run_one(R"({"deterministic": true})", frame_sample(noise_frames(2, 1, 8, 8), 0));
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "field frames has 1 frames per camera; `frames: all` needs [anchor, recent, "
-                 "window...] (at least 3); got Byte[2, 1, 8, 8, 3]");
-  }
-  try {
-    run_one(R"({"canvas": "robotwin", "deterministic": true})",
-            frame_sample(noise_frames(2, 11, 8, 8), 0));
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "canvas \"robotwin\" needs 3 cameras (high, left wrist, right wrist), got 2; "
-                 "check the sampler's cameras");
-  }
-  try {
-    run_one(R"({"camera_jitter_cameras": [2], "camera_jitter_prob": 1})",
-            frame_sample(noise_frames(2, 11, 8, 8), 0));
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "param camera_jitter_cameras names camera 2 but the sample has 2 cameras "
-                 "(indices follow the sampler's cameras order)");
-  }
-  try {
-    run_one(R"({"camera_jitter_scale": [1, 0.9]})", frame_sample(noise_frames(2, 11, 8, 8), 0));
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    // A params-only rule: reported when the stage is built, as `validate` does.
-    EXPECT_STREQ(e.what(),
-                 "<test>:/params/camera_jitter_scale [Augment]: must be [min, max] with min <= "
-                 "max, got [1.0,0.9]");
-  }
+  EXPECT_ERROR(run_one(R"({"deterministic": true})", frame_sample(noise_frames(2, 1, 8, 8), 0)),
+               "field frames has 1 frames per camera; `frames: all` needs [anchor, recent, "
+               "window...] (at least 3); got Byte[2, 1, 8, 8, 3]");
+  EXPECT_ERROR(run_one(R"({"canvas": "robotwin", "deterministic": true})",
+                       frame_sample(noise_frames(2, 11, 8, 8), 0)),
+               "canvas \"robotwin\" needs 3 cameras (high, left wrist, right wrist), got 2; "
+               "check the sampler's cameras");
+  EXPECT_ERROR(run_one(R"({"camera_jitter_cameras": [2], "camera_jitter_prob": 1})",
+                       frame_sample(noise_frames(2, 11, 8, 8), 0)),
+               "param camera_jitter_cameras names camera 2 but the sample has 2 cameras "
+               "(indices follow the sampler's cameras order)");
+  // A params-only rule: reported when the stage is built, as `validate` does.
+  EXPECT_ERROR(
+      run_one(R"({"camera_jitter_scale": [1, 0.9]})", frame_sample(noise_frames(2, 11, 8, 8), 0)),
+      "<test>:/params/camera_jitter_scale [Augment]: must be [min, max] with min <= max, got "
+      "[1.0,0.9]");
 }
 
 TEST(AugmentTest, CameraJitterAndSensorNoiseTouchOnlySelectedCameras) {

@@ -1,7 +1,6 @@
 #include <gtest/gtest.h>
 
-#include <iostream>
-
+#include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
 
@@ -27,19 +26,8 @@ std::vector<Sample> numbered_samples(int64_t count) {
   return samples;
 }
 
-class VectorEmitter final : public Emitter {
- public:
-  void emit(Sample sample) override { samples.push_back(std::move(sample)); }
-  std::vector<Sample> samples;
-};
-
 std::string collate_error(const std::vector<Sample>& inputs) {
-  try {
-    run_stage("Collate", R"({"batch_size": 3})", inputs);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
+  return error_of([&] { run_stage("Collate", R"({"batch_size": 3})", inputs); });
 }
 
 TEST(CollateTest, StacksTensorsScalarsStringsAndJson) {
@@ -137,63 +125,52 @@ TEST(CollateTest, FieldSetAndTypeMismatchesNameBothSamples) {
 }
 
 TEST(CollateTest, ReusesBuffersOnlyAfterDownstreamReleasesThem) {
-  auto base = make_stage("Collate", R"({"batch_size": 2, "buffers": 1})");
-  auto* stage = dynamic_cast<Stage*>(base.get());
-  Settings settings;
-  Context context("collate", "Collate", settings, [](const std::string& m) { std::cerr << m; });
-  stage->open(context);
-  VectorEmitter out;
+  SteppedStage stage("Collate", R"({"batch_size": 2, "buffers": 1})");
   auto inputs = numbered_samples(8);
 
-  stage->process(inputs[0], out);
-  stage->process(inputs[1], out);
-  ASSERT_EQ(out.samples.size(), 1u);
-  const at::Tensor held = out.samples[0].tensor("action");  // the test keeps batch 0
+  EXPECT_TRUE(stage.process(inputs[0]).empty());
+  std::vector<Sample> out = stage.process(inputs[1]);
+  ASSERT_EQ(out.size(), 1u);
+  const at::Tensor held = out[0].tensor("action");  // the test keeps batch 0
   const void* held_data = held.data_ptr();
-  out.samples.clear();
+  out.clear();
 
-  stage->process(inputs[2], out);
-  stage->process(inputs[3], out);
-  ASSERT_EQ(out.samples.size(), 1u);
-  EXPECT_NE(out.samples[0].tensor("action").data_ptr(), held_data);
+  stage.process(inputs[2]);
+  out = stage.process(inputs[3]);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_NE(out[0].tensor("action").data_ptr(), held_data);
   EXPECT_TRUE(torch::equal(held[1], torch::ones({2, 3}))) << "batch 0 was overwritten";
-  EXPECT_TRUE(torch::equal(out.samples[0].tensor("action")[1], torch::full({2, 3}, 3.0f)));
-  out.samples.clear();  // batch 1 released: the pooled buffer is free again
+  EXPECT_TRUE(torch::equal(out[0].tensor("action")[1], torch::full({2, 3}, 3.0f)));
+  out.clear();  // batch 1 released: the pooled buffer is free again
 
-  stage->process(inputs[4], out);
-  stage->process(inputs[5], out);
-  ASSERT_EQ(out.samples.size(), 1u);
+  stage.process(inputs[4]);
+  out = stage.process(inputs[5]);
+  ASSERT_EQ(out.size(), 1u);
   EXPECT_TRUE(torch::equal(held[0], torch::zeros({2, 3})));
   EXPECT_TRUE(torch::equal(held[1], torch::ones({2, 3})));
 
   // A partial batch is a view of a pooled buffer; holding it keeps that buffer busy too.
-  stage->process(inputs[6], out);
-  stage->close(out);
-  ASSERT_EQ(out.samples.size(), 2u);
-  EXPECT_EQ(out.samples[1].tensor("action").sizes(), (std::vector<int64_t>{1, 2, 3}));
-  EXPECT_TRUE(torch::equal(out.samples[1].tensor("action")[0], torch::full({2, 3}, 6.0f)));
-  EXPECT_TRUE(torch::equal(out.samples[0].tensor("action")[1], torch::full({2, 3}, 5.0f)));
+  EXPECT_TRUE(stage.process(inputs[6]).empty());
+  const std::vector<Sample> partial = stage.close();
+  ASSERT_EQ(partial.size(), 1u);
+  EXPECT_EQ(partial[0].tensor("action").sizes(), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_TRUE(torch::equal(partial[0].tensor("action")[0], torch::full({2, 3}, 6.0f)));
+  EXPECT_TRUE(torch::equal(out[0].tensor("action")[1], torch::full({2, 3}, 5.0f)));
   EXPECT_TRUE(torch::equal(held[1], torch::ones({2, 3})));
 }
 
 TEST(CollateTest, ReusesAFreedBufferInsteadOfAllocating) {
-  auto base = make_stage("Collate", R"({"batch_size": 2, "buffers": 2})");
-  auto* stage = dynamic_cast<Stage*>(base.get());
-  Settings settings;
-  Context context("collate", "Collate", settings, [](const std::string& m) { std::cerr << m; });
-  stage->open(context);
-  VectorEmitter out;
+  SteppedStage stage("Collate", R"({"batch_size": 2, "buffers": 2})");
   auto inputs = numbered_samples(6);
-  stage->process(inputs[0], out);
-  stage->process(inputs[1], out);
-  const void* first_data = out.samples[0].tensor("action").data_ptr();
-  out.samples.clear();
-  stage->process(inputs[2], out);
-  stage->process(inputs[3], out);
-  EXPECT_EQ(out.samples[0].tensor("action").data_ptr(), first_data);
-  EXPECT_TRUE(torch::equal(out.samples[0].tensor("action")[0], torch::full({2, 3}, 2.0f)));
+  stage.process(inputs[0]);
+  const void* first_data = stage.process(inputs[1]).at(0).tensor("action").data_ptr();
+  stage.process(inputs[2]);
+  const std::vector<Sample> out = stage.process(inputs[3]);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].tensor("action").data_ptr(), first_data);
+  EXPECT_TRUE(torch::equal(out[0].tensor("action")[0], torch::full({2, 3}, 2.0f)));
   // One buffer per batched field (action, sample_id, weight, is_odd), allocated once.
-  EXPECT_EQ(context.counter("buffer_allocations").value(), 4);
+  EXPECT_EQ(stage.counter("buffer_allocations"), 4);
 }
 
 }  // namespace

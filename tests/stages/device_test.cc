@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "testing/expect_error.h"
 #include "wam/error.h"
 
 namespace wam {
@@ -14,12 +15,8 @@ std::string resolved(const std::string& stage, const std::string& settings, bool
 }
 
 std::string resolve_error(const std::string& stage, const std::string& settings) {
-  try {
-    resolve_device(stage, settings, /*cuda_available=*/false, "VaeEncode");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
+  return testing::error_of(
+      [&] { resolve_device(stage, settings, /*cuda_available=*/false, "VaeEncode"); });
 }
 
 TEST(DeviceTest, StageAutoFollowsSettingsDevice) {

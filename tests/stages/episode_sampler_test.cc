@@ -11,6 +11,7 @@
 #include <set>
 
 #include "data/lerobot_dataset.h"
+#include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
 
@@ -261,16 +262,12 @@ TEST_F(EpisodeSamplerTest, ShardsAreDisjointAndEqualSized) {
 
 TEST_F(EpisodeSamplerTest, ResumesExactlyFromASavedState) {
   const std::string p = params(R"(, "shuffle": true, "world_size": 2, "rank": 1)");
-  Settings settings;
-  settings.epochs = 2;
-  const auto log = [](const std::string&) {};
+  testing::HarnessOptions options;
+  options.settings.epochs = 2;
 
   std::vector<int64_t> reference;
   {
-    auto base = testing::make_stage("EpisodeSampler", p);
-    auto& source = dynamic_cast<Source&>(*base);
-    Context context("sampler", "EpisodeSampler", settings, log);
-    source.open(context);
+    testing::SteppedSource source("EpisodeSampler", p, options);
     while (auto s = source.next()) reference.push_back(s->get_int("sample_id"));
   }
   ASSERT_EQ(reference.size(), 60u);
@@ -278,28 +275,18 @@ TEST_F(EpisodeSamplerTest, ResumesExactlyFromASavedState) {
   for (size_t cut : {size_t{0}, size_t{17}, size_t{30}, size_t{45}}) {
     nlohmann::json saved;
     {
-      auto base = testing::make_stage("EpisodeSampler", p);
-      auto& source = dynamic_cast<Source&>(*base);
-      Context context("sampler", "EpisodeSampler", settings, log);
-      source.open(context);
+      testing::SteppedSource source("EpisodeSampler", p, options);
       for (size_t i = 0; i < cut; ++i) source.next();
       saved = source.state();
     }
-    auto base = testing::make_stage("EpisodeSampler", p);
-    auto& source = dynamic_cast<Source&>(*base);
-    source.restore(saved);
-    Context context("sampler", "EpisodeSampler", settings, log);
-    source.open(context);
+    testing::SteppedSource source("EpisodeSampler", p, options, saved);
     std::vector<int64_t> rest;
     while (auto s = source.next()) rest.push_back(s->get_int("sample_id"));
     EXPECT_EQ(rest, std::vector<int64_t>(reference.begin() + cut, reference.end()))
         << "cut " << cut << " state " << saved.dump();
   }
   EXPECT_EQ(nlohmann::json({{"epoch", 1}, {"position", 15}}), [&] {
-    auto base = testing::make_stage("EpisodeSampler", p);
-    auto& source = dynamic_cast<Source&>(*base);
-    Context context("sampler", "EpisodeSampler", settings, log);
-    source.open(context);
+    testing::SteppedSource source("EpisodeSampler", p, options);
     for (int i = 0; i < 45; ++i) source.next();
     return source.state();
   }());
@@ -322,12 +309,7 @@ TEST_F(EpisodeSamplerTest, ProprioNoiseIsSeededAndSkipsPaddedDims) {
 
 TEST_F(EpisodeSamplerTest, RejectsWindowsTheVaeCannotTake) {
   auto error_of = [&](const std::string& extra) {
-    try {
-      drain(extra);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return testing::error_of([&] { drain(extra); });
   };
   // Params-only rules: reported when the stage is built, as `validate` does.
   EXPECT_EQ(error_of(R"(, "num_frames": 31)"),
@@ -354,16 +336,10 @@ TEST_F(EpisodeSamplerTest, RejectsWindowsTheVaeCannotTake) {
 TEST_F(EpisodeSamplerTest, MissingStatsNameTheCommandToRun) {
   fs::remove(root_ + "/meta/episodes_stats.jsonl");
   const std::string root = fs::absolute(root_).string();
-  try {
-    drain();
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              root +
-                  "/meta/episodes_stats.jsonl: missing; normalisation needs per-episode stats: "
-                  "run `wam-pipeline dataset stats " +
-                  root + "`");
-  }
+  EXPECT_ERROR(drain(), root +
+                            "/meta/episodes_stats.jsonl: missing; normalisation needs per-episode "
+                            "stats: run `wam-pipeline dataset stats " +
+                            root + "`");
 }
 
 TEST_F(EpisodeSamplerTest, RefusesParquetColumns) {
@@ -376,35 +352,25 @@ TEST_F(EpisodeSamplerTest, RefusesParquetColumns) {
   fs::copy(real / "meta", fs::path(copy) / "meta");
   fs::create_directory_symlink(fs::absolute(real / "videos"), fs::path(copy) / "videos");
   set_stats(copy, {0.0, 1.0, 0.0, 1.0});
-  try {
-    testing::drain_source(
-        "EpisodeSampler",
-        R"({"dataset_dirs": [")" + copy + R"("], "cameras": ["observation.images.ego_view"]})");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              fs::absolute(copy).string() +
-                  "/data/chunk-000/episode_000000.parquet: per-frame columns are stored in "
-                  "parquet, which is not readable here (no parquet library on Debian 12); convert "
-                  "the dataset to the HDF5 layout: one data/chunk-XXX/episode_XXXXXX.h5 per "
-                  "episode with one dataset per column, and data_path "
-                  "\"data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.h5\" in "
-                  "meta/info.json");
-  }
+  EXPECT_ERROR(testing::drain_source("EpisodeSampler",
+                                     R"({"dataset_dirs": [")" + copy +
+                                         R"("], "cameras": ["observation.images.ego_view"]})"),
+               fs::absolute(copy).string() +
+                   "/data/chunk-000/episode_000000.parquet: per-frame columns are stored in "
+                   "parquet, which is not readable here (no parquet library on Debian 12); convert "
+                   "the dataset to the HDF5 layout: one data/chunk-XXX/episode_XXXXXX.h5 per "
+                   "episode with one dataset per column, and data_path "
+                   "\"data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.h5\" in "
+                   "meta/info.json");
   fs::remove_all(copy);
 }
 
 TEST_F(EpisodeSamplerTest, LiberoStateTransformNeedsLiberosFifteenDims) {
-  try {
-    drain(R"(, "state_transform": "libero_ee_rot6d")");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              fs::absolute(root_).string() +
-                  "/data/chunk-000/episode_000000.h5: state_transform libero_ee_rot6d needs "
-                  "LIBERO's 15-D observation.state [joint 7, ee position 3, ee axis-angle 3, "
-                  "gripper 2], got 14 dims");
-  }
+  EXPECT_ERROR(drain(R"(, "state_transform": "libero_ee_rot6d")"),
+               fs::absolute(root_).string() +
+                   "/data/chunk-000/episode_000000.h5: state_transform libero_ee_rot6d needs "
+                   "LIBERO's 15-D observation.state [joint 7, ee position 3, ee axis-angle 3, "
+                   "gripper 2], got 14 dims");
 }
 
 // LIBERO's state through the reference's transform, on one 40-frame episode whose every value is

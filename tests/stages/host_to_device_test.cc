@@ -1,12 +1,16 @@
 // HostToDevice: CPU pass-through (uint8 video normalised on the host), and (CUDA only) pageable
 // and pinned copies, uint8 video and the pool as flow-control token.
+#include <unistd.h>
+
 #include <atomic>
+#include <fstream>
+#include <iterator>
 #include <optional>
-#include <chrono>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
 
@@ -34,51 +38,32 @@ Sample with_video_levels(const Sample& batch) {
   return levels;
 }
 
-class VectorEmitter final : public Emitter {
- public:
-  explicit VectorEmitter(std::vector<Sample>& out) : out_(out) {}
-  void emit(Sample sample) override { out_.push_back(std::move(sample)); }
+using testing::SteppedStage;
 
- private:
-  std::vector<Sample>& out_;
-};
+// Runs the stage as node "h2d", the name its log lines carry.
+testing::HarnessOptions h2d_node() {
+  testing::HarnessOptions options;
+  options.node_id = "h2d";
+  return options;
+}
 
-// A stage opened with a context whose log lines and counters the test reads.
-struct OpenedStage {
-  explicit OpenedStage(const std::string& params, std::string device = "auto") {
-    settings.device = std::move(device);
-    base = testing::make_stage("HostToDevice", params);
-    context = std::make_unique<Context>("h2d", "HostToDevice", settings,
-                                        [this](const std::string& line) { log.push_back(line); });
-    stage().open(*context);
+// Waits until the thread `tid` of this process sleeps in the kernel (state S in its /proc stat).
+void wait_until_asleep(pid_t tid) {
+  const std::string stat = "/proc/self/task/" + std::to_string(tid) + "/stat";
+  for (;;) {
+    std::ifstream in(stat);
+    const std::string line((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t name_end = line.rfind(')');  // the state follows the "(name)" field
+    if (name_end != std::string::npos && line.compare(name_end, 3, ") S") == 0) return;
+    std::this_thread::yield();
   }
-  Stage& stage() { return dynamic_cast<Stage&>(*base); }
-  Sample process(Sample sample) {
-    std::vector<Sample> out;
-    VectorEmitter emitter(out);
-    stage().process(std::move(sample), emitter);
-    EXPECT_EQ(out.size(), 1u);
-    return out.at(0);
-  }
-  int64_t counter(const std::string& name) { return context->counter(name).value(); }
-  bool has_counter(const std::string& name) const {
-    for (const auto& [counted, value] : context->counters()) {
-      if (counted == name) return true;
-    }
-    return false;
-  }
-
-  Settings settings;
-  std::unique_ptr<StageBase> base;
-  std::unique_ptr<Context> context;
-  std::vector<std::string> log;
-};
+}
 
 TEST(HostToDeviceTest, PassesThroughOnCpuAndSaysSoOnce) {
-  OpenedStage h2d(R"({"mode": "pinned", "device": "cpu"})");
+  SteppedStage h2d("HostToDevice", R"({"mode": "pinned", "device": "cpu"})", h2d_node());
   for (int64_t i = 0; i < 3; ++i) {
     const Sample in = make_batch(i);
-    const Sample out = h2d.process(in);
+    const Sample out = h2d.process_one(in);
     EXPECT_EQ(out.key(), in.key());
     EXPECT_EQ(out.fields().size(), in.fields().size());
     for (const char* name : {"video", "action", "action_is_pad", "vlm_current_images"}) {
@@ -86,9 +71,9 @@ TEST(HostToDeviceTest, PassesThroughOnCpuAndSaysSoOnce) {
     }
     EXPECT_EQ(out.get_json("prompt"), in.get_json("prompt"));
   }
-  EXPECT_EQ(h2d.log, std::vector<std::string>{
-                         "[h2d] HostToDevice: the training device is cpu; batches pass through "
-                         "unchanged (uint8 video is normalised to float)"});
+  EXPECT_EQ(h2d.log(), std::vector<std::string>{
+                           "[h2d] HostToDevice: the training device is cpu; batches pass through "
+                           "unchanged (uint8 video is normalised to float)"});
   EXPECT_EQ(h2d.counter("bytes_copied"), 0);
   EXPECT_FALSE(h2d.has_counter("copy_us"));  // nothing is copied, so nothing is timed
 }
@@ -97,11 +82,11 @@ TEST(HostToDeviceTest, NormalisesUint8VideoOnCpuAsTheGpuDoes) {
   for (const char* params : {R"({"mode": "pinned", "video_as_uint8": true, "device": "cpu"})",
                              R"({"mode": "pageable", "device": "cpu"})"}) {
     SCOPED_TRACE(params);
-    OpenedStage h2d(params);
+    SteppedStage h2d("HostToDevice", params, h2d_node());
     const Sample as_float = make_batch(3);
     const Sample in = with_video_levels(as_float);
     const at::Tensor levels = in.tensor("video").clone();
-    const Sample out = h2d.process(in);
+    const Sample out = h2d.process_one(in);
     const at::Tensor& video = out.tensor("video");
     ASSERT_EQ(video.scalar_type(), torch::kFloat);
     ASSERT_EQ(video.sizes(), in.tensor("video").sizes());
@@ -118,16 +103,10 @@ TEST(HostToDeviceTest, NormalisesUint8VideoOnCpuAsTheGpuDoes) {
 
 TEST(HostToDeviceTest, CudaRequestedWithoutCudaIsAnError) {
   if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has CUDA";
-  try {
-    OpenedStage h2d(R"({"device": "cuda"})");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("HostToDevice: device \"cuda\" was requested but this "
-                                          "LibTorch (",
-                                          0),
-              0u)
-        << e.what();
-  }
+  const std::string error = testing::error_of(
+      [] { SteppedStage h2d("HostToDevice", R"({"device": "cuda"})", h2d_node()); });
+  EXPECT_EQ(error.rfind("HostToDevice: device \"cuda\" was requested but this LibTorch (", 0), 0u)
+      << error;
 }
 
 void expect_arrived_intact(const Sample& in, const Sample& out, bool video_as_uint8) {
@@ -149,9 +128,9 @@ void expect_arrived_intact(const Sample& in, const Sample& out, bool video_as_ui
 
 TEST(HostToDeviceCudaTest, PageableCopiesArriveIntact) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  OpenedStage h2d(R"({"mode": "pageable"})");
+  SteppedStage h2d("HostToDevice", R"({"mode": "pageable"})", h2d_node());
   const Sample in = make_batch(1);
-  expect_arrived_intact(in, h2d.process(in), false);
+  expect_arrived_intact(in, h2d.process_one(in), false);
   EXPECT_GT(h2d.counter("bytes_copied"), 0);
   // Blocking copies share the step's stream: no staging or event-timed copy figures.
   EXPECT_FALSE(h2d.has_counter("staging_us"));
@@ -161,12 +140,14 @@ TEST(HostToDeviceCudaTest, PageableCopiesArriveIntact) {
 TEST(HostToDeviceCudaTest, PinnedCopiesArriveIntactThroughRecycledBuffers) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   for (bool as_uint8 : {false, true}) {
-    OpenedStage h2d(std::string(R"({"mode": "pinned", "pool_batches": 2, "video_as_uint8": )") +
-                    (as_uint8 ? "true" : "false") + "}");
+    SteppedStage h2d("HostToDevice",
+                     std::string(R"({"mode": "pinned", "pool_batches": 2, "video_as_uint8": )") +
+                         (as_uint8 ? "true" : "false") + "}",
+                     h2d_node());
     int64_t expected_bytes = 0;
     for (int64_t i = 0; i < 6; ++i) {  // three passes over the two buffers
       const Sample in = make_batch(i);
-      const Sample out = h2d.process(in);
+      const Sample out = h2d.process_one(in);
       expect_arrived_intact(in, out, as_uint8);
       for (const auto& [name, value] : in.fields()) {
         if (type_of(value) != FieldType::kTensor) continue;
@@ -187,14 +168,16 @@ TEST(HostToDeviceCudaTest, Uint8VideoArrivesAsTheHostQuantisedFloatVideoDid) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   for (const std::string mode : {"pageable", "pinned"}) {
     SCOPED_TRACE(mode);
-    OpenedStage quantising(R"({"video_as_uint8": true, "mode": ")" + mode + R"("})");
-    OpenedStage copying(R"({"video_as_uint8": true, "mode": ")" + mode + R"("})");
-    OpenedStage copying_without_flag(R"({"mode": ")" + mode + R"("})");
+    SteppedStage quantising("HostToDevice",
+                            R"({"video_as_uint8": true, "mode": ")" + mode + R"("})", h2d_node());
+    SteppedStage copying("HostToDevice", R"({"video_as_uint8": true, "mode": ")" + mode + R"("})",
+                         h2d_node());
+    SteppedStage copying_without_flag("HostToDevice", R"({"mode": ")" + mode + R"("})", h2d_node());
     for (int64_t i = 0; i < 3; ++i) {
       const Sample in = make_batch(i);
-      const at::Tensor expected = quantising.process(in).tensor("video").cpu();
-      for (OpenedStage* h2d : {&copying, &copying_without_flag}) {
-        const Sample out = h2d->process(with_video_levels(in));
+      const at::Tensor expected = quantising.process_one(in).tensor("video").cpu();
+      for (SteppedStage* h2d : {&copying, &copying_without_flag}) {
+        const Sample out = h2d->process_one(with_video_levels(in));
         expect_arrived_intact(in, out, true);
         EXPECT_TRUE(torch::equal(out.tensor("video").cpu(), expected));
       }
@@ -206,14 +189,20 @@ TEST(HostToDeviceCudaTest, Uint8VideoArrivesAsTheHostQuantisedFloatVideoDid) {
 
 TEST(HostToDeviceCudaTest, PinnedPoolIsTheFlowControlToken) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  OpenedStage h2d(R"({"mode": "pinned", "pool_batches": 1})");
-  std::optional<Sample> held = h2d.process(make_batch(1));
+  SteppedStage h2d("HostToDevice", R"({"mode": "pinned", "pool_batches": 1})", h2d_node());
+  std::optional<Sample> held = h2d.process_one(make_batch(1));
+  Sample second_batch = make_batch(2);
+  std::atomic<pid_t> second_tid{0};
   std::atomic<bool> done{false};
   std::thread second([&] {
-    h2d.process(make_batch(2));
+    second_tid = gettid();
+    h2d.process_one(std::move(second_batch));
     done = true;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  while (second_tid == 0) std::this_thread::yield();
+  // Nothing before the pool's wait sleeps: once asleep, process() is waiting for a buffer (as
+  // pool_waits confirms below), and it cannot return while the only buffer is held.
+  wait_until_asleep(second_tid);
   EXPECT_FALSE(done.load()) << "process() must wait while the only buffer is held downstream";
   held.reset();  // the step consumed the batch: its buffer returns to the pool
   second.join();
@@ -223,14 +212,14 @@ TEST(HostToDeviceCudaTest, PinnedPoolIsTheFlowControlToken) {
 
 TEST(HostToDeviceCudaTest, PinnedPoolGrowsForALargerBatch) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  OpenedStage h2d(R"({"mode": "pinned", "pool_batches": 1})");
-  h2d.process(make_batch(1));
+  SteppedStage h2d("HostToDevice", R"({"mode": "pinned", "pool_batches": 1})", h2d_node());
+  h2d.process_one(make_batch(1));
   Sample larger = make_batch(2);
   larger.set_tensor("action", torch::randn({2, 64, 80}));
-  const Sample out = h2d.process(larger);
+  const Sample out = h2d.process_one(larger);
   EXPECT_TRUE(torch::equal(out.tensor("action").cpu(), larger.tensor("action")));
   bool logged = false;
-  for (const auto& line : h2d.log) {
+  for (const auto& line : h2d.log()) {
     logged = logged || line.find("growing that buffer") != std::string::npos;
   }
   EXPECT_TRUE(logged);

@@ -12,6 +12,7 @@
 #include "cache/cache_generate.h"
 #include "cache/latent_store.h"
 #include "data/synth_dataset.h"
+#include "testing/expect_error.h"
 #include "testing/temp_dir.h"
 #include "wam/pipeline.h"
 #include "wam/runner.h"
@@ -125,15 +126,6 @@ class LatentCache : public ::testing::Test {
     return -1;
   }
 
-  static std::string error_of(const std::function<void()>& action) {
-    try {
-      action();
-    } catch (const std::exception& e) {
-      return e.what();
-    }
-    return "(no error)";
-  }
-
   static testing::TempDir* dataset_;
   testing::TempDir cache_;
 };
@@ -207,7 +199,7 @@ TEST_F(LatentCache, GenerateThenLookupGivesTheEncodersOutputBitForBit) {
 
 TEST_F(LatentCache, ChangedAugmentParamIsRefusedNamingThePart) {
   generate({"current"});
-  const std::string error = error_of([&] {
+  const std::string error = testing::error_of([&] {
     cache::validate_pipeline_cache(kCachePipeline,
                                    overrides({"nodes.cache.params.augment.camera_size=[200,300]"}),
                                    cache::ValidationMode::kMetaOnly, nullptr);
@@ -221,7 +213,7 @@ TEST_F(LatentCache, ChangedAugmentParamIsRefusedNamingThePart) {
 
 TEST_F(LatentCache, ChangedEncoderWeightIsRefusedNamingTheProducer) {
   generate({"current"});
-  const std::string error = error_of([&] {
+  const std::string error = testing::error_of([&] {
     cache::validate_pipeline_cache(kCachePipeline, overrides({"nodes.cache.params.vae.seed=7"}),
                                    cache::ValidationMode::kMetaOnly, nullptr);
   });
@@ -241,7 +233,7 @@ TEST_F(LatentCache, ChangedDatasetFileIsRefusedNamingTheFile) {
       copy.path() / "robotwin/videos/chunk-000" / "observation.images.cam_high/episode_000001.mp4";
   ASSERT_TRUE(fs::exists(video));
   fs::last_write_time(video, fs::last_write_time(video) + std::chrono::seconds(5));
-  const std::string error = error_of([&] {
+  const std::string error = testing::error_of([&] {
     cache::validate_pipeline_cache(kCachePipeline, overrides(), cache::ValidationMode::kMetaOnly,
                                    nullptr);
   });
@@ -252,7 +244,7 @@ TEST_F(LatentCache, ChangedDatasetFileIsRefusedNamingTheFile) {
 }
 
 TEST_F(LatentCache, RandomAugmentationIsRefusedBeforeEncoding) {
-  const std::string error = error_of([&] {
+  const std::string error = testing::error_of([&] {
     generate({"current"}, 0, {"include.data=" + kSource + "/configs/data/robotwin.json"});
   });
   EXPECT_NE(error.find("robotwin_cache.json:/nodes/1/params/augment/camera_jitter_prob "
@@ -265,13 +257,13 @@ TEST_F(LatentCache, RandomAugmentationIsRefusedBeforeEncoding) {
 
 TEST_F(LatentCache, ExistingArtifactsNeedOverwrite) {
   generate({"current"});
-  const std::string error = error_of([&] { generate({"current"}); });
+  const std::string error = testing::error_of([&] { generate({"current"}); });
   EXPECT_EQ(error, "Cache artifacts already exist at " + root() +
                        ": [vae_latent.current]. Pass --overwrite to publish replacement builds.");
 }
 
 TEST_F(LatentCache, InvalidFieldNamesAreRefused) {
-  EXPECT_EQ(error_of([&] { generate({"curent,vlm"}); }),
+  EXPECT_EQ(testing::error_of([&] { generate({"curent,vlm"}); }),
             "Unsupported video latent cache fields [curent]; allowed: current, memory_anchor, "
             "memory_recent, vlm.");
 }

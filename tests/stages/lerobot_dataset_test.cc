@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "testing/expect_error.h"
 #include "wam/error.h"
 
 namespace wam::data {
@@ -121,33 +122,23 @@ TEST_F(LeRobotDatasetTest, AggregatesStatsLikeLeRobot) {
 TEST_F(LeRobotDatasetTest, FormatsLeRobotPathTemplates) {
   EXPECT_EQ(format_path(kVideoPath, 1, 1234, "cam"), "videos/chunk-001/cam/episode_001234.mp4");
   EXPECT_EQ(format_path(kHdf5DataPath, 0, 7), "data/chunk-000/episode_000007.h5");
-  try {
-    format_path("data/{episode:03d}.h5", 0, 0);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "path template \"data/{episode:03d}.h5\": unknown field {episode} (allowed: "
-                 "episode_chunk, episode_index, video_key)");
-  }
+  EXPECT_ERROR(format_path("data/{episode:03d}.h5", 0, 0),
+               "path template \"data/{episode:03d}.h5\": unknown field {episode} (allowed: "
+               "episode_chunk, episode_index, video_key)");
 }
 
 TEST_F(LeRobotDatasetTest, RefusesParquetColumnsNamingTheFile) {
   if (!fs::exists(kRealDataset)) GTEST_SKIP() << kRealDataset << " is not present";
   const auto ds = LeRobotDataset::open(kRealDataset);
   const std::string root = ds.root();
-  try {
-    ds.read_episode(0);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              root +
-                  "/data/chunk-000/episode_000000.parquet: per-frame columns are stored in "
-                  "parquet, which is not readable here (no parquet library on Debian 12); convert "
-                  "the dataset to the HDF5 layout: one data/chunk-XXX/episode_XXXXXX.h5 per "
-                  "episode with one dataset per column, and data_path "
-                  "\"data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.h5\" in "
-                  "meta/info.json");
-  }
+  EXPECT_ERROR(ds.read_episode(0),
+               root +
+                   "/data/chunk-000/episode_000000.parquet: per-frame columns are stored in "
+                   "parquet, which is not readable here (no parquet library on Debian 12); convert "
+                   "the dataset to the HDF5 layout: one data/chunk-XXX/episode_XXXXXX.h5 per "
+                   "episode with one dataset per column, and data_path "
+                   "\"data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.h5\" in "
+                   "meta/info.json");
 }
 
 TEST_F(LeRobotDatasetTest, ReportsTheQuirksOfRealData) {
@@ -178,27 +169,17 @@ TEST_F(LeRobotDatasetTest, CombinedDatasetsMustShareFps) {
   const std::string a = write_dataset("a", 10);
   const std::string b = write_dataset("b", 20);
   EXPECT_EQ(open_datasets({a, a}).size(), 2u);
-  try {
-    open_datasets({a, b});
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()), "All dataset_dirs must have the same fps: " + a + " has 10; " +
-                                         b +
-                                         " has 20; resample the videos or use the directories in "
-                                         "separate runs");
-  }
+  EXPECT_ERROR(open_datasets({a, b}), "All dataset_dirs must have the same fps: " + a +
+                                          " has 10; " + b +
+                                          " has 20; resample the videos or use the directories in "
+                                          "separate runs");
 }
 
 TEST_F(LeRobotDatasetTest, MissingMetaNamesTheFile) {
   const std::string root = (dir_ / "empty").string();
   fs::create_directories(root);
-  try {
-    LeRobotDataset::open(root);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              root + "/meta/info.json: cannot open; is " + root + " a LeRobot dataset directory?");
-  }
+  EXPECT_ERROR(LeRobotDataset::open(root),
+               root + "/meta/info.json: cannot open; is " + root + " a LeRobot dataset directory?");
 }
 
 TEST_F(LeRobotDatasetTest, HdfErrorsNameTheFile) {
@@ -207,13 +188,8 @@ TEST_F(LeRobotDatasetTest, HdfErrorsNameTheFile) {
   const std::string file = root + "/data/chunk-000/episode_000000.h5";
   fs::resize_file(file, 100);
   const auto ds = LeRobotDataset::open(root);
-  try {
-    ds.read_episode(0);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).rfind(file + ": HDF5 cannot open the file: ", 0), 0u)
-        << e.what();
-  }
+  const std::string error = testing::error_of([&] { ds.read_episode(0); });
+  EXPECT_EQ(error.rfind(file + ": HDF5 cannot open the file: ", 0), 0u) << error;
 }
 
 }  // namespace

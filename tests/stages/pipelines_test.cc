@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "testing/expect_error.h"
 #include "wam/pipeline.h"
 
 namespace wam {
@@ -78,13 +79,9 @@ class StageGoldenDiagnostics : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(StageGoldenDiagnostics, MatchesExpectedText) {
   const std::string file = "tests/golden/" + GetParam() + ".json";
-  std::string actual;
-  try {
-    load_pipeline(file);
-    FAIL() << file << " validated, but it is a broken pipeline";
-  } catch (const ConfigError& e) {
-    actual = e.diagnostics().render();
-  }
+  const auto error = testing::caught<ConfigError>([&] { load_pipeline(file); });
+  ASSERT_TRUE(error) << file << " validated, but it is a broken pipeline";
+  const std::string actual = error->diagnostics().render();
   const std::string expected_file = "tests/golden/" + GetParam() + ".txt";
   if (std::getenv("WAM_UPDATE_GOLDEN")) std::ofstream(expected_file) << actual;
   std::ifstream in(expected_file);

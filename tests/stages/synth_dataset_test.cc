@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "data/lerobot_dataset.h"
+#include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/error.h"
 #include "wam/tensor.h"
@@ -152,25 +153,15 @@ TEST_F(SynthDatasetTest, PresetsMatchTheReferenceCameras) {
   EXPECT_EQ(robotwin.cameras[0].height, 480);
   EXPECT_EQ(robotwin.cameras[0].width, 640);
   EXPECT_EQ(robotwin.action_names.size(), 14u);
-  try {
-    synth_preset("robotwim");
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "unknown preset \"robotwim\"; did you mean \"robotwin\"? (allowed: libero, "
-                 "robotwin)");
-  }
+  EXPECT_ERROR(synth_preset("robotwim"),
+               "unknown preset \"robotwim\"; did you mean \"robotwin\"? (allowed: libero, "
+               "robotwin)");
 }
 
 TEST_F(SynthDatasetTest, RefusesToOverwriteADataset) {
   synthesize_dataset(small("libero"));
-  try {
-    synthesize_dataset(small("libero"));
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              out_ + "/meta/info.json: already a dataset; choose an empty --out directory");
-  }
+  EXPECT_ERROR(synthesize_dataset(small("libero")),
+               out_ + "/meta/info.json: already a dataset; choose an empty --out directory");
 }
 
 }  // namespace

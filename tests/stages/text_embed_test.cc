@@ -5,6 +5,7 @@
 
 #include "data/lerobot_dataset.h"
 #include "models/text_encoder.h"
+#include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
 
@@ -40,12 +41,7 @@ class TextEmbedTest : public ::testing::Test {
   }
 
   std::string error_of(const std::string& params_json, const std::vector<std::string>& prompts) {
-    try {
-      run_stage("TextEmbed", params_json, {prompt_batch(prompts)});
-    } catch (const Error& e) {
-      return e.what();
-    }
-    return "no error";
+    return testing::error_of([&] { run_stage("TextEmbed", params_json, {prompt_batch(prompts)}); });
   }
 
   fs::path dir_;
@@ -152,15 +148,10 @@ def forward(self, token_ids):
     return token_ids.float().unsqueeze(-1).repeat([1, 1, 8])
 )");
   narrow.save(path);
-  try {
-    models::make_text_encoder(params_);
-    ADD_FAILURE() << "accepted an 8-wide encoder for text_dim 16";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "TorchScript text encoder " + path +
-                  ": for token_ids [1, 128] expected [N, 128, text_dim] = [1, 128, 16], got "
-                  "[1, 128, 8]");
-  }
+  EXPECT_ERROR(models::make_text_encoder(params_),
+               "TorchScript text encoder " + path +
+                   ": for token_ids [1, 128] expected [N, 128, text_dim] = [1, 128, 16], got "
+                   "[1, 128, 8]");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "testing/temp_dir.h"
 #include "train/optimizer.h"
@@ -63,34 +64,11 @@ testing::HarnessOptions cpu_settings() {
   return options;
 }
 
-// Runs a stage with a context whose log lines are kept.
-struct LoggedRun {
-  std::vector<Sample> out;
-  std::vector<std::string> log;
-};
-
-class VectorEmitter final : public Emitter {
- public:
-  explicit VectorEmitter(std::vector<Sample>& out) : out_(out) {}
-  void emit(Sample sample) override { out_.push_back(std::move(sample)); }
-
- private:
-  std::vector<Sample>& out_;
-};
-
-LoggedRun run_logged(const std::string& params_json, std::vector<Sample> inputs) {
-  LoggedRun run;
-  Settings settings;
-  settings.device = "cpu";
-  auto base = testing::make_stage("TrainStep", params_json);
-  auto& stage = dynamic_cast<Stage&>(*base);
-  Context context("step", "TrainStep", settings,
-                  [&](const std::string& line) { run.log.push_back(line); });
-  stage.open(context);
-  VectorEmitter emitter(run.out);
-  for (auto& sample : inputs) stage.process(std::move(sample), emitter);
-  stage.close(emitter);
-  return run;
+// Runs TrainStep as node "step" on the CPU, keeping its log lines.
+testing::StageRun run_logged(const std::string& params_json, std::vector<Sample> inputs) {
+  testing::HarnessOptions options = cpu_settings();
+  options.node_id = "step";
+  return testing::run_stage_counted("TrainStep", params_json, std::move(inputs), options);
 }
 
 TEST(LrScheduleTest, WarmupPeakCosineAndFloor) {
@@ -183,8 +161,7 @@ TEST(TrainStepTest, RecordsCarryTheScheduledLearningRate) {
   std::vector<Sample> inputs;
   for (int i = 0; i < 4; ++i) inputs.push_back(make_batch(config, i));
   const auto records = testing::run_stage(
-      "TrainStep", params({{"learning_rate", 1e-3}, {"warmup_ratio", 0.5}}), inputs,
-      [] {
+      "TrainStep", params({{"learning_rate", 1e-3}, {"warmup_ratio", 0.5}}), inputs, [] {
         auto options = cpu_settings();
         options.settings.steps = 4;  // total_steps 0: the schedule follows settings.steps
         return options;
@@ -205,11 +182,12 @@ TEST(TrainStepTest, ResumeReproducesTheUninterruptedLossCurve) {
     for (int i = from; i <= to; ++i) inputs.push_back(make_batch(config, 100 + i));
     return inputs;
   };
-  const auto full = testing::run_stage(
-      "TrainStep",
-      params({{"total_steps", 10}, {"checkpoint_dir", ckpt}, {"save_every", 5},
-              {"learning_rate", 1e-3}}),
-      batches(1, 10), cpu_settings());
+  const auto full = testing::run_stage("TrainStep",
+                                       params({{"total_steps", 10},
+                                               {"checkpoint_dir", ckpt},
+                                               {"save_every", 5},
+                                               {"learning_rate", 1e-3}}),
+                                       batches(1, 10), cpu_settings());
   ASSERT_EQ(full.size(), 10u);
   EXPECT_TRUE(std::filesystem::exists(ckpt + "/step_5.pt"));
   EXPECT_TRUE(std::filesystem::exists(ckpt + "/step_10.pt"));
@@ -242,16 +220,13 @@ TEST(TrainStepTest, ResumeFromAnotherPresetIsRefused) {
   nlohmann::json other = tiny_preset();
   other["lambda_video"] = 0.25;
   nlohmann::json p = {{"model", other}, {"total_steps", 1}, {"resume", dir.file("c")}};
-  try {
-    testing::run_stage("TrainStep", p.dump(), {make_batch(config, 1)}, cpu_settings());
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("resume: checkpoint " + dir.file("c") +
-                                         "/step_1.pt was written for model config"),
-              std::string::npos)
-        << e.what();
-    EXPECT_NE(std::string(e.what()).find("resume with the same model preset"), std::string::npos);
-  }
+  const std::string error = testing::error_of(
+      [&] { testing::run_stage("TrainStep", p.dump(), {make_batch(config, 1)}, cpu_settings()); });
+  EXPECT_NE(
+      error.find("resume: checkpoint " + dir.file("c") + "/step_1.pt was written for model config"),
+      std::string::npos)
+      << error;
+  EXPECT_NE(error.find("resume with the same model preset"), std::string::npos);
 }
 
 TEST(TrainStepTest, LogsInTheReferenceFormat) {
@@ -279,42 +254,42 @@ TEST(TrainStepTest, CompiledModeOnCpuRunsEagerAndSaysWhyOnce) {
       "device is cpu, so the step runs eager.";
   EXPECT_EQ(std::count(run.log.begin(), run.log.end(), expected), 1)
       << ::testing::PrintToString(run.log);
-  ASSERT_EQ(run.out.size(), 2u);
-  EXPECT_TRUE(std::isfinite(run.out[1].get_double("loss")));
+  ASSERT_EQ(run.outputs.size(), 2u);
+  EXPECT_TRUE(std::isfinite(run.outputs[1].get_double("loss")));
 }
 
 TEST(TrainStepTest, VlmContextLongerThanThePadIsAnError) {
   const auto config = models::MoTConfig::from_json(tiny_preset());
-  try {
-    testing::run_stage(
-        "TrainStep", params({{"total_steps", 1}, {"mode", "compiled"}, {"vlm_context_pad_to", 4}}),
-        {make_batch(config, 1)}, cpu_settings());
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "VLM context length 6 exceeds vlm_context_pad_to=4: increase it; the context "
-                 "will not be truncated.");
-  }
+  EXPECT_ERROR(testing::run_stage(
+                   "TrainStep",
+                   params({{"total_steps", 1}, {"mode", "compiled"}, {"vlm_context_pad_to", 4}}),
+                   {make_batch(config, 1)}, cpu_settings()),
+               "VLM context length 6 exceeds vlm_context_pad_to=4: increase it; the context "
+               "will not be truncated.");
 }
 
 TEST(TrainStepTest, ScheduleNeedsARunLength) {
   const auto config = models::MoTConfig::from_json(tiny_preset());
-  try {
-    testing::run_stage("TrainStep", params(nlohmann::json::object()), {make_batch(config, 1)},
-                       cpu_settings());
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_STREQ(e.what(),
-                 "TrainStep: the learning-rate schedule needs the run length: set "
-                 "params.total_steps or settings.steps (both are 0)");
-  }
+  EXPECT_ERROR(testing::run_stage("TrainStep", params(nlohmann::json::object()),
+                                  {make_batch(config, 1)}, cpu_settings()),
+               "TrainStep: the learning-rate schedule needs the run length: set "
+               "params.total_steps or settings.steps (both are 0)");
 }
 
 models::TrainBatch to_train_batch(const Sample& s, at::Device device) {
   auto f = [&](const char* name) { return s.tensor(name).to(device); };
-  return {f("video_latents"), f("memory_video_anchor_latents"), f("memory_video_recent_latents"),
-          f("memory_video_recent_is_pad"), f("context"), f("context_mask"), f("vlm_context"),
-          f("vlm_mask"), f("action"), f("action_is_pad"), f("action_dim_is_pad"), f("proprio")};
+  return {f("video_latents"),
+          f("memory_video_anchor_latents"),
+          f("memory_video_recent_latents"),
+          f("memory_video_recent_is_pad"),
+          f("context"),
+          f("context_mask"),
+          f("vlm_context"),
+          f("vlm_mask"),
+          f("action"),
+          f("action_is_pad"),
+          f("action_dim_is_pad"),
+          f("proprio")};
 }
 
 // After 5 steps from the same weights on the same batches, the CUDA-graph step and the eager step

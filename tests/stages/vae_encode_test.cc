@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
 
@@ -27,12 +28,7 @@ Sample encode(const std::string& params, Sample input) {
 }
 
 std::string encode_error(const std::string& params, Sample input) {
-  try {
-    run_stage("VaeEncode", params, {std::move(input)});
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "no error";
+  return error_of([&] { run_stage("VaeEncode", params, {std::move(input)}); });
 }
 
 std::string temp_file(const std::string& name) {
@@ -218,19 +214,12 @@ def forward(self, video):
 )");
   const std::string path = temp_file("sixteen.pt");
   module.save(path);
-  auto stage = make_stage("VaeEncode", R"({"encoder": "torchscript", "path": ")" + path + R"("})");
-  Settings settings;
-  Context context("vae", "VaeEncode", settings, [](const std::string&) {});
-  try {
-    stage->open(context);
-    ADD_FAILURE() << "open() accepted a 16-channel encoder";
-  } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()),
-              "TorchScript VAE " + path +
-                  ": for a video [1, 3, 5, 64, 64] expected latents [B, 48, (T-1)/4+1, H/16, W/16] "
-                  "= [1, 48, 2, 4, 4], got [1, 16, 2, 4, 4]; export an encoder whose "
-                  "forward(video) returns the latent mean");
-  }
+  EXPECT_ERROR(
+      SteppedStage stage("VaeEncode", R"({"encoder": "torchscript", "path": ")" + path + R"("})"),
+      "TorchScript VAE " + path +
+          ": for a video [1, 3, 5, 64, 64] expected latents [B, 48, (T-1)/4+1, H/16, W/16] "
+          "= [1, 48, 2, 4, 4], got [1, 16, 2, 4, 4]; export an encoder whose "
+          "forward(video) returns the latent mean");
   std::filesystem::remove(path);
 }
 

@@ -12,6 +12,7 @@ extern "C" {
 #include <vector>
 
 #include "data/video_io.h"
+#include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
 
@@ -72,15 +73,6 @@ Sample make_sample(const std::vector<std::string>& files, const json& plan) {
 const json kPlan = {
     {"fps", 30.0}, {"anchor", 0}, {"recent", 3}, {"window", {20, 24, 28, 32, 36, 40, 44, 48, 52}}};
 const std::vector<int64_t> kExpectedOrder = {0, 3, 20, 24, 28, 32, 36, 40, 44, 48, 52};
-
-std::string error_text(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 class VideoDecodeTest : public ::testing::Test {
  protected:
@@ -143,16 +135,9 @@ TEST_F(VideoDecodeTest, RepeatedIndicesNearEpisodeStart) {
 TEST_F(VideoDecodeTest, CountsSparseAndFullWork) {
   json counts;
   for (const char* mode : {"sparse", "full"}) {
-    auto base = testing::make_stage("VideoDecode", json{{"mode", mode}}.dump());
-    auto& stage = dynamic_cast<Stage&>(*base);
-    Settings settings;
-    Context context("decode", "VideoDecode", settings, [](const std::string&) {});
-    stage.open(context);
-    struct Discard final : Emitter {
-      void emit(Sample) override {}
-    } discard;
-    stage.process(make_sample({av1_}, kPlan), discard);
-    for (const auto& [name, value] : context.counters()) counts[mode][name] = value;
+    testing::SteppedStage stage("VideoDecode", json{{"mode", mode}}.dump());
+    stage.process(make_sample({av1_}, kPlan));
+    for (const auto& [name, value] : stage.counters()) counts[mode][name] = value;
   }
   // AV1 with a keyframe every 2 frames: sparse seeks to 0, to 2 (decoding 2 and 3) and to each
   // even window frame; full decodes 20..52 in one pass, then anchor and recent as sparse does.
@@ -165,7 +150,7 @@ TEST_F(VideoDecodeTest, CountsSparseAndFullWork) {
 TEST_F(VideoDecodeTest, CamerasOfDifferentSizesAreAnError) {
   TempDir dir;
   std::string small = encode(dir.file("small.mp4"), {"h264", kFps, 30, false, 23}, 64, 32);
-  EXPECT_EQ(error_text([&] {
+  EXPECT_EQ(testing::error_of([&] {
               testing::run_stage("VideoDecode", "{}", {make_sample({av1_, small}, kPlan)});
             }),
             "cameras of one sample must share a frame size: \"" + av1_ + "\" is 96x64 but \"" +
@@ -175,13 +160,13 @@ TEST_F(VideoDecodeTest, CamerasOfDifferentSizesAreAnError) {
 TEST_F(VideoDecodeTest, MissingAndTruncatedFilesNameTheFile) {
   TempDir dir;
   std::string missing = dir.file("episode_000009.mp4");
-  EXPECT_EQ(error_text([&] {
+  EXPECT_EQ(testing::error_of([&] {
               testing::run_stage("VideoDecode", "{}", {make_sample({av1_, missing}, kPlan)});
             }),
             "cannot open video \"" + missing + "\": No such file or directory");
   std::string cut = encode(dir.file("cut.mp4"), {"av1", kFps, 2, false, 30});
   fs::resize_file(cut, fs::file_size(cut) / 2);
-  EXPECT_EQ(error_text([&] {
+  EXPECT_EQ(testing::error_of([&] {
               testing::run_stage("VideoDecode", "{\"mode\": \"full\"}",
                                  {make_sample({cut}, kPlan)});
             }),
@@ -191,13 +176,13 @@ TEST_F(VideoDecodeTest, MissingAndTruncatedFilesNameTheFile) {
 TEST_F(VideoDecodeTest, FrameOutsideTheVideoNamesFileAndTimestamp) {
   json plan = kPlan;
   plan["window"] = {40, 44, 48, 52, 56, 60, 64, 68, 72};
-  EXPECT_EQ(
-      error_text([&] { testing::run_stage("VideoDecode", "{}", {make_sample({h264_}, plan)}); }),
-      "video \"" + h264_ + "\": has no frame at 2.000 s (frame 60 at 30 fps)");
+  EXPECT_EQ(testing::error_of(
+                [&] { testing::run_stage("VideoDecode", "{}", {make_sample({h264_}, plan)}); }),
+            "video \"" + h264_ + "\": has no frame at 2.000 s (frame 60 at 30 fps)");
 }
 
 TEST_F(VideoDecodeTest, MalformedPlanNamesTheField) {
-  EXPECT_EQ(error_text([&] {
+  EXPECT_EQ(testing::error_of([&] {
               testing::run_stage("VideoDecode", "{}",
                                  {make_sample({h264_}, json{{"fps", 30.0}, {"anchor", 0}})});
             }),
@@ -207,14 +192,12 @@ TEST_F(VideoDecodeTest, MalformedPlanNamesTheField) {
 }
 
 TEST_F(VideoDecodeTest, RejectsUnknownMode) {
-  try {
-    testing::make_stage("VideoDecode", "{\"mode\": \"sparce\"}");
-    FAIL() << "no error";
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(e.diagnostics().render(),
-              "<test>:/params/mode [VideoDecode]: unknown value \"sparce\"; did you mean "
-              "\"sparse\"? (allowed: sparse, full)\n");
-  }
+  const auto error = testing::caught<ConfigError>(
+      [] { testing::make_stage("VideoDecode", R"({"mode": "sparce"})"); });
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->diagnostics().render(),
+            "<test>:/params/mode [VideoDecode]: unknown value \"sparce\"; did you mean "
+            "\"sparse\"? (allowed: sparse, full)\n");
 }
 
 // Consecutive samples of an episode share frames: with a frame cache the second sample decodes
@@ -237,12 +220,13 @@ TEST_F(VideoDecodeTest, FrameCacheDecodesSharedFramesOnce) {
   // Sample 2 shares anchor 0 and window 24..52 (9 frames) per camera with sample 1.
   EXPECT_EQ(cached.counters.at("frame_cache_hits"), 2 * 9);
   EXPECT_LT(cached.counters.at("frames_decoded"), uncached.counters.at("frames_decoded"));
-  EXPECT_EQ(error_text([&] {
+  EXPECT_EQ(testing::error_of([&] {
               testing::run_stage("VideoDecode", R"({"frame_cache": 5})",
                                  {make_sample({av1_}, kPlan)});
             }),
             "VideoDecode: param frame_cache (5) is smaller than the 11 frames one sample needs "
-            "from " + av1_);
+            "from " +
+                av1_);
 }
 
 }  // namespace

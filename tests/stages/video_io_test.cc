@@ -17,6 +17,7 @@ extern "C" {
 #include <vector>
 
 #include "data/video_reader.h"
+#include "testing/expect_error.h"
 #include "wam/error.h"
 
 namespace wam::video {
@@ -31,15 +32,6 @@ constexpr int kWidth = 96;
 constexpr int kHeight = 64;
 constexpr int kFrames = 60;
 constexpr int kFps = 30;
-
-std::string error_text(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 class TempDir {
  public:
@@ -99,9 +91,9 @@ TEST(FrameStampTest, UnstampedFrameIsUnreadable) {
 
 TEST(FrameStampTest, RejectsSmallFramesAndLargeIndices) {
   std::vector<uint8_t> rgb(size_t{kWidth} * kHeight * 3);
-  EXPECT_EQ(error_text([&] { stamp_frame_index(rgb.data(), 32, 32, 1); }),
+  EXPECT_EQ(testing::error_of([&] { stamp_frame_index(rgb.data(), 32, 32, 1); }),
             "cannot stamp a frame index into a 32x32 frame: it needs at least 64x32 pixels");
-  EXPECT_EQ(error_text([&] { stamp_frame_index(rgb.data(), kWidth, kHeight, 65536); }),
+  EXPECT_EQ(testing::error_of([&] { stamp_frame_index(rgb.data(), kWidth, kHeight, 65536); }),
             "cannot stamp frame index 65536: the stamp holds 0..65535");
 }
 
@@ -131,10 +123,10 @@ TEST(VideoWriterTest, RejectsUnknownCodecAndOddSizes) {
   EncodeOptions options;
   options.codec = "vp9";
   std::string path = dir.file("x.mp4");
-  EXPECT_EQ(error_text([&] { VideoWriter(path, kWidth, kHeight, options); }),
+  EXPECT_EQ(testing::error_of([&] { VideoWriter(path, kWidth, kHeight, options); }),
             "cannot write video \"" + path + "\": unknown codec \"vp9\" (allowed: av1, h264)");
   options.codec = "av1";
-  EXPECT_EQ(error_text([&] { VideoWriter(path, 95, kHeight, options); }),
+  EXPECT_EQ(testing::error_of([&] { VideoWriter(path, 95, kHeight, options); }),
             "cannot write video \"" + path +
                 "\": width and height must be positive and even (yuv420p), got 95x64");
 }
@@ -203,7 +195,7 @@ TEST_P(VideoReaderTest, FullRangeEqualsSparseBytewise) {
 TEST_P(VideoReaderTest, FrameBeyondTheEndNamesFileAndTimestamp) {
   VideoReader reader(video());
   DecodeStats stats;
-  EXPECT_EQ(error_text([&] {
+  EXPECT_EQ(testing::error_of([&] {
               reader.read_frames({3, kFrames}, kFps, stats);
             }),
             "video \"" + reader.path() + "\": has no frame at 2.000 s (frame 60 at 30 fps)");
@@ -236,7 +228,7 @@ TEST(VideoReaderCostTest, SparseDecodesOneFramePerTargetAtGop2) {
 TEST(VideoReaderErrorTest, MissingFile) {
   TempDir dir;
   std::string path = dir.file("missing.mp4");
-  EXPECT_EQ(error_text([&] { VideoReader reader(path); }),
+  EXPECT_EQ(testing::error_of([&] { VideoReader reader(path); }),
             "cannot open video \"" + path + "\": No such file or directory");
 }
 
@@ -244,7 +236,7 @@ TEST(VideoReaderErrorTest, TruncatedFile) {
   TempDir dir;
   std::string path = encode(dir.file("cut.mp4"), EncodeOptions{"h264", kFps, 30, true, 23});
   fs::resize_file(path, fs::file_size(path) / 2);
-  EXPECT_EQ(error_text([&] { VideoReader reader(path); }),
+  EXPECT_EQ(testing::error_of([&] { VideoReader reader(path); }),
             "cannot open video \"" + path + "\": Invalid data found when processing input");
 }
 
@@ -252,7 +244,7 @@ TEST(VideoReaderErrorTest, NotAVideo) {
   TempDir dir;
   std::string path = dir.file("notes.mp4");
   std::ofstream(path) << "not a video\n";
-  EXPECT_EQ(error_text([&] { VideoReader reader(path); }),
+  EXPECT_EQ(testing::error_of([&] { VideoReader reader(path); }),
             "cannot open video \"" + path + "\": Invalid data found when processing input");
 }
 
@@ -276,8 +268,7 @@ TEST(ReaderCacheTest, ReusesOpenReadersUpToCapacity) {
 
 // The real dataset: H.264 with B-frames, a keyframe every 250 frames, 20 fps, timestamps from 0.
 TEST(VideoReaderDatasetTest, GrootPickAndPlaceSparseEqualsFull) {
-  const std::string path =
-      WAM_SOURCE_DIR
+  const std::string path = WAM_SOURCE_DIR
       "/../shared/data/lerobot-gr00t-picknplace/videos/chunk-000/observation.images.ego_view/"
       "episode_000000.mp4";
   if (!fs::exists(path)) GTEST_SKIP() << path << " is not present";

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "testing/expect_error.h"
 #include "train/step_runner.h"
 #include "wam/error.h"
 
@@ -216,12 +217,7 @@ TEST(WorldModelTest, SemanticConfigParsesAndIsChecked) {
     EXPECT_EQ(models::MoTConfig::from_json(c.to_json()).to_json(), c.to_json()) << name;
   }
   auto error = [](nlohmann::json j) {
-    try {
-      models::MoTConfig::from_json(j);
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
+    return testing::error_of([&] { models::MoTConfig::from_json(j); });
   };
   nlohmann::json tiny = preset_json("tiny");
   tiny["semantic_teacher_layer"] = 2;
@@ -235,8 +231,7 @@ TEST(WorldModelTest, SemanticConfigParsesAndIsChecked) {
       "model config key \"semantic_student_layer\": must be below semantic_teacher_layer (1), "
       "got 1");
   tiny["semantic_alignment"] = "yes";
-  EXPECT_EQ(error(tiny),
-            "model config key \"semantic_alignment\": expected bool, got string");
+  EXPECT_EQ(error(tiny), "model config key \"semantic_alignment\": expected bool, got string");
   tiny["semantic_alignment"] = true;
   tiny["head_dim"] = 9;
   tiny["num_layerz"] = 2;
