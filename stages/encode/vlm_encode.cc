@@ -168,7 +168,9 @@ class VlmEncodeStage final : public Stage {
     if (!model_loaded_) load_model(*context_);
     nlohmann::json miss_tasks = nlohmann::json::array();
     const nlohmann::json& tasks = batch.get_json("task");
-    for (int64_t i = 0; i < miss_count; ++i) miss_tasks.push_back(tasks.at(misses[i].item<int64_t>()));
+    for (int64_t i = 0; i < miss_count; ++i) {
+      miss_tasks.push_back(tasks.at(misses[i].item<int64_t>()));
+    }
     const at::Tensor images = batch.tensor("vlm_current_images");
     auto [encoded, encoded_mask] =
         encode(images.index_select(0, misses.to(images.device())), miss_tasks);
@@ -184,7 +186,8 @@ class VlmEncodeStage final : public Stage {
     const at::Tensor miss_rows = misses.to(device);
     context.index_copy_(0, miss_rows,
                         at::constant_pad_nd(encoded, {0, 0, 0, length - encoded.size(1)}));
-    mask.index_copy_(0, miss_rows, at::constant_pad_nd(encoded_mask, {0, length - encoded.size(1)}));
+    mask.index_copy_(0, miss_rows,
+                     at::constant_pad_nd(encoded_mask, {0, length - encoded.size(1)}));
     batch.set_tensor("vlm_context", std::move(context));
     batch.set_tensor("vlm_mask", std::move(mask));
   }

@@ -110,7 +110,9 @@ int64_t peak_device_bytes(bool cuda) {
 #if WAM_WITH_CUDA
   if (cuda) {
     synchronize_device(cuda);
-    return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device()).allocated_bytes[0].peak;
+    return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device())
+        .allocated_bytes[0]
+        .peak;
   }
 #else
   (void)cuda;
@@ -485,7 +487,8 @@ int BenchCommand::run() {
   char line[256];
   std::cout << probe.name() << " (" << steps_ << " timed steps after " << warmup_
             << " warm-up, batch " << probe.settings().batch_size << ")\n";
-  std::snprintf(line, sizeof(line), "  device part alone:    %9.2f samples/s, peak device memory %s\n",
+  std::snprintf(line, sizeof(line),
+                "  device part alone:    %9.2f samples/s, peak device memory %s\n",
                 device.samples_per_s, gib(device.peak_bytes).c_str());
   std::cout << line;
   std::snprintf(line, sizeof(line), "    %-20s %9.2f ms per batch, timed alone (not in the rate)\n",

@@ -5,7 +5,8 @@
 //   v("model", model, "The model preset.");  // a struct with its own visit()
 //
 // That single declaration drives JSON parsing with range checks and did-you-mean for unknown keys
-// (ParamReader), `wam-pipeline describe` (ParamDescriber) and the effective-config dump (ParamWriter).
+// (ParamReader), `wam-pipeline describe` (ParamDescriber) and the effective-config dump
+// (ParamWriter).
 // Rules between fields go in an optional `void check(ParamChecker& c) const`, run once every field
 // parsed cleanly, so `wam-pipeline validate` reports them with the rest.
 //
@@ -134,8 +135,8 @@ std::optional<std::string> convert(const nlohmann::json& j, T& out) {
   } else if constexpr (std::is_integral_v<T>) {
     if (j.is_number_integer()) {
       out = static_cast<T>(j.get<int64_t>());
-    } else if (j.is_number_float() && j.get<double>() == static_cast<double>(
-                                                            static_cast<int64_t>(j.get<double>()))) {
+    } else if (j.is_number_float() &&
+               j.get<double>() == static_cast<double>(static_cast<int64_t>(j.get<double>()))) {
       out = static_cast<T>(j.get<double>());
     } else {
       return mismatch();
