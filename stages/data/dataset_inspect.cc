@@ -1,0 +1,211 @@
+#include "data/dataset_inspect.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <optional>
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+}
+
+#include "common/ffmpeg.h"
+#include "data/lerobot_dataset.h"
+#include "wam/error.h"
+
+namespace wam::data {
+namespace {
+
+// What `inspect` learns from one video without decoding it: the container's index (mp4 keeps
+// one entry per frame, with its keyframe flag), or the packets where there is no index.
+struct VideoSummary {
+  std::string codec;
+  int width = 0, height = 0;
+  int64_t frames = 0;
+  int64_t min_gap = 0, max_gap = 0;  // frames between consecutive keyframes; 0: fewer than two
+};
+
+VideoSummary summarize_video(const std::string& path) {
+  AVFormatContext* opened = nullptr;
+  if (int rc = avformat_open_input(&opened, path.c_str(), nullptr, nullptr); rc < 0) {
+    throw Error(path + ": FFmpeg cannot open the video: " + ffmpeg::error_message(rc));
+  }
+  const ffmpeg::InputFormat format(opened);
+  int stream = av_find_best_stream(format.get(), AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  // mp4 headers carry the codec and frame size; other containers may need frames probed.
+  if (stream < 0 || format->streams[stream]->codecpar->width <= 0) {
+    if (int rc = avformat_find_stream_info(format.get(), nullptr); rc < 0) {
+      throw Error(path + ": FFmpeg cannot read the stream info: " + ffmpeg::error_message(rc));
+    }
+    stream = av_find_best_stream(format.get(), AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+  }
+  if (stream < 0) throw Error(path + ": no video stream: " + ffmpeg::error_message(stream));
+  AVStream* video = format->streams[stream];
+  VideoSummary summary;
+  summary.codec = avcodec_get_name(video->codecpar->codec_id);
+  summary.width = video->codecpar->width;
+  summary.height = video->codecpar->height;
+  int64_t last_key = -1;
+  auto count = [&](bool key) {
+    if (key) {
+      if (last_key >= 0) {
+        const int64_t gap = summary.frames - last_key;
+        summary.min_gap = summary.min_gap == 0 ? gap : std::min(summary.min_gap, gap);
+        summary.max_gap = std::max(summary.max_gap, gap);
+      }
+      last_key = summary.frames;
+    }
+    ++summary.frames;
+  };
+  if (const int entries = avformat_index_get_entries_count(video); entries > 0) {
+    for (int i = 0; i < entries; ++i) {
+      const AVIndexEntry* entry = avformat_index_get_entry(video, i);
+      if (!(entry->flags & AVINDEX_DISCARD_FRAME)) count(entry->flags & AVINDEX_KEYFRAME);
+    }
+    return summary;
+  }
+  const ffmpeg::Packet packet(av_packet_alloc());
+  int rc = 0;
+  while ((rc = av_read_frame(format.get(), packet.get())) >= 0) {
+    if (packet->stream_index == stream) count(packet->flags & AV_PKT_FLAG_KEY);
+    av_packet_unref(packet.get());
+  }
+  if (rc != AVERROR_EOF) {
+    throw Error(path + ": FFmpeg cannot read a packet: " + ffmpeg::error_message(rc));
+  }
+  return summary;
+}
+
+// The episodes whose videos `inspect` reads: all, or `limit` of them evenly spaced from the first
+// to the last.
+std::vector<size_t> inspected_episodes(size_t total, int64_t limit) {
+  std::vector<size_t> picked;
+  if (limit <= 0 || static_cast<size_t>(limit) >= total) {
+    for (size_t i = 0; i < total; ++i) picked.push_back(i);
+    return picked;
+  }
+  for (int64_t k = 0; k < limit; ++k) {
+    const size_t index =
+        limit == 1 ? 0 : static_cast<size_t>(k * static_cast<int64_t>(total - 1) / (limit - 1));
+    if (picked.empty() || picked.back() != index) picked.push_back(index);
+  }
+  return picked;
+}
+
+}  // namespace
+
+DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
+  const auto ds = LeRobotDataset::open(dir);
+  const auto& info = ds.info();
+  DatasetReport report;
+  report.root = ds.root();
+  report.codebase_version = info.codebase_version;
+  report.episodes = static_cast<int64_t>(ds.episodes().size());
+  report.frames = ds.total_frames();
+  report.fps = info.fps;
+  report.tasks = static_cast<int64_t>(ds.tasks().size());
+  for (const char* key : {"action", "observation.state"}) {
+    if (const Feature* f = info.feature(key)) {
+      report.vectors.emplace_back(std::string(key) == "action" ? "action" : "state",
+                                  f->dtype + "[" +
+                                      std::to_string(f->shape.empty() ? 0 : f->shape[0]) + "]");
+    }
+  }
+  report.has_episode_stats = ds.has_episode_stats();
+  report.problems = ds.problems();
+  const std::vector<size_t> picked = inspected_episodes(ds.episodes().size(), episode_limit);
+  report.inspected_episodes = static_cast<int64_t>(picked.size());
+  for (const auto& key : info.video_keys()) {
+    CameraReport camera;
+    camera.key = key;
+    std::optional<VideoSummary> first;
+    int64_t missing = 0;
+    std::vector<std::string> camera_problems;
+    for (size_t i : picked) {
+      const EpisodeInfo& episode = ds.episodes()[i];
+      const std::string file = ds.video_file(episode.episode_index, key);
+      if (!std::filesystem::exists(file)) {
+        ++missing;
+        continue;
+      }
+      VideoSummary v;
+      try {
+        v = summarize_video(file);
+      } catch (const Error& e) {
+        camera_problems.push_back(e.what());
+        continue;
+      }
+      ++camera.videos;
+      camera.frames += v.frames;
+      if (v.max_gap == 0) {
+        ++camera.single_keyframe_videos;
+      } else {
+        camera.min_keyframe_gap = camera.min_keyframe_gap == 0
+                                      ? v.min_gap
+                                      : std::min(camera.min_keyframe_gap, v.min_gap);
+        camera.max_keyframe_gap = std::max(camera.max_keyframe_gap, v.max_gap);
+      }
+      if (v.frames != episode.length) {
+        camera_problems.push_back(file + ": " + std::to_string(v.frames) +
+                                  " frames, but meta/episodes.jsonl says " +
+                                  std::to_string(episode.length));
+      }
+      if (!first) {
+        first = v;
+      } else if (v.codec != first->codec || v.width != first->width || v.height != first->height) {
+        camera_problems.push_back(file + ": " + v.codec + " " + std::to_string(v.width) + "x" +
+                                  std::to_string(v.height) + ", but the camera's first video is " +
+                                  first->codec + " " + std::to_string(first->width) + "x" +
+                                  std::to_string(first->height));
+      }
+    }
+    if (first) {
+      camera.codec = first->codec;
+      camera.width = first->width;
+      camera.height = first->height;
+      if (missing > 0) {
+        camera_problems.push_back(key + ": " + std::to_string(missing) + " of " +
+                                  std::to_string(picked.size()) +
+                                  " inspected episodes have no video file");
+      }
+    } else {
+      camera.unreadable = !camera_problems.empty();
+    }
+    // A broken dataset repeats the same fault in every episode: keep a few of each camera's.
+    constexpr size_t kShown = 5;
+    for (size_t i = 0; i < std::min(camera_problems.size(), kShown); ++i) {
+      report.problems.push_back(camera_problems[i]);
+    }
+    if (camera_problems.size() > kShown) {
+      report.problems.push_back(key + ": " + std::to_string(camera_problems.size() - kShown) +
+                                " more like these");
+    }
+    report.cameras.push_back(std::move(camera));
+  }
+  return report;
+}
+
+StatsResult write_dataset_stats(const std::string& dir, bool force) {
+  const auto ds = LeRobotDataset::open(dir);
+  StatsResult result;
+  result.path = ds.episodes_stats_path();
+  if (std::filesystem::exists(result.path) && !force) return result;
+  std::map<int64_t, EpisodeStats> stats;
+  for (const auto& episode : ds.episodes()) {
+    const EpisodeData columns = ds.read_episode(episode.episode_index);
+    for (const char* key : {"action", "observation.state"}) {
+      auto column = columns.floats.find(key);
+      if (column == columns.floats.end()) {
+        throw Error(ds.data_file(episode.episode_index) + ": no \"" + key + "\" column");
+      }
+      stats[episode.episode_index][key] = compute_stats(column->second);
+    }
+  }
+  write_episodes_stats(result.path, stats);
+  result.written = true;
+  result.episodes = static_cast<int64_t>(stats.size());
+  return result;
+}
+
+}  // namespace wam::data
