@@ -53,10 +53,7 @@ CacheSpec checked_spec(const ValidatedPipeline& pipeline, const CacheNode& cache
   if (const std::string random = first_random_augment_param(spec.augment); !random.empty()) {
     Diagnostics diagnostics(pipeline.file());
     diagnostics.error(cache_node.node->pointer + "/params/augment/" + random,
-                      "Offline encoder artifacts require deterministic images; " + random +
-                          " is enabled. Set \"deterministic\": true (e.g. include "
-                          "configs/data/robotwin_deterministic.json)",
-                      cache_node.node->label());
+                      random_augment_message(random), cache_node.node->label());
     throw ConfigError(std::move(diagnostics));
   }
   return spec;

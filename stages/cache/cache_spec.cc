@@ -147,13 +147,19 @@ std::vector<std::string> parse_field_selection(const std::vector<std::string>& n
 }
 
 std::string first_random_augment_param(const nlohmann::json& augment) {
-  if (augment.value("deterministic", false)) return {};
+  if (!augment.is_object() || augment.value("deterministic", false)) return {};
   for (const auto& [name, off] : random_augment_params()) {
     if (augment.contains(name) && augment[name].is_number() && augment[name].get<double>() != off) {
       return name;
     }
   }
   return {};
+}
+
+std::string random_augment_message(const std::string& param) {
+  return "Offline encoder artifacts require deterministic images; " + param +
+         " is enabled. Set \"deterministic\": true (e.g. include "
+         "configs/data/robotwin_deterministic.json)";
 }
 
 DatasetFingerprint fingerprint_dataset(const std::vector<std::string>& dataset_dirs) {

@@ -46,6 +46,10 @@ struct CacheSpec {
 // one encoding per sample, so they refuse random augmentation.
 std::string first_random_augment_param(const nlohmann::json& augment);
 
+// "Offline encoder artifacts require deterministic images; <param> is enabled. Set ..." (the
+// reference's words, and what to do about it).
+std::string random_augment_message(const std::string& param);
+
 // The dataset part of every contract: dataset directories, per-episode frame counts and an
 // inventory (SHA-256 of meta/info.json and the episode/task meta files; size and mtime_ns of every
 // file under data/, videos/ and images/). Reads only meta files and stat()s the rest.

@@ -63,6 +63,19 @@ struct LatentCacheLookupParams {
     v("vae", vae, "The VaeEncode params of the encoder that produced the latents.");
     v("vlm", vlm, "The VlmEncode params of the model that produced the context rows.");
   }
+
+  // What validation can tell from the params as written; defaults filled in are checked again at
+  // open (an Augment default can be random too).
+  void check(ParamChecker& c) const {
+    try {
+      cache::parse_field_selection(fields);
+    } catch (const Error& e) {
+      c.error("fields", e.what());
+    }
+    if (const std::string random = cache::first_random_augment_param(augment); !random.empty()) {
+      c.error("augment/" + random, cache::random_augment_message(random));
+    }
+  }
 };
 
 // What one cached field writes into a sample.
@@ -136,8 +149,7 @@ class LatentCacheLookupStage final : public Stage, public cache::LatentCacheRead
     const cache::CacheSpec spec = cache_spec(context.settings());
     if (const std::string random = cache::first_random_augment_param(spec.augment);
         !random.empty()) {
-      throw Error("Offline encoder artifacts require deterministic images; augment." + random +
-                  " is enabled.");
+      throw Error("param augment: " + cache::random_augment_message(random));
     }
     const cache::DatasetFingerprint dataset =
         cache::fingerprint_dataset(spec.sampler.at("dataset_dirs").get<std::vector<std::string>>());
