@@ -40,6 +40,17 @@
 namespace wam::stages {
 namespace {
 
+// Reports each problem of `params` as `type` params at `block` (e.g. sampler/num_frames), so that
+// `wam-pipeline validate` sees a bad sampler, augment or encoder block before anything is opened.
+void check_stage_params(ParamChecker& c, const char* type, const nlohmann::json& params,
+                        const std::string& block) {
+  const StageInfo* info = StageRegistry::builtin().find(type);
+  if (!info) return;  // not linked in: reported at open
+  Diagnostics diagnostics;
+  info->create(params, block, diagnostics, "", nullptr);
+  for (const Diagnostic& problem : diagnostics.items()) c.error(problem.location, problem.message);
+}
+
 struct LatentCacheLookupParams {
   std::string root;
   std::vector<std::string> fields = {"all"};
@@ -72,6 +83,10 @@ struct LatentCacheLookupParams {
     } catch (const Error& e) {
       c.error("fields", e.what());
     }
+    check_stage_params(c, "EpisodeSampler", sampler, "sampler");
+    check_stage_params(c, "Augment", augment, "augment");
+    check_stage_params(c, "VaeEncode", vae, "vae");
+    check_stage_params(c, "VlmEncode", vlm, "vlm");
     if (const std::string random = cache::first_random_augment_param(augment); !random.empty()) {
       c.error("augment/" + random, cache::random_augment_message(random));
     }
