@@ -71,8 +71,9 @@ nlohmann::json inventory(const std::string& root) {
   nlohmann::json meta = nlohmann::json::object();
   const fs::path meta_dir = fs::path(root) / "meta";
   if (fs::is_directory(meta_dir)) {
-    for (const auto& entry : fs::directory_iterator(meta_dir)) {
-      const std::string name = entry.path().filename().string();
+    // v3.0 keeps episode metadata in meta/episodes/chunk-XXX/file-XXX.parquet.
+    for (const auto& entry : fs::recursive_directory_iterator(meta_dir)) {
+      const std::string name = fs::relative(entry.path(), meta_dir).string();
       if (entry.is_regular_file() && is_fingerprinted_meta(name)) {
         meta[name] = sha256_file_hex(entry.path().string());
       }

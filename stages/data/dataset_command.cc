@@ -48,8 +48,8 @@ void print_inspect(const data::DatasetReport& r) {
     std::cout << std::left << std::setw(10) << name << shape << "\n";
   }
   std::cout << "stats     "
-            << (r.has_episode_stats ? "meta/episodes_stats.jsonl"
-                                    : "missing (run: wam-pipeline dataset stats " + r.root + ")")
+            << (r.stats_source.empty() ? "missing (run: wam-pipeline dataset stats " + r.root + ")"
+                                       : r.stats_source)
             << "\n";
   std::string scope = std::to_string(r.inspected_episodes) + " episodes";
   if (r.inspected_episodes < r.episodes) {
@@ -102,6 +102,7 @@ class DatasetCommand final : public Command {
   int fps_ = 0;
   int gop_ = 2;
   std::string codec_ = "av1";
+  std::string codebase_version_ = "v2.1";
   uint64_t seed_ = 0;
   std::string size_;  // WxH
 
@@ -116,8 +117,8 @@ DatasetCommand::DatasetCommand(CLI::App& app) {
 
   synth_ = dataset_->add_subcommand(
       "synth",
-      "Write a synthetic LIBERO- or RoboTwin-shaped dataset (moving shapes driven by the "
-      "actions, every frame stamped with its index)");
+      "Write a synthetic LIBERO- or RoboTwin-shaped LeRobot dataset: parquet columns and AV1 "
+      "mp4s (moving shapes driven by the actions, every frame stamped with its index)");
   synth_->add_option("--preset", preset_, "Robot and cameras to imitate")
       ->required()
       ->check(CLI::IsMember({"libero", "robotwin"}));
@@ -136,6 +137,11 @@ DatasetCommand::DatasetCommand(CLI::App& app) {
   synth_->add_option("--codec", codec_, "av1 (libsvtav1, as LeRobot) or h264 (libx264)")
       ->capture_default_str()
       ->check(CLI::IsMember({"av1", "h264"}));
+  synth_->add_option("--format", codebase_version_,
+                     "LeRobot layout: v2.1 (a parquet file and an mp4 per episode) or v3.0 "
+                     "(episodes share the data file and one mp4 per camera)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"v2.1", "v3.0"}));
   synth_->add_option("--seed", seed_, "Seed of the actions")->capture_default_str();
   synth_->add_option("--size", size_,
                      "WIDTHxHEIGHT for every camera instead of the preset's (fast tests)");
@@ -151,10 +157,10 @@ DatasetCommand::DatasetCommand(CLI::App& app) {
 
   stats_ = dataset_->add_subcommand(
       "stats",
-      "Write meta/episodes_stats.jsonl (min/max/mean/std of action and observation.state "
-      "per episode) when it is missing");
-  stats_->add_option("dir", dir_, "Dataset directory")->required();
-  stats_->add_flag("--force", force_, "Overwrite an existing episodes_stats.jsonl");
+      "Compute min/max/mean/std/count of every numeric column: per episode into "
+      "meta/episodes_stats.jsonl, pooled into meta/stats.json (normalisation reads them)");
+  stats_->add_option("dir", dir_, "Dataset directory (LeRobot v2.0, v2.1 or v3.0)")->required();
+  stats_->add_flag("--force", force_, "Overwrite existing episodes_stats.jsonl and stats.json");
 }
 
 bool DatasetCommand::selected() const { return dataset_->parsed(); }
@@ -169,6 +175,7 @@ int DatasetCommand::run() {
     options.fps = fps_;
     options.gop = gop_;
     options.codec = codec_;
+    options.codebase_version = codebase_version_;
     options.seed = seed_;
     return run_synth(std::move(options), size_);
   }
@@ -178,9 +185,11 @@ int DatasetCommand::run() {
   }
   const data::StatsResult stats = data::write_dataset_stats(dir_, force_);
   if (stats.written) {
-    std::cout << "wrote " << stats.path << " (" << stats.episodes << " episodes)\n";
+    std::cout << "wrote " << stats.path << " and " << stats.dataset_path << " ("
+              << stats.episodes << " episodes)\n";
   } else {
-    std::cout << stats.path << " exists; not overwritten (pass --force to recompute)\n";
+    std::cout << stats.path << " or " << stats.dataset_path
+              << " exists; not overwritten (pass --force to recompute)\n";
   }
   return kExitOk;
 }

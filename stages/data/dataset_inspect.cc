@@ -1,6 +1,7 @@
 #include "data/dataset_inspect.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -59,8 +60,15 @@ VideoSummary summarize_video(const std::string& path) {
     ++summary.frames;
   };
   if (const int entries = avformat_index_get_entries_count(video); entries > 0) {
+    // The index is written before the data in a faststart mp4: a file cut short keeps it whole.
+    const int64_t file_bytes = format->pb ? avio_size(format->pb) : -1;
     for (int i = 0; i < entries; ++i) {
       const AVIndexEntry* entry = avformat_index_get_entry(video, i);
+      if (file_bytes >= 0 && entry->pos + entry->size > file_bytes) {
+        throw Error(path + ": truncated: frame " + std::to_string(i) + " of the index ends at byte " +
+                    std::to_string(entry->pos + entry->size) + " but the file has " +
+                    std::to_string(file_bytes) + " bytes");
+      }
       if (!(entry->flags & AVINDEX_DISCARD_FRAME)) count(entry->flags & AVINDEX_KEYFRAME);
     }
     return summary;
@@ -93,6 +101,41 @@ std::vector<size_t> inspected_episodes(size_t total, int64_t limit) {
   return picked;
 }
 
+// Problems of one episode's columns: unreadable, or timestamps that do not run 0, 1/fps, 2/fps...
+// (real datasets start at 1/fps or skip frames; rows still map to video frames by position).
+std::vector<std::string> column_problems(const LeRobotDataset& ds, const EpisodeInfo& episode) {
+  EpisodeData columns;
+  try {
+    columns = ds.read_episode(episode.episode_index);
+  } catch (const Error& e) {
+    return {e.what()};
+  }
+  auto timestamp = columns.floats.find("timestamp");
+  if (timestamp == columns.floats.end() || timestamp->second.rows == 0) return {};
+  const std::vector<float>& t = timestamp->second.values;
+  const double period = 1.0 / ds.info().fps;
+  const std::string where = episode.data_file + " (episode " +
+                            std::to_string(episode.episode_index) + ", column timestamp)";
+  std::vector<std::string> found;
+  if (std::abs(t[0] - period) < 0.25 * period) {
+    found.push_back(where + ": starts at " + std::to_string(t[0]) +
+                    " s = 1/fps, not 0; row k is matched to video frame k");
+  } else if (std::abs(t[0]) >= 0.25 * period) {
+    found.push_back(where + ": starts at " + std::to_string(t[0]) +
+                    " s, not 0; row k is matched to video frame k");
+  }
+  for (size_t r = 1; r < t.size(); ++r) {
+    const double gap = t[r] - t[r - 1];
+    if (std::abs(gap - period) > 0.25 * period) {
+      found.push_back(where + ": irregular: " + std::to_string(gap) + " s between rows " +
+                      std::to_string(r - 1) + " and " + std::to_string(r) + " (1/fps is " +
+                      std::to_string(period) + " s); row k is matched to video frame k");
+      break;
+    }
+  }
+  return found;
+}
+
 }  // namespace
 
 DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
@@ -113,6 +156,13 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
     }
   }
   report.has_episode_stats = ds.has_episode_stats();
+  if (std::filesystem::exists(ds.episodes_stats_path())) {
+    report.stats_source = "meta/episodes_stats.jsonl (per episode)";
+  } else if (ds.has_episode_stats()) {
+    report.stats_source = "meta/episodes/ stats columns (per episode)";
+  } else if (std::filesystem::exists(ds.stats_path())) {
+    report.stats_source = "meta/stats.json (whole dataset)";
+  }
   report.problems = ds.problems();
   const std::vector<size_t> picked = inspected_episodes(ds.episodes().size(), episode_limit);
   report.inspected_episodes = static_cast<int64_t>(picked.size());
@@ -146,7 +196,16 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
                                       : std::min(camera.min_keyframe_gap, v.min_gap);
         camera.max_keyframe_gap = std::max(camera.max_keyframe_gap, v.max_gap);
       }
-      if (v.frames != episode.length) {
+      const Feature* feature = info.feature(key);
+      if (feature && feature->shape.size() == 3 &&
+          (feature->shape[0] != v.height || feature->shape[1] != v.width)) {
+        camera_problems.push_back(file + ": " + std::to_string(v.width) + "x" +
+                                  std::to_string(v.height) + ", but meta/info.json gives " + key +
+                                  " shape " + nlohmann::json(feature->shape).dump() +
+                                  " (height, width, channels)");
+      }
+      // A v3.0 mp4 holds several episodes: its frame count is theirs together.
+      if (!ds.is_v3() && v.frames != episode.length) {
         camera_problems.push_back(file + ": " + std::to_string(v.frames) +
                                   " frames, but meta/episodes.jsonl says " +
                                   std::to_string(episode.length));
@@ -183,6 +242,20 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
     }
     report.cameras.push_back(std::move(camera));
   }
+  // A dataset's columns share their quirks: report the first episode's, and any other episode's
+  // that differ only in being unreadable.
+  for (size_t k = 0; k < picked.size(); ++k) {
+    std::vector<std::string> found = column_problems(ds, ds.episodes()[picked[k]]);
+    if (k > 0) {
+      found.erase(std::remove_if(found.begin(), found.end(),
+                                 [](const std::string& p) {
+                                   return p.find("(episode ") != std::string::npos &&
+                                          p.find("column timestamp)") != std::string::npos;
+                                 }),
+                  found.end());
+    }
+    report.problems.insert(report.problems.end(), found.begin(), found.end());
+  }
   return report;
 }
 
@@ -190,19 +263,35 @@ StatsResult write_dataset_stats(const std::string& dir, bool force) {
   const auto ds = LeRobotDataset::open(dir);
   StatsResult result;
   result.path = ds.episodes_stats_path();
-  if (std::filesystem::exists(result.path) && !force) return result;
+  result.dataset_path = ds.stats_path();
+  if ((std::filesystem::exists(result.path) || std::filesystem::exists(result.dataset_path)) &&
+      !force) {
+    return result;
+  }
   std::map<int64_t, EpisodeStats> stats;
   for (const auto& episode : ds.episodes()) {
-    const EpisodeData columns = ds.read_episode(episode.episode_index);
-    for (const char* key : {"action", "observation.state"}) {
-      auto column = columns.floats.find(key);
-      if (column == columns.floats.end()) {
-        throw Error(ds.data_file(episode.episode_index) + ": no \"" + key + "\" column");
+    EpisodeData columns = ds.read_episode(episode.episode_index);
+    for (const auto& [key, values] : columns.ints) {
+      FloatColumn column{static_cast<int64_t>(values.size()), 1, {}};
+      column.values.assign(values.begin(), values.end());
+      columns.floats.emplace(key, std::move(column));
+    }
+    for (const auto& [key, column] : columns.floats) {
+      for (size_t k = 0; k < column.values.size(); ++k) {
+        if (!std::isfinite(column.values[k])) {
+          throw Error(episode.data_file + ": column \"" + key + "\" of episode " +
+                      std::to_string(episode.episode_index) + " holds " +
+                      std::to_string(column.values[k]) + " at row " +
+                      std::to_string(static_cast<int64_t>(k) / column.cols) + " (value " +
+                      std::to_string(static_cast<int64_t>(k) % column.cols) +
+                      "); stats need finite values: fix or drop the episode");
+        }
       }
-      stats[episode.episode_index][key] = compute_stats(column->second);
+      stats[episode.episode_index][key] = compute_stats(column);
     }
   }
   write_episodes_stats(result.path, stats);
+  write_dataset_stats_json(result.dataset_path, stats);
   result.written = true;
   result.episodes = static_cast<int64_t>(stats.size());
   return result;

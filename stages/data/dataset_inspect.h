@@ -29,23 +29,27 @@ struct DatasetReport {
   int64_t tasks = 0;
   std::vector<std::pair<std::string, std::string>> vectors;  // ("action", "float32[7]"), ...
   bool has_episode_stats = false;
+  std::string stats_source;  // where normalisation stats come from; empty: nowhere
   int64_t inspected_episodes = 0;  // whose videos were read
   std::vector<CameraReport> cameras;
   std::vector<std::string> problems;  // one line each, naming the file or key
 };
 
-// Reads the meta files and the container index of the videos of `episode_limit` episodes evenly
-// spaced from the first to the last (0: all), without decoding a frame.
+// Reads the meta files, and the columns and the container index of the videos of `episode_limit`
+// episodes evenly spaced from the first to the last (0: all), without decoding a frame.
 DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit);
 
 struct StatsResult {
-  std::string path;     // meta/episodes_stats.jsonl
-  bool written = false;  // false: it existed and `force` was not given
+  std::string path;          // meta/episodes_stats.jsonl
+  std::string dataset_path;  // meta/stats.json
+  bool written = false;      // false: one of them existed and `force` was not given
   int64_t episodes = 0;
 };
 
-// Computes per-episode min/max/mean/std of action and observation.state and writes
-// meta/episodes_stats.jsonl (atomically), unless it exists and `force` is false.
+// Computes per-episode min/max/mean/std/count of every numeric column, as LeRobot does, and
+// writes meta/episodes_stats.jsonl and the pooled meta/stats.json (atomically), unless one of
+// them exists and `force` is false. A NaN or infinite value is an error naming the episode's
+// file, column and row.
 StatsResult write_dataset_stats(const std::string& dir, bool force);
 
 }  // namespace wam::data

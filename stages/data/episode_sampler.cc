@@ -5,7 +5,8 @@
 // fell outside the episode and was clamped back into it.
 //
 // Writes: sample_id, epoch, episode_index, frame_index (Int); task, prompt (String); video_files,
-// frame_plan (Json: {fps, anchor, recent, window[9]}); image_is_pad [9], memory_video_anchor_is_pad
+// frame_plan (Json: {fps, anchor, recent, window[9]} frame indices in the episode, and
+// video_offsets [per camera] where an mp4 holds several episodes (v3.0)); image_is_pad [9], memory_video_anchor_is_pad
 // [1], memory_video_recent_is_pad [1] (bool); action [32,80], action_is_pad [32],
 // action_dim_is_pad [80]; proprio [32,80], proprio_is_pad [32], proprio_dim_is_pad [80];
 // memory_video_anchor_proprio [1,80], memory_video_recent_proprio [1,80] (float32 / bool).
@@ -259,6 +260,7 @@ struct Episode {
   int64_t length = 0;
   int64_t global_start = 0;
   std::vector<std::string> video_files;
+  std::vector<int64_t> video_frame_offsets;  // per camera: the episode's first frame in its file
   data::FloatColumn action, state;  // normalised
   std::vector<int64_t> task_index;  // per frame; empty when the dataset has no such column
   std::string default_task;
@@ -362,12 +364,10 @@ class EpisodeSampler final : public Source {
                       join(ds.info().video_keys(), ", ") + ")");
         }
       }
-      if (!ds.has_episode_stats()) {
-        throw Error(ds.episodes_stats_path() +
-                    ": missing; normalisation needs per-episode stats: run `wam-pipeline dataset "
-                    "stats " +
-                    ds.root() + "`");
-      }
+      // Per-episode stats pooled, or meta/stats.json; throws naming the files when neither has
+      // them or their length is not the feature's.
+      action_parts.push_back(ds.feature_stats("action"));
+      if (!libero_transform()) state_parts.push_back(ds.feature_stats("observation.state"));
       for (const auto& info : ds.episodes()) {
         Episode e;
         e.dataset = d;
@@ -376,12 +376,14 @@ class EpisodeSampler final : public Source {
         e.global_start = total_frames_;
         e.default_task = info.tasks.empty() ? std::string() : info.tasks.front();
         for (const auto& camera : p_.cameras) {
-          std::string file = ds.video_file(info.episode_index, camera);
-          if (!std::filesystem::exists(file)) {
-            throw Error(file + ": missing video of camera " + camera + " for episode " +
+          data::VideoSegment segment = ds.video_segment(info.episode_index, camera);
+          if (!std::filesystem::exists(segment.file)) {
+            throw Error(segment.file + ": missing video of camera " + camera + " for episode " +
                         std::to_string(info.episode_index));
           }
-          e.video_files.push_back(std::move(file));
+          // v3.0 mp4s hold several episodes: this one starts at frame from_timestamp * fps.
+          e.video_frame_offsets.push_back(std::llround(segment.from_timestamp * ds.info().fps));
+          e.video_files.push_back(std::move(segment.file));
         }
         data::EpisodeData columns = ds.read_episode(info.episode_index);
         const std::string file = ds.data_file(info.episode_index);
@@ -394,18 +396,8 @@ class EpisodeSampler final : public Source {
         e.state = std::move(columns.floats["observation.state"]);
         if (libero_transform()) e.state = libero_ee_rot6d(e.state, file);
         if (columns.ints.count("task_index")) e.task_index = std::move(columns.ints["task_index"]);
-        auto stats = ds.episode_stats().find(info.episode_index);
-        if (stats == ds.episode_stats().end() || !stats->second.count("action") ||
-            !stats->second.count("observation.state")) {
-          throw Error(ds.episodes_stats_path() +
-                      ": no action / observation.state stats for episode " +
-                      std::to_string(info.episode_index) + ": run `wam-pipeline dataset stats " +
-                      ds.root() + " --force`");
-        }
-        action_parts.push_back(stats->second.at("action"));
-        // episodes_stats.jsonl describes the raw state: the transformed one's are computed here.
-        state_parts.push_back(libero_transform() ? data::compute_stats(e.state)
-                                                 : stats->second.at("observation.state"));
+        // episode stats describe the raw state: the transformed one's are computed here.
+        if (libero_transform()) state_parts.push_back(data::compute_stats(e.state));
         total_frames_ += e.length;
         episodes_.push_back(std::move(e));
       }
@@ -503,8 +495,12 @@ class EpisodeSampler final : public Source {
       window.push_back(std::min(index, last));
       image_is_pad.data_ptr<bool>()[k] = index > last;
     }
-    s.set("frame_plan",
-          nlohmann::json{{"fps", fps_}, {"anchor", 0}, {"recent", recent}, {"window", window}});
+    nlohmann::json plan = {{"fps", fps_}, {"anchor", 0}, {"recent", recent}, {"window", window}};
+    if (std::any_of(e.video_frame_offsets.begin(), e.video_frame_offsets.end(),
+                    [](int64_t offset) { return offset != 0; })) {
+      plan["video_offsets"] = e.video_frame_offsets;
+    }
+    s.set("frame_plan", std::move(plan));
     s.set_tensor("image_is_pad", image_is_pad);
     s.set_tensor("memory_video_anchor_is_pad", torch::zeros({1}, torch::kBool));
     s.set_tensor("memory_video_recent_is_pad", torch::full({1}, recent_is_pad, torch::kBool));

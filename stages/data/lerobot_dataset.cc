@@ -1,16 +1,15 @@
 #include "data/lerobot_dataset.h"
 
-#include "common/hdf5.h"
-
-#include <hdf5.h>
-
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <set>
 #include <sstream>
 
+#include "parquet/parquet.h"
 #include "wam/error.h"
 #include "wam/metrics.h"
 
@@ -18,29 +17,6 @@ namespace wam::data {
 namespace fs = std::filesystem;
 
 namespace {
-
-// ---- HDF5 -------------------------------------------------------------------------------------
-
-using H5Handle = hdf5::Handle;
-using hdf5::silence_errors;
-
-template <class T>
-T h5_check(T result, const std::string& what, const std::string& path, const std::string& dataset) {
-  return hdf5::check(result, what, path, dataset);
-}
-
-void write_dataset(hid_t file, const std::string& path, const std::string& name, hid_t mem_type,
-                   hid_t file_type, const std::vector<hsize_t>& dims, const void* values) {
-  H5Handle space(h5_check(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
-                          "create a dataspace", path, name),
-                 H5Sclose);
-  H5Handle dataset(h5_check(H5Dcreate2(file, name.c_str(), file_type, space.get(), H5P_DEFAULT,
-                                       H5P_DEFAULT, H5P_DEFAULT),
-                            "create the dataset", path, name),
-                   H5Dclose);
-  h5_check(H5Dwrite(dataset.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values),
-           "write the dataset", path, name);
-}
 
 // ---- JSON files -------------------------------------------------------------------------------
 
@@ -95,17 +71,14 @@ FeatureStats stats_from_json(const nlohmann::json& j, const std::string& where) 
   return s;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 }  // namespace
 
 // ---- paths and stats --------------------------------------------------------------------------
 
-std::string format_path(const std::string& pattern, int64_t episode_chunk, int64_t episode_index,
-                        const std::string& video_key) {
+std::string format_path(const std::string& pattern, const PathFields& fields) {
+  auto fail = [&](const std::string& what) {
+    return Error("path template \"" + pattern + "\": " + what);
+  };
   std::string out;
   size_t i = 0;
   while (i < pattern.size()) {
@@ -113,34 +86,50 @@ std::string format_path(const std::string& pattern, int64_t episode_chunk, int64
       out += pattern[i++];
       continue;
     }
-    size_t close = pattern.find('}', i);
-    if (close == std::string::npos) throw Error("path template \"" + pattern + "\": unclosed {");
-    std::string spec = pattern.substr(i + 1, close - i - 1);
-    std::string name = spec.substr(0, spec.find(':'));
-    int width = 0;
+    const size_t close = pattern.find('}', i);
+    if (close == std::string::npos) throw fail("unclosed {");
+    const std::string spec = pattern.substr(i + 1, close - i - 1);
+    const std::string name = spec.substr(0, spec.find(':'));
+    size_t width = 0;
     if (spec.size() > name.size()) {
-      std::string format = spec.substr(name.size() + 1);  // e.g. "03d"
-      if (format.size() < 2 || format.back() != 'd') {
-        throw Error("path template \"" + pattern + "\": unsupported format {" + spec + "}");
-      }
-      width = std::stoi(format.substr(0, format.size() - 1));
+      const std::string format = spec.substr(name.size() + 1);  // e.g. "03d"
+      // Zero-padded decimal widths only; a path component is never wider than 20 digits.
+      const bool digits = format.size() >= 2 && format.size() <= 3 && format.back() == 'd' &&
+                          std::all_of(format.begin(), format.end() - 1,
+                                      [](char c) { return c >= '0' && c <= '9'; });
+      if (!digits) throw fail("unsupported format {" + spec + "} (use e.g. {" + name + ":03d})");
+      width = static_cast<size_t>(std::stoi(format.substr(0, format.size() - 1)));
+      if (width > 20) throw fail("width " + std::to_string(width) + " in {" + spec + "} is over 20");
     }
     std::string value;
     if (name == "episode_chunk") {
-      value = std::to_string(episode_chunk);
+      value = std::to_string(fields.episode_chunk);
     } else if (name == "episode_index") {
-      value = std::to_string(episode_index);
+      value = std::to_string(fields.episode_index);
+    } else if (name == "chunk_index") {
+      value = std::to_string(fields.chunk_index);
+    } else if (name == "file_index") {
+      value = std::to_string(fields.file_index);
     } else if (name == "video_key") {
-      value = video_key;
+      value = fields.video_key;
     } else {
-      throw Error("path template \"" + pattern + "\": unknown field {" + name +
-                  "} (allowed: episode_chunk, episode_index, video_key)");
+      throw fail("unknown field {" + name +
+                 "} (allowed: episode_chunk, episode_index, chunk_index, file_index, video_key)");
     }
-    if (static_cast<int>(value.size()) < width) value.insert(0, width - value.size(), '0');
+    if (value.size() < width) value.insert(0, width - value.size(), '0');
     out += value;
     i = close + 1;
   }
   return out;
+}
+
+std::string format_path(const std::string& pattern, int64_t episode_chunk, int64_t episode_index,
+                        const std::string& video_key) {
+  PathFields fields;
+  fields.episode_chunk = episode_chunk;
+  fields.episode_index = episode_index;
+  fields.video_key = video_key;
+  return format_path(pattern, fields);
 }
 
 FeatureStats compute_stats(const FloatColumn& column) {
@@ -250,6 +239,43 @@ nlohmann::ordered_json DatasetInfo::to_json() const {
 
 // ---- LeRobotDataset ---------------------------------------------------------------------------
 
+namespace {
+
+bool is_float_dtype(const std::string& dtype) {
+  return dtype == "float32" || dtype == "float64" || dtype == "float16";
+}
+bool is_int_dtype(const std::string& dtype) {
+  return dtype == "int64" || dtype == "int32" || dtype == "int16" || dtype == "int8" ||
+         dtype == "uint8" || dtype == "bool";
+}
+
+// Values per row of a feature: the product of its shape ([1] and [] are scalars).
+int64_t feature_width(const Feature& feature) {
+  int64_t width = 1;
+  for (int64_t d : feature.shape) width *= d;
+  return width;
+}
+
+// Only vectors are normalised: image features carry [3,1,1] stats LeRobot computes on frames.
+bool is_vector_stats(const nlohmann::json& value) {
+  return value.is_object() && value.contains("min") && value.at("min").is_array() &&
+         !value.at("min").empty() && value.at("min").at(0).is_number();
+}
+
+std::vector<std::string> parquet_files_under(const fs::path& dir) {
+  std::vector<std::string> files;
+  if (!fs::is_directory(dir)) return files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".parquet") {
+      files.push_back(entry.path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
 LeRobotDataset LeRobotDataset::open(const std::string& root) {
   LeRobotDataset ds;
   ds.root_ = fs::absolute(root).lexically_normal().string();
@@ -308,8 +334,53 @@ LeRobotDataset LeRobotDataset::open(const std::string& root) {
   }
   if (!(i.fps > 0)) throw Error(info_path + ": field \"fps\" must be > 0");
   if (i.chunks_size <= 0) throw Error(info_path + ": field \"chunks_size\" must be > 0");
+  for (const Feature& f : i.features) {
+    if (f.dtype == "video") continue;
+    for (int64_t d : f.shape) {
+      if (d < 1 || d > (int64_t{1} << 20)) {
+        throw Error(info_path + ": features." + f.key + ".shape has a dimension of " +
+                    std::to_string(d) + " (expected 1 .. 1048576)");
+      }
+    }
+  }
+  const std::string& version = i.codebase_version;
+  if (version == "v3.0") {
+    ds.open_v3();
+  } else if (version == "v2.0" || version == "v2.1") {
+    ds.open_v2();
+  } else {
+    throw Error(info_path + ": codebase_version \"" + version +
+                "\" is not supported (supported: v2.0, v2.1, v3.0); convert the dataset with "
+                "LeRobot's conversion scripts");
+  }
+  for (size_t k = 0; k < ds.episodes_.size(); ++k) {
+    if (!ds.position_.emplace(ds.episodes_[k].episode_index, k).second) {
+      throw Error(ds.root_ + "/meta: episode " + std::to_string(ds.episodes_[k].episode_index) +
+                  " is listed twice");
+    }
+  }
 
-  const std::string episodes_path = ds.root_ + "/meta/episodes.jsonl";
+  const std::string stats_path = ds.stats_path();
+  if (fs::exists(stats_path)) {
+    std::ifstream in(stats_path);
+    nlohmann::json stats;
+    try {
+      stats = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(stats_path + ": invalid JSON: " + e.what());
+    }
+    if (!stats.is_object()) throw Error(stats_path + ": expected an object of features");
+    for (const auto& [key, value] : stats.items()) {
+      if (is_vector_stats(value)) {
+        ds.dataset_stats_[key] = stats_from_json(value, stats_path + " (" + key + ")");
+      }
+    }
+  }
+  return ds;
+}
+
+void LeRobotDataset::open_v2() {
+  const std::string episodes_path = root_ + "/meta/episodes.jsonl";
   int64_t line = 0;
   for (const auto& row : read_jsonl_file(episodes_path)) {
     std::string where = episodes_path + ":" + std::to_string(++line);
@@ -318,18 +389,21 @@ LeRobotDataset LeRobotDataset::open(const std::string& root) {
     e.tasks = field<std::vector<std::string>>(row, "tasks", where);
     e.length = field<int64_t>(row, "length", where);
     if (e.length <= 0) throw Error(where + ": field \"length\" must be > 0");
-    ds.episodes_.push_back(std::move(e));
+    if (e.episode_index < 0) throw Error(where + ": field \"episode_index\" must be >= 0");
+    e.data_file = root_ + "/" +
+                  format_path(info_.data_path, e.episode_index / info_.chunks_size, e.episode_index);
+    episodes_.push_back(std::move(e));
   }
-  if (ds.episodes_.empty()) throw Error(episodes_path + ": no episodes");
+  if (episodes_.empty()) throw Error(episodes_path + ": no episodes");
 
-  const std::string tasks_path = ds.root_ + "/meta/tasks.jsonl";
+  const std::string tasks_path = root_ + "/meta/tasks.jsonl";
   line = 0;
   for (const auto& row : read_jsonl_file(tasks_path)) {
     std::string where = tasks_path + ":" + std::to_string(++line);
-    ds.tasks_[field<int64_t>(row, "task_index", where)] = field<std::string>(row, "task", where);
+    tasks_[field<int64_t>(row, "task_index", where)] = field<std::string>(row, "task", where);
   }
 
-  const std::string stats_path = ds.episodes_stats_path();
+  const std::string stats_path = episodes_stats_path();
   if (fs::exists(stats_path)) {
     line = 0;
     for (const auto& row : read_jsonl_file(stats_path)) {
@@ -337,20 +411,179 @@ LeRobotDataset LeRobotDataset::open(const std::string& root) {
       EpisodeStats stats;
       const auto stats_json = field<nlohmann::json>(row, "stats", where);
       for (const auto& [key, value] : stats_json.items()) {
-        // Image features carry [3,1,1] stats LeRobot computes on frames; only vectors are used.
-        if (value.contains("min") && value.at("min").is_array() && !value.at("min").empty() &&
-            value.at("min").at(0).is_number()) {
+        if (is_vector_stats(value)) {
           stats[key] = stats_from_json(value, where + " (stats." + key + ")");
         }
       }
-      ds.episode_stats_[field<int64_t>(row, "episode_index", where)] = std::move(stats);
+      episode_stats_[field<int64_t>(row, "episode_index", where)] = std::move(stats);
     }
   }
-  return ds;
+}
+
+void LeRobotDataset::open_v3() {
+  const fs::path meta = fs::path(root_) / "meta";
+  const std::vector<std::string> episode_files = parquet_files_under(meta / "episodes");
+  if (episode_files.empty()) {
+    throw Error((meta / "episodes").string() +
+                ": no parquet files; a v3.0 dataset keeps its episode metadata in "
+                "meta/episodes/chunk-XXX/file-XXX.parquet");
+  }
+  const std::vector<std::string> cameras = info_.video_keys();
+  // Rows of a data file are numbered by the global `index`: a file's first row is the smallest
+  // dataset_from_index among its episodes.
+  std::map<std::string, int64_t> file_first_index;
+  std::vector<int64_t> from_index;
+  for (const std::string& path : episode_files) {
+    const auto file = parquet::ParquetFile::open(path);
+    const auto ints = [&](const std::string& name) { return file.read_ints(name).values; };
+    const auto episode_index = ints("episode_index");
+    const auto length = ints("length");
+    const auto data_chunk = ints("data/chunk_index");
+    const auto data_file = ints("data/file_index");
+    const auto from = ints("dataset_from_index");
+    const auto to = ints("dataset_to_index");
+    const auto tasks = file.read_string_lists("tasks");
+    std::map<std::string, std::vector<int64_t>> video_chunk, video_file;
+    std::map<std::string, std::vector<double>> video_from;
+    for (const auto& key : cameras) {
+      const std::string prefix = "videos/" + key + "/";
+      if (!file.column(prefix + "chunk_index")) continue;  // reported by problems()
+      video_chunk[key] = ints(prefix + "chunk_index");
+      video_file[key] = ints(prefix + "file_index");
+      video_from[key] = file.read_doubles(prefix + "from_timestamp").values;
+    }
+    // Per-episode stats of vector features: stats/<key>/{min,max,mean,std,count}.
+    std::map<std::string, std::array<parquet::ColumnValues<double>, 4>> stats;
+    std::map<std::string, std::vector<int64_t>> counts;
+    for (const Feature& f : info_.features) {
+      const std::string prefix = "stats/" + f.key + "/";
+      const parquet::ColumnInfo* min = file.column(prefix + "min");
+      if (f.dtype == "video" || !min || !min->is_list || !file.column(prefix + "count")) continue;
+      auto& s = stats[f.key];
+      const char* names[] = {"min", "max", "mean", "std"};
+      for (size_t k = 0; k < 4; ++k) s[k] = file.read_doubles(prefix + names[k]);
+      counts[f.key] = ints(prefix + "count");
+    }
+    for (size_t r = 0; r < episode_index.size(); ++r) {
+      const std::string where = path + " (row " + std::to_string(r) + ")";
+      EpisodeInfo e;
+      e.episode_index = episode_index[r];
+      e.length = length[r];
+      e.tasks = tasks[r];
+      if (e.length <= 0) throw Error(where + ": length must be > 0");
+      if (to[r] - from[r] != e.length) {
+        throw Error(where + ": dataset_to_index - dataset_from_index is " +
+                    std::to_string(to[r] - from[r]) + " but length is " +
+                    std::to_string(e.length));
+      }
+      PathFields data_fields;
+      data_fields.chunk_index = data_chunk[r];
+      data_fields.file_index = data_file[r];
+      e.data_file = root_ + "/" + format_path(info_.data_path, data_fields);
+      auto [first, inserted] = file_first_index.emplace(e.data_file, from[r]);
+      if (!inserted) first->second = std::min(first->second, from[r]);
+      from_index.push_back(from[r]);
+      for (const auto& [key, chunks] : video_chunk) {
+        PathFields fields;
+        fields.chunk_index = chunks[r];
+        fields.file_index = video_file[key][r];
+        fields.video_key = key;
+        e.videos[key] = {root_ + "/" + format_path(info_.video_path, fields), video_from[key][r]};
+      }
+      EpisodeStats episode_stats;
+      for (const auto& [key, s] : stats) {
+        FeatureStats fs;
+        std::vector<double>* out[] = {&fs.min, &fs.max, &fs.mean, &fs.std};
+        for (size_t k = 0; k < 4; ++k) {
+          const int64_t width = s[k].width;
+          out[k]->assign(s[k].values.begin() + static_cast<int64_t>(r) * width,
+                         s[k].values.begin() + static_cast<int64_t>(r + 1) * width);
+        }
+        fs.count = counts[key].empty() ? e.length : counts[key][r];
+        episode_stats[key] = std::move(fs);
+      }
+      if (!episode_stats.empty()) episode_stats_[e.episode_index] = std::move(episode_stats);
+      episodes_.push_back(std::move(e));
+    }
+  }
+  if (episodes_.empty()) throw Error((meta / "episodes").string() + ": no episodes");
+  for (size_t k = 0; k < episodes_.size(); ++k) {
+    episodes_[k].first_row = from_index[k] - file_first_index.at(episodes_[k].data_file);
+  }
+  std::sort(episodes_.begin(), episodes_.end(), [](const EpisodeInfo& a, const EpisodeInfo& b) {
+    return a.episode_index < b.episode_index;
+  });
+
+  const std::string tasks_path = (meta / "tasks.parquet").string();
+  const auto tasks = parquet::ParquetFile::open(tasks_path);
+  // pandas writes the task strings as the frame's index: a column named after it, or
+  // __index_level_0__ when it has no name.
+  std::string text_column;
+  for (const char* name : {"task", "__index_level_0__"}) {
+    if (tasks.column(name)) text_column = name;
+  }
+  if (text_column.empty()) {
+    throw Error(tasks_path + ": no \"task\" or \"__index_level_0__\" column with the task texts");
+  }
+  const auto index = tasks.read_ints("task_index").values;
+  const auto text = tasks.read_strings(text_column).values;
+  for (size_t k = 0; k < index.size(); ++k) tasks_[index[k]] = text[k];
+}
+
+bool LeRobotDataset::is_v3() const { return info_.codebase_version == "v3.0"; }
+
+const EpisodeInfo& LeRobotDataset::episode(int64_t episode_index) const {
+  auto it = position_.find(episode_index);
+  if (it == position_.end()) {
+    throw Error(root_ + ": no episode " + std::to_string(episode_index) + " in " +
+                (is_v3() ? "meta/episodes/" : "meta/episodes.jsonl"));
+  }
+  return episodes_[it->second];
 }
 
 std::string LeRobotDataset::episodes_stats_path() const {
   return root_ + "/meta/episodes_stats.jsonl";
+}
+
+std::string LeRobotDataset::stats_path() const { return root_ + "/meta/stats.json"; }
+
+FeatureStats LeRobotDataset::feature_stats(const std::string& key) const {
+  const Feature* feature = info_.feature(key);
+  const size_t width = feature ? static_cast<size_t>(feature_width(*feature)) : 0;
+  auto check_width = [&](const FeatureStats& s, const std::string& source) {
+    if (feature && s.min.size() != width) {
+      throw Error(source + ": stats of \"" + key + "\" have " + std::to_string(s.min.size()) +
+                  " values per statistic, but meta/info.json gives it " + std::to_string(width) +
+                  "; recompute them with `wam-pipeline dataset stats " + root_ + " --force`");
+    }
+  };
+  if (has_episode_stats()) {
+    const std::string source = fs::exists(episodes_stats_path())
+                                   ? episodes_stats_path()
+                                   : root_ + "/meta/episodes/ (stats columns)";
+    std::vector<FeatureStats> parts;
+    for (const EpisodeInfo& e : episodes_) {
+      auto stats = episode_stats_.find(e.episode_index);
+      if (stats == episode_stats_.end() || !stats->second.count(key)) {
+        throw Error(source + ": no \"" + key + "\" stats for episode " +
+                    std::to_string(e.episode_index) + ": run `wam-pipeline dataset stats " +
+                    root_ + " --force`");
+      }
+      check_width(stats->second.at(key), source);
+      parts.push_back(stats->second.at(key));
+    }
+    return aggregate_stats(parts);
+  }
+  auto it = dataset_stats_.find(key);
+  if (it == dataset_stats_.end()) {
+    throw Error(episodes_stats_path() + " and " + stats_path() + ": no \"" + key +
+                "\" stats; normalisation needs them: run `wam-pipeline dataset stats " + root_ +
+                "`");
+  }
+  check_width(it->second, stats_path());
+  FeatureStats stats = it->second;
+  if (stats.count == 0) stats.count = total_frames();  // v2.0's stats.json has no count
+  return stats;
 }
 
 int64_t LeRobotDataset::total_frames() const {
@@ -360,117 +593,114 @@ int64_t LeRobotDataset::total_frames() const {
 }
 
 std::string LeRobotDataset::data_file(int64_t episode_index) const {
-  return root_ + "/" +
-         format_path(info_.data_path, episode_index / info_.chunks_size, episode_index);
+  return episode(episode_index).data_file;
 }
 
-std::string LeRobotDataset::video_file(int64_t episode_index, const std::string& video_key) const {
+VideoSegment LeRobotDataset::video_segment(int64_t episode_index,
+                                           const std::string& video_key) const {
+  const EpisodeInfo& e = episode(episode_index);
+  if (is_v3()) {
+    auto it = e.videos.find(video_key);
+    if (it == e.videos.end()) {
+      throw Error(root_ + "/meta/episodes/: no videos/" + video_key +
+                  "/* columns, so camera " + video_key + " has no video files");
+    }
+    return it->second;
+  }
   if (info_.video_path.empty()) {
     throw Error(root_ + "/meta/info.json: no \"video_path\", so camera " + video_key +
                 " has no video files");
   }
-  return root_ + "/" +
-         format_path(info_.video_path, episode_index / info_.chunks_size, episode_index, video_key);
+  return {root_ + "/" + format_path(info_.video_path, episode_index / info_.chunks_size,
+                                    episode_index, video_key),
+          0.0};
+}
+
+std::string LeRobotDataset::video_file(int64_t episode_index, const std::string& video_key) const {
+  return video_segment(episode_index, video_key).file;
 }
 
 EpisodeData LeRobotDataset::read_episode(int64_t episode_index) const {
-  const std::string path = data_file(episode_index);
-  if (ends_with(path, ".parquet")) {
-    throw Error(path +
-                ": per-frame columns are stored in parquet, which is not readable here (no "
-                "parquet library on Debian 12); convert the dataset to the HDF5 layout: one "
-                "data/chunk-XXX/episode_XXXXXX.h5 per episode with one dataset per column, and "
-                "data_path \"" +
-                std::string(kHdf5DataPath) + "\" in meta/info.json");
-  }
-  if (!ends_with(path, ".h5")) {
-    throw Error(root_ + "/meta/info.json: data_path \"" + info_.data_path +
-                "\" is neither HDF5 (.h5) nor parquet");
-  }
+  const EpisodeInfo& e = episode(episode_index);
+  const std::string& path = e.data_file;
   if (!fs::exists(path)) {
     throw Error(path + ": missing episode data file (episode " + std::to_string(episode_index) +
-                " is listed in meta/episodes.jsonl)");
+                " is listed in " + (is_v3() ? "meta/episodes/" : "meta/episodes.jsonl") + ")");
   }
-  silence_errors();
-  H5Handle file(
-      h5_check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "open the file", path, ""),
-      H5Fclose);
-  std::vector<std::string> names;
-  h5_check(H5Literate(
-               file.get(), H5_INDEX_NAME, H5_ITER_NATIVE, nullptr,
-               [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
-                 static_cast<std::vector<std::string>*>(data)->push_back(name);
-                 return 0;
-               },
-               &names),
-           "list the datasets", path, "");
-  EpisodeData data;
-  for (const auto& name : names) {
-    H5Handle dataset(
-        h5_check(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), "open the dataset", path, name),
-        H5Dclose);
-    H5Handle space(h5_check(H5Dget_space(dataset.get()), "read the dataspace", path, name),
-                   H5Sclose);
-    int rank = h5_check(H5Sget_simple_extent_ndims(space.get()), "read the rank", path, name);
-    if (rank < 1 || rank > 2) {
-      throw Error(path + " (dataset " + name + "): expected 1-D or 2-D, got rank " +
-                  std::to_string(rank));
+  const auto file = parquet::ParquetFile::open(path);
+  const parquet::RowRange rows{e.first_row, e.length};
+  if (e.first_row + e.length > file.num_rows()) {
+    throw Error(path + ": " + std::to_string(file.num_rows()) + " rows, but episode " +
+                std::to_string(episode_index) + " needs rows " + std::to_string(e.first_row) +
+                ".." + std::to_string(e.first_row + e.length - 1) + " (length " +
+                std::to_string(e.length) + " in the episode metadata)");
+  }
+  auto check = [&](const std::string& key, int64_t rows_read, int64_t width, int64_t expected) {
+    if (rows_read != e.length) {
+      throw Error(path + ": column \"" + key + "\" has " + std::to_string(rows_read) +
+                  " rows, but the episode metadata says episode " + std::to_string(episode_index) +
+                  " has length " + std::to_string(e.length));
     }
-    hsize_t dims[2] = {0, 1};
-    h5_check(H5Sget_simple_extent_dims(space.get(), dims, nullptr), "read the shape", path, name);
-    H5Handle type(h5_check(H5Dget_type(dataset.get()), "read the type", path, name), H5Tclose);
-    H5T_class_t type_class = H5Tget_class(type.get());
-    const auto rows = static_cast<int64_t>(dims[0]);
-    if (type_class == H5T_FLOAT) {
-      FloatColumn column;
-      column.rows = rows;
-      column.cols = rank == 2 ? static_cast<int64_t>(dims[1]) : 1;
-      column.values.resize(static_cast<size_t>(column.rows * column.cols));
-      h5_check(H5Dread(dataset.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                       column.values.data()),
-               "read the values", path, name);
-      data.floats[name] = std::move(column);
-    } else if (type_class == H5T_INTEGER && rank == 1) {
-      std::vector<int64_t> values(static_cast<size_t>(rows));
-      h5_check(
-          H5Dread(dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
-          "read the values", path, name);
-      data.ints[name] = std::move(values);
-    } else {
-      throw Error(path + " (dataset " + name +
-                  "): expected float columns or 1-D integer columns, got another type");
-    }
-  }
-  const EpisodeInfo* episode = nullptr;
-  for (const auto& e : episodes_) {
-    if (e.episode_index == episode_index) episode = &e;
-  }
-  auto check_rows = [&](const std::string& name, int64_t rows) {
-    if (episode && rows != episode->length) {
-      throw Error(path + " (dataset " + name + "): " + std::to_string(rows) +
-                  " rows, but meta/episodes.jsonl says episode " + std::to_string(episode_index) +
-                  " has length " + std::to_string(episode->length));
+    if (width != expected) {
+      throw Error(path + ": column \"" + key + "\" has " + std::to_string(width) +
+                  " values per row, but meta/info.json gives shape " +
+                  nlohmann::json(info_.feature(key)->shape).dump());
     }
   };
-  for (const auto& [name, column] : data.floats) check_rows(name, column.rows);
-  for (const auto& [name, column] : data.ints)
-    check_rows(name, static_cast<int64_t>(column.size()));
+  EpisodeData data;
+  for (const Feature& f : info_.features) {
+    const bool is_float = is_float_dtype(f.dtype);
+    if (!is_float && !is_int_dtype(f.dtype)) continue;  // video, image, string features
+    if (!file.column(f.key)) {
+      if (f.key == "frame_index") continue;  // v2.0 files may lack it: filled in below
+      throw Error(path + ": no column \"" + f.key + "\", declared in meta/info.json");
+    }
+    if (is_float) {
+      auto column = file.read_floats(f.key, rows);
+      check(f.key, column.rows, column.width, feature_width(f));
+      data.floats[f.key] = {column.rows, column.width, std::move(column.values)};
+    } else {
+      auto column = file.read_ints(f.key, rows);
+      check(f.key, column.rows, column.width, feature_width(f));
+      data.ints[f.key] = std::move(column.values);
+    }
+  }
+  if (!data.ints.count("frame_index")) {
+    auto& frame_index = data.ints["frame_index"];
+    frame_index.resize(static_cast<size_t>(e.length));
+    for (int64_t t = 0; t < e.length; ++t) frame_index[static_cast<size_t>(t)] = t;
+  }
+  auto episode_column = data.ints.find("episode_index");
+  if (episode_column != data.ints.end()) {
+    for (size_t r = 0; r < episode_column->second.size(); ++r) {
+      if (episode_column->second[r] != episode_index) {
+        throw Error(path + ": row " + std::to_string(e.first_row + static_cast<int64_t>(r)) +
+                    " belongs to episode " + std::to_string(episode_column->second[r]) +
+                    ", but the episode metadata places episode " + std::to_string(episode_index) +
+                    " at rows " + std::to_string(e.first_row) + ".." +
+                    std::to_string(e.first_row + e.length - 1));
+      }
+    }
+  }
   return data;
 }
 
 std::vector<std::string> LeRobotDataset::problems() const {
   std::vector<std::string> found;
   const std::string info_path = root_ + "/meta/info.json";
-  const int64_t max_index = episodes_.back().episode_index;
-  const int64_t chunks_needed = max_index / info_.chunks_size + 1;
-  if (info_.total_chunks != chunks_needed) {
-    found.push_back(info_path + ": total_chunks is " + std::to_string(info_.total_chunks) +
-                    " but the episodes need " + std::to_string(chunks_needed) +
-                    "; chunks are computed from episode_index / chunks_size");
+  const std::string episodes_meta = is_v3() ? "meta/episodes/" : "meta/episodes.jsonl";
+  if (!is_v3()) {
+    const int64_t max_index = episodes_.back().episode_index;
+    const int64_t chunks_needed = max_index / info_.chunks_size + 1;
+    if (info_.total_chunks != chunks_needed) {
+      found.push_back(info_path + ": total_chunks is " + std::to_string(info_.total_chunks) +
+                      " but the episodes need " + std::to_string(chunks_needed) +
+                      "; chunks are computed from episode_index / chunks_size");
+    }
   }
   if (info_.total_episodes != static_cast<int64_t>(episodes_.size())) {
     found.push_back(info_path + ": total_episodes is " + std::to_string(info_.total_episodes) +
-                    " but meta/episodes.jsonl lists " + std::to_string(episodes_.size()));
+                    " but " + episodes_meta + " lists " + std::to_string(episodes_.size()));
   }
   for (const auto& [split, range] : info_.splits.items()) {
     if (!range.is_string()) continue;
@@ -480,23 +710,35 @@ std::vector<std::string> LeRobotDataset::problems() const {
     const int64_t end = std::atoll(text.c_str() + colon + 1);
     if (end > static_cast<int64_t>(episodes_.size())) {
       found.push_back(info_path + ": splits." + split + " \"" + text + "\" goes beyond the " +
-                      std::to_string(episodes_.size()) +
-                      " episodes; every episode in meta/episodes.jsonl is used");
+                      std::to_string(episodes_.size()) + " episodes; every episode in " +
+                      episodes_meta + " is used");
     }
   }
-  if (ends_with(info_.data_path, ".parquet")) {
-    found.push_back(info_path + ": data_path \"" + info_.data_path +
-                    "\" is parquet, which is not readable here; convert to the HDF5 layout");
+  std::vector<std::string> float64;
+  for (const Feature& f : info_.features) {
+    if (f.dtype == "float64") float64.push_back(f.key);
+  }
+  if (!float64.empty()) {
+    std::string keys;
+    for (const auto& key : float64) keys += (keys.empty() ? "" : ", ") + key;
+    found.push_back(info_path + ": " + keys + (float64.size() == 1 ? " is" : " are") +
+                    " float64; read as float32");
+  }
+  if (!info_.feature("frame_index")) {
+    found.push_back(info_path +
+                    ": no frame_index feature; a row's frame index is its position in the "
+                    "episode");
   }
   for (const auto& key : info_.video_keys()) {
-    if (info_.video_path.empty()) {
-      found.push_back(info_path + ": camera " + key + " is declared but there is no video_path");
-      continue;
-    }
     int64_t missing = 0;
     std::string first_missing;
     for (const auto& e : episodes_) {
-      const std::string file = video_file(e.episode_index, key);
+      std::string file;
+      try {
+        file = video_file(e.episode_index, key);
+      } catch (const Error& error) {
+        file = error.what();
+      }
       if (!fs::exists(file)) {
         if (missing++ == 0) first_missing = file;
       }
@@ -510,9 +752,10 @@ std::vector<std::string> LeRobotDataset::problems() const {
                       " episodes lack a video file (first: " + first_missing + ")");
     }
   }
+  std::set<std::string> reported;
   for (const auto& e : episodes_) {
-    if (!ends_with(info_.data_path, ".parquet") && !fs::exists(data_file(e.episode_index))) {
-      found.push_back(data_file(e.episode_index) + ": missing episode data file");
+    if (!fs::exists(e.data_file) && reported.insert(e.data_file).second) {
+      found.push_back(e.data_file + ": missing episode data file");
     }
   }
   return found;
@@ -535,38 +778,19 @@ std::vector<LeRobotDataset> open_datasets(const std::vector<std::string>& roots)
 
 // ---- writing ----------------------------------------------------------------------------------
 
-void write_episode_hdf5(const std::string& path, const EpisodeData& data) {
-  silence_errors();
+void write_episode_parquet(const std::string& path, const EpisodeData& data,
+                           const DatasetInfo& info) {
   fs::create_directories(fs::path(path).parent_path());
-  const std::string temporary = path + ".tmp";
-  try {
-    H5Handle file(h5_check(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
-                           "create the file", temporary, ""),
-                  H5Fclose);
-    for (const auto& [name, column] : data.floats) {
-      std::vector<hsize_t> dims = {static_cast<hsize_t>(column.rows)};
-      // Scalar columns (timestamp) are 1-D as in LeRobot's parquet; vectors are [N, D].
-      if (column.cols != 1 || name == "action" || name == "observation.state") {
-        dims.push_back(static_cast<hsize_t>(column.cols));
-      }
-      write_dataset(file.get(), temporary, name, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE, dims,
-                    column.values.data());
-    }
-    for (const auto& [name, column] : data.ints) {
-      write_dataset(file.get(), temporary, name, H5T_NATIVE_INT64, H5T_STD_I64LE,
-                    {static_cast<hsize_t>(column.size())}, column.data());
-    }
-    h5_check(H5Fflush(file.get(), H5F_SCOPE_LOCAL), "flush the file", temporary, "");
-  } catch (...) {
-    fs::remove(temporary);  // never leave a half-written episode behind
-    throw;
+  parquet::ParquetWriter writer(path);
+  for (const auto& [name, column] : data.floats) {
+    const Feature* feature = info.feature(name);
+    // Vectors are float32 LISTs even with one element, as HF `datasets` writes a Sequence.
+    const bool is_list = feature ? !(feature->shape.size() == 1 && feature->shape[0] == 1)
+                                 : column.cols != 1;
+    writer.add_floats(name, column.values, is_list ? column.cols : 0);
   }
-  std::error_code ec;
-  fs::rename(temporary, path, ec);
-  if (ec) {
-    fs::remove(temporary);
-    throw Error("cannot rename " + temporary + " to " + path + ": " + ec.message());
-  }
+  for (const auto& [name, column] : data.ints) writer.add_ints(name, column);
+  writer.write();
 }
 
 void write_episodes_stats(const std::string& path, const std::map<int64_t, EpisodeStats>& stats) {
@@ -581,21 +805,63 @@ void write_episodes_stats(const std::string& path, const std::map<int64_t, Episo
   write_file_atomically(path, text);
 }
 
+void write_dataset_stats_json(const std::string& path,
+                              const std::map<int64_t, EpisodeStats>& stats) {
+  std::map<std::string, std::vector<FeatureStats>> parts;
+  for (const auto& [episode_index, features] : stats) {
+    for (const auto& [key, s] : features) parts[key].push_back(s);
+  }
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  for (const auto& [key, list] : parts) {
+    const FeatureStats total = aggregate_stats(list);
+    out[key] = {{"min", total.min},
+                {"max", total.max},
+                {"mean", total.mean},
+                {"std", total.std},
+                {"count", {total.count}}};
+  }
+  write_file_atomically(path, out.dump(4) + "\n");
+}
+
 LeRobotWriter::LeRobotWriter(std::string root, DatasetInfo info,
                              std::map<int64_t, std::string> tasks)
-    : root_(std::move(root)), info_(std::move(info)), tasks_(std::move(tasks)) {}
+    : root_(std::move(root)), info_(std::move(info)), tasks_(std::move(tasks)) {
+  if (v3()) {
+    info_.data_path = kV3DataPath;
+    info_.video_path = kV3VideoPath;
+  }
+}
 
 std::string LeRobotWriter::episode_video_file(int64_t episode_index,
                                               const std::string& video_key) const {
+  if (v3()) {
+    PathFields fields;
+    fields.video_key = video_key;
+    return root_ + "/" + format_path(info_.video_path, fields);
+  }
   return root_ + "/" +
          format_path(info_.video_path, episode_index / info_.chunks_size, episode_index, video_key);
 }
 
 void LeRobotWriter::write_episode(const EpisodeInfo& episode, const EpisodeData& data) {
-  const std::string path = root_ + "/" +
-                           format_path(info_.data_path, episode.episode_index / info_.chunks_size,
-                                       episode.episode_index);
-  write_episode_hdf5(path, data);
+  if (v3()) {
+    for (const auto& [name, column] : data.floats) {
+      FloatColumn& all = v3_rows_.floats[name];
+      all.cols = column.cols;
+      all.rows += column.rows;
+      all.values.insert(all.values.end(), column.values.begin(), column.values.end());
+    }
+    for (const auto& [name, column] : data.ints) {
+      auto& all = v3_rows_.ints[name];
+      all.insert(all.end(), column.begin(), column.end());
+    }
+  } else {
+    write_episode_parquet(root_ + "/" +
+                              format_path(info_.data_path,
+                                          episode.episode_index / info_.chunks_size,
+                                          episode.episode_index),
+                          data, info_);
+  }
   EpisodeStats stats;
   for (const auto& [name, column] : data.floats) {
     if (column.rows == episode.length) stats[name] = compute_stats(column);
@@ -616,22 +882,98 @@ void LeRobotWriter::finish() {
       episodes_.empty() ? 0 : episodes_.back().episode_index / info_.chunks_size + 1;
   info_.total_videos = info_.total_episodes * static_cast<int64_t>(info_.video_keys().size());
   info_.splits = {{"train", "0:" + std::to_string(info_.total_episodes)}};
-
+  if (v3()) {
+    finish_v3();
+  } else {
+    std::string episodes_text;
+    for (const auto& e : episodes_) {
+      episodes_text += nlohmann::json{{"episode_index", e.episode_index},
+                                      {"tasks", e.tasks},
+                                      {"length", e.length}}
+                           .dump() +
+                       "\n";
+    }
+    write_file_atomically(root_ + "/meta/episodes.jsonl", episodes_text);
+    std::string tasks_text;
+    for (const auto& [index, task] : tasks_) {
+      tasks_text += nlohmann::json{{"task_index", index}, {"task", task}}.dump() + "\n";
+    }
+    write_file_atomically(root_ + "/meta/tasks.jsonl", tasks_text);
+    write_episodes_stats(root_ + "/meta/episodes_stats.jsonl", stats_);
+  }
+  write_dataset_stats_json(root_ + "/meta/stats.json", stats_);
+  // info.json last: a dataset is complete once it exists.
   write_file_atomically(root_ + "/meta/info.json", info_.to_json().dump(4) + "\n");
-  std::string episodes_text;
+}
+
+// v3.0's layout as LeRobot 0.3 writes it: episodes in chunk 0, file 0 of data and of each camera.
+void LeRobotWriter::finish_v3() {
+  info_.total_chunks = 1;
+  write_episode_parquet(root_ + "/" + format_path(info_.data_path, PathFields{}), v3_rows_, info_);
+
+  fs::create_directories(root_ + "/meta/episodes/chunk-000");
+  parquet::ParquetWriter episodes(root_ + "/meta/episodes/chunk-000/file-000.parquet");
+  std::vector<int64_t> index, length, zeros, from, to;
+  std::vector<std::vector<std::string>> tasks;
+  std::vector<double> from_s, to_s;
+  int64_t row = 0;
   for (const auto& e : episodes_) {
-    episodes_text +=
-        nlohmann::json{{"episode_index", e.episode_index}, {"tasks", e.tasks}, {"length", e.length}}
-            .dump() +
-        "\n";
+    index.push_back(e.episode_index);
+    length.push_back(e.length);
+    tasks.push_back(e.tasks);
+    zeros.push_back(0);
+    from.push_back(row);
+    to.push_back(row + e.length);
+    from_s.push_back(static_cast<double>(row) / info_.fps);
+    to_s.push_back(static_cast<double>(row + e.length) / info_.fps);
+    row += e.length;
   }
-  write_file_atomically(root_ + "/meta/episodes.jsonl", episodes_text);
-  std::string tasks_text;
-  for (const auto& [index, task] : tasks_) {
-    tasks_text += nlohmann::json{{"task_index", index}, {"task", task}}.dump() + "\n";
+  episodes.add_ints("episode_index", index);
+  episodes.add_string_lists("tasks", tasks);
+  episodes.add_ints("length", length);
+  episodes.add_ints("data/chunk_index", zeros);
+  episodes.add_ints("data/file_index", zeros);
+  episodes.add_ints("dataset_from_index", from);
+  episodes.add_ints("dataset_to_index", to);
+  for (const auto& key : info_.video_keys()) {
+    episodes.add_ints("videos/" + key + "/chunk_index", zeros);
+    episodes.add_ints("videos/" + key + "/file_index", zeros);
+    episodes.add_doubles("videos/" + key + "/from_timestamp", from_s);
+    episodes.add_doubles("videos/" + key + "/to_timestamp", to_s);
   }
-  write_file_atomically(root_ + "/meta/tasks.jsonl", tasks_text);
-  write_episodes_stats(root_ + "/meta/episodes_stats.jsonl", stats_);
+  episodes.add_ints("meta/episodes/chunk_index", zeros);
+  episodes.add_ints("meta/episodes/file_index", zeros);
+  std::map<std::string, std::array<std::vector<double>, 4>> stats;
+  std::map<std::string, std::vector<int64_t>> counts;
+  for (const auto& e : episodes_) {
+    for (const auto& [key, s] : stats_.at(e.episode_index)) {
+      const std::vector<double>* parts[] = {&s.min, &s.max, &s.mean, &s.std};
+      for (size_t k = 0; k < 4; ++k) {
+        stats[key][k].insert(stats[key][k].end(), parts[k]->begin(), parts[k]->end());
+      }
+      counts[key].push_back(s.count);
+    }
+  }
+  for (const auto& [key, values] : stats) {
+    const auto width = static_cast<int64_t>(values[0].size() / episodes_.size());
+    const char* names[] = {"min", "max", "mean", "std"};
+    for (size_t k = 0; k < 4; ++k) {
+      episodes.add_doubles("stats/" + key + "/" + names[k], values[k], width);
+    }
+    episodes.add_ints("stats/" + key + "/count", counts[key], 1);
+  }
+  episodes.write();
+
+  parquet::ParquetWriter tasks_file(root_ + "/meta/tasks.parquet");
+  std::vector<std::string> texts;
+  std::vector<int64_t> task_index;
+  for (const auto& [i, text] : tasks_) {
+    texts.push_back(text);
+    task_index.push_back(i);
+  }
+  tasks_file.add_strings("task", texts);
+  tasks_file.add_ints("task_index", task_index);
+  tasks_file.write();
 }
 
 std::string instruction_prompt(const std::string& task) {

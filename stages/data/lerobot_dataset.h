@@ -1,9 +1,14 @@
-// LeRobot v2.1 datasets on disk: meta/info.json, meta/episodes.jsonl, meta/tasks.jsonl,
-// meta/episodes_stats.jsonl and videos/chunk-XXX/<camera>/episode_XXXXXX.mp4. LeRobot keeps the
-// per-frame columns in parquet; Debian 12 has no parquet library, so this layout keeps the same
-// columns per episode in HDF5 (data/chunk-XXX/episode_XXXXXX.h5, one dataset per column: float32
-// [N, D] for vectors, float32 [N] for timestamp, int64 [N] for indices) and info.json's data_path
-// says so. A parquet data_path is refused with a message saying how to convert.
+// LeRobot datasets as published, read directly: meta/info.json and per-frame columns in Parquet
+// (stages/parquet), videos in mp4.
+// - v2.0 and v2.1: meta/episodes.jsonl, meta/tasks.jsonl, one parquet file per episode
+//   (data/chunk-XXX/episode_XXXXXX.parquet) and one mp4 per episode and camera; v2.1 adds
+//   meta/episodes_stats.jsonl.
+// - v3.0: episode metadata (and per-episode stats) in meta/episodes/chunk-XXX/file-XXX.parquet,
+//   tasks in meta/tasks.parquet, several episodes per data file (rows dataset_from_index ..
+//   dataset_to_index) and per mp4 (from_timestamp .. to_timestamp of each camera).
+// Real-data quirks are absorbed and reported by problems(): float64 columns are read as float32, a
+// missing frame_index is the row's position, timestamps that start at 1/fps or are irregular do not
+// move frames (row k is video frame k of the episode).
 #pragma once
 
 #include <cstdint>
@@ -15,11 +20,14 @@
 
 namespace wam::data {
 
-inline constexpr const char* kCodebaseVersion = "v2.1";
-inline constexpr const char* kHdf5DataPath =
-    "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.h5";
+inline constexpr const char* kCodebaseVersion = "v2.1";  // what LeRobotWriter writes
+inline constexpr const char* kDataPath =
+    "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet";
 inline constexpr const char* kVideoPath =
     "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4";
+inline constexpr const char* kV3DataPath = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet";
+inline constexpr const char* kV3VideoPath =
+    "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4";
 
 // One entry of info.json's "features".
 struct Feature {
@@ -41,7 +49,7 @@ struct DatasetInfo {
   int64_t total_chunks = 0;
   int64_t total_videos = 0;
   nlohmann::json splits = nlohmann::json::object();
-  std::string data_path = kHdf5DataPath;
+  std::string data_path = kDataPath;
   std::string video_path = kVideoPath;
   std::vector<Feature> features;  // in info.json order
 
@@ -50,10 +58,22 @@ struct DatasetInfo {
   nlohmann::ordered_json to_json() const;  // LeRobot's field order
 };
 
+// Where one camera's frames of an episode are: frame k of the episode is the frame at
+// from_timestamp + k / fps of `file` (from_timestamp is 0 where each episode has its own mp4).
+struct VideoSegment {
+  std::string file;  // absolute
+  double from_timestamp = 0;
+};
+
 struct EpisodeInfo {
   int64_t episode_index = 0;
   std::vector<std::string> tasks;
   int64_t length = 0;
+  // Filled in by LeRobotDataset::open: the episode's parquet file (absolute) and its first row
+  // there (0 but in v3.0, whose files hold several episodes), and v3.0's video segments by key.
+  std::string data_file;
+  int64_t first_row = 0;
+  std::map<std::string, VideoSegment> videos;
 };
 
 // A float32 column, row-major [rows, cols] (cols = 1 for scalar columns).
@@ -85,71 +105,108 @@ FeatureStats compute_stats(const FloatColumn& column);
 // weighted mean, pooled variance sum(n_i * (std_i^2 + (mean_i - mean)^2)) / sum(n_i).
 FeatureStats aggregate_stats(const std::vector<FeatureStats>& parts);
 
-// Expands LeRobot path templates: {name} and {name:0Nd}.
+// Expands LeRobot path templates: {name} and {name:0Nd}, with name one of episode_chunk and
+// episode_index (v2.x), chunk_index and file_index (v3.0), and video_key. Errors name the template.
+struct PathFields {
+  int64_t episode_chunk = 0, episode_index = 0, chunk_index = 0, file_index = 0;
+  std::string video_key;
+};
+std::string format_path(const std::string& pattern, const PathFields& fields);
 std::string format_path(const std::string& pattern, int64_t episode_chunk, int64_t episode_index,
                         const std::string& video_key = {});
 
 class LeRobotDataset {
  public:
-  // Reads and checks the meta files; throws wam::Error naming the file and field. Per-frame columns
-  // are read on demand by read_episode().
+  // Reads and checks the meta files of a v2.0, v2.1 or v3.0 dataset; throws wam::Error naming the
+  // file and field. Per-frame columns are read on demand by read_episode().
   static LeRobotDataset open(const std::string& root);
 
   const std::string& root() const { return root_; }
   const DatasetInfo& info() const { return info_; }
+  bool is_v3() const;
   const std::vector<EpisodeInfo>& episodes() const { return episodes_; }
+  const EpisodeInfo& episode(int64_t episode_index) const;  // throws when absent
   const std::map<int64_t, std::string>& tasks() const { return tasks_; }  // task_index -> task
-  // meta/episodes_stats.jsonl by episode index; empty when the file is absent.
+  // Per-episode stats by episode index: meta/episodes_stats.jsonl (v2.1, or written by `dataset
+  // stats`), else the stats/* columns of v3.0's episode metadata; empty when neither exists.
   const std::map<int64_t, EpisodeStats>& episode_stats() const { return episode_stats_; }
   bool has_episode_stats() const { return !episode_stats_.empty(); }
   std::string episodes_stats_path() const;
+  std::string stats_path() const;  // meta/stats.json
+  // The stats that normalise `key` over the whole dataset: the per-episode stats pooled, else
+  // meta/stats.json (v2.0 ships only that). Throws naming the files and the command that
+  // computes them when neither has `key`, or when their length is not the feature's.
+  FeatureStats feature_stats(const std::string& key) const;
 
   int64_t total_frames() const;
-  std::string data_file(int64_t episode_index) const;                                 // absolute
+  std::string data_file(int64_t episode_index) const;  // absolute
   std::string video_file(int64_t episode_index, const std::string& video_key) const;  // absolute
+  VideoSegment video_segment(int64_t episode_index, const std::string& video_key) const;
+  // The numeric columns of info.json's features (vectors and scalars as float32, integer and
+  // bool columns as int64), checked against the episode's length, the features' shapes and, in
+  // v3.0, the episode_index column. A missing frame_index is filled in with 0..length-1.
   EpisodeData read_episode(int64_t episode_index) const;
 
   // What is odd about this dataset but does not stop reading it: quirks of real data (total_chunks
-  // 0, splits beyond the episode count, a declared camera without video files, a parquet
-  // data_path). One line each, naming the file or key.
+  // 0, splits beyond the episode count, a declared camera without video files, no frame_index,
+  // float64 columns). One line each, naming the file or key. Reads meta files only.
   std::vector<std::string> problems() const;
 
  private:
+  void open_v2();
+  void open_v3();
+
   std::string root_;
   DatasetInfo info_;
   std::vector<EpisodeInfo> episodes_;
+  std::map<int64_t, size_t> position_;  // episode_index -> position in episodes_
   std::map<int64_t, std::string> tasks_;
   std::map<int64_t, EpisodeStats> episode_stats_;
+  EpisodeStats dataset_stats_;  // meta/stats.json (vector features only)
 };
 
 // Opens several dataset directories that are used together; all must share fps.
 std::vector<LeRobotDataset> open_datasets(const std::vector<std::string>& roots);
 
-// Writes a dataset: episode HDF5 files as they come, meta files on finish(). Every file appears
-// atomically (`<path>.tmp`, then rename). `info` gives fps, features and paths; totals are filled
-// in by finish().
+// Writes a LeRobot dataset, v2.1 (the default) or v3.0 (info.codebase_version "v3.0"). v2.1: one
+// parquet file per episode as they come, meta files on finish(). v3.0: every episode's rows in
+// data/chunk-000/file-000.parquet and every episode's frames in one mp4 per camera (the caller
+// appends them in episode order), meta/episodes/chunk-000/file-000.parquet (with per-episode
+// stats) and meta/tasks.parquet on finish(). Float vectors are float32 LISTs, as HF `datasets`
+// writes them. Every file appears atomically (`<path>.tmp`, then rename). `info` gives fps and
+// features; paths and totals are filled in.
 class LeRobotWriter {
  public:
   LeRobotWriter(std::string root, DatasetInfo info, std::map<int64_t, std::string> tasks);
 
-  // Writes data/chunk-XXX/episode_XXXXXX.h5 and records the episode and its stats (every float
-  // column with one row per frame).
+  // Records the episode and its stats (every column with one row per frame); v2.1 writes its
+  // parquet file now.
   void write_episode(const EpisodeInfo& episode, const EpisodeData& data);
-  // Writes meta/info.json, episodes.jsonl, tasks.jsonl and episodes_stats.jsonl.
   void finish();
 
+  // The mp4 of this episode and camera (in v3.0 the same file for every episode).
   std::string episode_video_file(int64_t episode_index, const std::string& video_key) const;
 
  private:
+  bool v3() const { return info_.codebase_version == "v3.0"; }
+  void finish_v3();
+
   std::string root_;
   DatasetInfo info_;
   std::map<int64_t, std::string> tasks_;
   std::vector<EpisodeInfo> episodes_;
   std::map<int64_t, EpisodeStats> stats_;
+  EpisodeData v3_rows_;  // v3.0: every episode's rows, in order
 };
 
-void write_episode_hdf5(const std::string& path, const EpisodeData& data);
+// Writes one episode's columns as LeRobot does: float columns of a feature with a non-scalar shape
+// (and action, observation.state) as float32 LISTs, other float columns as FLOAT, ints as INT64.
+void write_episode_parquet(const std::string& path, const EpisodeData& data,
+                           const DatasetInfo& info);
 void write_episodes_stats(const std::string& path, const std::map<int64_t, EpisodeStats>& stats);
+// meta/stats.json: the per-episode stats of each feature pooled (aggregate_stats).
+void write_dataset_stats_json(const std::string& path,
+                              const std::map<int64_t, EpisodeStats>& stats);
 
 // The instruction prompt of a dataset task, as the reference words it: the EpisodeSampler writes it
 // into `prompt` and the text cache is keyed by it.

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <memory>
 #include <random>
 
 #include "common/seeding.h"
@@ -160,6 +161,9 @@ void synthesize_dataset(const SynthOptions& o) {
   if (o.codec != "av1" && o.codec != "h264") {
     throw Error(unknown_with_suggestion("codec", o.codec, {"av1", "h264"}));
   }
+  if (o.codebase_version != "v2.1" && o.codebase_version != "v3.0") {
+    throw Error(unknown_with_suggestion("codebase version", o.codebase_version, {"v2.1", "v3.0"}));
+  }
   if ((o.width > 0) != (o.height > 0)) throw Error("dataset synth: give both width and height");
   if (std::filesystem::exists(o.out + "/meta/info.json")) {
     throw Error(o.out + "/meta/info.json: already a dataset; choose an empty --out directory");
@@ -173,6 +177,7 @@ void synthesize_dataset(const SynthOptions& o) {
   const int fps = o.fps > 0 ? o.fps : preset.fps;
 
   DatasetInfo info;
+  info.codebase_version = o.codebase_version;
   info.robot_type = preset.robot_type;
   info.fps = fps;
   for (const auto& camera : preset.cameras) {
@@ -205,6 +210,9 @@ void synthesize_dataset(const SynthOptions& o) {
   encode.fps = fps;
   encode.gop = o.gop;
 
+  std::vector<std::unique_ptr<video::VideoWriter>> shared_videos;  // v3.0, per camera
+  if (o.codebase_version == "v3.0") shared_videos.resize(preset.cameras.size());
+  int64_t file_frame = 0;  // the next frame's index in its mp4
   const auto start = std::chrono::steady_clock::now();
   const int64_t frames = o.frames_per_episode;
   int64_t frames_done = 0;
@@ -230,18 +238,32 @@ void synthesize_dataset(const SynthOptions& o) {
 
     for (size_t c = 0; c < preset.cameras.size(); ++c) {
       const SynthCamera& camera = preset.cameras[c];
-      const std::string video_file = writer.episode_video_file(episode, camera.key);
-      std::filesystem::create_directories(std::filesystem::path(video_file).parent_path());
-      video::VideoWriter video(video_file, camera.width, camera.height, encode);
+      const auto open_video = [&] {
+        const std::string video_file = writer.episode_video_file(episode, camera.key);
+        std::filesystem::create_directories(std::filesystem::path(video_file).parent_path());
+        return std::make_unique<video::VideoWriter>(video_file, camera.width, camera.height,
+                                                    encode);
+      };
+      // v3.0 appends every episode to one mp4 per camera, kept open across episodes.
+      std::unique_ptr<video::VideoWriter> own;
+      video::VideoWriter* video = nullptr;
+      if (shared_videos.empty()) {
+        own = open_video();
+        video = own.get();
+      } else {
+        if (!shared_videos[c]) shared_videos[c] = open_video();
+        video = shared_videos[c].get();
+      }
       std::vector<uint8_t> rgb(static_cast<size_t>(camera.width) * camera.height * 3);
       for (int64_t t = 0; t < frames; ++t) {
         render_frame(data.floats["observation.state"], t, static_cast<int>(c), camera.width,
                      camera.height, rgb);
-        video::stamp_frame_index(rgb.data(), camera.width, camera.height, t);
-        video.write(rgb.data());
+        video::stamp_frame_index(rgb.data(), camera.width, camera.height, file_frame + t);
+        video->write(rgb.data());
       }
-      video.finish();
+      if (own) own->finish();
     }
+    if (!shared_videos.empty()) file_frame += frames;
     writer.write_episode({episode, {preset.tasks[task_index]}, frames}, data);
     frames_done += frames;
     if (o.progress) {
@@ -250,6 +272,7 @@ void synthesize_dataset(const SynthOptions& o) {
       o.progress({episode + 1, o.episodes, frames_done, elapsed});
     }
   }
+  for (auto& video : shared_videos) video->finish();
   writer.finish();
 }
 

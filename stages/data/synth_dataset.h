@@ -45,14 +45,16 @@ struct SynthOptions {
   int fps = 0;  // 0: the preset's
   int gop = 2;  // LeRobot encodes with a keyframe every 2 frames
   std::string codec = "av1";
+  std::string codebase_version = "v2.1";  // or "v3.0": episodes share one data file and one mp4
   uint64_t seed = 0;
   int width = 0;  // > 0 with height: every camera at this size (fast tests)
   int height = 0;
   std::function<void(const SynthProgress&)> progress;  // after each episode
 };
 
-// Writes the dataset under options.out (meta, HDF5 columns, one mp4 per episode and camera,
-// episodes_stats.jsonl). Throws wam::Error on bad options or I/O failures.
+// Writes a LeRobot dataset under options.out: parquet columns, mp4s (one per episode and camera in
+// v2.1, one per camera in v3.0, where each frame's stamp is its index in the file), meta files
+// with per-episode stats. Throws wam::Error on bad options or I/O failures.
 void synthesize_dataset(const SynthOptions& options);
 
 }  // namespace wam::data

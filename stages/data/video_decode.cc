@@ -1,6 +1,7 @@
 // VideoDecode: decodes the frames a sample needs from each camera's mp4, as RGB.
 // Reads:  video_files (Json: one mp4 path per camera), frame_plan (Json: fps, anchor, recent,
-//         window[9] frame indices inside the episode)
+//         window[9] frame indices inside the episode, optional video_offsets: per camera, the
+//         episode's first frame in its file, for mp4s that hold several episodes)
 // Writes: frames (uint8 [V, T, H, W, 3]): T = 11 in order [anchor, recent, window 0..8] for
 //         `frames: all`, T = 1 (window[0]) for `frames: current`.
 // `mode: sparse` decodes only the keyframe runs holding the needed frames; `mode: full` (the
@@ -64,6 +65,7 @@ struct FramePlan {
   int64_t anchor = 0;
   int64_t recent = 0;
   std::vector<int64_t> window;
+  std::vector<int64_t> video_offsets;  // empty: every episode starts its file
 };
 
 FramePlan parse_frame_plan(const nlohmann::json& json) {
@@ -73,6 +75,9 @@ FramePlan parse_frame_plan(const nlohmann::json& json) {
     plan.anchor = json.at("anchor").get<int64_t>();
     plan.recent = json.at("recent").get<int64_t>();
     plan.window = json.at("window").get<std::vector<int64_t>>();
+    if (json.contains("video_offsets")) {
+      plan.video_offsets = json.at("video_offsets").get<std::vector<int64_t>>();
+    }
   } catch (const nlohmann::json::exception& e) {
     throw Error(
         "field frame_plan: expected {\"fps\": number, \"anchor\": int, \"recent\": int, "
@@ -126,6 +131,10 @@ class VideoDecodeStage final : public Stage {
     }
     const std::vector<std::string> files = parse_video_files(sample.get_json("video_files"));
     const FramePlan plan = parse_frame_plan(sample.get_json("frame_plan"));
+    if (!plan.video_offsets.empty() && plan.video_offsets.size() != files.size()) {
+      throw Error("field frame_plan: " + std::to_string(plan.video_offsets.size()) +
+                  " video_offsets for " + std::to_string(files.size()) + " video_files");
+    }
     std::vector<int64_t> wanted = {plan.window.front()};
     if (params_.frames == "all") {
       wanted = {plan.anchor, plan.recent};
@@ -155,12 +164,16 @@ class VideoDecodeStage final : public Stage {
                   at::kByte);
     for (size_t v = 0; v < readers.size(); ++v) {
       at::Tensor camera = frames[static_cast<int64_t>(v)];
+      std::vector<int64_t> in_file = wanted;
+      if (!plan.video_offsets.empty()) {
+        for (int64_t& index : in_file) index += plan.video_offsets[v];
+      }
       if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0) {
-        read_through_cache(*readers[v], wanted, plan.fps, camera, stats);
+        read_through_cache(*readers[v], in_file, plan.fps, camera, stats);
       } else if (params_.mode == DecodeMode::kSparse) {
-        readers[v]->read_frames(wanted, plan.fps, camera, stats);
+        readers[v]->read_frames(in_file, plan.fps, camera, stats);
       } else {
-        decode_full(*readers[v], wanted, plan.fps, camera, stats);
+        decode_full(*readers[v], in_file, plan.fps, camera, stats);
       }
     }
     frames_decoded_->add(stats.frames_decoded);

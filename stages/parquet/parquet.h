@@ -77,6 +77,9 @@ class ParquetFile {
   ColumnValues<double> read_doubles(const std::string& name, RowRange range = {}) const;
   ColumnValues<int64_t> read_ints(const std::string& name, RowRange range = {}) const;
   ColumnValues<std::string> read_strings(const std::string& name, RowRange range = {}) const;
+  // A LIST of BYTE_ARRAY whose rows may differ in length (v3.0's `tasks` metadata column).
+  std::vector<std::vector<std::string>> read_string_lists(const std::string& name,
+                                                          RowRange range = {}) const;
 
  private:
   struct Impl;
@@ -109,6 +112,9 @@ class ParquetWriter {
   void add_ints(const std::string& name, const std::vector<int64_t>& values, int64_t width = 0,
                 PhysicalType type = PhysicalType::kInt64);
   void add_strings(const std::string& name, const std::vector<std::string>& values);
+  // A LIST of strings whose rows may differ in length (v3.0's `tasks` metadata column).
+  void add_string_lists(const std::string& name,
+                        const std::vector<std::vector<std::string>>& rows);
   void write();
 
  private:
