@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -171,6 +172,7 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
     camera.key = key;
     std::optional<VideoSummary> first;
     int64_t missing = 0;
+    std::set<std::string> summarized;
     std::vector<std::string> camera_problems;
     for (size_t i : picked) {
       const EpisodeInfo& episode = ds.episodes()[i];
@@ -179,6 +181,7 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
         ++missing;
         continue;
       }
+      if (!summarized.insert(file).second) continue;  // v3.0: episodes share an mp4
       VideoSummary v;
       try {
         v = summarize_video(file);

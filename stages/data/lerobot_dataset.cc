@@ -635,6 +635,7 @@ EpisodeData LeRobotDataset::read_episode(int64_t episode_index) const {
                 ".." + std::to_string(e.first_row + e.length - 1) + " (length " +
                 std::to_string(e.length) + " in the episode metadata)");
   }
+  // Widths of declared features are checked against meta/info.json's shape.
   auto check = [&](const std::string& key, int64_t rows_read, int64_t width, int64_t expected) {
     if (rows_read != e.length) {
       throw Error(path + ": column \"" + key + "\" has " + std::to_string(rows_read) +
@@ -648,21 +649,29 @@ EpisodeData LeRobotDataset::read_episode(int64_t episode_index) const {
     }
   };
   EpisodeData data;
-  for (const Feature& f : info_.features) {
-    const bool is_float = is_float_dtype(f.dtype);
-    if (!is_float && !is_int_dtype(f.dtype)) continue;  // video, image, string features
-    if (!file.column(f.key)) {
-      if (f.key == "frame_index") continue;  // v2.0 files may lack it: filled in below
-      throw Error(path + ": no column \"" + f.key + "\", declared in meta/info.json");
-    }
-    if (is_float) {
-      auto column = file.read_floats(f.key, rows);
-      check(f.key, column.rows, column.width, feature_width(f));
-      data.floats[f.key] = {column.rows, column.width, std::move(column.values)};
+  for (const parquet::ColumnInfo& column : file.columns()) {
+    const Feature* feature = info_.feature(column.name);
+    if (column.type == parquet::PhysicalType::kByteArray) continue;  // strings
+    if (feature && !is_float_dtype(feature->dtype) && !is_int_dtype(feature->dtype)) continue;
+    const int64_t expected_width = feature ? feature_width(*feature) : -1;
+    if (column.type == parquet::PhysicalType::kFloat ||
+        column.type == parquet::PhysicalType::kDouble) {
+      auto values = file.read_floats(column.name, rows);
+      check(column.name, values.rows, values.width,
+            expected_width < 0 ? values.width : expected_width);
+      data.floats[column.name] = {values.rows, values.width, std::move(values.values)};
     } else {
-      auto column = file.read_ints(f.key, rows);
-      check(f.key, column.rows, column.width, feature_width(f));
-      data.ints[f.key] = std::move(column.values);
+      auto values = file.read_ints(column.name, rows);
+      check(column.name, values.rows, values.width,
+            expected_width < 0 ? values.width : expected_width);
+      if (values.width != 1) continue;  // integer vectors: nothing reads them
+      data.ints[column.name] = std::move(values.values);
+    }
+  }
+  for (const Feature& f : info_.features) {
+    if (!is_float_dtype(f.dtype) && !is_int_dtype(f.dtype)) continue;
+    if (!data.floats.count(f.key) && !data.ints.count(f.key) && f.key != "frame_index") {
+      throw Error(path + ": no column \"" + f.key + "\", declared in meta/info.json");
     }
   }
   if (!data.ints.count("frame_index")) {

@@ -142,9 +142,10 @@ class LeRobotDataset {
   std::string data_file(int64_t episode_index) const;  // absolute
   std::string video_file(int64_t episode_index, const std::string& video_key) const;  // absolute
   VideoSegment video_segment(int64_t episode_index, const std::string& video_key) const;
-  // The numeric columns of info.json's features (vectors and scalars as float32, integer and
-  // bool columns as int64), checked against the episode's length, the features' shapes and, in
-  // v3.0, the episode_index column. A missing frame_index is filled in with 0..length-1.
+  // The numeric columns of the episode's rows (float vectors and scalars as float32, integer and
+  // bool scalars as int64), checked against the episode's length, the shapes in meta/info.json
+  // (every declared numeric feature must be there) and the episode_index column. A missing
+  // frame_index is filled in with 0..length-1.
   EpisodeData read_episode(int64_t episode_index) const;
 
   // What is odd about this dataset but does not stop reading it: quirks of real data (total_chunks

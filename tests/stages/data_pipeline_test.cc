@@ -6,7 +6,10 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "data/lerobot_dataset.h"
 #include "data/synth_dataset.h"
+#include "data/video_io.h"
+#include "testing/stage_harness.h"
 #include "testing/temp_dir.h"
 #include "wam/runner.h"
 #include "wam/tensor.h"
@@ -128,6 +131,55 @@ TEST_F(DataPipeline, CorruptVideoIsSkippedAndCountedOrFailsNamingTheFile) {
   EXPECT_EQ(failed.result.error->node(), "decode");
   EXPECT_NE(failed.result.error->cause().find(broken), std::string::npos)
       << failed.result.error->cause();
+}
+
+// LeRobot v3.0 keeps every episode of a camera in one mp4: the sampler plans frames inside the
+// episode and VideoDecode shifts them by the episode's start in the file. Each synthetic frame
+// carries its index in the file, so the decoded stamps must be that start plus the planned index.
+TEST_F(DataPipeline, V30SharedVideosDecodeEachEpisodesOwnFrames) {
+  testing::TempDir dir;
+  data::SynthOptions options;
+  options.preset = "robotwin";
+  options.out = dir.file("v3");
+  options.episodes = 2;
+  options.frames_per_episode = 40;
+  options.codec = "h264";
+  options.gop = 8;
+  options.width = 80;
+  options.height = 64;
+  options.codebase_version = "v3.0";
+  data::synthesize_dataset(options);
+  const auto ds = data::LeRobotDataset::open(options.out);
+  EXPECT_TRUE(ds.problems().empty()) << ds.problems().front();
+  EXPECT_EQ(ds.episodes()[1].first_row, 40);
+
+  const std::string sampler = R"({"dataset_dirs": [")" + options.out +
+                              R"("], "cameras": ["observation.images.cam_high",
+                              "observation.images.cam_left_wrist"], "shuffle": false})";
+  std::vector<Sample> planned = testing::drain_source("EpisodeSampler", sampler);
+  ASSERT_EQ(planned.size(), 80u);
+  std::vector<Sample> chosen = {planned[3], planned[40], planned[79]};
+  EXPECT_EQ(chosen[1].get_json("frame_plan")["video_offsets"], nlohmann::json({40, 40}));
+  EXPECT_FALSE(chosen[0].get_json("frame_plan").contains("video_offsets"));
+  for (const char* mode : {"sparse", "full"}) {
+    const auto decoded = testing::run_stage(
+        "VideoDecode", std::string(R"({"mode": ")") + mode + R"("})", chosen);
+    ASSERT_EQ(decoded.size(), 3u);
+    for (const Sample& s : decoded) {
+      const nlohmann::json plan = s.get_json("frame_plan");
+      const int64_t start = s.get_int("episode_index") * 40;
+      std::vector<int64_t> wanted = {plan["anchor"].get<int64_t>(), plan["recent"].get<int64_t>()};
+      for (const auto& w : plan["window"]) wanted.push_back(w.get<int64_t>());
+      const at::Tensor frames = s.tensor("frames");  // [V, T, H, W, 3]
+      for (int64_t v = 0; v < 2; ++v) {
+        for (size_t t = 0; t < wanted.size(); ++t) {
+          const at::Tensor frame = frames[v][static_cast<int64_t>(t)].contiguous();
+          EXPECT_EQ(video::read_frame_index(frame.data_ptr<uint8_t>(), 80, 64), start + wanted[t])
+              << mode << " " << s.key() << " camera " << v << " frame " << t;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

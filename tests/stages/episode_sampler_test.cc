@@ -335,40 +335,81 @@ TEST_F(EpisodeSamplerTest, RejectsWindowsTheVaeCannotTake) {
 
 TEST_F(EpisodeSamplerTest, MissingStatsNameTheCommandToRun) {
   fs::remove(root_ + "/meta/episodes_stats.jsonl");
+  fs::remove(root_ + "/meta/stats.json");
   const std::string root = fs::absolute(root_).string();
-  EXPECT_ERROR(drain(), root +
-                            "/meta/episodes_stats.jsonl: missing; normalisation needs per-episode "
-                            "stats: run `wam-pipeline dataset stats " +
+  EXPECT_ERROR(drain(), root + "/meta/episodes_stats.jsonl and " + root +
+                            "/meta/stats.json: no \"action\" stats; normalisation needs them: run "
+                            "`wam-pipeline dataset stats " +
                             root + "`");
 }
 
-TEST_F(EpisodeSamplerTest, RefusesParquetColumns) {
-  // The real LeRobot dataset, given stats so that the sampler gets as far as the columns.
+TEST_F(EpisodeSamplerTest, StatsShorterThanTheVectorAreRefused) {
+  data::FeatureStats s;
+  s.min = s.max = s.mean = s.std = {0.0, 1.0};  // 2 values for 14 dims
+  s.count = 10;
+  std::map<int64_t, data::EpisodeStats> stats;
+  for (int64_t e = 0; e < 2; ++e) stats[e] = {{"action", s}, {"observation.state", s}};
+  data::write_episodes_stats(root_ + "/meta/episodes_stats.jsonl", stats);
+  const std::string root = fs::absolute(root_).string();
+  EXPECT_ERROR(drain(), root +
+                            "/meta/episodes_stats.jsonl: stats of \"action\" have 2 values per "
+                            "statistic, but meta/info.json gives it 14; recompute them with "
+                            "`wam-pipeline dataset stats " +
+                            root + " --force`");
+}
+
+// The real LeRobot v2.0 dataset: windows over its 44-D vectors, normalised with its
+// meta/stats.json (v2.0 ships no per-episode stats).
+TEST_F(EpisodeSamplerTest, SamplesRealLeRobotData) {
   const fs::path real = fs::path(WAM_SOURCE_DIR "/../shared/data/lerobot-gr00t-picknplace");
   if (!fs::exists(real)) GTEST_SKIP() << real << " is not present";
-  const std::string copy = root_ + "_parquet";
-  fs::remove_all(copy);
-  fs::create_directories(copy);
-  fs::copy(real / "meta", fs::path(copy) / "meta");
-  fs::create_directory_symlink(fs::absolute(real / "videos"), fs::path(copy) / "videos");
-  set_stats(copy, {0.0, 1.0, 0.0, 1.0});
-  EXPECT_ERROR(testing::drain_source("EpisodeSampler",
-                                     R"({"dataset_dirs": [")" + copy +
-                                         R"("], "cameras": ["observation.images.ego_view"]})"),
-               fs::absolute(copy).string() +
-                   "/data/chunk-000/episode_000000.parquet: per-frame columns are stored in "
-                   "parquet, which is not readable here (no parquet library on Debian 12); convert "
-                   "the dataset to the HDF5 layout: one data/chunk-XXX/episode_XXXXXX.h5 per "
-                   "episode with one dataset per column, and data_path "
-                   "\"data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.h5\" in "
-                   "meta/info.json");
-  fs::remove_all(copy);
+  const std::string root = fs::absolute(real).lexically_normal().string();
+  const auto samples = testing::drain_source(
+      "EpisodeSampler", R"({"dataset_dirs": [")" + root +
+                            R"("], "cameras": ["observation.images.ego_view"], "shuffle": false,
+                            "action_layout": [[0, 44, 0]], "state_layout": [[0, 44, 0]]})");
+  ASSERT_EQ(samples.size(), 2096u);
+  // Episode 1 starts at sample 416; its frame 0 and its last frame (469).
+  const Sample& first = samples[416];
+  EXPECT_EQ(first.get_int("episode_index"), 1);
+  EXPECT_EQ(first.get_int("frame_index"), 0);
+  EXPECT_EQ(first.get_string("task"),
+            "pick the sweet potato from the counter and place it in the plate");
+  EXPECT_EQ(first.get_json("video_files"),
+            nlohmann::json::array(
+                {root + "/videos/chunk-000/observation.images.ego_view/episode_000001.mp4"}));
+  EXPECT_EQ(first.get_json("frame_plan"),
+            (nlohmann::json{{"fps", 20.0},
+                            {"anchor", 0},
+                            {"recent", 0},
+                            {"window", {0, 4, 8, 12, 16, 20, 24, 28, 32}}}));
+  std::ifstream stats_in(root + "/meta/stats.json");
+  const auto stats = nlohmann::json::parse(stats_in);
+  const auto normalised = [&](const char* key, double raw, int d) {
+    const double mean = stats[key]["mean"][d].get<double>();
+    const double std = std::max(stats[key]["std"][d].get<double>(), 1e-6);
+    return static_cast<float>(raw) * static_cast<float>(1.0 / std) +
+           static_cast<float>(-mean / std);
+  };
+  // Raw values read with hyparquet (see lerobot_dataset_test.cc).
+  EXPECT_FLOAT_EQ(first.tensor("action")[0][0].item<float>(),
+                  normalised("action", 0.004474349363520933, 0));
+  EXPECT_FLOAT_EQ(first.tensor("proprio")[0][1].item<float>(),
+                  normalised("observation.state", 0.11594200686530208, 1));
+  const Sample& last = samples[416 + 469];
+  EXPECT_EQ(last.get_json("frame_plan")["window"],
+            nlohmann::json({469, 469, 469, 469, 469, 469, 469, 469, 469}));
+  EXPECT_EQ(values<bool>(last.tensor("image_is_pad")),
+            (std::vector<bool>{false, true, true, true, true, true, true, true, true}));
+  EXPECT_FLOAT_EQ(last.tensor("action")[0][22].item<float>(),
+                  normalised("action", -0.9078425935647945, 22));
+  EXPECT_EQ(values<bool>(last.tensor("action_is_pad"))[1], true);
 }
 
 TEST_F(EpisodeSamplerTest, LiberoStateTransformNeedsLiberosFifteenDims) {
   EXPECT_ERROR(drain(R"(, "state_transform": "libero_ee_rot6d")"),
                fs::absolute(root_).string() +
-                   "/data/chunk-000/episode_000000.h5: state_transform libero_ee_rot6d needs "
+                   "/data/chunk-000/episode_000000.parquet: state_transform libero_ee_rot6d needs "
                    "LIBERO's 15-D observation.state [joint 7, ee position 3, ee axis-angle 3, "
                    "gripper 2], got 14 dims");
 }
