@@ -178,7 +178,10 @@ VideoWriter::VideoWriter(const std::string& path, int width, int height,
 
   rc = avio_open(&w.format->pb, w.temp_path.c_str(), AVIO_FLAG_WRITE);
   if (rc < 0) w.fail("cannot open \"" + w.temp_path + "\" for writing", rc);
-  rc = avformat_write_header(w.format.get(), nullptr);
+  AVDictionary* muxer_options = nullptr;
+  if (options.faststart) av_dict_set(&muxer_options, "movflags", "+faststart", 0);
+  rc = avformat_write_header(w.format.get(), &muxer_options);
+  av_dict_free(&muxer_options);
   if (rc < 0) w.fail("cannot write the mp4 header", rc);
 
   w.scaler.reset(sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P,

@@ -20,6 +20,7 @@ struct EncodeOptions {
   int gop = 2;           // keyframe interval in frames
   bool b_frames = false;  // h264 only: allow B-frames (reordered pts vs dts)
   int crf = 30;
+  bool faststart = false;  // the index (moov) before the frames, as streaming sites want it
 };
 
 // Writes RGB24 frames (H x W x 3, row-major) to an mp4, yuv420p. The file appears atomically:

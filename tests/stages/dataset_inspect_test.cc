@@ -11,6 +11,7 @@
 #include "data/dataset_inspect.h"
 #include "data/lerobot_dataset.h"
 #include "data/synth_dataset.h"
+#include "data/video_io.h"
 #include "testing/expect_error.h"
 #include "testing/temp_dir.h"
 
@@ -126,6 +127,34 @@ TEST_F(DatasetInspect, NamesACameraAtTheWrongResolution) {
                              "/videos/chunk-000/observation.images.cam_high/episode_000000.mp4: "
                              "64x48, but meta/info.json gives observation.images.cam_high shape "
                              "[480,640,3] (height, width, channels)");
+}
+
+// A faststart mp4 keeps its index in front: cut short, the index still lists every frame.
+TEST_F(DatasetInspect, NamesATruncatedFaststartVideo) {
+  const std::string root = dir_.file("robotwin");
+  const std::string file =
+      root + "/videos/chunk-000/observation.images.cam_right_wrist/episode_000000.mp4";
+  fs::remove(file);
+  video::EncodeOptions encode;
+  encode.codec = "h264";
+  encode.gop = 4;
+  encode.faststart = true;
+  video::VideoWriter writer(file, 64, 48, encode);
+  std::vector<uint8_t> rgb(64 * 48 * 3, 90);
+  for (int64_t t = 0; t < 12; ++t) {
+    video::stamp_frame_index(rgb.data(), 64, 48, t);
+    writer.write(rgb.data());
+  }
+  writer.finish();
+  const auto full_size = fs::file_size(file);
+  EXPECT_TRUE(data::inspect_dataset(root, 1).problems.empty());
+  fs::resize_file(file, full_size / 2);
+  const auto problems = data::inspect_dataset(root, 1).problems;
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].rfind(file + ": truncated: frame ", 0), 0u) << problems[0];
+  EXPECT_NE(problems[0].find(" but the file has " + std::to_string(full_size / 2) + " bytes"),
+            std::string::npos)
+      << problems[0];
 }
 
 // The GR00T sample's timestamps run 0.05 .. (length / fps): one period late.
