@@ -37,8 +37,10 @@ constexpr int kMaxSchemaDepth = 16;
 
 const char* const kOnlyFlat = "only flat columns and lists of numbers or strings are";
 
-std::string refusal(const std::string& feature, const std::string& detail, const std::string& fix) {
-  return feature + " is not supported (" + detail + "); rewrite the file " + fix;
+std::string refusal(const std::string& feature, const std::string& detail, const std::string& fix,
+                    bool plural = false) {
+  return feature + (plural ? " are" : " is") + " not supported (" + detail +
+         "); rewrite the file " + fix;
 }
 
 // A file descriptor opened for one read_* call or open(); closed on every path out.
@@ -521,7 +523,7 @@ class ChunkDecoder {
         if (max_level == 0) return;
         if (encoding != fmt::kRle) {
           throw Unsupported(refusal(fmt::encoding_name(encoding) + " levels", "only RLE levels are",
-                                    "with a current Parquet writer"));
+                                    "with a current Parquet writer", true));
         }
         if (end - p < 4) throw FormatError("levels end early");
         const uint32_t length = load_le<uint32_t>(p);
@@ -593,7 +595,7 @@ class ChunkDecoder {
                                     std::to_string(width_) + " elements, row " +
                                     std::to_string(first_row_ + rows_) + " has " +
                                     std::to_string(current_),
-                                "with lists of one length in each column"));
+                                "with lists of one length in each column", true));
     }
     ++rows_;
     current_ = 0;
@@ -705,17 +707,20 @@ ColumnValues<Out> ParquetFile::Impl::read(const std::string& name, RowRange rang
   ColumnValues<Out> result;
   result.rows = count;
   int64_t width = plan.max_rep == 0 ? 1 : -1;
-  if (count == 0) {
+  if (rows == 0) {
     result.width = std::max<int64_t>(width, 0);
     return result;
   }
+  // An empty range still decodes the row group at `first`, for the width of its lists.
+  const int64_t probe = count == 0 ? std::min(first, rows - 1) : -1;
   const File file(path);
   std::string chunk;
   for (size_t g = 0; g < meta.row_groups.size(); ++g) {
     const fmt::RowGroup& rg = meta.row_groups[g];
     const int64_t lo = std::max<int64_t>(first - first_row[g], 0);
     const int64_t hi = std::min<int64_t>(first + count - first_row[g], rg.num_rows);
-    if (lo >= hi) continue;
+    const bool probing = probe >= first_row[g] && probe < first_row[g] + rg.num_rows;
+    if (lo >= hi && !probing) continue;
     const fmt::ColumnMetaData& m = *rg.columns[plan.leaf].meta_data;
     const size_t base = result.values.size();
     try {
@@ -733,9 +738,10 @@ ColumnValues<Out> ParquetFile::Impl::read(const std::string& name, RowRange rang
       throw Error(path + ": damaged Parquet file: column \"" + name + "\", row group " +
                   std::to_string(g) + ": " + e.what());
     }
-    // Keep rows [lo, hi) of this row group.
+    // Keep rows [lo, hi) of this row group (none for an empty range).
     const int64_t w = std::max<int64_t>(width, 0);
-    result.values.erase(result.values.begin() + base + hi * w, result.values.end());
+    const int64_t end = count == 0 ? lo : hi;
+    result.values.erase(result.values.begin() + base + end * w, result.values.end());
     result.values.erase(result.values.begin() + base, result.values.begin() + base + lo * w);
   }
   result.width = std::max<int64_t>(width, 0);
