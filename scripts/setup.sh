@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian 12 package wam-pipeline needs. Idempotent and non-interactive; returns at
-# once when everything is already present.
+# Installs every Debian 12 package wam-pipeline needs, and the npm modules of the parquet tests.
+# Idempotent and non-interactive; returns at once when everything is already present.
 set -euo pipefail
 
 packages=(
@@ -10,6 +10,7 @@ packages=(
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev   # FFmpeg
   libhdf5-dev                                 # latent stores, episode data
   libssl-dev                                  # SHA-256 (text embedding cache keys)
+  libsnappy-dev libzstd-dev zlib1g-dev        # Parquet page codecs (stages/parquet)
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-h5py                                # the latent store test reads a shard with h5py
@@ -20,13 +21,24 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+# Node runs hyparquet, the independent Parquet reader of the parquet tests; any node will do.
+command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-echo "setup: installing ${missing[*]}" >&2
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$sudo apt-get update -qq
-$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# hyparquet (+ its zstd/gzip codecs) for the parquet tests, outside the repository; the tests
+# look in the same place (WAM_NODE_PREFIX overrides it).
+node_prefix="${WAM_NODE_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/wam-pipeline/node}"
+if [ ! -d "$node_prefix/node_modules/hyparquet-compressors" ]; then
+  echo "setup: installing hyparquet into $node_prefix" >&2
+  mkdir -p "$node_prefix"
+  npm install --silent --no-audit --no-fund --prefix "$node_prefix" hyparquet@1 \
+    hyparquet-compressors@1
+fi

@@ -36,8 +36,12 @@ const char* name_of(Codec codec);        // "UNCOMPRESSED", "SNAPPY", ...
 struct ColumnInfo {
   std::string name;  // the field's name as written, dots and all ("observation.state")
   PhysicalType type = PhysicalType::kInt64;
-  bool is_list = false;       // a 3-level LIST of `type`
-  std::string logical_type;   // "STRING", "INT(8,true)", "TIMESTAMP", ... or empty
+  bool is_list = false;      // a LIST of `type` (3-level; also the legacy 2- and 1-level forms)
+  std::string logical_type;  // "STRING", "INT(8,true)", "TIMESTAMP(MICROS)", ... or empty
+  // Empty when the column can be read; else why not (e.g. "a list of lists is not supported
+  // (...); rewrite the file with ..."), the message read_* gives after the file and column.
+  // Such columns (nested statistics in v3.0 metadata files) do not stop the others being read.
+  std::string unsupported;
 };
 
 // Rows [first, first + count) of a file; count < 0 means "to the end".
@@ -68,6 +72,7 @@ class ParquetFile {
   int64_t num_row_groups() const;
   const std::vector<ColumnInfo>& columns() const;
   const ColumnInfo* column(const std::string& name) const;  // nullptr when absent
+  const std::string& created_by() const;  // the writer named in the footer, or empty
 
   // Reads a column, decoding only the row groups that overlap `range`. Conversions: read_floats
   // takes FLOAT and DOUBLE (narrowed to float32) and integers; read_doubles the same without
@@ -89,10 +94,13 @@ class ParquetFile {
 
 struct WriteOptions {
   Codec codec = Codec::kSnappy;
-  int64_t row_group_rows = 1000;     // HF `datasets` writes a row group every 1,000 rows
-  int64_t page_rows = 1 << 20;       // rows per data page (several pages per chunk when smaller)
-  bool dictionary = false;           // dictionary page + RLE_DICTIONARY data pages
-  int data_page_version = 1;         // 1 or 2
+  int64_t row_group_rows = 1000;  // HF `datasets` writes a row group every 1,000 rows
+  int64_t page_rows = 1 << 20;    // rows per data page (several pages per chunk when smaller)
+  bool dictionary = false;        // dictionary page + RLE_DICTIONARY data pages
+  int data_page_version = 1;      // 1 or 2
+  // With `dictionary`: once a column chunk's dictionary passes this many bytes, its later pages
+  // are PLAIN (Arrow's dictionary_pagesize_limit, 1 MiB by default).
+  int64_t dictionary_page_limit = 1 << 20;
 };
 
 // Builds a file column by column, as Arrow lays it out: flat OPTIONAL columns and 3-level LISTs
