@@ -71,9 +71,9 @@ struct EpisodeInfo {
   int64_t length = 0;
   // Filled in by LeRobotDataset::open: the episode's parquet file (absolute) and its first row
   // there (0 but in v3.0, whose files hold several episodes), and v3.0's video segments by key.
-  std::string data_file;
+  std::string data_file{};
   int64_t first_row = 0;
-  std::map<std::string, VideoSegment> videos;
+  std::map<std::string, VideoSegment> videos{};
 };
 
 // A float32 column, row-major [rows, cols] (cols = 1 for scalar columns).
