@@ -19,6 +19,7 @@
 
 #include "parquet/encodings.h"
 #include "parquet/parquet_format.h"
+#include "testing/hyparquet.h"
 
 namespace wam::parquet {
 namespace {
@@ -1052,35 +1053,8 @@ TEST(ThriftCompact, BoundsDepthAndListSizes) {
 // ---------------------------------------------------------------------------------------------
 // Our files read by hyparquet (npm), an independent implementation, under node.
 
-std::string node_prefix() {
-  if (const char* prefix = std::getenv("WAM_NODE_PREFIX")) return prefix;
-  const char* cache = std::getenv("XDG_CACHE_HOME");
-  const char* home = std::getenv("HOME");
-  const std::string base = cache ? cache : std::string(home ? home : "") + "/.cache";
-  return base + "/wam-pipeline/node";
-}
-
-// Why hyparquet cannot run here, or "" when it can.
-std::string hyparquet_missing() {
-  if (std::system("node --version >/dev/null 2>&1") != 0) return "node is not installed";
-  if (!fs::exists(node_prefix() + "/node_modules/hyparquet-compressors")) {
-    return "hyparquet is not installed in " + node_prefix() + " (run scripts/setup.sh)";
-  }
-  return "";
-}
-
-nlohmann::json read_with_hyparquet(const std::string& path) {
-  const std::string command = "node " WAM_SOURCE_DIR "/tests/parquet/read_with_hyparquet.mjs '" +
-                              node_prefix() + "' '" + path + "' 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  std::string out;
-  char buffer[65536];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  if (status != 0) throw Error("hyparquet failed on " + path + ": " + out);
-  return nlohmann::json::parse(out);
-}
+using testing::hyparquet_missing;
+using testing::read_with_hyparquet;
 
 double json_number(const nlohmann::json& v) {
   if (v.is_string()) return std::stod(v.get<std::string>());  // "NaN", int64 as text
