@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <type_traits>
 
 #include "parquet/codecs.h"
@@ -170,8 +171,12 @@ struct ParquetFile::Impl {
   void plan_field(const Node& field);
   void check_row_groups();
   size_t index_of(const std::string& name) const;
+  // With `lengths`, rows may differ in length and each row's is appended there.
   template <class Out>
-  ColumnValues<Out> read(const std::string& name, RowRange range, const char* reader) const;
+  ColumnValues<Out> read(const std::string& name, RowRange range, const char* reader,
+                         std::vector<int64_t>* lengths = nullptr) const;
+  template <class Out>
+  ListValues<Out> read_lists(const std::string& name, RowRange range, const char* reader) const;
 };
 
 namespace {
@@ -447,13 +452,21 @@ void decode_plain(int32_t type, const uint8_t* data, size_t size, size_t count, 
   }
 }
 
+// The row lengths of a read, shared by the chunks it decodes: either one width that every row
+// must have, or (`lengths` set) each row's own length.
+struct RowShape {
+  int64_t width = -1;     // -1 until the first row
+  int64_t width_row = 0;  // the row that set it, for the uneven-length message
+  std::vector<int64_t>* lengths = nullptr;
+};
+
 // Decodes the pages of one column chunk, appending its values to `out`.
 template <class Out>
 class ChunkDecoder {
  public:
   ChunkDecoder(const FieldPlan& plan, const fmt::ColumnMetaData& meta, int64_t first_row,
-               int64_t& width, std::vector<Out>& out)
-      : plan_(plan), meta_(meta), first_row_(first_row), width_(width), out_(out) {}
+               RowShape& shape, std::vector<Out>& out)
+      : plan_(plan), meta_(meta), first_row_(first_row), shape_(shape), out_(out) {}
 
   // Returns the number of rows decoded.
   int64_t decode(const std::string& chunk) {
@@ -586,13 +599,15 @@ class ChunkDecoder {
   }
 
   void finish_row() {
-    if (width_ < 0) {
-      width_ = current_;
-      width_row_ = first_row_ + rows_;
-    } else if (current_ != width_) {
+    if (shape_.lengths) {
+      shape_.lengths->push_back(current_);
+    } else if (shape_.width < 0) {
+      shape_.width = current_;
+      shape_.width_row = first_row_ + rows_;
+    } else if (current_ != shape_.width) {
       throw Unsupported(refusal("lists of uneven length",
-                                "row " + std::to_string(width_row_) + " has " +
-                                    std::to_string(width_) + " elements, row " +
+                                "row " + std::to_string(shape_.width_row) + " has " +
+                                    std::to_string(shape_.width) + " elements, row " +
                                     std::to_string(first_row_ + rows_) + " has " +
                                     std::to_string(current_),
                                 "with lists of one length in each column", true));
@@ -659,10 +674,9 @@ class ChunkDecoder {
   const FieldPlan& plan_;
   const fmt::ColumnMetaData& meta_;
   const int64_t first_row_;
-  int64_t& width_;  // elements per row, shared by the chunks of one read; -1 until known
+  RowShape& shape_;
   std::vector<Out>& out_;
 
-  int64_t width_row_ = 0;  // the row that set width_ (for the uneven-length message)
   int64_t values_seen_ = 0;
   int64_t rows_ = 0;
   int64_t current_ = 0;  // elements of the open row
@@ -676,8 +690,8 @@ class ChunkDecoder {
 
 bool accepts(const char* reader, int32_t type) {
   const std::string r = reader;
-  if (r == "read_strings") return type == fmt::kByteArray;
-  if (r == "read_ints") {
+  if (r == "read_strings" || r == "read_string_lists") return type == fmt::kByteArray;
+  if (r == "read_ints" || r == "read_int_lists") {
     return type == fmt::kBoolean || type == fmt::kInt32 || type == fmt::kInt64;
   }
   return type == fmt::kFloat || type == fmt::kDouble || type == fmt::kInt32 || type == fmt::kInt64;
@@ -687,7 +701,7 @@ bool accepts(const char* reader, int32_t type) {
 
 template <class Out>
 ColumnValues<Out> ParquetFile::Impl::read(const std::string& name, RowRange range,
-                                          const char* reader) const {
+                                          const char* reader, std::vector<int64_t>* lengths) const {
   const size_t index = index_of(name);
   const ColumnInfo& info = columns[index];
   const FieldPlan& plan = plans[index];
@@ -706,11 +720,14 @@ ColumnValues<Out> ParquetFile::Impl::read(const std::string& name, RowRange rang
   }
   ColumnValues<Out> result;
   result.rows = count;
-  int64_t width = plan.max_rep == 0 ? 1 : -1;
+  RowShape shape;
+  shape.width = plan.max_rep == 0 ? 1 : -1;
   if (rows == 0) {
-    result.width = std::max<int64_t>(width, 0);
+    result.width = std::max<int64_t>(shape.width, 0);
     return result;
   }
+  std::vector<int64_t> group_lengths;  // of the rows of one row group, for `lengths`
+  if (lengths && plan.max_rep > 0) shape.lengths = &group_lengths;
   // An empty range still decodes the row group at `first`, for the width of its lists.
   const int64_t probe = count == 0 ? std::min(first, rows - 1) : -1;
   const File file(path);
@@ -726,7 +743,8 @@ ColumnValues<Out> ParquetFile::Impl::read(const std::string& name, RowRange rang
     try {
       file.read(static_cast<uint64_t>(chunk_start(m)), static_cast<size_t>(m.total_compressed_size),
                 chunk);
-      ChunkDecoder<Out> decoder(plan, m, first_row[g], width, result.values);
+      group_lengths.clear();
+      ChunkDecoder<Out> decoder(plan, m, first_row[g], shape, result.values);
       const int64_t decoded = decoder.decode(chunk);
       if (decoded != rg.num_rows) {
         throw FormatError(std::to_string(decoded) + " rows, the row group has " +
@@ -739,12 +757,37 @@ ColumnValues<Out> ParquetFile::Impl::read(const std::string& name, RowRange rang
                   std::to_string(g) + ": " + e.what());
     }
     // Keep rows [lo, hi) of this row group (none for an empty range).
-    const int64_t w = std::max<int64_t>(width, 0);
     const int64_t end = count == 0 ? lo : hi;
-    result.values.erase(result.values.begin() + base + end * w, result.values.end());
-    result.values.erase(result.values.begin() + base, result.values.begin() + base + lo * w);
+    if (lengths) {
+      if (plan.max_rep == 0) group_lengths.assign(static_cast<size_t>(rg.num_rows), 1);
+      lengths->insert(lengths->end(), group_lengths.begin() + lo, group_lengths.begin() + end);
+    }
+    int64_t skip = lo, keep = end - lo;  // in values
+    if (shape.lengths) {
+      skip = std::accumulate(group_lengths.begin(), group_lengths.begin() + lo, int64_t{0});
+      keep = std::accumulate(group_lengths.begin() + lo, group_lengths.begin() + end, int64_t{0});
+    } else {
+      skip *= std::max<int64_t>(shape.width, 0);
+      keep *= std::max<int64_t>(shape.width, 0);
+    }
+    result.values.erase(result.values.begin() + base + skip + keep, result.values.end());
+    result.values.erase(result.values.begin() + base, result.values.begin() + base + skip);
   }
-  result.width = std::max<int64_t>(width, 0);
+  result.width = std::max<int64_t>(shape.width, 0);
+  return result;
+}
+
+template <class Out>
+ListValues<Out> ParquetFile::Impl::read_lists(const std::string& name, RowRange range,
+                                              const char* reader) const {
+  ListValues<Out> result;
+  std::vector<int64_t> lengths;
+  ColumnValues<Out> flat = read<Out>(name, range, reader, &lengths);
+  result.rows = flat.rows;
+  result.values = std::move(flat.values);
+  result.offsets.reserve(lengths.size() + 1);
+  result.offsets.push_back(0);
+  for (int64_t n : lengths) result.offsets.push_back(result.offsets.back() + n);
   return result;
 }
 
@@ -759,6 +802,16 @@ ColumnValues<int64_t> ParquetFile::read_ints(const std::string& name, RowRange r
 }
 ColumnValues<std::string> ParquetFile::read_strings(const std::string& name, RowRange range) const {
   return impl_->read<std::string>(name, range, "read_strings");
+}
+ListValues<double> ParquetFile::read_double_lists(const std::string& name, RowRange range) const {
+  return impl_->read_lists<double>(name, range, "read_double_lists");
+}
+ListValues<int64_t> ParquetFile::read_int_lists(const std::string& name, RowRange range) const {
+  return impl_->read_lists<int64_t>(name, range, "read_int_lists");
+}
+ListValues<std::string> ParquetFile::read_string_lists(const std::string& name,
+                                                       RowRange range) const {
+  return impl_->read_lists<std::string>(name, range, "read_string_lists");
 }
 
 const char* name_of(PhysicalType type) {
