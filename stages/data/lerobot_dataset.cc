@@ -443,6 +443,10 @@ void LeRobotDataset::open_v3() {
     const auto from = ints("dataset_from_index");
     const auto to = ints("dataset_to_index");
     const auto tasks = file.read_string_lists("tasks");
+    if (tasks.rows != static_cast<int64_t>(episode_index.size())) {
+      throw Error(path + ": column \"tasks\" has " + std::to_string(tasks.rows) +
+                  " rows, column \"episode_index\" " + std::to_string(episode_index.size()));
+    }
     std::map<std::string, std::vector<int64_t>> video_chunk, video_file;
     std::map<std::string, std::vector<double>> video_from;
     for (const auto& key : cameras) {
@@ -469,7 +473,8 @@ void LeRobotDataset::open_v3() {
       EpisodeInfo e;
       e.episode_index = episode_index[r];
       e.length = length[r];
-      e.tasks = tasks[r];
+      e.tasks.assign(tasks.values.begin() + tasks.offsets[r],
+                     tasks.values.begin() + tasks.offsets[r + 1]);
       if (e.length <= 0) throw Error(where + ": length must be > 0");
       if (to[r] - from[r] != e.length) {
         throw Error(where + ": dataset_to_index - dataset_from_index is " +

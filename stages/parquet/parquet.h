@@ -59,6 +59,15 @@ struct ColumnValues {
   std::vector<T> values;
 };
 
+// Lists whose length may differ between rows (v3.0 metadata, such as each episode's `tasks`):
+// row r holds values[offsets[r], offsets[r + 1]). A flat column reads as lists of one.
+template <class T>
+struct ListValues {
+  int64_t rows = 0;
+  std::vector<int64_t> offsets;  // rows + 1 entries, the first 0
+  std::vector<T> values;
+};
+
 class ParquetFile {
  public:
   // Reads and checks the footer (magic, metadata, schema, row-group sizes against the file size).
@@ -82,9 +91,10 @@ class ParquetFile {
   ColumnValues<double> read_doubles(const std::string& name, RowRange range = {}) const;
   ColumnValues<int64_t> read_ints(const std::string& name, RowRange range = {}) const;
   ColumnValues<std::string> read_strings(const std::string& name, RowRange range = {}) const;
-  // A LIST of BYTE_ARRAY whose rows may differ in length (v3.0's `tasks` metadata column).
-  std::vector<std::vector<std::string>> read_string_lists(const std::string& name,
-                                                          RowRange range = {}) const;
+  // The same with lists of any length (read_double_lists converts as read_doubles does).
+  ListValues<double> read_double_lists(const std::string& name, RowRange range = {}) const;
+  ListValues<int64_t> read_int_lists(const std::string& name, RowRange range = {}) const;
+  ListValues<std::string> read_string_lists(const std::string& name, RowRange range = {}) const;
 
  private:
   struct Impl;

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <type_traits>
 
 #include "parquet/codecs.h"
@@ -170,10 +171,12 @@ struct ParquetFile::Impl {
   void plan_field(const Node& field);
   void check_row_groups();
   size_t index_of(const std::string& name) const;
-  // `row_sizes` set: lists may differ in length; each row's element count is appended to it.
+  // With `lengths`, rows may differ in length and each row's is appended there.
   template <class Out>
   ColumnValues<Out> read(const std::string& name, RowRange range, const char* reader,
-                         std::vector<int64_t>* row_sizes = nullptr) const;
+                         std::vector<int64_t>* lengths = nullptr) const;
+  template <class Out>
+  ListValues<Out> read_lists(const std::string& name, RowRange range, const char* reader) const;
 };
 
 namespace {
@@ -449,19 +452,21 @@ void decode_plain(int32_t type, const uint8_t* data, size_t size, size_t count, 
   }
 }
 
+// The row lengths of a read, shared by the chunks it decodes: either one width that every row
+// must have, or (`lengths` set) each row's own length.
+struct RowShape {
+  int64_t width = -1;     // -1 until the first row
+  int64_t width_row = 0;  // the row that set it, for the uneven-length message
+  std::vector<int64_t>* lengths = nullptr;
+};
+
 // Decodes the pages of one column chunk, appending its values to `out`.
 template <class Out>
 class ChunkDecoder {
  public:
-  // `row_sizes` set: rows may differ in length, and each row's element count is appended to it.
   ChunkDecoder(const FieldPlan& plan, const fmt::ColumnMetaData& meta, int64_t first_row,
-               int64_t& width, std::vector<Out>& out, std::vector<int64_t>* row_sizes = nullptr)
-      : plan_(plan),
-        meta_(meta),
-        first_row_(first_row),
-        width_(width),
-        out_(out),
-        row_sizes_(row_sizes) {}
+               RowShape& shape, std::vector<Out>& out)
+      : plan_(plan), meta_(meta), first_row_(first_row), shape_(shape), out_(out) {}
 
   // Returns the number of rows decoded.
   int64_t decode(const std::string& chunk) {
@@ -594,15 +599,15 @@ class ChunkDecoder {
   }
 
   void finish_row() {
-    if (row_sizes_) {
-      row_sizes_->push_back(current_);
-    } else if (width_ < 0) {
-      width_ = current_;
-      width_row_ = first_row_ + rows_;
-    } else if (current_ != width_) {
+    if (shape_.lengths) {
+      shape_.lengths->push_back(current_);
+    } else if (shape_.width < 0) {
+      shape_.width = current_;
+      shape_.width_row = first_row_ + rows_;
+    } else if (current_ != shape_.width) {
       throw Unsupported(refusal("lists of uneven length",
-                                "row " + std::to_string(width_row_) + " has " +
-                                    std::to_string(width_) + " elements, row " +
+                                "row " + std::to_string(shape_.width_row) + " has " +
+                                    std::to_string(shape_.width) + " elements, row " +
                                     std::to_string(first_row_ + rows_) + " has " +
                                     std::to_string(current_),
                                 "with lists of one length in each column", true));
@@ -669,11 +674,9 @@ class ChunkDecoder {
   const FieldPlan& plan_;
   const fmt::ColumnMetaData& meta_;
   const int64_t first_row_;
-  int64_t& width_;  // elements per row, shared by the chunks of one read; -1 until known
+  RowShape& shape_;
   std::vector<Out>& out_;
-  std::vector<int64_t>* row_sizes_;
 
-  int64_t width_row_ = 0;  // the row that set width_ (for the uneven-length message)
   int64_t values_seen_ = 0;
   int64_t rows_ = 0;
   int64_t current_ = 0;  // elements of the open row
@@ -687,8 +690,8 @@ class ChunkDecoder {
 
 bool accepts(const char* reader, int32_t type) {
   const std::string r = reader;
-  if (r == "read_strings") return type == fmt::kByteArray;
-  if (r == "read_ints") {
+  if (r == "read_strings" || r == "read_string_lists") return type == fmt::kByteArray;
+  if (r == "read_ints" || r == "read_int_lists") {
     return type == fmt::kBoolean || type == fmt::kInt32 || type == fmt::kInt64;
   }
   return type == fmt::kFloat || type == fmt::kDouble || type == fmt::kInt32 || type == fmt::kInt64;
@@ -698,8 +701,7 @@ bool accepts(const char* reader, int32_t type) {
 
 template <class Out>
 ColumnValues<Out> ParquetFile::Impl::read(const std::string& name, RowRange range,
-                                          const char* reader,
-                                          std::vector<int64_t>* row_sizes) const {
+                                          const char* reader, std::vector<int64_t>* lengths) const {
   const size_t index = index_of(name);
   const ColumnInfo& info = columns[index];
   const FieldPlan& plan = plans[index];
@@ -718,11 +720,14 @@ ColumnValues<Out> ParquetFile::Impl::read(const std::string& name, RowRange rang
   }
   ColumnValues<Out> result;
   result.rows = count;
-  int64_t width = plan.max_rep == 0 ? 1 : -1;
+  RowShape shape;
+  shape.width = plan.max_rep == 0 ? 1 : -1;
   if (rows == 0) {
-    result.width = std::max<int64_t>(width, 0);
+    result.width = std::max<int64_t>(shape.width, 0);
     return result;
   }
+  std::vector<int64_t> group_lengths;  // of the rows of one row group, for `lengths`
+  if (lengths && plan.max_rep > 0) shape.lengths = &group_lengths;
   // An empty range still decodes the row group at `first`, for the width of its lists.
   const int64_t probe = count == 0 ? std::min(first, rows - 1) : -1;
   const File file(path);
@@ -735,12 +740,11 @@ ColumnValues<Out> ParquetFile::Impl::read(const std::string& name, RowRange rang
     if (lo >= hi && !probing) continue;
     const fmt::ColumnMetaData& m = *rg.columns[plan.leaf].meta_data;
     const size_t base = result.values.size();
-    std::vector<int64_t> group_sizes;
     try {
       file.read(static_cast<uint64_t>(chunk_start(m)), static_cast<size_t>(m.total_compressed_size),
                 chunk);
-      ChunkDecoder<Out> decoder(plan, m, first_row[g], width, result.values,
-                                row_sizes ? &group_sizes : nullptr);
+      group_lengths.clear();
+      ChunkDecoder<Out> decoder(plan, m, first_row[g], shape, result.values);
       const int64_t decoded = decoder.decode(chunk);
       if (decoded != rg.num_rows) {
         throw FormatError(std::to_string(decoded) + " rows, the row group has " +
@@ -754,22 +758,36 @@ ColumnValues<Out> ParquetFile::Impl::read(const std::string& name, RowRange rang
     }
     // Keep rows [lo, hi) of this row group (none for an empty range).
     const int64_t end = count == 0 ? lo : hi;
-    int64_t keep_from = 0, keep_to = 0;  // in elements
-    if (row_sizes) {
-      for (int64_t r = 0; r < end; ++r) {
-        (r < lo ? keep_from : keep_to) += group_sizes[static_cast<size_t>(r)];
-      }
-      keep_to += keep_from;
-      row_sizes->insert(row_sizes->end(), group_sizes.begin() + lo, group_sizes.begin() + end);
-    } else {
-      const int64_t w = std::max<int64_t>(width, 0);
-      keep_from = lo * w;
-      keep_to = end * w;
+    if (lengths) {
+      if (plan.max_rep == 0) group_lengths.assign(static_cast<size_t>(rg.num_rows), 1);
+      lengths->insert(lengths->end(), group_lengths.begin() + lo, group_lengths.begin() + end);
     }
-    result.values.erase(result.values.begin() + base + keep_to, result.values.end());
-    result.values.erase(result.values.begin() + base, result.values.begin() + base + keep_from);
+    int64_t skip = lo, keep = end - lo;  // in values
+    if (shape.lengths) {
+      skip = std::accumulate(group_lengths.begin(), group_lengths.begin() + lo, int64_t{0});
+      keep = std::accumulate(group_lengths.begin() + lo, group_lengths.begin() + end, int64_t{0});
+    } else {
+      skip *= std::max<int64_t>(shape.width, 0);
+      keep *= std::max<int64_t>(shape.width, 0);
+    }
+    result.values.erase(result.values.begin() + base + skip + keep, result.values.end());
+    result.values.erase(result.values.begin() + base, result.values.begin() + base + skip);
   }
-  result.width = std::max<int64_t>(width, 0);
+  result.width = std::max<int64_t>(shape.width, 0);
+  return result;
+}
+
+template <class Out>
+ListValues<Out> ParquetFile::Impl::read_lists(const std::string& name, RowRange range,
+                                              const char* reader) const {
+  ListValues<Out> result;
+  std::vector<int64_t> lengths;
+  ColumnValues<Out> flat = read<Out>(name, range, reader, &lengths);
+  result.rows = flat.rows;
+  result.values = std::move(flat.values);
+  result.offsets.reserve(lengths.size() + 1);
+  result.offsets.push_back(0);
+  for (int64_t n : lengths) result.offsets.push_back(result.offsets.back() + n);
   return result;
 }
 
@@ -785,22 +803,15 @@ ColumnValues<int64_t> ParquetFile::read_ints(const std::string& name, RowRange r
 ColumnValues<std::string> ParquetFile::read_strings(const std::string& name, RowRange range) const {
   return impl_->read<std::string>(name, range, "read_strings");
 }
-
-std::vector<std::vector<std::string>> ParquetFile::read_string_lists(const std::string& name,
-                                                                     RowRange range) const {
-  const ColumnInfo* info = column(name);
-  if (info && !info->is_list) {
-    throw Error(impl_->path + ": column \"" + name +
-                "\": read_string_lists needs a LIST column, this one is flat");
-  }
-  std::vector<int64_t> sizes;
-  ColumnValues<std::string> flat = impl_->read<std::string>(name, range, "read_strings", &sizes);
-  std::vector<std::vector<std::string>> rows(sizes.size());
-  size_t next = 0;
-  for (size_t r = 0; r < sizes.size(); ++r) {
-    for (int64_t k = 0; k < sizes[r]; ++k) rows[r].push_back(std::move(flat.values[next++]));
-  }
-  return rows;
+ListValues<double> ParquetFile::read_double_lists(const std::string& name, RowRange range) const {
+  return impl_->read_lists<double>(name, range, "read_double_lists");
+}
+ListValues<int64_t> ParquetFile::read_int_lists(const std::string& name, RowRange range) const {
+  return impl_->read_lists<int64_t>(name, range, "read_int_lists");
+}
+ListValues<std::string> ParquetFile::read_string_lists(const std::string& name,
+                                                       RowRange range) const {
+  return impl_->read_lists<std::string>(name, range, "read_string_lists");
 }
 
 const char* name_of(PhysicalType type) {

@@ -694,6 +694,116 @@ TEST_F(ParquetTest, RefusesNullsAndUnevenLists) {
                 "row 1 has 0); rewrite the file with lists of one length in each column");
 }
 
+TEST_F(ParquetTest, ListsOfAnyLengthWithTheirOffsets) {
+  // Rows of 2, 3, 0 and 1 elements, as each episode's `tasks` in v3.0 metadata.
+  write_with_ok_column(
+      file("t.parquet"), list_schema("x"), 1,
+      {list_chunk({0, 1, 0, 1, 1, 0, 0}, {3, 3, 3, 3, 3, 1, 3}, {1, 2, 3, 4, 5, 6})}, 4);
+  const ParquetFile f = ParquetFile::open(file("t.parquet"));
+  const ListValues<double> all = f.read_double_lists("x");
+  EXPECT_EQ(all.rows, 4);
+  EXPECT_EQ(all.offsets, (std::vector<int64_t>{0, 2, 5, 5, 6}));
+  EXPECT_EQ(all.values, (std::vector<double>{1, 2, 3, 4, 5, 6}));
+  const ListValues<double> middle = f.read_double_lists("x", {1, 2});
+  EXPECT_EQ(middle.offsets, (std::vector<int64_t>{0, 3, 3}));
+  EXPECT_EQ(middle.values, (std::vector<double>{3, 4, 5}));
+  const ListValues<double> flat = f.read_double_lists("ok", {1, 3});
+  EXPECT_EQ(flat.offsets, (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(flat.values, (std::vector<double>{2.5, 2.5, 2.5}));
+  EXPECT_EQ(error_of([&] { f.read_string_lists("x"); }),
+            file("t.parquet") + ": column \"x\": read_string_lists cannot read DOUBLE values");
+}
+
+TEST_F(ParquetTest, ListsOfAnyLengthAcrossRowGroups) {
+  Table table(30);
+  WriteOptions o;
+  o.row_group_rows = 7;
+  o.page_rows = 3;
+  table.write(file("t.parquet"), o);
+  const ParquetFile f = ParquetFile::open(file("t.parquet"));
+  const ListValues<std::string> tasks = f.read_string_lists("task", {5, 10});
+  EXPECT_EQ(tasks.offsets.size(), 11u);
+  EXPECT_EQ(tasks.offsets.back(), 10);
+  EXPECT_EQ(tasks.values, Table::slice(table.task, 1, {5, 10}));
+  const ListValues<int64_t> mask = f.read_int_lists("mask", {6, 9});
+  EXPECT_EQ(mask.offsets.back(), 36);
+  EXPECT_EQ(mask.values, Table::slice(table.mask, 4, {6, 9}));
+}
+
+// v3.0's episode metadata: each episode's `tasks` is a list of strings of its own length.
+TEST_F(ParquetTest, WritesStringListsOfAnyLength) {
+  const std::vector<std::vector<std::string>> rows = {
+      {"pick"}, {"place", "valid"}, {"open the drawer"}, {"a", "b", "c"}, {"z"}};
+  WriteOptions o;
+  o.row_group_rows = 2;
+  o.page_rows = 1;
+  o.dictionary = true;
+  ParquetWriter writer(file("t.parquet"), o);
+  writer.add_string_lists("tasks", rows);
+  writer.add_ints("episode_index", {0, 1, 2, 3, 4});
+  writer.write();
+  const ParquetFile f = ParquetFile::open(file("t.parquet"));
+  ASSERT_TRUE(f.column("tasks")->is_list);
+  const ListValues<std::string> all = f.read_string_lists("tasks");
+  EXPECT_EQ(all.offsets, (std::vector<int64_t>{0, 1, 3, 4, 7, 8}));
+  EXPECT_EQ(all.values, (std::vector<std::string>{"pick", "place", "valid", "open the drawer",
+                                                  "a", "b", "c", "z"}));
+  const ListValues<std::string> middle = f.read_string_lists("tasks", {1, 3});
+  EXPECT_EQ(middle.values,
+            (std::vector<std::string>{"place", "valid", "open the drawer", "a", "b", "c"}));
+  if (testing::hyparquet_missing().empty()) {
+    const nlohmann::json theirs = testing::read_with_hyparquet(file("t.parquet"));
+    EXPECT_EQ(theirs.at("tasks"), nlohmann::json(rows));
+  }
+  ParquetWriter empty(file("e.parquet"));
+  EXPECT_EQ(error_of([&] { empty.add_string_lists("tasks", {{"a"}, {}}); }),
+            file("e.parquet") +
+                ": column \"tasks\": row 1 is an empty list; add_string_lists writes lists of at "
+                "least one string");
+}
+
+TEST_F(ParquetTest, UnevenListsInALaterRowGroupNameTheRows) {
+  // Row group 0: rows 0-1 of 2 elements; row group 1: rows 2-3, the second of 3.
+  std::vector<fmt::SchemaElement> schema = {root(1)};
+  for (const auto& e : list_schema("x")) schema.push_back(e);
+  const RawChunk a = list_chunk({0, 1, 0, 1}, {3, 3, 3, 3}, {1, 2, 3, 4});
+  const RawChunk b = list_chunk({0, 1, 0, 1, 1}, {3, 3, 3, 3, 3}, {1, 2, 3, 4, 5});
+  std::string out = "PAR1";
+  fmt::FileMetaData meta;
+  meta.schema = schema;
+  meta.num_rows = 4;
+  for (const RawChunk* c : {&a, &b}) {
+    fmt::ColumnMetaData m;
+    m.type = fmt::kDouble;
+    m.path_in_schema = c->path;
+    m.num_values = c->num_values;
+    m.total_compressed_size = m.total_uncompressed_size = static_cast<int64_t>(c->pages.size());
+    m.data_page_offset = static_cast<int64_t>(out.size());
+    fmt::RowGroup rg;
+    rg.num_rows = 2;
+    rg.columns.push_back(fmt::ColumnChunk{"", m.data_page_offset, m});
+    meta.row_groups.push_back(rg);
+    out += c->pages;
+  }
+  const std::string footer = fmt::encode(meta);
+  const uint32_t size = static_cast<uint32_t>(footer.size());
+  write_bytes(file("t.parquet"),
+              out + footer + std::string(reinterpret_cast<const char*>(&size), 4) + "PAR1");
+  const ParquetFile f = ParquetFile::open(file("t.parquet"));
+  const std::string refusal =
+      file("t.parquet") +
+      ": column \"x\": lists of uneven length are not supported (row %d has "
+      "2 elements, row 3 has 3); rewrite the file with lists of one "
+      "length in each column";
+  char expected[512];
+  std::snprintf(expected, sizeof(expected), refusal.c_str(), 0);
+  EXPECT_EQ(error_of([&] { f.read_doubles("x"); }), expected);
+  std::snprintf(expected, sizeof(expected), refusal.c_str(), 2);
+  EXPECT_EQ(error_of([&] { f.read_doubles("x", {2, 2}); }), expected);
+  EXPECT_EQ(f.read_doubles("x", {0, 2}).values, (std::vector<double>{1, 2, 3, 4}));
+  EXPECT_EQ(f.read_double_lists("x").offsets, (std::vector<int64_t>{0, 2, 4, 6, 9}));
+}
+
 struct EncodingCase {
   int32_t encoding;
   const char* name;
