@@ -664,6 +664,16 @@ int64_t WorldActionModelImpl::parameter_count() const {
   return count;
 }
 
+std::vector<int64_t> WorldActionModelImpl::checkpoint_group_layers() const {
+  const std::vector<int64_t> starts = activation_checkpoint_group_starts(
+      config_.num_layers, config_.activation_checkpoint_group, config_.captured_layers());
+  std::vector<int64_t> layers;
+  for (size_t g = 0; g < starts.size(); ++g) {
+    layers.push_back((g + 1 < starts.size() ? starts[g + 1] : config_.num_layers) - starts[g]);
+  }
+  return layers;
+}
+
 detail::LayerOutputs WorldActionModelImpl::run_layers(at::Tensor video_tokens,
                                                       at::Tensor action_tokens,
                                                       const detail::LayerInputs& inputs) {
@@ -699,8 +709,10 @@ detail::LayerOutputs WorldActionModelImpl::run_layers(at::Tensor video_tokens,
     torch::autograd::variable_list in = {video_tokens,         action_tokens,
                                          inputs.video_t_mod,   inputs.action_t_mod,
                                          inputs.video_context, inputs.action_context};
+    const bool recompute_group =
+        recompute && (recomputed_groups_ < 0 || static_cast<int64_t>(g) < recomputed_groups_);
     torch::autograd::variable_list out =
-        recompute ? activation_checkpoint(run_group, in) : run_group(in);
+        recompute_group ? activation_checkpoint(run_group, in) : run_group(in);
     video_tokens = out[0];
     action_tokens = out[1];
     for (size_t k = 0; k < captured.size(); ++k) {
