@@ -411,11 +411,9 @@ class MoTLayerImpl : public torch::nn::Module {
         video_->post_attention(video, attended.narrow(1, 0, video_tokens), v.mods,
                                in.video_groups, in.video_context, in.video_context_allowed,
                                in.fused_norms);
-    at::Tensor action_out =
-        action_->post_attention(action, attended.narrow(1, video_tokens, action.size(1)), a.mods,
-                                in.action_groups, in.action_context,
-                                in.action_context_allowed, in.fused_norms,
-                                in.action_constant_context);
+    at::Tensor action_out = action_->post_attention(
+        action, attended.narrow(1, video_tokens, action.size(1)), a.mods, in.action_groups,
+        in.action_context, in.action_context_allowed, in.fused_norms, in.action_constant_context);
     return {video_out, action_out};
   }
 
