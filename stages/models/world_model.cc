@@ -20,6 +20,10 @@
 #include "models/modulation.h"
 #include "wam/error.h"
 
+#if WAM_WITH_CUDA
+#include <ATen/autocast_mode.h>
+#endif
+
 namespace wam::models {
 namespace {
 
@@ -59,8 +63,12 @@ void check_consistency(const MoTConfig& config) {
 
 // Linear layers applied to the same input as one GEMM over their concatenated weights: the input
 // is read (and cast, under autocast) once, and backward needs no gradient accumulation.
+// `constant_rows` [B, S, in], when defined, are more rows of x placed before it that carry no
+// gradient: projected apart, so that backward computes no input gradient for them (a GEMM as large
+// as their forward one).
 std::vector<at::Tensor> fused_linears(const at::Tensor& x,
-                                      std::initializer_list<torch::nn::Linear> layers) {
+                                      std::initializer_list<torch::nn::Linear> layers,
+                                      const at::Tensor& constant_rows = at::Tensor()) {
   std::vector<at::Tensor> weights, biases;
   std::vector<int64_t> widths;
   for (const torch::nn::Linear& layer : layers) {
@@ -68,30 +76,52 @@ std::vector<at::Tensor> fused_linears(const at::Tensor& x,
     biases.push_back(layer->bias);
     widths.push_back(layer->weight.size(0));
   }
-  return at::linear(x, at::cat(weights), at::cat(biases)).split_with_sizes(widths, -1);
+  const at::Tensor weight = at::cat(weights), bias = at::cat(biases);
+  at::Tensor out = at::linear(x, weight, bias);
+  if (constant_rows.defined()) {
+    out = at::cat({at::linear(constant_rows.detach(), weight, bias), out}, 1);
+  }
+  return out.split_with_sizes(widths, -1);
 }
 
 at::Tensor plain_layer_norm(const at::Tensor& x) {
   return at::layer_norm(x, {x.size(-1)}, {}, {}, kNormEps);
 }
 
-// q, k, v [B, N, H, d]; allowed: bool, broadcastable to [B, H, Nq, Nk], true = may attend. Every
-// query row must allow at least one key (the masks built here always do).
+// q, k, v [B, N, H, d]; allowed: bool, broadcastable to [B, H, Nq, Nk], true = may attend, or
+// that mask as an additive bias (attention_bias). Every query row must allow at least one key (the
+// masks built here always do).
 at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                      const at::Tensor& allowed) {
   const int64_t batch = q.size(0), tokens = q.size(1);
   at::Tensor qh = q.transpose(1, 2), kh = k.transpose(1, 2), vh = v.transpose(1, 2);
 #if TORCH_VERSION_MAJOR >= 2
-  // Public SDPA (LibTorch >= 2.0) picks the fused memory-efficient kernel on CUDA for masked
-  // attention and the math kernel on CPU.
+  // Public SDPA (LibTorch >= 2.0) picks a fused kernel on CUDA (cuDNN's flash attention on the
+  // H200 with LibTorch 2.11) and the math kernel on CPU.
   at::Tensor out = at::scaled_dot_product_attention(qh, kh, vh, allowed);
 #else
   // LibTorch 1.13 exposes only the private _scaled_dot_product_attention: plain softmax attention.
   at::Tensor scores = at::matmul(qh, kh.transpose(-2, -1)) * (1.0 / std::sqrt(double(q.size(3))));
-  scores = scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity());
+  scores = allowed.scalar_type() == at::kBool
+               ? scores.masked_fill(allowed.logical_not(), -std::numeric_limits<double>::infinity())
+               : scores + allowed;
   at::Tensor out = at::matmul(at::softmax(scores, -1, at::kFloat).to(vh.scalar_type()), vh);
 #endif
   return out.transpose(1, 2).reshape({batch, tokens, -1});
+}
+
+// A bool mask `allowed` [B, 1, 1 or Nq, Nk] as an additive bias [B, 1, Nq, Nk] of `dtype`: 0
+// where a key may be attended, -inf elsewhere. SDPA converts a bool mask into such a bias on every
+// call, forward and backward (cuDNN's kernels take only a bias), so the compiled step builds it
+// once per step. Rows are padded to a multiple of 16 elements, the alignment the fused kernels
+// want (SDPA would otherwise pad a copy on every call).
+at::Tensor attention_bias(const at::Tensor& allowed, int64_t queries, at::ScalarType dtype) {
+  const int64_t keys = allowed.size(3), padded = (keys + 15) / 16 * 16;
+  const std::vector<int64_t> sizes = {allowed.size(0), 1, queries, keys};
+  at::Tensor bias = at::zeros({allowed.size(0), 1, queries, padded}, allowed.options().dtype(dtype))
+                        .narrow(3, 0, keys);
+  return bias.masked_fill_(allowed.expand(sizes).logical_not(),
+                           -std::numeric_limits<double>::infinity());
 }
 
 // [B, C, F, h, w] -> [B, F*(h/2)*(w/2), C*4], tokens frame-major then row-major.
@@ -284,13 +314,15 @@ class ExpertBlockImpl : public torch::nn::Module {
   }
 
   // attended [B, N, H*d] from the joint attention; context [B, L, context_dim] with key mask
-  // context_allowed [B, 1, 1, L].
+  // context_allowed [B, 1, 1, L]. constant_context, when defined: the first rows of the context,
+  // which carry no gradient, apart ([B, S, context_dim]; context then holds the other L - S).
   at::Tensor post_attention(at::Tensor x, const at::Tensor& attended,
                             const std::vector<at::Tensor>& mods, const TokenGroups& layout,
                             const at::Tensor& context, const at::Tensor& context_allowed,
-                            bool fused) {
+                            bool fused, const at::Tensor& constant_context = at::Tensor()) {
     x = x + gated(o_->forward(attended), mods[2], layout);
-    x = x + cross_attention(cross_norm_->forward(x), context, context_allowed, fused);
+    x = x +
+        cross_attention(cross_norm_->forward(x), context, context_allowed, fused, constant_context);
     at::Tensor h = modulate(plain_layer_norm(x), mods[3], mods[4], layout);
     at::Tensor ffn = ffn_out_->forward(at::gelu(ffn_in_->forward(h), "tanh"));
     return x + gated(ffn, mods[5], layout);
@@ -310,10 +342,12 @@ class ExpertBlockImpl : public torch::nn::Module {
   }
 
   at::Tensor cross_attention(const at::Tensor& x, const at::Tensor& context,
-                             const at::Tensor& context_allowed, bool fused) {
-    const int64_t b = x.size(0), l = context.size(1);
+                             const at::Tensor& context_allowed, bool fused,
+                             const at::Tensor& constant_context) {
+    const int64_t b = x.size(0),
+                  l = context.size(1) + (constant_context.defined() ? constant_context.size(1) : 0);
     at::Tensor q = normed_heads(cross_q_norm_, cross_q_->forward(x), nullptr, fused);
-    std::vector<at::Tensor> kv = fused_linears(context, {cross_k_, cross_v_});
+    std::vector<at::Tensor> kv = fused_linears(context, {cross_k_, cross_v_}, constant_context);
     at::Tensor k = normed_heads(cross_k_norm_, kv[0], nullptr, fused);
     at::Tensor v = kv[1].reshape({b, l, heads_, head_dim_});
     return cross_o_->forward(attention(q, k, v, context_allowed));
@@ -337,10 +371,15 @@ struct LayerInputs {
   at::Tensor video_context, action_context;  // [B, L+1, video_hidden], [B, S+1, vlm_dim]
   // Constants.
   TokenGroups video_groups, action_groups;
+  // The compiled step: the VLM rows of the action context apart ([B, S, vlm_dim]), action_context
+  // then holding the proprio token alone (ExpertBlockImpl::post_attention).
+  at::Tensor action_constant_context;
   bool fused_norms = false;  // WorldActionModelImpl::set_fused_kernels
   Rope video_rope, action_rope;
-  at::Tensor joint_allowed;                                  // bool [B, 1, N, N]
-  at::Tensor video_context_allowed, action_context_allowed;  // bool [B, 1, 1, L]
+  // bool [B, 1, N, N] and [B, 1, 1, L]; in the compiled step, additive biases [B, 1, Nq, Nk]
+  // (attention_bias).
+  at::Tensor joint_allowed;
+  at::Tensor video_context_allowed, action_context_allowed;
 };
 
 struct LayerOutputs {
@@ -372,10 +411,9 @@ class MoTLayerImpl : public torch::nn::Module {
         video_->post_attention(video, attended.narrow(1, 0, video_tokens), v.mods,
                                in.video_groups, in.video_context, in.video_context_allowed,
                                in.fused_norms);
-    at::Tensor action_out =
-        action_->post_attention(action, attended.narrow(1, video_tokens, action.size(1)), a.mods,
-                                in.action_groups, in.action_context,
-                                in.action_context_allowed, in.fused_norms);
+    at::Tensor action_out = action_->post_attention(
+        action, attended.narrow(1, video_tokens, action.size(1)), a.mods, in.action_groups,
+        in.action_context, in.action_context_allowed, in.fused_norms, in.action_constant_context);
     return {video_out, action_out};
   }
 
@@ -624,6 +662,16 @@ int64_t WorldActionModelImpl::parameter_count() const {
   return count;
 }
 
+std::vector<int64_t> WorldActionModelImpl::checkpoint_group_layers() const {
+  const std::vector<int64_t> starts = activation_checkpoint_group_starts(
+      config_.num_layers, config_.activation_checkpoint_group, config_.captured_layers());
+  std::vector<int64_t> layers;
+  for (size_t g = 0; g < starts.size(); ++g) {
+    layers.push_back((g + 1 < starts.size() ? starts[g + 1] : config_.num_layers) - starts[g]);
+  }
+  return layers;
+}
+
 detail::LayerOutputs WorldActionModelImpl::run_layers(at::Tensor video_tokens,
                                                       at::Tensor action_tokens,
                                                       const detail::LayerInputs& inputs) {
@@ -659,8 +707,10 @@ detail::LayerOutputs WorldActionModelImpl::run_layers(at::Tensor video_tokens,
     torch::autograd::variable_list in = {video_tokens,         action_tokens,
                                          inputs.video_t_mod,   inputs.action_t_mod,
                                          inputs.video_context, inputs.action_context};
+    const bool recompute_group =
+        recompute && (recomputed_groups_ < 0 || static_cast<int64_t>(g) < recomputed_groups_);
     torch::autograd::variable_list out =
-        recompute ? activation_checkpoint(run_group, in) : run_group(in);
+        recompute_group ? activation_checkpoint(run_group, in) : run_group(in);
     video_tokens = out[0];
     action_tokens = out[1];
     for (size_t k = 0; k < captured.size(); ++k) {
@@ -763,6 +813,24 @@ LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& n
   inputs.video_context_allowed = context_allowed(batch.context_mask);
   inputs.fused_norms = fused_kernels_;
   inputs.action_context_allowed = context_allowed(batch.vlm_mask);
+  if (fused_kernels_ && latents.is_cuda()) {
+    // The compiled step: the masks as biases of the attention's dtype, built once per step.
+    at::ScalarType attention_dtype = dtype;
+#if WAM_WITH_CUDA
+    if (at::autocast::is_autocast_enabled(at::kCUDA)) {
+      attention_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+    }
+#endif
+    inputs.joint_allowed =
+        attention_bias(inputs.joint_allowed, inputs.joint_allowed.size(2), attention_dtype);
+    inputs.video_context_allowed =
+        attention_bias(inputs.video_context_allowed, video_tokens.size(1), attention_dtype);
+    inputs.action_context_allowed =
+        attention_bias(inputs.action_context_allowed, rows, attention_dtype);
+    // The VLM rows are constants: projected without an input gradient, and cast once.
+    inputs.action_constant_context = batch.vlm_context.to(attention_dtype);
+    inputs.action_context = proprio_to_vlm_->forward(proprio_row);
+  }
 
   const detail::LayerOutputs layers = run_layers(video_tokens, action_tokens, inputs);
   const at::Tensor& video_out = layers.video;

@@ -166,6 +166,12 @@ class WorldActionModelImpl : public torch::nn::Module {
   // Routes the q/k norms and RoPE through the fused CUDA kernels (models/fused_norm.h) where they
   // apply; TrainStep's compiled mode turns this on. Same maths, other rounding.
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
+  // Activation checkpointing recomputes only the first `groups` checkpoint groups in backward
+  // (-1: all of them); the later groups keep their activations, trading memory for the second
+  // forward. StepRunner's compiled step sets it from a memory budget.
+  void set_recomputed_groups(int64_t groups) { recomputed_groups_ = groups; }
+  // Layers in each group of activation_checkpoint_group_starts, in order.
+  std::vector<int64_t> checkpoint_group_layers() const;
 
  private:
   // Runs the layers in the groups of activation_checkpoint_group_starts, recomputed in backward
@@ -175,6 +181,7 @@ class WorldActionModelImpl : public torch::nn::Module {
 
   MoTConfig config_;
   bool fused_kernels_ = false;
+  int64_t recomputed_groups_ = -1;
   torch::nn::Linear patch_embed_{nullptr};         // (C*2*2) -> video_hidden
   at::Tensor delta_queries_;                       // [future_delta_tokens, video_hidden]
   torch::nn::Linear action_embed_{nullptr};        // action_dim -> action_hidden

@@ -1,5 +1,7 @@
 #include "train/step_runner.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 #include <vector>
@@ -13,6 +15,8 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <ATen/cuda/tunable/Tunable.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
 
@@ -182,6 +186,74 @@ void copy_noise(models::FlowNoise& to, const models::FlowNoise& from) {
 
 }  // namespace
 
+void StepRunner::warm_up_step(const models::TrainBatch& inputs, const models::FlowNoise& noise) {
+  reset_grads(optimizer_.params());
+  models::LossTerms loss;
+  {
+    CudaAutocast autocast(options_.autocast_bf16, /*cache=*/false);
+    loss = model_->loss(inputs, noise);
+  }
+  loss.total.backward();
+  clip_grad_norm(optimizer_.params(), options_.max_grad_norm);
+}
+
+// Keeping a group's activations instead of recomputing them raises the step's peak by at most
+// its share of the difference between two measured warm-up steps, every group recomputed and
+// none (the peak grows with the kept layers no faster than linearly: it may first sit elsewhere,
+// in the optimizer say). Keeps the most layers, from the last group back, that fit in the budget
+// by that bound. Runs on the current (side) stream, before the warm-up proper.
+void StepRunner::plan_recomputation(const models::TrainBatch& inputs,
+                                    const models::FlowNoise& noise) {
+  const std::vector<int64_t> layers = model_->checkpoint_group_layers();
+  const auto groups = static_cast<int64_t>(layers.size());
+  const int device = device_.index() >= 0 ? device_.index() : c10::cuda::current_device();
+  auto peak_bytes = [&](int64_t recomputed) {
+    model_->set_recomputed_groups(recomputed);
+    c10::cuda::device_synchronize();
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device);
+    warm_up_step(inputs, noise);
+    c10::cuda::device_synchronize();
+    return static_cast<double>(
+        c10::cuda::CUDACachingAllocator::getDeviceStats(device).allocated_bytes[0].peak);
+  };
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  const double budget = options_.memory_budget *
+                        static_cast<double>(at::cuda::getDeviceProperties(device)->totalGlobalMem);
+  const double all = peak_bytes(groups);
+  double none = -1;
+  try {
+    none = peak_bytes(0);
+  } catch (const c10::OutOfMemoryError&) {
+    // No measurement: every group stays recomputed.
+  }
+  int64_t recomputed = groups;
+  double expected = all;
+  if (none >= 0) {
+    double total_layers = 0, kept_layers = 0;
+    for (int64_t n : layers) total_layers += static_cast<double>(n);
+    const double per_layer = std::max(0.0, (none - all) / total_layers);
+    while (recomputed > 0 &&
+           all + per_layer * (kept_layers + static_cast<double>(layers[recomputed - 1])) <=
+               budget) {
+      kept_layers += static_cast<double>(layers[--recomputed]);
+    }
+    expected = recomputed == 0 ? none : all + per_layer * kept_layers;
+  }
+  model_->set_recomputed_groups(recomputed);
+  // The probes' cached blocks go back to the device before the graph takes its own pool.
+  c10::cuda::CUDACachingAllocator::emptyCache();
+  c10::cuda::CUDACachingAllocator::resetPeakStats(device);
+  char none_text[32] = "out of memory";
+  if (none >= 0) std::snprintf(none_text, sizeof(none_text), "%.2f GiB", none / kGiB);
+  char note[320];
+  std::snprintf(note, sizeof(note),
+                "memory budget %.1f GiB: recomputing %lld of %lld checkpoint groups (warm-up peak "
+                "%.2f GiB with all recomputed, %s with none; expected %.2f GiB)",
+                budget / kGiB, static_cast<long long>(recomputed), static_cast<long long>(groups),
+                all / kGiB, none_text, expected / kGiB);
+  recompute_note_ = note;
+}
+
 // Warm-up on a side stream (tunes GEMMs through TunableOp, initialises cuBLAS workspaces and the
 // autograd engine) with forward and backward only, so the training state is untouched; then the
 // whole step, optimizer included, is captured once. Noise for the warm-up comes from its own
@@ -202,16 +274,10 @@ void StepRunner::capture(const models::TrainBatch& batch) {
   ready.block(side);
   {
     c10::cuda::CUDAStreamGuard guard(side);
-    for (int i = 0; i < kWarmupIterations; ++i) {
-      reset_grads(optimizer_.params());
-      models::LossTerms loss;
-      {
-        CudaAutocast autocast(options_.autocast_bf16, /*cache=*/false);
-        loss = model_->loss(graph_->inputs, graph_->noise);
-      }
-      loss.total.backward();
-      clip_grad_norm(optimizer_.params(), options_.max_grad_norm);
+    if (options_.memory_budget > 0 && model_->config().activation_checkpoint_group > 0) {
+      plan_recomputation(graph_->inputs, graph_->noise);
     }
+    for (int i = 0; i < kWarmupIterations; ++i) warm_up_step(graph_->inputs, graph_->noise);
   }
   if (!tunableop_results_.empty()) {
     auto* tuning = at::cuda::tunable::getTuningContext();

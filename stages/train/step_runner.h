@@ -29,6 +29,10 @@ void pad_vlm_context(models::TrainBatch& batch, int64_t pad_to);
 struct StepOptions {
   double max_grad_norm = 1.0;
   bool autocast_bf16 = true;  // CUDA only
+  // Compiled step with activation checkpointing: the share of the device's memory the step may
+  // take (0: recompute every group). Warm-up measures the step's peak with every group recomputed
+  // and with none, and recomputes only as many groups as the budget needs.
+  double memory_budget = 0;
 };
 
 // Runs training steps on one device: eager, or (CUDA) one captured graph replayed per step.
@@ -45,6 +49,8 @@ class StepRunner {
   Losses step(const models::TrainBatch& batch, double lr, at::Generator& noise_gen);
 
   bool compiled() const { return compiled_; }
+  // After the first compiled step: how the memory budget was spent ("" when there was none).
+  const std::string& recompute_note() const { return recompute_note_; }
 
  private:
   models::LossTerms forward_backward_update(const models::TrainBatch& batch,
@@ -53,6 +59,8 @@ class StepRunner {
 #if WAM_WITH_CUDA
   Losses graph_step(const models::TrainBatch& batch, at::Generator& noise_gen);
   void capture(const models::TrainBatch& batch);
+  void warm_up_step(const models::TrainBatch& inputs, const models::FlowNoise& noise);
+  void plan_recomputation(const models::TrainBatch& inputs, const models::FlowNoise& noise);
   struct Graph;
   std::unique_ptr<Graph> graph_;
 #endif
@@ -63,6 +71,7 @@ class StepRunner {
   StepOptions options_;
   bool compiled_;
   std::string tunableop_results_;
+  std::string recompute_note_;
 };
 
 }  // namespace wam::train

@@ -68,6 +68,7 @@ struct TrainStepParams {
   bool autocast_bf16 = true;
   int64_t seed = -1;
   int64_t vlm_context_pad_to = 1024;
+  double memory_budget = 0;
 
   template <class V>
   void visit(V& v) {
@@ -99,6 +100,10 @@ struct TrainStepParams {
     v("vlm_context_pad_to", vlm_context_pad_to,
       "compiled: VLM context tokens padded to this for a stable graph; longer is an error.",
       Min{1});
+    v("memory_budget", memory_budget,
+      "compiled, with checkpointing: share of the device's memory the step may take; groups "
+      "that fit keep their activations instead of being recomputed (0: recompute all).",
+      Min{0.0}, Max{1.0});
   }
 };
 
@@ -205,8 +210,8 @@ class TrainStepStage final : public Stage, public TrainingStep {
     }
     runner_ = std::make_unique<train::StepRunner>(
         model_, *optimizer_, device_,
-        train::StepOptions{params_.max_grad_norm, params_.autocast_bf16}, graph_capture,
-        tunableop_results);
+        train::StepOptions{params_.max_grad_norm, params_.autocast_bf16, params_.memory_budget},
+        graph_capture, tunableop_results);
 
     context.log(
         "TrainStep: " + std::to_string(model_->parameter_count()) + " parameters on " +
@@ -229,6 +234,10 @@ class TrainStepStage final : public Stage, public TrainingStep {
     const train::Losses loss = runner_->step(batch, lr, noise_gen_);
     step_ = step;
     speed_.record(step_, seconds_since_open());
+    if (!recompute_logged_ && !runner_->recompute_note().empty()) {
+      context_->log("TrainStep: " + runner_->recompute_note());
+      recompute_logged_ = true;
+    }
 
     if (step_ % params_.log_every == 0) log_progress(sample, batch.action.size(0), loss, lr);
     if (!params_.training_state_dir.empty() && params_.save_every > 0 &&
@@ -326,6 +335,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
   std::chrono::steady_clock::time_point start_;
   int64_t step_ = 0;
   int64_t saved_step_ = 0;
+  bool recompute_logged_ = false;
 };
 
 WAM_REGISTER_STAGE(TrainStepStage);

@@ -98,7 +98,9 @@ TEST(FusedNormCudaTest, RefusesWhatTheKernelsCannotTake) {
       models::fused_rms_norm_rope_applies(torch::randn({4, 2, 32}, cuda).transpose(0, 1), 16));
 }
 
-// The whole model: the fused path gives the unfused loss and gradients (float32, no autocast).
+// The whole model: the fused path (fused norms, attention masks as biases, the VLM context's
+// projection without an input gradient) gives the unfused loss and gradients (float32, no
+// autocast), with padding in every mask.
 TEST(FusedNormCudaTest, ModelLossAndGradientsMatchTheUnfusedPath) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   if (!models::fused_kernels_built()) GTEST_SKIP() << "built without a CUDA compiler";
@@ -123,6 +125,10 @@ TEST(FusedNormCudaTest, ModelLossAndGradientsMatchTheUnfusedPath) {
   batch.action_is_pad = torch::zeros({b, chunk}, f.dtype(torch::kBool));
   batch.action_dim_is_pad = torch::zeros({b, config.action_dim}, f.dtype(torch::kBool));
   batch.proprio = torch::randn({b, chunk, config.proprio_dim}, f);
+  batch.recent_is_pad[1].fill_(true);
+  batch.action_is_pad[0].narrow(0, chunk - 4, 4).fill_(true);
+  batch.vlm_mask[1].narrow(0, 2, 2).fill_(false);
+  batch.context_mask[0][4].fill_(false);
   at::Generator gen = train::make_noise_generator(device, 3);
   const models::FlowNoise noise = models::sample_flow_noise(batch, config, gen);
 

@@ -1,5 +1,6 @@
 // TrainStep and its machinery (schedule, AdamW, clipping, checkpoints, compiled step) on the tiny
 // preset. CUDA-only checks skip without a GPU.
+#include <algorithm>
 #include <fstream>
 #include <regex>
 
@@ -294,13 +295,15 @@ models::TrainBatch to_train_batch(const Sample& s, at::Device device) {
 
 // After 5 steps from the same weights on the same batches, the CUDA-graph step and the eager step
 // moved the parameters alike: the replayed optimizer advanced its step count and bias correction.
+// The same with a memory budget that lets every checkpoint group keep its activations.
 TEST(TrainStepCudaTest, CompiledMatchesEagerAfterFiveSteps) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const at::Device device(at::kCUDA, 0);
   auto config = models::MoTConfig::from_json(tiny_preset());
   config.activation_checkpoint_group = 1;
   std::vector<std::vector<at::Tensor>> before, after;
-  for (bool compiled : {false, true}) {
+  for (const double budget : {-1.0, 0.0, 0.9}) {  // eager, compiled, compiled with a budget
+    const bool compiled = budget >= 0;
     torch::manual_seed(5);
     models::WorldActionModel model(config);
     model->to(device);
@@ -308,7 +311,9 @@ TEST(TrainStepCudaTest, CompiledMatchesEagerAfterFiveSteps) {
     std::vector<at::Tensor> initial;
     for (const auto& p : model->parameters()) initial.push_back(p.detach().clone());
     train::AdamW adamw(model->parameters(), train::AdamWOptions{});
-    train::StepRunner runner(model, adamw, device, train::StepOptions{}, compiled, "");
+    train::StepOptions options;
+    options.memory_budget = std::max(budget, 0.0);
+    train::StepRunner runner(model, adamw, device, options, compiled, "");
     EXPECT_EQ(runner.compiled(), compiled);
     at::Generator gen = train::make_noise_generator(device, 9);
     for (int step = 1; step <= 5; ++step) {
@@ -317,23 +322,29 @@ TEST(TrainStepCudaTest, CompiledMatchesEagerAfterFiveSteps) {
       runner.step(batch, 1e-3, gen);
     }
     EXPECT_EQ(adamw.step_count(), 5);
+    if (budget > 0) {
+      EXPECT_NE(runner.recompute_note().find("recomputing 0 of "), std::string::npos)
+          << runner.recompute_note();
+    }
     std::vector<at::Tensor> final_params;
     for (const auto& p : model->parameters()) final_params.push_back(p.detach().clone());
     before.push_back(initial);
     after.push_back(final_params);
   }
-  ASSERT_EQ(before[0].size(), before[1].size());
-  std::vector<at::Tensor> eager_delta, compiled_delta;
-  for (size_t i = 0; i < before[0].size(); ++i) {
-    EXPECT_TRUE(torch::equal(before[0][i], before[1][i]));
-    eager_delta.push_back((after[0][i] - before[0][i]).flatten());
-    compiled_delta.push_back((after[1][i] - before[1][i]).flatten());
+  for (size_t run = 1; run < before.size(); ++run) {
+    ASSERT_EQ(before[0].size(), before[run].size());
+    std::vector<at::Tensor> eager_delta, compiled_delta;
+    for (size_t i = 0; i < before[0].size(); ++i) {
+      EXPECT_TRUE(torch::equal(before[0][i], before[run][i]));
+      eager_delta.push_back((after[0][i] - before[0][i]).flatten());
+      compiled_delta.push_back((after[run][i] - before[run][i]).flatten());
+    }
+    const at::Tensor e = torch::cat(eager_delta), c = torch::cat(compiled_delta);
+    const double cosine = (torch::dot(e, c) / (e.norm() * c.norm())).item<double>();
+    const double relative = ((e - c).norm() / e.norm()).item<double>();
+    EXPECT_GT(cosine, 0.99) << "run " << run;
+    EXPECT_LT(relative, 0.1) << "run " << run;  // bf16 autocast: the paths round differently
   }
-  const at::Tensor e = torch::cat(eager_delta), c = torch::cat(compiled_delta);
-  const double cosine = (torch::dot(e, c) / (e.norm() * c.norm())).item<double>();
-  const double relative = ((e - c).norm() / e.norm()).item<double>();
-  EXPECT_GT(cosine, 0.99);
-  EXPECT_LT(relative, 0.1);  // bf16 autocast: the two paths round differently
 }
 
 }  // namespace

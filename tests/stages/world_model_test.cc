@@ -151,8 +151,9 @@ TEST(WorldModelTest, SemanticTermTrainsTheStudentLayersOnly) {
             0.0);
 }
 
-// Same loss and gradients with no checkpointing, per-layer checkpointing, and groups of 3 split
-// after the captured layers, on four layers with captures at 1 and 2 (groups [0,2) [2,3) [3,4)).
+// Same loss and gradients with no checkpointing, per-layer checkpointing, groups of 3 split after
+// the captured layers, on four layers with captures at 1 and 2 (groups [0,2) [2,3) [3,4)), and
+// per-layer groups of which only the first 2 or none are recomputed (the memory budget's choice).
 TEST(WorldModelTest, CheckpointingKeepsLossAndGradients) {
   models::MoTConfig c = tiny_config();
   c.num_layers = 4;
@@ -161,9 +162,11 @@ TEST(WorldModelTest, CheckpointingKeepsLossAndGradients) {
   const models::TrainBatch batch = make_batch(c, 2);
   std::vector<double> losses;
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> grads;
-  for (int64_t group : {0, 1, 3}) {
+  const std::vector<std::pair<int64_t, int64_t>> runs = {{0, -1}, {1, -1}, {3, -1}, {1, 2}, {1, 0}};
+  for (const auto& [group, recomputed] : runs) {
     c.activation_checkpoint_group = group;
     models::WorldActionModel model = make_model(c);
+    model->set_recomputed_groups(recomputed);
     const models::LossTerms terms =
         model->loss(batch, noise_with_video_sigma(batch, c, {0.3f, 0.7f}));
     EXPECT_GT(terms.semantic.item<double>(), 0.0);
@@ -203,6 +206,12 @@ TEST(WorldModelTest, CheckpointGroupsSplitAfterCapturedLayers) {
   // A capture at the last layer needs no split.
   EXPECT_EQ(models::activation_checkpoint_group_starts(2, 3, {0, 1}), (Starts{0, 1}));
   EXPECT_EQ(models::activation_checkpoint_group_starts(9, 3, {}), (Starts{0, 3, 6}));
+  models::MoTConfig small = tiny_config();
+  small.num_layers = 4;
+  small.semantic_student_layer = 1;
+  small.semantic_teacher_layer = 2;
+  small.activation_checkpoint_group = 3;
+  EXPECT_EQ(make_model(small)->checkpoint_group_layers(), (Starts{2, 1, 1}));
 }
 
 TEST(WorldModelTest, SemanticConfigParsesAndIsChecked) {
