@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/command.h"
+#include "cli/run_view.h"
 #include "cli/validators.h"
 #include "wam/pipeline.h"
 #include "wam/registry.h"
@@ -43,7 +44,8 @@ void add_pipeline_args(CLI::App& command, PipelineArgs& args) {
 }
 
 int cmd_run(const PipelineArgs& args, int64_t steps, const std::string& stop_after,
-            const std::string& stats_out, double report_every, int64_t threads, bool print_config) {
+            const std::string& stats_out, double report_every, int64_t threads, bool print_config,
+            const wam::cli::RunViewArgs& view_args) {
   wam::LoadOptions options{args.overrides};
   if (steps >= 0) options.overrides.push_back("settings.steps=" + std::to_string(steps));
   if (threads >= 0) options.overrides.push_back("settings.threads=" + std::to_string(threads));
@@ -57,8 +59,12 @@ int cmd_run(const PipelineArgs& args, int64_t steps, const std::string& stop_aft
   wam::RunOptions run_options;
   run_options.report_every_s = report_every;
   run_options.interrupt = &g_interrupted;
+  wam::cli::RunView view(view_args, pipeline.name(), report_every,
+                         wam::cli::RunView::stdout_is_terminal());
+  view.configure(run_options);
   wam::RunResult result = wam::run_pipeline(pipeline, run_options);
   std::signal(SIGINT, SIG_DFL);
+  view.finish(result);
 
   std::cout << result.stats.table();
   if (!stats_out.empty()) {
@@ -197,6 +203,8 @@ int run_cli(int argc, char** argv) {
       ->check(at_least(0));
   run->add_flag("--print-config", print_config,
                 "Print the effective pipeline (defaults filled in)");
+  wam::cli::RunViewArgs run_view_args;
+  wam::cli::add_run_view_options(*run, run_view_args);
 
   std::vector<std::string> validate_files, validate_overrides;
   auto* validate =
@@ -227,7 +235,8 @@ int run_cli(int argc, char** argv) {
 
   try {
     if (*run)
-      return cmd_run(run_args, steps, stop_after, stats_out, report_every, threads, print_config);
+      return cmd_run(run_args, steps, stop_after, stats_out, report_every, threads, print_config,
+                     run_view_args);
     if (*validate) return cmd_validate(validate_files, validate_overrides);
     if (app.got_subcommand("stages")) return cmd_stages();
     if (*describe) return cmd_describe(describe_type);

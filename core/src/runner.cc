@@ -16,6 +16,7 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <iostream>
 #include <map>
@@ -123,7 +124,8 @@ class Run {
         metrics_(nodes_.size()),
         terminal_out_(nodes_.size()),
         ledger_(pipeline.settings().max_in_flight, pipeline.file() + ":/settings/max_in_flight",
-                count_terminals(nodes_)) {
+                count_terminals(nodes_)),
+        series_(nodes_.size()) {
     log_ = options.log ? options.log : [](const std::string& line) { std::cerr << line << "\n"; };
     for (size_t i = 0; i < nodes_.size(); ++i) {
       contexts_.push_back(
@@ -142,6 +144,14 @@ class Run {
     threads_ = threads;
     oneapi::tbb::task_arena arena(static_cast<int>(threads));
     start_ = Clock::now();
+    if (options_.trace) {
+      std::vector<std::string> ids, types;
+      for (const auto& node : nodes_) {
+        ids.push_back(node.id);
+        types.push_back(node.type);
+      }
+      trace_ = std::make_unique<TraceRecorder>(ids, types, start_, *options_.trace);
+    }
     std::thread reporter([this] { report_loop(); });
     arena.execute([this] {
       if (open_all()) run_graph();
@@ -157,7 +167,14 @@ class Run {
     reporter.join();
 
     RunResult result;
+    const RunSnapshot last = snapshot(end);
     result.stats = collect_stats(end, threads);
+    result.stats.series = series_.finish(last);
+    if (options_.on_tick) options_.on_tick(last);
+    if (trace_) {
+      trace_->counters(last);
+      result.trace = trace_->to_json();
+    }
     if (error_) result.error = *error_;
     if (nodes_[0].stage) result.source_state = nodes_[0].source().state();
     return result;
@@ -231,8 +248,13 @@ class Run {
         ledger_.hand_to_batch(index, output->credits);
       }
     }
-    metrics.finish(Clock::now() - began);
+    const auto ended = Clock::now();
+    metrics.finish(ended - began);
     finish_output(index, *output);
+    if (trace_ && !input->samples.empty()) {
+      const bool terminal = node.outputs.empty() && !output->samples.empty();
+      trace_->slice(index, began, ended, input->seq, terminal ? metrics.out() : 0);
+    }
     return output;
   }
 
@@ -265,6 +287,13 @@ class Run {
         const int64_t keep = std::max<int64_t>(0, std::min(size, steps - before));
         output.samples.resize(static_cast<size_t>(keep));
         if (before + size >= steps) request_stop(StopReason::kSteps);
+      }
+      for (const auto& sample : output.samples) {
+        if (sample.has("loss") && sample.type("loss") == FieldType::kDouble) {
+          const double loss = sample.get_double("loss");
+          series_.add_loss(std::chrono::duration<double>(Clock::now() - start_).count(), loss);
+          last_loss_.store(loss);
+        }
       }
       if (options_.on_output) {
         std::lock_guard<std::mutex> lock(output_mutex_);
@@ -342,7 +371,9 @@ class Run {
         control.stop();
         return PacketPtr();
       }
-      metrics.add_busy(Clock::now() - began);
+      const auto ended = Clock::now();
+      metrics.add_busy(ended - began);
+      if (trace_ && sample) trace_->slice(0, began, ended, next_seq_);
       if (!sample) {
         source_exhausted_ = true;
         control.stop();
@@ -527,9 +558,41 @@ class Run {
     }
   }
 
-  // Watches for an interrupt and, every report_every_s, logs a progress line.
+  // Every node's figures now.
+  RunSnapshot snapshot(Clock::time_point now) const {
+    RunSnapshot snap;
+    snap.elapsed_s = std::chrono::duration<double>(now - start_).count();
+    snap.threads = threads_;
+    snap.steps_target = pipeline_.settings().steps;
+    const double loss = last_loss_.load();
+    if (!std::isnan(loss)) snap.loss = loss;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const NodeMetrics& m = metrics_[i];
+      NodeSnapshot n;
+      n.id = nodes_[i].id;
+      n.type = nodes_[i].type;
+      n.in = m.in();
+      n.out = m.out();
+      n.errors = m.errors();
+      n.skips = m.skips();
+      n.busy_s = m.busy_seconds();
+      n.starved_s = i == 0 ? 0.0 : m.starved_seconds(now);
+      n.blocked_s = m.blocked_seconds();
+      n.queued = m.queued();
+      n.active = m.active();
+      n.concurrency = static_cast<int64_t>(slots(i, threads_));
+      n.terminal = nodes_[i].outputs.empty();
+      if (n.terminal) snap.steps += n.out;
+      snap.nodes.push_back(std::move(n));
+    }
+    return snap;
+  }
+
+  // Watches for an interrupt; samples the series (and the trace's counters) at every poll; calls
+  // on_tick every tick_every_s and logs a progress line every report_every_s.
   void report_loop() {
     Progress last{Clock::now(), 0, std::vector<double>(nodes_.size(), 0.0)};
+    auto last_tick = Clock::now();
     std::unique_lock<std::mutex> lock(report_mutex_);
     const auto poll_interval = std::chrono::milliseconds(100);
     while (!report_cv_.wait_for(lock, poll_interval, [this] { return finished_; })) {
@@ -538,8 +601,16 @@ class Run {
         request_stop(StopReason::kInterrupted);
         log_("interrupted: stopping (in-flight items are dropped)");
       }
-      if (options_.report_every_s <= 0) continue;
       const auto now = Clock::now();
+      const RunSnapshot snap = snapshot(now);
+      series_.sample(snap);
+      if (trace_) trace_->counters(snap);
+      if (options_.on_tick &&
+          std::chrono::duration<double>(now - last_tick).count() >= options_.tick_every_s) {
+        last_tick = now;
+        options_.on_tick(snap);
+      }
+      if (options_.report_every_s <= 0) continue;
       if (std::chrono::duration<double>(now - last.at).count() < options_.report_every_s) continue;
       Progress current = progress(now);
       log_(progress_line(last, current));
@@ -624,6 +695,9 @@ class Run {
   std::map<size_t, std::unique_ptr<Join>> joins_;
   CreditLedger ledger_;
   int64_t threads_ = 1;
+  SeriesRecorder series_;
+  std::unique_ptr<TraceRecorder> trace_;
+  std::atomic<double> last_loss_{std::nan("")};
 
   std::atomic<StopReason> stop_{StopReason::kNone};
   std::mutex error_mutex_;

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# What `run` shows while it runs and what it leaves behind: the live view in a pseudo-terminal,
+# progress lines without one, --quiet, --trace-out, the --stats-out series; `graph` and `report`.
+# Usage: view_test.sh WAM_TEST_CLI_BINARY (the CLI with the test stages; run from the source root)
+set -uo pipefail
+bin=$(realpath "$1")
+failures=0
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+ok() { echo "ok   $1"; }
+fail() { echo "FAIL $1"; [ -n "${2:-}" ] && cat "$2"; failures=$((failures + 1)); }
+contains() { grep -qF -- "$2" "$1"; }  # contains FILE TEXT
+
+# About 1.5 s: a slow parallel decode (10 ms per item on average, 2 threads) feeding a serial step.
+cat >"$work/p.json" <<'JSON'
+{"version": 1, "name": "demo", "nodes": [
+  {"id": "source", "type": "Count", "params": {"count": 300}},
+  {"id": "decode", "type": "Delay", "inputs": ["source"], "params": {"max_us": 20000}},
+  {"id": "plus", "type": "Increment", "inputs": ["decode"]},
+  {"id": "batch", "type": "Batch", "inputs": ["plus"], "params": {"size": 8}},
+  {"id": "step", "type": "Loss", "inputs": ["batch"]}]}
+JSON
+
+# The live view: drawn on a terminal (script gives the run a pseudo-terminal), redrawn in place.
+if command -v script >/dev/null; then
+  script -qfec "$bin run $work/p.json --threads 2 --steps 30" "$work/tty" >/dev/null 2>&1
+  tr -d '\r' <"$work/tty" >"$work/live"
+  if contains "$work/live" "demo  [" && contains "$work/live" "step 30/30" &&
+    contains "$work/live" "node             type                 items/s  busy% starved%  queue in flight  conc  skips errors" &&
+    grep -qE '^decode +Delay +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +2 +0 +0.\[K$' "$work/live" &&
+    grep -qE '^step +Loss ' "$work/live" && contains "$work/live" $'\x1b[7A' &&
+    contains "$work/live" "pipeline demo: "; then
+    ok "live view in a terminal"
+  else
+    fail "live view in a terminal" "$work/live"
+  fi
+  script -qfec "$bin run $work/p.json --threads 2 --quiet --report-every 0.2" "$work/tty" \
+    >/dev/null 2>&1
+  tr -d '\r' <"$work/tty" >"$work/quiet"
+  if ! contains "$work/quiet" "demo  [" && ! grep -qE '^\[[0-9.]+ s\] out' "$work/quiet" &&
+    contains "$work/quiet" "pipeline demo: "; then
+    ok "--quiet draws nothing while running"
+  else
+    fail "--quiet draws nothing while running" "$work/quiet"
+  fi
+else
+  echo "skip live view: no \`script\` (Debian bsdutils)"
+fi
+
+# Not a terminal: the compact progress line every --report-every seconds, no escapes.
+"$bin" run "$work/p.json" --threads 2 --report-every 0.3 --trace-out "$work/trace.json" \
+  --stats-out "$work/stats.json" >"$work/out" 2>"$work/err"
+if grep -qE '^\[[0-9.]+ s\] out [0-9]+ \([0-9.]+/s\) busy%: source [0-9]+ decode [0-9]+' "$work/err" &&
+  ! grep -q $'\x1b' "$work/out" "$work/err"; then
+  ok "progress lines when stdout is not a terminal"
+else
+  fail "progress lines when stdout is not a terminal" "$work/err"
+fi
+
+/usr/bin/python3 - "$work/trace.json" "$work/stats.json" <<'PY' || failures=$((failures + 1))
+import json, sys
+trace, stats = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+problems = []
+events = trace["traceEvents"]
+names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+if names != {"source: Count", "decode: Delay", "plus: Increment", "batch: Batch", "step: Loss"}:
+    problems.append(f"process tracks {names}")
+steps = sorted(int(e["name"].split()[1]) for e in events if e["ph"] == "X" and e["pid"] == 5)
+if steps != list(range(1, 39)):
+    problems.append(f"step slices {steps[:5]}...")
+if {e["name"] for e in events if e["ph"] == "C"} != {"queue depth", "in flight", "items/s"}:
+    problems.append("counter tracks")
+series = stats["series"]
+for node in stats["nodes"]:
+    s = series["nodes"][node["id"]]
+    if sum(s["items"]) != node["out"] or abs(sum(s["busy_s"]) - node["busy_s"]) > 1e-6:
+        problems.append(f"{node['id']} series {sum(s['items'])} vs {node['out']}")
+    if not len(s["items"]) == len(s["queue"]) == len(series["t"]) >= 1:
+        problems.append(f"{node['id']} series lengths")
+if series["loss"]["step"] != list(range(1, 39)) or series["loss"]["value"][0] != 0.5:
+    problems.append("loss series")
+print("FAIL trace and stats: " + "; ".join(problems) if problems else "ok   trace and stats series")
+sys.exit(1 if problems else 0)
+PY
+
+echo "$failures failed"
+[ "$failures" -eq 0 ]
