@@ -22,18 +22,27 @@ std::string format(const char* pattern, ...) {
 }  // namespace
 
 namespace {
-std::mutex probe_mutex;
-DeviceMemoryProbe probe;
+// Function-local: a probe is installed during static initialisation of other files.
+struct Probe {
+  std::mutex mutex;
+  DeviceMemoryProbe probe;
+};
+Probe& probe_slot() {
+  static Probe slot;
+  return slot;
+}
 }  // namespace
 
-void set_device_memory_probe(DeviceMemoryProbe p) {
-  std::lock_guard<std::mutex> lock(probe_mutex);
-  probe = std::move(p);
+void set_device_memory_probe(DeviceMemoryProbe probe) {
+  Probe& slot = probe_slot();
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  slot.probe = std::move(probe);
 }
 
 std::optional<int64_t> device_memory_in_use() {
-  std::lock_guard<std::mutex> lock(probe_mutex);
-  return probe ? probe() : std::nullopt;
+  Probe& slot = probe_slot();
+  std::lock_guard<std::mutex> lock(slot.mutex);
+  return slot.probe ? slot.probe() : std::nullopt;
 }
 
 std::string LiveView::duration(double seconds) {
