@@ -12,6 +12,7 @@
 #include "cli/command.h"
 #include "cli/run_view.h"
 #include "cli/validators.h"
+#include "cli/view_commands.h"
 #include "wam/pipeline.h"
 #include "wam/registry.h"
 #include "wam/runner.h"
@@ -156,15 +157,9 @@ int cmd_describe(const std::string& type) {
   return kExitOk;
 }
 
-int cmd_graph(const PipelineArgs& args, const std::string& out) {
+int cmd_graph(const PipelineArgs& args, const std::string& stats, const std::string& out) {
   wam::ValidatedPipeline pipeline = wam::load_pipeline(args.file, {args.overrides});
-  const std::string dot = pipeline.to_dot();
-  if (out.empty()) {
-    std::cout << dot;
-  } else {
-    wam::write_file_atomically(out, dot);
-    std::cerr << "wrote " << out << " (render: dot -Tsvg " << out << " -o graph.svg)\n";
-  }
+  wam::cli::write_graph(pipeline, stats, out);
   return kExitOk;
 }
 
@@ -219,10 +214,17 @@ int run_cli(int argc, char** argv) {
   describe->add_option("type", describe_type, "Stage type, e.g. VideoDecode")->required();
 
   PipelineArgs graph_args;
-  std::string graph_out;
-  auto* graph = app.add_subcommand("graph", "Write the pipeline's graph as Graphviz DOT");
+  std::string graph_out, graph_stats;
+  auto* graph = app.add_subcommand("graph", "Draw the pipeline's graph (Graphviz)");
   add_pipeline_args(*graph, graph_args);
-  graph->add_option("-o,--output", graph_out, "Output .dot file (default: stdout)");
+  graph->add_option("-o,--output", graph_out,
+                    "Output file: .dot, or .svg/.png drawn by Graphviz's dot (default: DOT on "
+                    "stdout)");
+  graph
+      ->add_option("--stats", graph_stats,
+                   "A run's statistics (run --stats-out): colour nodes by utilisation, label "
+                   "busy %, items/s and queue depths, mark the bottleneck")
+      ->check(CLI::ExistingFile);
 
   const std::vector<std::unique_ptr<Command>> commands = CommandRegistry::builtin().create_all(app);
 
@@ -240,7 +242,7 @@ int run_cli(int argc, char** argv) {
     if (*validate) return cmd_validate(validate_files, validate_overrides);
     if (app.got_subcommand("stages")) return cmd_stages();
     if (*describe) return cmd_describe(describe_type);
-    if (*graph) return cmd_graph(graph_args, graph_out);
+    if (*graph) return cmd_graph(graph_args, graph_stats, graph_out);
     for (const auto& command : commands) {
       if (command->selected()) return command->run();
     }

@@ -169,6 +169,7 @@ nlohmann::json RunStats::to_json() const {
     nodes_json.push_back({{"id", n.id},
                           {"type", n.type},
                           {"concurrency", n.concurrency},
+                          {"inputs", n.inputs},
                           {"in", n.in},
                           {"out", n.out},
                           {"busy_s", n.busy_s},

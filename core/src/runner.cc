@@ -667,6 +667,7 @@ class Run {
       n.id = nodes_[i].id;
       n.type = nodes_[i].type;
       n.concurrency = nodes_[i].concurrency.to_string();
+      for (size_t input : nodes_[i].inputs) n.inputs.push_back(nodes_[input].id);
       n.in = m.in();
       n.out = m.out();
       n.errors = m.errors();

@@ -83,5 +83,41 @@ print("FAIL trace and stats: " + "; ".join(problems) if problems else "ok   trac
 sys.exit(1 if problems else 0)
 PY
 
+# graph --stats: a deliberately slow serial stage is the one marked.
+cat >"$work/slow.json" <<'JSON'
+{"version": 1, "name": "slow", "nodes": [
+  {"id": "source", "type": "Count", "params": {"count": 200}},
+  {"id": "fast", "type": "Increment", "inputs": ["source"]},
+  {"id": "slow", "type": "Delay", "inputs": ["fast"], "params": {"max_us": 4000},
+   "concurrency": 1},
+  {"id": "step", "type": "Loss", "inputs": ["slow"]}]}
+JSON
+"$bin" run "$work/slow.json" --threads 2 --quiet --stats-out "$work/slow_stats.json" >/dev/null 2>&1
+"$bin" graph "$work/slow.json" --stats "$work/slow_stats.json" -o "$work/slow.dot" 2>"$work/err"
+if grep -qE '^  "slow" \[label="BOTTLENECK\\nslow\\nDelay\\nserial, busy (9[0-9]|100)%\\n[0-9.]+ items/s", fillcolor="0.0[0-9]+ 0.45 1.000", color="red", penwidth=3' "$work/slow.dot" &&
+  [ "$(grep -c BOTTLENECK "$work/slow.dot")" -eq 1 ] &&
+  grep -qE '^slow \(Delay\) is the bottleneck: (9[0-9]|100)% busy \(serial\); step waits on input [0-9]+% of the time$' "$work/err"; then
+  ok "graph --stats marks the slow node (DOT)"
+else
+  fail "graph --stats marks the slow node (DOT)" "$work/slow.dot"; cat "$work/err"
+fi
+if command -v dot >/dev/null; then
+  "$bin" graph "$work/slow.json" --stats "$work/slow_stats.json" -o "$work/slow.svg" 2>/dev/null
+  /usr/bin/python3 - "$work/slow.svg" <<'PY' || failures=$((failures + 1))
+import re, sys
+svg = open(sys.argv[1]).read()
+nodes = dict(re.findall(r'<g id="node\d+" class="node">\s*<title>([^<]+)</title>(.*?)</g>', svg, re.S))
+marked = [n for n, body in nodes.items() if "BOTTLENECK" in body]
+ok = sorted(nodes) == ["fast", "slow", "source", "step"] and marked == ["slow"] and 'stroke="red"' in nodes["slow"]
+print(("ok   " if ok else f"FAIL graph SVG: nodes {sorted(nodes)}, marked {marked}: ") + "graph --stats -o F.svg marks the slow node")
+sys.exit(0 if ok else 1)
+PY
+  "$bin" graph "$work/slow.json" -o "$work/slow.png" 2>/dev/null
+  [ "$(head -c 8 "$work/slow.png" | od -An -tx1 | tr -d ' \n')" = 89504e470d0a1a0a ] &&
+    ok "graph -o F.png" || fail "graph -o F.png"
+else
+  echo "skip graph SVG/PNG: no Graphviz dot (scripts/setup.sh installs graphviz)"
+fi
+
 echo "$failures failed"
 [ "$failures" -eq 0 ]

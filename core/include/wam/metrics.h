@@ -57,6 +57,7 @@ class NodeMetrics {
 
 struct NodeStats {
   std::string id, type, concurrency;
+  std::vector<std::string> inputs;  // the ids of the nodes it reads from
   int64_t in = 0, out = 0, errors = 0, skips = 0;
   double busy_s = 0, utilisation = 0, starved_s = 0, blocked_s = 0, queue_mean = 0;
   int64_t queue_max = 0;
