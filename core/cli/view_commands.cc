@@ -6,9 +6,12 @@
 #include <fstream>
 #include <iostream>
 
+#include "cli/command.h"
+#include "cli/validators.h"
 #include "wam/error.h"
 #include "wam/graph_view.h"
 #include "wam/metrics.h"
+#include "wam/report.h"
 
 namespace wam::cli {
 namespace {
@@ -28,6 +31,49 @@ std::string extension(const std::string& file) {
   for (auto& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return ext;
 }
+
+// `wam-pipeline report F.json [-o report.html]`.
+class ReportCommand final : public Command {
+ public:
+  static constexpr std::string_view kName = "report";
+  explicit ReportCommand(CLI::App& app) {
+    command_ = app.add_subcommand(
+        "report",
+        "Write a self-contained HTML report of a run (run --stats-out): the verdict, the "
+        "annotated graph, throughput and queue depth over time, the summary table");
+    command_->add_option("stats", stats_, "A run's statistics JSON (run --stats-out)")
+        ->required()
+        ->check(CLI::ExistingFile);
+    command_->add_option("-o,--output", out_, "The HTML file to write")
+        ->capture_default_str()
+        ->check(in_existing_directory());
+  }
+  bool selected() const override { return command_->parsed(); }
+  int run() override {
+    const nlohmann::json stats = read_json(stats_);
+    GraphAnalysis graph;
+    try {
+      graph = analyse_stats(stats);
+    } catch (const Error& e) {
+      throw Error(stats_ + ": " + e.what());
+    }
+    std::string svg;
+    try {
+      svg = render_dot(annotated_dot(graph), "svg");
+    } catch (const Error& e) {
+      std::cerr << "warning: " << e.what() << "; the report shows the graph as DOT text\n";
+    }
+    write_file_atomically(out_, html_report(stats, svg));
+    std::cerr << "wrote " << out_ << "\n";
+    if (!graph.verdict.empty()) std::cout << graph.verdict << "\n";
+    return kExitOk;
+  }
+
+ private:
+  CLI::App* command_ = nullptr;
+  std::string stats_, out_ = "report.html";
+};
+WAM_REGISTER_COMMAND(ReportCommand);
 
 }  // namespace
 

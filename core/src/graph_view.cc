@@ -33,8 +33,11 @@ std::string quoted(const std::string& text) {
   return out;
 }
 
-std::string concurrency_words(const GraphNode& node) {
+std::string concurrency_words(const GraphNode& node, int64_t threads = 0) {
   if (node.concurrency == "serial" || node.concurrency == "1") return "serial";
+  if (node.concurrency == "unlimited" && threads > 0) {
+    return "concurrency unlimited (" + std::to_string(threads) + " threads)";
+  }
   return "concurrency " + node.concurrency;
 }
 
@@ -61,9 +64,9 @@ std::string verdict_of(const GraphAnalysis& graph) {
     }
     return text;
   }
-  std::string text = b.id + " (" + b.type + ") is the bottleneck: " + percent(b.utilisation) +
-                     " busy " +
-                     (concurrency_words(b) == "serial" ? "(serial)" : "at " + concurrency_words(b));
+  std::string text =
+      b.id + " (" + b.type + ") is the bottleneck: " + percent(b.utilisation) + " busy " +
+      (concurrency_words(b) == "serial" ? "(serial)" : "at " + concurrency_words(b, graph.threads));
   if (step) text += "; " + step->id + " waits on input " + percent(step->starved) + " of the time";
   return text;
 }
@@ -113,6 +116,7 @@ GraphAnalysis analyse_stats(const nlohmann::json& stats,
     }
   }
   graph.wall_s = stats["wall_s"].get<double>();
+  graph.threads = stats.value("threads", int64_t(0));
   for (const auto& node : stats["nodes"]) {
     auto it = std::find_if(graph.nodes.begin(), graph.nodes.end(),
                            [&](const GraphNode& n) { return n.id == node.at("id"); });

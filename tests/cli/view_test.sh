@@ -119,5 +119,82 @@ else
   echo "skip graph SVG/PNG: no Graphviz dot (scripts/setup.sh installs graphviz)"
 fi
 
+# report: one self-contained HTML file, rendered by headless Chromium.
+"$bin" report "$work/slow_stats.json" -o "$work/report.html" >"$work/out" 2>&1 &&
+  grep -qE '^slow \(Delay\) is the bottleneck' "$work/out" && ok "report writes the page" ||
+  fail "report writes the page" "$work/out"
+chromium_bin=$(command -v chromium || command -v chromium-browser || true)
+if [ -n "$chromium_bin" ]; then
+  chrome=("$chromium_bin" --headless --no-sandbox --disable-gpu --hide-scrollbars
+          --user-data-dir="$work/chromium")
+  timeout 120 "${chrome[@]}" --dump-dom "file://$work/report.html" >"$work/dom.html" 2>/dev/null
+  timeout 120 "${chrome[@]}" --window-size=1000,1400 --screenshot="$work/report.png" \
+    "file://$work/report.html" >/dev/null 2>&1
+  /usr/bin/python3 - "$work/dom.html" "$work/report.png" <<'PY' || failures=$((failures + 1))
+import re, struct, sys, zlib
+dom = open(sys.argv[1]).read()
+problems = []
+verdict = re.search(r'<p class="verdict" id="verdict">([^<]*)</p>', dom)
+if not verdict or not re.fullmatch(r"slow \(Delay\) is the bottleneck: (9\d|100)% busy \(serial\); step waits on input \d+% of the time", verdict.group(1)):
+    problems.append(f"verdict {verdict and verdict.group(1)}")
+for text in ("<h1>slow</h1>", "<h2>Graph</h2>", "<h2>Over time</h2>", "<h2>Summary</h2>",
+             "<title>Throughput per node</title>", "<title>Queue depth per node</title>",
+             "<title>Loss</title>", '<tr class="bottleneck"><td>slow</td><td>Delay</td>'):
+    if text not in dom:
+        problems.append(f"missing {text}")
+if "BOTTLENECK" not in dom or dom.count("<svg") < 4:
+    problems.append("the graph or the charts are missing")
+
+def pixels(path):  # an 8-bit RGB/RGBA non-interlaced PNG, decoded
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat = 8, b""
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, colour = struct.unpack(">IIBB", body[:10])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    assert depth == 8 and colour in (2, 6)
+    bpp = 3 if colour == 2 else 4
+    raw, stride, prev, rows, i = zlib.decompress(idat), width * bpp, bytearray(width * bpp), [], 0
+    for _ in range(height):
+        f, line = raw[i], bytearray(raw[i + 1:i + 1 + stride])
+        i += 1 + stride
+        for x in range(stride):
+            a = line[x - bpp] if x >= bpp else 0
+            b, c = prev[x], prev[x - bpp] if x >= bpp else 0
+            if f == 1: line[x] = (line[x] + a) & 255
+            elif f == 2: line[x] = (line[x] + b) & 255
+            elif f == 3: line[x] = (line[x] + (a + b) // 2) & 255
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[x] = (line[x] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 255
+        rows.append(bytes(line))
+        prev = line
+    return width, height, bpp, rows
+
+try:
+    width, height, bpp, rows = pixels(sys.argv[2])
+    colours, inked = set(), 0
+    for row in rows[::4]:
+        for x in range(0, width * bpp, bpp * 4):
+            px = row[x:x + 3]
+            colours.add(px)
+            inked += px != b"\xff\xff\xff"
+    if (width, height) != (1000, 1400) or len(colours) < 8 or inked < 2000:
+        problems.append(f"screenshot looks blank: {width}x{height}, {len(colours)} colours, {inked} inked samples")
+except Exception as e:
+    problems.append(f"screenshot: {e!r}")
+print("FAIL report in Chromium: " + "; ".join(problems) if problems else "ok   report renders in headless Chromium (text and a non-blank screenshot)")
+sys.exit(1 if problems else 0)
+PY
+else
+  echo "skip report in Chromium: no chromium (scripts/setup.sh installs it)"
+fi
+
 echo "$failures failed"
 [ "$failures" -eq 0 ]

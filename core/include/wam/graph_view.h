@@ -28,6 +28,7 @@ struct GraphNode {
 struct GraphAnalysis {
   std::string pipeline;
   double wall_s = 0;
+  int64_t threads = 0;
   std::vector<GraphNode> nodes;
   std::optional<size_t> bottleneck;  // the busiest node (highest utilisation), when measured
   std::string verdict;               // one sentence, e.g. "decode (VideoDecode) is the bottleneck:
