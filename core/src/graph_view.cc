@@ -129,6 +129,10 @@ GraphAnalysis analyse_stats(const nlohmann::json& stats,
     it->errors = node.value("errors", int64_t(0));
     it->skips = node.value("skips", int64_t(0));
     if (node.contains("concurrency")) it->concurrency = node["concurrency"];
+    if (it->concurrency == "auto" && node.contains("concurrency_now")) {
+      it->concurrency =
+          "auto, " + std::to_string(node["concurrency_now"].get<int64_t>()) + " at the end";
+    }
   }
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     if (!graph.nodes[i].measured) continue;

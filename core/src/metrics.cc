@@ -170,6 +170,8 @@ nlohmann::json RunStats::to_json() const {
                           {"type", n.type},
                           {"concurrency", n.concurrency},
                           {"inputs", n.inputs},
+                          {"concurrency_now", n.concurrency_now},
+                          {"concurrency_mean", n.concurrency_mean},
                           {"in", n.in},
                           {"out", n.out},
                           {"busy_s", n.busy_s},

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <condition_variable>
+#include <deque>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -25,6 +26,7 @@
 #include <thread>
 
 #include "credit_ledger.h"
+#include "wam/autotune.h"
 
 namespace wam {
 namespace {
@@ -115,6 +117,57 @@ class Join {
   std::map<uint64_t, std::vector<PacketPtr>> pending_;
 };
 
+// An auto node's worker limit, moved during the run. Its TBB node may run up to the thread count
+// of bodies; a body over the limit parks its packet here and returns, and a body that finishes an
+// item takes the next parked one while the node is under its limit. The last body to leave always
+// finds the node under its limit (which is at least 1), so no parked packet is left behind.
+class AutoGate {
+ public:
+  AutoGate(int64_t limit, Clock::time_point start) : limit_(limit), since_(start) {}
+
+  // Parks `packet`; returns a packet this body may process now (taking a worker), or null.
+  PacketPtr enter(PacketPtr packet) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    parked_.push_back(std::move(packet));
+    return take();
+  }
+  // Gives back the worker; returns the next packet to process with it, or null.
+  PacketPtr leave() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --active_;
+    return take();
+  }
+  int64_t limit() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return limit_;
+  }
+  void set_limit(int64_t limit, Clock::time_point now) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    limit_seconds_ += double(limit_) * std::chrono::duration<double>(now - since_).count();
+    since_ = now;
+    limit_ = limit;
+  }
+  // The limit integrated over time: worker-seconds the node was allowed.
+  double limit_seconds(Clock::time_point now) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return limit_seconds_ + double(limit_) * std::chrono::duration<double>(now - since_).count();
+  }
+
+ private:
+  PacketPtr take() {
+    if (active_ >= limit_ || parked_.empty()) return nullptr;
+    ++active_;
+    PacketPtr next = std::move(parked_.front());
+    parked_.pop_front();
+    return next;
+  }
+  mutable std::mutex mutex_;
+  std::deque<PacketPtr> parked_;
+  int64_t active_ = 0, limit_;
+  double limit_seconds_ = 0;
+  Clock::time_point since_;
+};
+
 class Run {
  public:
   Run(ValidatedPipeline& pipeline, const RunOptions& options)
@@ -144,6 +197,7 @@ class Run {
     threads_ = threads;
     oneapi::tbb::task_arena arena(static_cast<int>(threads));
     start_ = Clock::now();
+    create_gates();
     if (options_.trace) {
       std::vector<std::string> ids, types;
       for (const auto& node : nodes_) {
@@ -392,25 +446,43 @@ class Run {
     }
   }
 
+  // Auto nodes start with an even share of the thread budget.
+  void create_gates() {
+    gates_.resize(nodes_.size());
+    size_t count = 0;
+    for (size_t i = 1; i < nodes_.size(); ++i) count += nodes_[i].concurrency.is_auto();
+    for (size_t i = 1; i < nodes_.size(); ++i) {
+      if (!nodes_[i].concurrency.is_auto()) continue;
+      gates_[i] = std::make_unique<AutoGate>(initial_auto_limit(threads_, count), start_);
+      auto_nodes_.push_back(i);
+    }
+  }
+
   // Node `i`'s stage, behind a sequencer when it needs source order and a join when it has several
   // inputs.
   void add_stage_node(flow::graph& graph, size_t i, FlowNodes& flow_nodes) {
     const ValidatedNode& node = nodes_[i];
+    const bool parallel = node.concurrency.limit == Concurrency::kUnlimited || gates_[i];
     const size_t concurrency = node.concurrency.limit == Concurrency::kUnlimited
                                    ? size_t(flow::unlimited)
-                                   : static_cast<size_t>(node.concurrency.limit);
+                               : gates_[i] ? static_cast<size_t>(threads_)
+                                           : static_cast<size_t>(node.concurrency.limit);
     // A free worker takes a bounded-concurrency node's work first, later nodes (they are in
     // topological order) before earlier ones: the serial chain to the step is never starved by
     // a backlog of parallel decoding, and it holds at most one worker per node, so the parallel
     // stages keep the rest.
-    const auto priority = node.concurrency.limit == Concurrency::kUnlimited
-                              ? flow::no_priority
-                              : static_cast<flow::node_priority_t>(i);
+    const auto priority = parallel ? flow::no_priority : static_cast<flow::node_priority_t>(i);
     flow_nodes.stages[i] = std::make_unique<StageNode>(
         graph, concurrency,
         [this, i](const PacketPtr& in, StageNode::output_ports_type& ports) {
-          PacketPtr out = process_packet(i, in);
-          forward(i, out, std::get<0>(ports));
+          AutoGate* gate = gates_[i].get();
+          if (!gate) {
+            forward(i, process_packet(i, in), std::get<0>(ports));
+            return;
+          }
+          for (PacketPtr next = gate->enter(in); next; next = gate->leave()) {
+            forward(i, process_packet(i, next), std::get<0>(ports));
+          }
         },
         priority);
     flow::receiver<PacketPtr>* first = flow_nodes.stages[i].get();
@@ -474,6 +546,7 @@ class Run {
   }
 
   double slots(size_t index, int64_t threads) const {
+    if (gates_[index]) return double(gates_[index]->limit());
     const int64_t limit = nodes_[index].concurrency.limit;
     return limit == Concurrency::kUnlimited ? double(threads)
                                             : double(std::min<int64_t>(limit, threads));
@@ -594,7 +667,9 @@ class Run {
     Progress last{Clock::now(), 0, std::vector<double>(nodes_.size(), 0.0)};
     auto last_tick = Clock::now();
     std::unique_lock<std::mutex> lock(report_mutex_);
-    const auto poll_interval = std::chrono::milliseconds(100);
+    const auto poll_interval = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(std::clamp(options_.autotune_every_s, 0.01, 0.1)));
+    Window window = open_window(Clock::now());
     while (!report_cv_.wait_for(lock, poll_interval, [this] { return finished_; })) {
       if (options_.interrupt && options_.interrupt->load() && !interrupt_seen_) {
         interrupt_seen_ = true;
@@ -604,6 +679,7 @@ class Run {
       const auto now = Clock::now();
       const RunSnapshot snap = snapshot(now);
       series_.sample(snap);
+      if (!auto_nodes_.empty()) tune(window, snap, now);
       if (trace_) trace_->counters(snap);
       if (options_.on_tick &&
           std::chrono::duration<double>(now - last_tick).count() >= options_.tick_every_s) {
@@ -616,6 +692,49 @@ class Run {
       log_(progress_line(last, current));
       last = std::move(current);
     }
+  }
+
+  // What auto concurrency measures between two steps.
+  struct Window {
+    Clock::time_point began;
+    std::vector<double> busy, queue_sum, active_sum;  // per auto node
+    int64_t polls = 0;
+  };
+
+  Window open_window(Clock::time_point now) const {
+    Window window{now,
+                  {},
+                  std::vector<double>(auto_nodes_.size(), 0.0),
+                  std::vector<double>(auto_nodes_.size(), 0.0),
+                  0};
+    for (size_t i : auto_nodes_) window.busy.push_back(metrics_[i].busy_seconds());
+    return window;
+  }
+
+  // Samples the auto nodes at each poll and moves their limits once a window is over.
+  void tune(Window& window, const RunSnapshot& snap, Clock::time_point now) {
+    for (size_t k = 0; k < auto_nodes_.size(); ++k) {
+      window.queue_sum[k] += double(snap.nodes[auto_nodes_[k]].queued);
+      window.active_sum[k] += double(snap.nodes[auto_nodes_[k]].active);
+    }
+    ++window.polls;
+    const double seconds = std::chrono::duration<double>(now - window.began).count();
+    if (seconds < options_.autotune_every_s) return;
+    std::vector<TunedNode> measured;
+    for (size_t k = 0; k < auto_nodes_.size(); ++k) {
+      const size_t i = auto_nodes_[k];
+      const double limit = double(gates_[i]->limit());
+      // Busy time counts when an item finishes; the workers seen at work count long items too.
+      const double busy = (snap.nodes[i].busy_s - window.busy[k]) / (seconds * limit);
+      const double occupied = window.active_sum[k] / double(window.polls) / limit;
+      measured.push_back({gates_[i]->limit(), std::max(busy, occupied),
+                          window.queue_sum[k] / double(window.polls)});
+    }
+    const std::vector<int64_t> limits = tune_concurrency(measured, threads_);
+    for (size_t k = 0; k < auto_nodes_.size(); ++k) {
+      if (limits[k] != measured[k].limit) gates_[auto_nodes_[k]]->set_limit(limits[k], now);
+    }
+    window = open_window(now);
   }
 
   // What a progress line compares with the previous one.
@@ -674,6 +793,13 @@ class Run {
       n.skips = m.skips();
       n.busy_s = m.busy_seconds();
       n.utilisation = stats.wall_s > 0 ? n.busy_s / (stats.wall_s * slots(i, threads)) : 0.0;
+      n.concurrency_now = static_cast<int64_t>(slots(i, threads));
+      n.concurrency_mean = double(n.concurrency_now);
+      if (gates_[i]) {
+        const double allowed = gates_[i]->limit_seconds(end);
+        n.utilisation = allowed > 0 ? n.busy_s / allowed : 0.0;
+        n.concurrency_mean = stats.wall_s > 0 ? allowed / stats.wall_s : n.concurrency_mean;
+      }
       n.starved_s = i == 0 ? 0.0 : m.starved_seconds(end);
       n.blocked_s = m.blocked_seconds();
       n.queue_mean = m.mean_queue_depth();
@@ -698,6 +824,8 @@ class Run {
   int64_t threads_ = 1;
   SeriesRecorder series_;
   std::unique_ptr<TraceRecorder> trace_;
+  std::vector<std::unique_ptr<AutoGate>> gates_;  // per node; set for auto nodes
+  std::vector<size_t> auto_nodes_;
   std::atomic<double> last_loss_{std::nan("")};
 
   std::atomic<StopReason> stop_{StopReason::kNone};

@@ -27,7 +27,7 @@ if command -v script >/dev/null; then
   tr -d '\r' <"$work/tty" >"$work/live"
   if contains "$work/live" "demo  [" && contains "$work/live" "step 30/30" &&
     contains "$work/live" "node             type                 items/s  busy% starved%  queue in flight  conc  skips errors" &&
-    grep -qE '^decode +Delay +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +2 +0 +0.\[K$' "$work/live" &&
+    grep -qE '^decode +Delay +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[12] +0 +0.\[K$' "$work/live" &&
     grep -qE '^step +Loss ' "$work/live" && contains "$work/live" $'\x1b[7A' &&
     contains "$work/live" "pipeline demo: "; then
     ok "live view in a terminal"

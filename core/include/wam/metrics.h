@@ -61,6 +61,8 @@ struct NodeStats {
   int64_t in = 0, out = 0, errors = 0, skips = 0;
   double busy_s = 0, utilisation = 0, starved_s = 0, blocked_s = 0, queue_mean = 0;
   int64_t queue_max = 0;
+  int64_t concurrency_now = 1;  // workers it could use at the end (auto: the limit reached)
+  double concurrency_mean = 1;  // over the run (auto: the limit's time average)
   std::vector<std::pair<std::string, int64_t>> counters;
 };
 

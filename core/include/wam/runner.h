@@ -29,6 +29,8 @@ struct RunOptions {
   // at the end.
   std::function<void(const RunSnapshot&)> on_tick;
   double tick_every_s = 1.0;
+  // Seconds between steps of auto concurrency (wam/autotune.h).
+  double autotune_every_s = 1.0;
   // Record a Chrome trace (RunResult::trace) within these bounds.
   std::optional<TraceOptions> trace;
 };
