@@ -123,7 +123,8 @@ class Join {
 // finds the node under its limit (which is at least 1), so no parked packet is left behind.
 class AutoGate {
  public:
-  AutoGate(int64_t limit, Clock::time_point start) : limit_(limit), since_(start) {}
+  AutoGate(int64_t limit, Clock::time_point start)
+      : limit_(limit), since_(start), limit_now_(limit) {}
 
   // Parks `packet`; returns a packet this body may process now (taking a worker), or null.
   PacketPtr enter(PacketPtr packet) {
@@ -137,15 +138,13 @@ class AutoGate {
     --active_;
     return take();
   }
-  int64_t limit() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return limit_;
-  }
+  int64_t limit() const { return limit_now_.load(std::memory_order_relaxed); }
   void set_limit(int64_t limit, Clock::time_point now) {
     std::lock_guard<std::mutex> lock(mutex_);
     limit_seconds_ += double(limit_) * std::chrono::duration<double>(now - since_).count();
     since_ = now;
     limit_ = limit;
+    limit_now_.store(limit, std::memory_order_relaxed);
   }
   // The limit integrated over time: worker-seconds the node was allowed.
   double limit_seconds(Clock::time_point now) const {
@@ -166,6 +165,7 @@ class AutoGate {
   int64_t active_ = 0, limit_;
   double limit_seconds_ = 0;
   Clock::time_point since_;
+  std::atomic<int64_t> limit_now_;  // limit_, read without the lock
 };
 
 class Run {
@@ -463,10 +463,10 @@ class Run {
   void add_stage_node(flow::graph& graph, size_t i, FlowNodes& flow_nodes) {
     const ValidatedNode& node = nodes_[i];
     const bool parallel = node.concurrency.limit == Concurrency::kUnlimited || gates_[i];
-    const size_t concurrency = node.concurrency.limit == Concurrency::kUnlimited
-                                   ? size_t(flow::unlimited)
-                               : gates_[i] ? static_cast<size_t>(threads_)
-                                           : static_cast<size_t>(node.concurrency.limit);
+    // An auto node's gate does the limiting: TBB spawns a task per item, as for unlimited nodes,
+    // which costs less than its buffering of a limited node's items.
+    const size_t concurrency =
+        parallel ? size_t(flow::unlimited) : static_cast<size_t>(node.concurrency.limit);
     // A free worker takes a bounded-concurrency node's work first, later nodes (they are in
     // topological order) before earlier ones: the serial chain to the step is never starved by
     // a backlog of parallel decoding, and it holds at most one worker per node, so the parallel
@@ -476,7 +476,9 @@ class Run {
         graph, concurrency,
         [this, i](const PacketPtr& in, StageNode::output_ports_type& ports) {
           AutoGate* gate = gates_[i].get();
-          if (!gate) {
+          // At the thread count the limit cannot bind: no gate. Bodies that parked packets when it
+          // was lower still take them all before they leave.
+          if (!gate || gate->limit() >= threads_) {
             forward(i, process_packet(i, in), std::get<0>(ports));
             return;
           }
