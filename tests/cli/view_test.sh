@@ -196,5 +196,29 @@ else
   echo "skip report in Chromium: no chromium (scripts/setup.sh installs it)"
 fi
 
+# The profile ladder's plot (scripts/bench.sh ladder) from `bench P1 P2... --json`'s table.
+cat >"$work/ladder.json" <<'JSON'
+{"table": [
+ {"pipeline": "robotwin_baseline", "samples_per_s": 10.0, "vs_first": 1.0, "pipeline_efficiency": 0.41, "peak_bytes": 3},
+ {"pipeline": "robotwin_online", "samples_per_s": 25.0, "vs_first": 2.5, "pipeline_efficiency": 0.95, "peak_bytes": 3},
+ {"pipeline": "robotwin_compile", "samples_per_s": 40.0, "vs_first": 4.0, "pipeline_efficiency": null, "peak_bytes": -1}],
+ "pipelines": []}
+JSON
+/usr/bin/python3 scripts/ladder_plot.py "$work/ladder.json" robotwin "$work/ladder.svg" >"$work/out"
+/usr/bin/python3 - "$work/ladder.svg" "$work/out" <<'PY' || failures=$((failures + 1))
+import sys, xml.dom.minidom
+svg = xml.dom.minidom.parse(sys.argv[1])
+bars = [r for r in svg.getElementsByTagName("rect") if r.getAttribute("class") == "bar"]
+heights = [float(b.getAttribute("height")) for b in bars]
+titles = [b.getElementsByTagName("title")[0].firstChild.data for b in bars]
+table = open(sys.argv[2]).read()
+ok = (len(bars) == 3 and abs(heights[1] / heights[0] - 2.5) < 0.01 and abs(heights[2] / heights[0] - 4) < 0.01
+      and titles[0] == "robotwin_baseline: 10.00 samples/s"
+      and "  robotwin_online             25.00       0.950     2.50x\n" in table
+      and "  robotwin_compile            40.00           -     4.00x\n" in table)
+print(("ok   " if ok else f"FAIL ladder plot {heights} {titles}: ") + "the ladder's SVG plot and table")
+sys.exit(0 if ok else 1)
+PY
+
 echo "$failures failed"
 [ "$failures" -eq 0 ]
