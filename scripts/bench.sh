@@ -9,9 +9,10 @@
 #         device part alone vs whole graph, peak memory, transfer per batch). On the GPU machine,
 #         build first and run it with WAM_BUILD_DIR=build-gpu WAM_SKIP_SETUP=1.
 # ladder: the profile ladder on a CUDA machine, base preset, for each task of $WAM_LADDER_TASKS
-#         (default "libero robotwin"): `cache generate` samples/s, then `wam-pipeline bench` of the
-#         baseline, online, compile and cache graphs on the same synthetic dataset, and a table of
-#         samples/s, pipeline efficiency and speed-up over baseline.
+#         (default "libero robotwin"): `cache generate` samples/s, then one `wam-pipeline bench` of
+#         the baseline, online, compile and cache graphs (those that exist) on the same synthetic
+#         dataset: a table of samples/s, pipeline efficiency and speed-up over baseline, and its
+#         plot, docs/ladder_TASK.svg (scripts/ladder_plot.py; $WAM_LADDER_PLOT_DIR moves it).
 # cache:  latent cache reads, 1 and 2 threads, against a plain pread of the same bytes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -121,29 +122,18 @@ PY
         echo "## ${task}: cache generate (every field of every sample)"
         "$bin" cache generate "pipelines/${task}_cache.json" "${base[@]}" --overwrite 2>/dev/null |
           sed 's/^/  /'
-        table=$(mktemp)
+        # One bench of every profile that exists, side by side; the table and an SVG plot.
+        files=()
         for profile in baseline online compile cache; do
-          echo "## ${task}_${profile}"
-          json=$(mktemp)
-          "$bin" bench "pipelines/${task}_${profile}.json" "${base[@]}" --steps "${WAM_LADDER_STEPS:-30}" --warmup 5 \
-            --json "$json" 2>/dev/null | sed 's/^/  /'
-          python3 - "$json" "$profile" >>"$table" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-print(sys.argv[2], r["graph_samples_per_s"], r["pipeline_efficiency"])
-PY
-          rm -f "$json"
+          [ -f "pipelines/${task}_${profile}.json" ] && files+=("pipelines/${task}_${profile}.json")
         done
-        python3 - "$table" "$task" <<'PY'
-import sys
-rows = [l.split() for l in open(sys.argv[1])]
-base = float(rows[0][1])
-print(f"## {sys.argv[2]} ladder (base preset, whole graph)")
-print(f"  {'profile':<10} {'samples/s':>10} {'efficiency':>11} {'vs baseline':>12}")
-for name, rate, eff in rows:
-    print(f"  {name:<10} {float(rate):10.2f} {float(eff):11.3f} {float(rate) / base:11.2f}x")
-PY
-        rm -f "$table"
+        json=$(mktemp)
+        echo "## ${task}: bench ${files[*]}"
+        "$bin" bench "${files[@]}" "${base[@]}" --steps "${WAM_LADDER_STEPS:-30}" --warmup 5 \
+          --json "$json" 2>/dev/null | sed 's/^/  /'
+        /usr/bin/python3 scripts/ladder_plot.py "$json" "$task" \
+          "${WAM_LADDER_PLOT_DIR:-docs}/ladder_${task}.svg"
+        rm -f "$json"
       done
       ;;
     cache)

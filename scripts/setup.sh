@@ -15,6 +15,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-h5py                                # the latent store test reads a shard with h5py
   clang-format                                # scripts/check-format.sh
+  graphviz                                    # `graph -o F.svg|F.png`, the report's graph
+  bsdutils                                    # `script`: the live view's test in a pseudo-terminal
+  chromium                                    # the HTML report's test renders it headless
 )
 
 missing=()

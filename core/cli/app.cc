@@ -10,7 +10,9 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/command.h"
+#include "cli/run_view.h"
 #include "cli/validators.h"
+#include "cli/view_commands.h"
 #include "wam/pipeline.h"
 #include "wam/registry.h"
 #include "wam/runner.h"
@@ -43,7 +45,8 @@ void add_pipeline_args(CLI::App& command, PipelineArgs& args) {
 }
 
 int cmd_run(const PipelineArgs& args, int64_t steps, const std::string& stop_after,
-            const std::string& stats_out, double report_every, int64_t threads, bool print_config) {
+            const std::string& stats_out, double report_every, int64_t threads, bool print_config,
+            const wam::cli::RunViewArgs& view_args) {
   wam::LoadOptions options{args.overrides};
   if (steps >= 0) options.overrides.push_back("settings.steps=" + std::to_string(steps));
   if (threads >= 0) options.overrides.push_back("settings.threads=" + std::to_string(threads));
@@ -57,8 +60,12 @@ int cmd_run(const PipelineArgs& args, int64_t steps, const std::string& stop_aft
   wam::RunOptions run_options;
   run_options.report_every_s = report_every;
   run_options.interrupt = &g_interrupted;
+  wam::cli::RunView view(view_args, pipeline.name(), report_every,
+                         wam::cli::RunView::stdout_is_terminal());
+  view.configure(run_options);
   wam::RunResult result = wam::run_pipeline(pipeline, run_options);
   std::signal(SIGINT, SIG_DFL);
+  view.finish(result);
 
   std::cout << result.stats.table();
   if (!stats_out.empty()) {
@@ -150,15 +157,9 @@ int cmd_describe(const std::string& type) {
   return kExitOk;
 }
 
-int cmd_graph(const PipelineArgs& args, const std::string& out) {
+int cmd_graph(const PipelineArgs& args, const std::string& stats, const std::string& out) {
   wam::ValidatedPipeline pipeline = wam::load_pipeline(args.file, {args.overrides});
-  const std::string dot = pipeline.to_dot();
-  if (out.empty()) {
-    std::cout << dot;
-  } else {
-    wam::write_file_atomically(out, dot);
-    std::cerr << "wrote " << out << " (render: dot -Tsvg " << out << " -o graph.svg)\n";
-  }
+  wam::cli::write_graph(pipeline, stats, out);
   return kExitOk;
 }
 
@@ -197,6 +198,8 @@ int run_cli(int argc, char** argv) {
       ->check(at_least(0));
   run->add_flag("--print-config", print_config,
                 "Print the effective pipeline (defaults filled in)");
+  wam::cli::RunViewArgs run_view_args;
+  wam::cli::add_run_view_options(*run, run_view_args);
 
   std::vector<std::string> validate_files, validate_overrides;
   auto* validate =
@@ -211,10 +214,17 @@ int run_cli(int argc, char** argv) {
   describe->add_option("type", describe_type, "Stage type, e.g. VideoDecode")->required();
 
   PipelineArgs graph_args;
-  std::string graph_out;
-  auto* graph = app.add_subcommand("graph", "Write the pipeline's graph as Graphviz DOT");
+  std::string graph_out, graph_stats;
+  auto* graph = app.add_subcommand("graph", "Draw the pipeline's graph (Graphviz)");
   add_pipeline_args(*graph, graph_args);
-  graph->add_option("-o,--output", graph_out, "Output .dot file (default: stdout)");
+  graph->add_option("-o,--output", graph_out,
+                    "Output file: .dot, or .svg/.png drawn by Graphviz's dot (default: DOT on "
+                    "stdout)");
+  graph
+      ->add_option("--stats", graph_stats,
+                   "A run's statistics (run --stats-out): colour nodes by utilisation, label "
+                   "busy %, items/s and queue depths, mark the bottleneck")
+      ->check(CLI::ExistingFile);
 
   const std::vector<std::unique_ptr<Command>> commands = CommandRegistry::builtin().create_all(app);
 
@@ -227,11 +237,12 @@ int run_cli(int argc, char** argv) {
 
   try {
     if (*run)
-      return cmd_run(run_args, steps, stop_after, stats_out, report_every, threads, print_config);
+      return cmd_run(run_args, steps, stop_after, stats_out, report_every, threads, print_config,
+                     run_view_args);
     if (*validate) return cmd_validate(validate_files, validate_overrides);
     if (app.got_subcommand("stages")) return cmd_stages();
     if (*describe) return cmd_describe(describe_type);
-    if (*graph) return cmd_graph(graph_args, graph_out);
+    if (*graph) return cmd_graph(graph_args, graph_stats, graph_out);
     for (const auto& command : commands) {
       if (command->selected()) return command->run();
     }

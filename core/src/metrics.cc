@@ -1,5 +1,6 @@
 #include "wam/metrics.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -53,6 +54,113 @@ int64_t NodeMetrics::max_queue_depth() const {
   return max_queued_;
 }
 
+int64_t NodeMetrics::queued() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return queued_;
+}
+
+int64_t NodeMetrics::active() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return active_;
+}
+
+SeriesRecorder::SeriesRecorder(size_t nodes, double bucket_s, size_t max_buckets,
+                               size_t max_loss_points)
+    : max_buckets_(std::max<size_t>(2, max_buckets & ~size_t(1))),
+      max_loss_points_(std::max<size_t>(2, max_loss_points)),
+      bucket_end_(bucket_s),
+      last_out_(nodes, 0),
+      last_busy_(nodes, 0.0),
+      queue_sum_(nodes, 0.0) {
+  series_.bucket_s = bucket_s;
+  series_.nodes.resize(nodes);
+}
+
+void SeriesRecorder::sample(const RunSnapshot& now) {
+  if (now.elapsed_s >= bucket_end_) close_bucket(now);
+  for (size_t i = 0; i < queue_sum_.size() && i < now.nodes.size(); ++i) {
+    queue_sum_[i] += double(now.nodes[i].queued);
+  }
+  ++queue_samples_;
+}
+
+void SeriesRecorder::close_bucket(const RunSnapshot& now) {
+  series_.t.push_back(now.elapsed_s);
+  for (size_t i = 0; i < series_.nodes.size(); ++i) {
+    NodeSeries& node = series_.nodes[i];
+    const NodeSnapshot& snap = now.nodes.at(i);
+    node.items.push_back(snap.out - last_out_[i]);
+    node.busy_s.push_back(snap.busy_s - last_busy_[i]);
+    node.queue.push_back(queue_samples_ ? queue_sum_[i] / double(queue_samples_)
+                                        : double(snap.queued));
+    node.concurrency.push_back(snap.concurrency);
+    last_out_[i] = snap.out;
+    last_busy_[i] = snap.busy_s;
+    queue_sum_[i] = 0;
+  }
+  queue_samples_ = 0;
+  if (series_.t.size() >= max_buckets_) {
+    // Merge pairs: half as many buckets of twice the width, still summing to the totals.
+    auto halve = [](auto& values, auto merge) {
+      for (size_t k = 0; k < values.size() / 2; ++k) {
+        values[k] = merge(values[2 * k], values[2 * k + 1]);
+      }
+      values.resize(values.size() / 2);
+    };
+    const auto sum = [](auto a, auto b) { return a + b; };
+    const auto second = [](auto, auto b) { return b; };
+    halve(series_.t, second);
+    for (auto& node : series_.nodes) {
+      halve(node.items, sum);
+      halve(node.busy_s, sum);
+      halve(node.queue, [](double a, double b) { return (a + b) / 2; });
+      halve(node.concurrency, second);
+    }
+    series_.bucket_s *= 2;
+  }
+  while (bucket_end_ <= now.elapsed_s) bucket_end_ += series_.bucket_s;
+}
+
+void SeriesRecorder::add_loss(double t, double loss) {
+  std::lock_guard<std::mutex> lock(loss_mutex_);
+  const int64_t step = ++losses_seen_;
+  if ((step - 1) % loss_stride_ != 0) return;
+  series_.loss_step.push_back(step);
+  series_.loss_t.push_back(t);
+  series_.loss.push_back(loss);
+  if (series_.loss.size() >= max_loss_points_) {
+    // Keep every other point: steps 1, 1 + 2k... with the stride doubled.
+    auto keep_even = [](auto& values) {
+      for (size_t k = 0; 2 * k < values.size(); ++k) values[k] = values[2 * k];
+      values.resize((values.size() + 1) / 2);
+    };
+    keep_even(series_.loss_step);
+    keep_even(series_.loss_t);
+    keep_even(series_.loss);
+    loss_stride_ *= 2;
+  }
+}
+
+RunSeries SeriesRecorder::finish(const RunSnapshot& end) {
+  close_bucket(end);
+  std::lock_guard<std::mutex> lock(loss_mutex_);
+  return series_;
+}
+
+nlohmann::json RunSeries::to_json(const std::vector<std::string>& ids) const {
+  nlohmann::json nodes_json = nlohmann::json::object();
+  for (size_t i = 0; i < nodes.size() && i < ids.size(); ++i) {
+    nodes_json[ids[i]] = {{"items", nodes[i].items},
+                          {"busy_s", nodes[i].busy_s},
+                          {"queue", nodes[i].queue},
+                          {"concurrency", nodes[i].concurrency}};
+  }
+  return {{"bucket_s", bucket_s},
+          {"t", t},
+          {"nodes", nodes_json},
+          {"loss", {{"step", loss_step}, {"t", loss_t}, {"value", loss}}}};
+}
+
 nlohmann::json RunStats::to_json() const {
   nlohmann::json nodes_json = nlohmann::json::array();
   for (const auto& n : nodes) {
@@ -61,6 +169,9 @@ nlohmann::json RunStats::to_json() const {
     nodes_json.push_back({{"id", n.id},
                           {"type", n.type},
                           {"concurrency", n.concurrency},
+                          {"inputs", n.inputs},
+                          {"concurrency_now", n.concurrency_now},
+                          {"concurrency_mean", n.concurrency_mean},
                           {"in", n.in},
                           {"out", n.out},
                           {"busy_s", n.busy_s},
@@ -73,11 +184,10 @@ nlohmann::json RunStats::to_json() const {
                           {"skips", n.skips},
                           {"counters", counters}});
   }
-  return {{"pipeline", pipeline},
-          {"wall_s", wall_s},
-          {"threads", threads},
-          {"stop_reason", stop_reason},
-          {"nodes", nodes_json}};
+  std::vector<std::string> ids;
+  for (const auto& n : nodes) ids.push_back(n.id);
+  return {{"pipeline", pipeline},       {"wall_s", wall_s},    {"threads", threads},
+          {"stop_reason", stop_reason}, {"nodes", nodes_json}, {"series", series.to_json(ids)}};
 }
 
 std::string RunStats::table() const {
@@ -86,10 +196,11 @@ std::string RunStats::table() const {
   out << "pipeline " << pipeline << ": " << std::fixed << std::setprecision(2) << wall_s << " s, "
       << threads << " threads, stopped: " << stop_reason << "\n";
   out << std::left << std::setw(16) << "node" << std::setw(18) << "type" << std::right
-      << std::setw(8) << "in" << std::setw(8) << "out" << std::setw(10) << "out/s"
-      << std::setw(9) << "busy s" << std::setw(7) << "util%" << std::setw(9) << "starved%"
-      << std::setw(9) << "blocked%" << std::setw(11) << "queue avg" << std::setw(5) << "max"
-      << std::setw(7) << "errors" << std::setw(6) << "skips" << "\n";
+      << std::setw(8) << "in" << std::setw(8) << "out" << std::setw(10) << "out/s" << std::setw(9)
+      << "busy s" << std::setw(7) << "util%" << std::setw(9) << "starved%" << std::setw(9)
+      << "blocked%" << std::setw(11) << "queue avg" << std::setw(5) << "max" << std::setw(7)
+      << "errors" << std::setw(6) << "skips"
+      << "\n";
   for (const auto& n : nodes) {
     out << std::left << std::setw(16) << n.id << std::setw(18) << n.type << std::right
         << std::setw(8) << n.in << std::setw(8) << n.out << std::setw(10) << std::setprecision(1)

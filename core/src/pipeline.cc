@@ -24,12 +24,14 @@ std::optional<Concurrency> parse_concurrency(const json& value, const std::strin
   if (value.is_null()) return std::nullopt;
   if (value == "serial") return Concurrency::serial();
   if (value == "unlimited") return Concurrency::unlimited();
+  if (value == "auto") return Concurrency::automatic();
   if (value.is_number_integer() && value.get<int64_t>() >= 1) {
     return Concurrency::at_most(value.get<int64_t>());
   }
   diagnostics.error(
       pointer,
-      "concurrency must be a positive integer, \"serial\" or \"unlimited\"; got " + value.dump(),
+      "concurrency must be a positive integer, \"serial\", \"unlimited\" or \"auto\"; got " +
+          value.dump(),
       label);
   return std::nullopt;
 }
@@ -130,6 +132,10 @@ void build_stages(Validation& v) {
     if (node.stage) {
       node.stage->declare(node.contract);
       node.concurrency = node.contract.default_concurrency();
+      // A stage safe to run in parallel gets as many workers as it proves it can use.
+      if (node.concurrency.limit == Concurrency::kUnlimited) {
+        node.concurrency = Concurrency::automatic();
+      }
     }
     if (auto c = parse_concurrency(nc.concurrency, nc.pointer + "/concurrency", node.label(),
                                    v.diagnostics)) {

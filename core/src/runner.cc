@@ -16,7 +16,9 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
+#include <deque>
 #include <iostream>
 #include <map>
 #include <mutex>
@@ -24,6 +26,7 @@
 #include <thread>
 
 #include "credit_ledger.h"
+#include "wam/autotune.h"
 
 namespace wam {
 namespace {
@@ -114,6 +117,57 @@ class Join {
   std::map<uint64_t, std::vector<PacketPtr>> pending_;
 };
 
+// An auto node's worker limit, moved during the run. Its TBB node may run up to the thread count
+// of bodies; a body over the limit parks its packet here and returns, and a body that finishes an
+// item takes the next parked one while the node is under its limit. The last body to leave always
+// finds the node under its limit (which is at least 1), so no parked packet is left behind.
+class AutoGate {
+ public:
+  AutoGate(int64_t limit, Clock::time_point start)
+      : limit_(limit), since_(start), limit_now_(limit) {}
+
+  // Parks `packet`; returns a packet this body may process now (taking a worker), or null.
+  PacketPtr enter(PacketPtr packet) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    parked_.push_back(std::move(packet));
+    return take();
+  }
+  // Gives back the worker; returns the next packet to process with it, or null.
+  PacketPtr leave() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    --active_;
+    return take();
+  }
+  int64_t limit() const { return limit_now_.load(std::memory_order_relaxed); }
+  void set_limit(int64_t limit, Clock::time_point now) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    limit_seconds_ += double(limit_) * std::chrono::duration<double>(now - since_).count();
+    since_ = now;
+    limit_ = limit;
+    limit_now_.store(limit, std::memory_order_relaxed);
+  }
+  // The limit integrated over time: worker-seconds the node was allowed.
+  double limit_seconds(Clock::time_point now) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return limit_seconds_ + double(limit_) * std::chrono::duration<double>(now - since_).count();
+  }
+
+ private:
+  PacketPtr take() {
+    if (active_ >= limit_ || parked_.empty()) return nullptr;
+    ++active_;
+    PacketPtr next = std::move(parked_.front());
+    parked_.pop_front();
+    return next;
+  }
+  mutable std::mutex mutex_;
+  std::deque<PacketPtr> parked_;
+  int64_t active_ = 0, limit_;
+  double limit_seconds_ = 0;
+  Clock::time_point since_;
+  std::atomic<int64_t> limit_now_;  // limit_, read without the lock
+};
+
 class Run {
  public:
   Run(ValidatedPipeline& pipeline, const RunOptions& options)
@@ -123,7 +177,8 @@ class Run {
         metrics_(nodes_.size()),
         terminal_out_(nodes_.size()),
         ledger_(pipeline.settings().max_in_flight, pipeline.file() + ":/settings/max_in_flight",
-                count_terminals(nodes_)) {
+                count_terminals(nodes_)),
+        series_(nodes_.size()) {
     log_ = options.log ? options.log : [](const std::string& line) { std::cerr << line << "\n"; };
     for (size_t i = 0; i < nodes_.size(); ++i) {
       contexts_.push_back(
@@ -142,6 +197,15 @@ class Run {
     threads_ = threads;
     oneapi::tbb::task_arena arena(static_cast<int>(threads));
     start_ = Clock::now();
+    create_gates();
+    if (options_.trace) {
+      std::vector<std::string> ids, types;
+      for (const auto& node : nodes_) {
+        ids.push_back(node.id);
+        types.push_back(node.type);
+      }
+      trace_ = std::make_unique<TraceRecorder>(ids, types, start_, *options_.trace);
+    }
     std::thread reporter([this] { report_loop(); });
     arena.execute([this] {
       if (open_all()) run_graph();
@@ -157,7 +221,14 @@ class Run {
     reporter.join();
 
     RunResult result;
+    const RunSnapshot last = snapshot(end);
     result.stats = collect_stats(end, threads);
+    result.stats.series = series_.finish(last);
+    if (options_.on_tick) options_.on_tick(last);
+    if (trace_) {
+      trace_->counters(last);
+      result.trace = trace_->to_json();
+    }
     if (error_) result.error = *error_;
     if (nodes_[0].stage) result.source_state = nodes_[0].source().state();
     return result;
@@ -231,8 +302,13 @@ class Run {
         ledger_.hand_to_batch(index, output->credits);
       }
     }
-    metrics.finish(Clock::now() - began);
+    const auto ended = Clock::now();
+    metrics.finish(ended - began);
     finish_output(index, *output);
+    if (trace_ && !input->samples.empty()) {
+      const bool terminal = node.outputs.empty() && !output->samples.empty();
+      trace_->slice(index, began, ended, input->seq, terminal ? metrics.out() : 0);
+    }
     return output;
   }
 
@@ -265,6 +341,13 @@ class Run {
         const int64_t keep = std::max<int64_t>(0, std::min(size, steps - before));
         output.samples.resize(static_cast<size_t>(keep));
         if (before + size >= steps) request_stop(StopReason::kSteps);
+      }
+      for (const auto& sample : output.samples) {
+        if (sample.has("loss") && sample.type("loss") == FieldType::kDouble) {
+          const double loss = sample.get_double("loss");
+          series_.add_loss(std::chrono::duration<double>(Clock::now() - start_).count(), loss);
+          last_loss_.store(loss);
+        }
       }
       if (options_.on_output) {
         std::lock_guard<std::mutex> lock(output_mutex_);
@@ -342,7 +425,9 @@ class Run {
         control.stop();
         return PacketPtr();
       }
-      metrics.add_busy(Clock::now() - began);
+      const auto ended = Clock::now();
+      metrics.add_busy(ended - began);
+      if (trace_ && sample) trace_->slice(0, began, ended, next_seq_);
       if (!sample) {
         source_exhausted_ = true;
         control.stop();
@@ -361,25 +446,45 @@ class Run {
     }
   }
 
+  // Auto nodes start with an even share of the thread budget.
+  void create_gates() {
+    gates_.resize(nodes_.size());
+    size_t count = 0;
+    for (size_t i = 1; i < nodes_.size(); ++i) count += nodes_[i].concurrency.is_auto();
+    for (size_t i = 1; i < nodes_.size(); ++i) {
+      if (!nodes_[i].concurrency.is_auto()) continue;
+      gates_[i] = std::make_unique<AutoGate>(initial_auto_limit(threads_, count), start_);
+      auto_nodes_.push_back(i);
+    }
+  }
+
   // Node `i`'s stage, behind a sequencer when it needs source order and a join when it has several
   // inputs.
   void add_stage_node(flow::graph& graph, size_t i, FlowNodes& flow_nodes) {
     const ValidatedNode& node = nodes_[i];
-    const size_t concurrency = node.concurrency.limit == Concurrency::kUnlimited
-                                   ? size_t(flow::unlimited)
-                                   : static_cast<size_t>(node.concurrency.limit);
+    const bool parallel = node.concurrency.limit == Concurrency::kUnlimited || gates_[i];
+    // An auto node's gate does the limiting: TBB spawns a task per item, as for unlimited nodes,
+    // which costs less than its buffering of a limited node's items.
+    const size_t concurrency =
+        parallel ? size_t(flow::unlimited) : static_cast<size_t>(node.concurrency.limit);
     // A free worker takes a bounded-concurrency node's work first, later nodes (they are in
     // topological order) before earlier ones: the serial chain to the step is never starved by
     // a backlog of parallel decoding, and it holds at most one worker per node, so the parallel
     // stages keep the rest.
-    const auto priority = node.concurrency.limit == Concurrency::kUnlimited
-                              ? flow::no_priority
-                              : static_cast<flow::node_priority_t>(i);
+    const auto priority = parallel ? flow::no_priority : static_cast<flow::node_priority_t>(i);
     flow_nodes.stages[i] = std::make_unique<StageNode>(
         graph, concurrency,
         [this, i](const PacketPtr& in, StageNode::output_ports_type& ports) {
-          PacketPtr out = process_packet(i, in);
-          forward(i, out, std::get<0>(ports));
+          AutoGate* gate = gates_[i].get();
+          // At the thread count the limit cannot bind: no gate. Bodies that parked packets when it
+          // was lower still take them all before they leave.
+          if (!gate || gate->limit() >= threads_) {
+            forward(i, process_packet(i, in), std::get<0>(ports));
+            return;
+          }
+          for (PacketPtr next = gate->enter(in); next; next = gate->leave()) {
+            forward(i, process_packet(i, next), std::get<0>(ports));
+          }
         },
         priority);
     flow::receiver<PacketPtr>* first = flow_nodes.stages[i].get();
@@ -443,6 +548,7 @@ class Run {
   }
 
   double slots(size_t index, int64_t threads) const {
+    if (gates_[index]) return double(gates_[index]->limit());
     const int64_t limit = nodes_[index].concurrency.limit;
     return limit == Concurrency::kUnlimited ? double(threads)
                                             : double(std::min<int64_t>(limit, threads));
@@ -527,24 +633,110 @@ class Run {
     }
   }
 
-  // Watches for an interrupt and, every report_every_s, logs a progress line.
+  // Every node's figures now.
+  RunSnapshot snapshot(Clock::time_point now) const {
+    RunSnapshot snap;
+    snap.elapsed_s = std::chrono::duration<double>(now - start_).count();
+    snap.threads = threads_;
+    snap.steps_target = pipeline_.settings().steps;
+    const double loss = last_loss_.load();
+    if (!std::isnan(loss)) snap.loss = loss;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      const NodeMetrics& m = metrics_[i];
+      NodeSnapshot n;
+      n.id = nodes_[i].id;
+      n.type = nodes_[i].type;
+      n.in = m.in();
+      n.out = m.out();
+      n.errors = m.errors();
+      n.skips = m.skips();
+      n.busy_s = m.busy_seconds();
+      n.starved_s = i == 0 ? 0.0 : m.starved_seconds(now);
+      n.blocked_s = m.blocked_seconds();
+      n.queued = m.queued();
+      n.active = m.active();
+      n.concurrency = static_cast<int64_t>(slots(i, threads_));
+      n.terminal = nodes_[i].outputs.empty();
+      if (n.terminal) snap.steps += n.out;
+      snap.nodes.push_back(std::move(n));
+    }
+    return snap;
+  }
+
+  // Watches for an interrupt; samples the series (and the trace's counters) at every poll; calls
+  // on_tick every tick_every_s and logs a progress line every report_every_s.
   void report_loop() {
     Progress last{Clock::now(), 0, std::vector<double>(nodes_.size(), 0.0)};
+    auto last_tick = Clock::now();
     std::unique_lock<std::mutex> lock(report_mutex_);
-    const auto poll_interval = std::chrono::milliseconds(100);
+    const auto poll_interval = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(std::clamp(options_.autotune_every_s, 0.01, 0.1)));
+    Window window = open_window(Clock::now());
     while (!report_cv_.wait_for(lock, poll_interval, [this] { return finished_; })) {
       if (options_.interrupt && options_.interrupt->load() && !interrupt_seen_) {
         interrupt_seen_ = true;
         request_stop(StopReason::kInterrupted);
         log_("interrupted: stopping (in-flight items are dropped)");
       }
-      if (options_.report_every_s <= 0) continue;
       const auto now = Clock::now();
+      const RunSnapshot snap = snapshot(now);
+      series_.sample(snap);
+      if (!auto_nodes_.empty()) tune(window, snap, now);
+      if (trace_) trace_->counters(snap);
+      if (options_.on_tick &&
+          std::chrono::duration<double>(now - last_tick).count() >= options_.tick_every_s) {
+        last_tick = now;
+        options_.on_tick(snap);
+      }
+      if (options_.report_every_s <= 0) continue;
       if (std::chrono::duration<double>(now - last.at).count() < options_.report_every_s) continue;
       Progress current = progress(now);
       log_(progress_line(last, current));
       last = std::move(current);
     }
+  }
+
+  // What auto concurrency measures between two steps.
+  struct Window {
+    Clock::time_point began;
+    std::vector<double> busy, queue_sum, active_sum;  // per auto node
+    int64_t polls = 0;
+  };
+
+  Window open_window(Clock::time_point now) const {
+    Window window{now,
+                  {},
+                  std::vector<double>(auto_nodes_.size(), 0.0),
+                  std::vector<double>(auto_nodes_.size(), 0.0),
+                  0};
+    for (size_t i : auto_nodes_) window.busy.push_back(metrics_[i].busy_seconds());
+    return window;
+  }
+
+  // Samples the auto nodes at each poll and moves their limits once a window is over.
+  void tune(Window& window, const RunSnapshot& snap, Clock::time_point now) {
+    for (size_t k = 0; k < auto_nodes_.size(); ++k) {
+      window.queue_sum[k] += double(snap.nodes[auto_nodes_[k]].queued);
+      window.active_sum[k] += double(snap.nodes[auto_nodes_[k]].active);
+    }
+    ++window.polls;
+    const double seconds = std::chrono::duration<double>(now - window.began).count();
+    if (seconds < options_.autotune_every_s) return;
+    std::vector<TunedNode> measured;
+    for (size_t k = 0; k < auto_nodes_.size(); ++k) {
+      const size_t i = auto_nodes_[k];
+      const double limit = double(gates_[i]->limit());
+      // Busy time counts when an item finishes; the workers seen at work count long items too.
+      const double busy = (snap.nodes[i].busy_s - window.busy[k]) / (seconds * limit);
+      const double occupied = window.active_sum[k] / double(window.polls) / limit;
+      measured.push_back({gates_[i]->limit(), std::max(busy, occupied),
+                          window.queue_sum[k] / double(window.polls)});
+    }
+    const std::vector<int64_t> limits = tune_concurrency(measured, threads_);
+    for (size_t k = 0; k < auto_nodes_.size(); ++k) {
+      if (limits[k] != measured[k].limit) gates_[auto_nodes_[k]]->set_limit(limits[k], now);
+    }
+    window = open_window(now);
   }
 
   // What a progress line compares with the previous one.
@@ -596,12 +788,20 @@ class Run {
       n.id = nodes_[i].id;
       n.type = nodes_[i].type;
       n.concurrency = nodes_[i].concurrency.to_string();
+      for (size_t input : nodes_[i].inputs) n.inputs.push_back(nodes_[input].id);
       n.in = m.in();
       n.out = m.out();
       n.errors = m.errors();
       n.skips = m.skips();
       n.busy_s = m.busy_seconds();
       n.utilisation = stats.wall_s > 0 ? n.busy_s / (stats.wall_s * slots(i, threads)) : 0.0;
+      n.concurrency_now = static_cast<int64_t>(slots(i, threads));
+      n.concurrency_mean = double(n.concurrency_now);
+      if (gates_[i]) {
+        const double allowed = gates_[i]->limit_seconds(end);
+        n.utilisation = allowed > 0 ? n.busy_s / allowed : 0.0;
+        n.concurrency_mean = stats.wall_s > 0 ? allowed / stats.wall_s : n.concurrency_mean;
+      }
       n.starved_s = i == 0 ? 0.0 : m.starved_seconds(end);
       n.blocked_s = m.blocked_seconds();
       n.queue_mean = m.mean_queue_depth();
@@ -624,6 +824,11 @@ class Run {
   std::map<size_t, std::unique_ptr<Join>> joins_;
   CreditLedger ledger_;
   int64_t threads_ = 1;
+  SeriesRecorder series_;
+  std::unique_ptr<TraceRecorder> trace_;
+  std::vector<std::unique_ptr<AutoGate>> gates_;  // per node; set for auto nodes
+  std::vector<size_t> auto_nodes_;
+  std::atomic<double> last_loss_{std::nan("")};
 
   std::atomic<StopReason> stop_{StopReason::kNone};
   std::mutex error_mutex_;

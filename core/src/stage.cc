@@ -4,6 +4,7 @@ namespace wam {
 
 std::string Concurrency::to_string() const {
   if (limit == kUnlimited) return "unlimited";
+  if (limit == kAuto) return "auto";
   if (limit == 1) return "serial";
   return std::to_string(limit);
 }

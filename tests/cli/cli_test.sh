@@ -200,6 +200,18 @@ if [k["ms_per_step"] for k in p["longest"]] != sorted((k["ms_per_step"] for k in
 print("FAIL bench profile: " + "; ".join(problems) if problems else "ok   bench profile")
 sys.exit(1 if problems else 0)
 PY
+# Several pipelines: each measured, then one table side by side against the first.
+"$bin" bench pipelines/robotwin_online.json pipelines/robotwin_online.json "${tiny[@]}" \
+  --set settings.batch_size=2 --set settings.device=cpu --steps 2 --warmup 1 \
+  --json "$work/bench2.json" >"$work/out" 2>&1
+if grep -qxF "pipeline           samples/s  vs first  efficiency  peak memory" "$work/out" &&
+  grep -qE '^robotwin_online #1 +[0-9.]+ +1\.00x +[0-9.]+ +-$' "$work/out" &&
+  grep -qE '^robotwin_online #2 +[0-9.]+ +[0-9.]+x +[0-9.]+ +-$' "$work/out" &&
+  /usr/bin/python3 -c "import json, sys; b = json.load(open(sys.argv[1])); sys.exit(not (len(b['pipelines']) == 2 and [r['pipeline'] for r in b['table']] == ['robotwin_online #1', 'robotwin_online #2'] and b['table'][0]['vs_first'] == 1.0))" "$work/bench2.json"; then
+  echo "ok   bench of several pipelines: one table side by side"
+else
+  echo "FAIL bench of several pipelines"; cat "$work/out"; failures=$((failures + 1))
+fi
 expect "bench checks its output directory first" 2 "--json: directory $work/missing does not exist" \
   -- "$bin" bench pipelines/robotwin_online.json --json "$work/missing/bench.json"
 expect "bench --trace needs --profile" 2 "--trace requires --profile" \

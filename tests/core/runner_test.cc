@@ -283,7 +283,7 @@ TEST(RunStats, JsonAndTableNameEveryNode) {
   ASSERT_EQ(stats["nodes"].size(), 4u);
   EXPECT_EQ(stats["nodes"][1]["id"], "delay");
   EXPECT_EQ(stats["nodes"][1]["in"], 200);
-  EXPECT_EQ(stats["nodes"][1]["concurrency"], "unlimited");
+  EXPECT_EQ(stats["nodes"][1]["concurrency"], "auto");
   EXPECT_GT(stats["nodes"][1]["busy_s"].get<double>(), 0.0);
   std::string table = o.result.stats.table();
   EXPECT_NE(table.find("pipeline chain:"), std::string::npos);

@@ -86,7 +86,7 @@ TEST(Validate, ValidPipelineIsTopologicallyOrderedWithEffectiveParams) {
   EXPECT_EQ(p.nodes()[3].inputs, (std::vector<size_t>{1, 2}));
   EXPECT_EQ(p.nodes()[0].outputs, (std::vector<size_t>{1, 2}));
   EXPECT_EQ(p.nodes()[0].params["count"], 10);
-  EXPECT_EQ(p.nodes()[2].concurrency.to_string(), "unlimited");
+  EXPECT_EQ(p.nodes()[2].concurrency.to_string(), "auto");  // the default of parallel stages
 
   p.keep_upstream_of("left");
   order.clear();
@@ -96,7 +96,7 @@ TEST(Validate, ValidPipelineIsTopologicallyOrderedWithEffectiveParams) {
   EXPECT_EQ(p.to_dot(),
             "digraph \"fan\" {\n  rankdir=LR;\n  node [shape=box, fontname=\"Helvetica\"];\n"
             "  \"source\" [label=\"source\\nCount\", shape=ellipse];\n"
-            "  \"left\" [label=\"left\\nTag\\nconcurrency unlimited\"];\n"
+            "  \"left\" [label=\"left\\nTag\\nconcurrency auto\"];\n"
             "  \"source\" -> \"left\";\n}\n");
   const auto error = testing::caught<ConfigError>([&] { p.keep_upstream_of("lfet"); });
   ASSERT_TRUE(error);

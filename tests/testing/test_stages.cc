@@ -301,20 +301,58 @@ class InFlightExitStage final : public Stage {
   }
 };
 
+struct LossParams {
+  int64_t spin = 0;
+  template <class V>
+  void visit(V& v) {
+    v("spin", spin, "Busy-loop iterations per item (a CPU-bound stage, no sleep).", Min{0});
+  }
+};
+
+// A stand-in training step: serial, writes loss = 1 / (1 + value) (value: the Int field, or the
+// first of a batch's "values").
+class LossStage final : public Stage {
+ public:
+  static constexpr std::string_view kType = "Loss";
+  static constexpr std::string_view kSummary = "Test stage: a serial step writing a Double loss.";
+  using Params = LossParams;
+  explicit LossStage(Params p) : p_(p) {}
+  void declare(Contract& c) const override {
+    c.writes("loss", FieldType::kDouble);
+    c.order_sensitive();
+  }
+  void process(Sample s, Emitter& out) override {
+    volatile uint64_t sink = 0;
+    for (int64_t k = 0; k < p_.spin; ++k) sink = sink + uint64_t(k) * 2654435761u;
+    const int64_t value =
+        s.has("values") ? s.get_json("values").at(0).get<int64_t>() : s.get_int("value");
+    s.set("loss", 1.0 / double(1 + value));
+    out.emit(std::move(s));
+  }
+
+ private:
+  Params p_;
+};
+
 }  // namespace
+
+void add_test_stages(StageRegistry& r) {
+  r.add<CountSource>();
+  r.add<IncrementStage>();
+  r.add<DelayStage>();
+  r.add<FailAtStage>();
+  r.add<ExpandStage>();
+  r.add<BatchStage>();
+  r.add<TagStage>();
+  r.add<ProbeStage>();
+  r.add<InFlightExitStage>();
+  r.add<LossStage>();
+}
 
 const StageRegistry& test_registry() {
   static const StageRegistry registry = [] {
     StageRegistry r;
-    r.add<CountSource>();
-    r.add<IncrementStage>();
-    r.add<DelayStage>();
-    r.add<FailAtStage>();
-    r.add<ExpandStage>();
-    r.add<BatchStage>();
-    r.add<TagStage>();
-    r.add<ProbeStage>();
-    r.add<InFlightExitStage>();
+    add_test_stages(r);
     return r;
   }();
   return registry;

@@ -9,8 +9,10 @@
 namespace wam::testing {
 
 // Registry with the test stages: Count, Increment, Delay, FailAt, Expand, Batch, Tag, Probe,
-// InFlightExit.
+// InFlightExit, Loss.
 const StageRegistry& test_registry();
+// Adds the test stages to `registry` (the CLI test binary adds them to the built-in one).
+void add_test_stages(StageRegistry& registry);
 
 // Items between Count (with track_in_flight) and InFlightExit; the max observed value.
 struct InFlightProbe {

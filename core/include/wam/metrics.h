@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,9 @@ class NodeMetrics {
   double starved_seconds(Clock::time_point now) const;
   double mean_queue_depth() const;
   int64_t max_queue_depth() const;
+  // Items waiting for a worker and items being processed, now.
+  int64_t queued() const;
+  int64_t active() const;
 
  private:
   std::atomic<int64_t> in_{0}, out_{0}, errors_{0}, skips_{0}, busy_ns_{0}, blocked_ns_{0};
@@ -53,10 +57,79 @@ class NodeMetrics {
 
 struct NodeStats {
   std::string id, type, concurrency;
+  std::vector<std::string> inputs;  // the ids of the nodes it reads from
   int64_t in = 0, out = 0, errors = 0, skips = 0;
   double busy_s = 0, utilisation = 0, starved_s = 0, blocked_s = 0, queue_mean = 0;
   int64_t queue_max = 0;
+  int64_t concurrency_now = 1;  // workers it could use at the end (auto: the limit reached)
+  double concurrency_mean = 1;  // over the run (auto: the limit's time average)
   std::vector<std::pair<std::string, int64_t>> counters;
+};
+
+// One node's cumulative figures at one moment of a run (what live views and traces sample).
+struct NodeSnapshot {
+  std::string id, type;
+  int64_t in = 0, out = 0, errors = 0, skips = 0;
+  double busy_s = 0, starved_s = 0, blocked_s = 0;
+  int64_t queued = 0, active = 0;  // waiting for a worker / being processed
+  int64_t concurrency = 1;         // workers it may use now (unlimited: the thread count)
+  bool terminal = false;
+};
+
+struct RunSnapshot {
+  double elapsed_s = 0;
+  int64_t threads = 1;
+  int64_t steps = 0;           // items that left the terminal nodes
+  int64_t steps_target = 0;    // settings.steps; 0: until the source is exhausted
+  std::optional<double> loss;  // the `loss` of the last terminal item that had one
+  std::vector<NodeSnapshot> nodes;
+};
+
+// Per-node time series in buckets of bucket_s seconds (1 s; doubled, merging pairs, whenever a
+// long run would exceed kMaxBuckets), and the terminal items' Double field `loss` per step
+// (every 2nd, 4th... kept once a run has more than kMaxLossPoints steps).
+struct NodeSeries {
+  std::vector<int64_t> items;        // items the node emitted in the bucket
+  std::vector<double> busy_s;        // busy time of its items finished in the bucket
+  std::vector<double> queue;         // mean queue depth over the bucket
+  std::vector<int64_t> concurrency;  // workers it could use at the end of the bucket
+};
+
+struct RunSeries {
+  static constexpr size_t kMaxBuckets = 4096;
+  static constexpr size_t kMaxLossPoints = 8192;
+  double bucket_s = 1.0;
+  std::vector<double> t;  // end of each bucket, seconds since the start; the last may be partial
+  std::vector<NodeSeries> nodes;   // as RunStats::nodes
+  std::vector<int64_t> loss_step;  // 1-based index of the terminal item
+  std::vector<double> loss_t, loss;
+
+  nlohmann::json to_json(const std::vector<std::string>& ids) const;
+};
+
+// Builds a RunSeries from cumulative snapshots taken as the run goes. Not thread-safe except
+// add_loss, which may be called from any thread.
+class SeriesRecorder {
+ public:
+  explicit SeriesRecorder(size_t nodes, double bucket_s = 1.0,
+                          size_t max_buckets = RunSeries::kMaxBuckets,
+                          size_t max_loss_points = RunSeries::kMaxLossPoints);
+  // A snapshot taken at any rate; closes the current bucket once its end has passed.
+  void sample(const RunSnapshot& now);
+  void add_loss(double t, double loss);
+  // Closes the last (partial) bucket with the final figures: the series sum to the totals.
+  RunSeries finish(const RunSnapshot& end);
+
+ private:
+  void close_bucket(const RunSnapshot& now);
+  RunSeries series_;
+  size_t max_buckets_, max_loss_points_;
+  double bucket_end_;
+  std::vector<int64_t> last_out_;
+  std::vector<double> last_busy_, queue_sum_;
+  int64_t queue_samples_ = 0;
+  std::mutex loss_mutex_;
+  int64_t losses_seen_ = 0, loss_stride_ = 1;
 };
 
 struct RunStats {
@@ -65,9 +138,10 @@ struct RunStats {
   int64_t threads = 0;
   std::string stop_reason;  // "exhausted", "steps", "interrupted", "failed"
   std::vector<NodeStats> nodes;
+  RunSeries series;
 
-  nlohmann::json to_json() const;
-  std::string table() const;  // the human summary printed at the end of `run`
+  nlohmann::json to_json() const;  // the totals, and the series under "series"
+  std::string table() const;       // the human summary printed at the end of `run`
 };
 
 // Writes `text` to `path` atomically (temporary file, then rename). Throws wam::Error.

@@ -9,6 +9,7 @@
 #include "wam/error.h"
 #include "wam/metrics.h"
 #include "wam/pipeline.h"
+#include "wam/trace.h"
 
 namespace wam {
 
@@ -24,12 +25,21 @@ struct RunOptions {
   // Like on_output, with how many items each node had emitted by then, in pipeline node order
   // (bench separates batches the graph buffered before its timed window from those made in it).
   std::function<void(const Sample&, const std::vector<int64_t>& node_outputs)> on_output_counted;
+  // Called about every tick_every_s with the run's figures so far (the live view); and once more
+  // at the end.
+  std::function<void(const RunSnapshot&)> on_tick;
+  double tick_every_s = 1.0;
+  // Seconds between steps of auto concurrency (wam/autotune.h).
+  double autotune_every_s = 1.0;
+  // Record a Chrome trace (RunResult::trace) within these bounds.
+  std::optional<TraceOptions> trace;
 };
 
 struct RunResult {
   RunStats stats;
   std::optional<StageError> error;  // set when a stage failed and the run stopped
   nlohmann::json source_state;      // the source's state() when the run ended
+  nlohmann::json trace;             // with RunOptions::trace: the trace-event JSON
 };
 
 // Runs the pipeline once (stages are stateful: a pipeline is run at most once).

@@ -55,11 +55,16 @@ struct Settings {
 // How many calls of process() may run at once.
 struct Concurrency {
   static constexpr int64_t kUnlimited = 0;
-  int64_t limit = 1;  // 1 = serial, 0 = unlimited
+  static constexpr int64_t kAuto = -1;
+  int64_t limit = 1;  // 1 = serial, 0 = unlimited, -1 = auto
 
   static Concurrency serial() { return {1}; }
   static Concurrency unlimited() { return {kUnlimited}; }
   static Concurrency at_most(int64_t n) { return {n}; }
+  // The runner sets the limit during the run, within the thread budget (wam/autotune.h). The
+  // default of stages that declare unlimited().
+  static Concurrency automatic() { return {kAuto}; }
+  bool is_auto() const { return limit == kAuto; }
   std::string to_string() const;
 };
 

@@ -1,0 +1,154 @@
+#include "wam/trace.h"
+
+#include <algorithm>
+#include <atomic>
+
+namespace wam {
+namespace {
+
+// A small stable index per OS thread: the worker's thread track.
+uint32_t thread_index() {
+  static std::atomic<uint32_t> next{1};
+  thread_local const uint32_t index = next.fetch_add(1);
+  return index;
+}
+
+// Keeps elements 0, 2, 4...: the recorded ones of a doubled stride.
+template <class T>
+void keep_every_other(std::vector<T>& values) {
+  for (size_t k = 0; 2 * k < values.size(); ++k) values[k] = std::move(values[2 * k]);
+  values.resize((values.size() + 1) / 2);
+}
+
+int64_t micros(Clock::duration d) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(d).count();
+}
+
+}  // namespace
+
+TraceRecorder::TraceRecorder(std::vector<std::string> node_ids, std::vector<std::string> node_types,
+                             Clock::time_point start, TraceOptions options)
+    : ids_(std::move(node_ids)),
+      types_(std::move(node_types)),
+      start_(start),
+      options_(options),
+      last_out_(ids_.size(), 0) {
+  options_.max_slices_per_node = std::max<size_t>(2, options_.max_slices_per_node);
+  options_.max_counter_points = std::max<size_t>(2, options_.max_counter_points);
+  for (size_t i = 0; i < ids_.size(); ++i) tracks_.push_back(std::make_unique<NodeTrack>());
+}
+
+void TraceRecorder::slice(size_t node, Clock::time_point begin, Clock::time_point end, uint64_t seq,
+                          int64_t step) {
+  NodeTrack& track = *tracks_.at(node);
+  const uint32_t thread = thread_index();
+  std::lock_guard<std::mutex> lock(track.mutex);
+  if (track.seen++ % track.stride != 0) return;
+  track.slices.push_back(
+      {micros(begin - start_), std::max<int64_t>(micros(end - begin), 1), thread, seq, step});
+  if (track.slices.size() >= options_.max_slices_per_node) {
+    keep_every_other(track.slices);
+    track.stride *= 2;
+  }
+}
+
+void TraceRecorder::counters(const RunSnapshot& now) {
+  CounterPoint point;
+  point.t_us = now.elapsed_s * 1e6;
+  const double interval = now.elapsed_s - last_t_;
+  for (size_t i = 0; i < now.nodes.size() && i < ids_.size(); ++i) {
+    point.queued.push_back(now.nodes[i].queued);
+    point.active.push_back(now.nodes[i].active);
+    point.rate.push_back(interval > 0 ? double(now.nodes[i].out - last_out_[i]) / interval : 0.0);
+    last_out_[i] = now.nodes[i].out;
+  }
+  last_t_ = now.elapsed_s;
+  if (points_seen_++ % point_stride_ != 0) return;
+  points_.push_back(std::move(point));
+  if (points_.size() >= options_.max_counter_points) {
+    keep_every_other(points_);
+    point_stride_ *= 2;
+  }
+}
+
+size_t TraceRecorder::slices_seen(size_t node) const {
+  std::lock_guard<std::mutex> lock(tracks_.at(node)->mutex);
+  return tracks_[node]->seen;
+}
+
+nlohmann::json TraceRecorder::to_json() const {
+  using nlohmann::json;
+  json events = json::array();
+  for (size_t i = 0; i < ids_.size(); ++i) {
+    const int pid = static_cast<int>(i) + 1;
+    events.push_back({{"ph", "M"},
+                      {"pid", pid},
+                      {"name", "process_name"},
+                      {"args", {{"name", ids_[i] + ": " + types_[i]}}}});
+    events.push_back({{"ph", "M"},
+                      {"pid", pid},
+                      {"name", "process_sort_index"},
+                      {"args", {{"sort_index", pid}}}});
+    const NodeTrack& track = *tracks_[i];
+    std::lock_guard<std::mutex> lock(track.mutex);
+    std::vector<uint32_t> threads;
+    for (const auto& s : track.slices) {
+      if (std::find(threads.begin(), threads.end(), s.thread) == threads.end()) {
+        threads.push_back(s.thread);
+      }
+      json args = {{"seq", s.seq}};
+      if (s.step > 0) args["step"] = s.step;
+      events.push_back({{"ph", "X"},
+                        {"pid", pid},
+                        {"tid", s.thread},
+                        {"ts", s.begin_us},
+                        {"dur", s.dur_us},
+                        {"name", s.step > 0 ? "step " + std::to_string(s.step) : types_[i]},
+                        {"args", std::move(args)}});
+    }
+    for (uint32_t thread : threads) {
+      events.push_back({{"ph", "M"},
+                        {"pid", pid},
+                        {"tid", thread},
+                        {"name", "thread_name"},
+                        {"args", {{"name", "worker " + std::to_string(thread)}}}});
+    }
+  }
+  for (const auto& point : points_) {
+    for (size_t i = 0; i < point.queued.size(); ++i) {
+      const int pid = static_cast<int>(i) + 1;
+      events.push_back({{"ph", "C"},
+                        {"pid", pid},
+                        {"ts", point.t_us},
+                        {"name", "queue depth"},
+                        {"args", {{"queued", point.queued[i]}}}});
+      events.push_back({{"ph", "C"},
+                        {"pid", pid},
+                        {"ts", point.t_us},
+                        {"name", "in flight"},
+                        {"args", {{"active", point.active[i]}}}});
+      events.push_back({{"ph", "C"},
+                        {"pid", pid},
+                        {"ts", point.t_us},
+                        {"name", "items/s"},
+                        {"args", {{"rate", point.rate[i]}}}});
+    }
+  }
+  return {{"traceEvents", std::move(events)},
+          {"displayTimeUnit", "ms"},
+          {"otherData", {{"generator", "wam-pipeline"}, {"slices_seen", [&] {
+                                                           json seen = json::object();
+                                                           for (size_t i = 0; i < ids_.size(); ++i)
+                                                             seen[ids_[i]] = tracks_[i]->seen;
+                                                           return seen;
+                                                         }()}}}};
+}
+
+size_t TraceRecorder::size_bound(size_t nodes, const TraceOptions& options) {
+  // Per node: 2 metadata events, its slices, a thread name per worker (at most one per slice) and
+  // 3 counters per point; plus the envelope.
+  const size_t per_node = 2 + 2 * options.max_slices_per_node + 3 * options.max_counter_points;
+  return nodes * per_node * kMaxEventBytes + 4096 + nodes * 256;
+}
+
+}  // namespace wam

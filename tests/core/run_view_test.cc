@@ -1,0 +1,253 @@
+// What runs show of themselves: stats time series, Chrome traces.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <set>
+
+#include "testing/temp_dir.h"
+#include "testing/test_stages.h"
+#include "wam/live_view.h"
+#include "wam/runner.h"
+#include "wam/trace.h"
+
+namespace wam {
+namespace {
+
+using nlohmann::json;
+using testing::TempDir;
+
+RunResult run_text(const std::string& text, const std::vector<std::string>& overrides,
+                   RunOptions options = {}) {
+  TempDir dir;
+  ValidatedPipeline pipeline =
+      load_pipeline(dir.write("p.json", text), {overrides}, testing::test_registry());
+  options.log = [](const std::string&) {};
+  return run_pipeline(pipeline, options);
+}
+
+const char* kTraining = R"({"version": 1, "name": "training", "nodes": [
+  {"id": "source", "type": "Count", "params": {"count": 200}},
+  {"id": "delay", "type": "Delay", "inputs": ["source"], "params": {"max_us": 300}},
+  {"id": "plus", "type": "Increment", "inputs": ["delay"], "params": {"by": 1000}},
+  {"id": "batch", "type": "Batch", "inputs": ["plus"], "params": {"size": 16}},
+  {"id": "step", "type": "Loss", "inputs": ["batch"]}]})";
+
+class RunView : public ::testing::TestWithParam<int> {
+ protected:
+  std::string threads() const { return "settings.threads=" + std::to_string(GetParam()); }
+};
+
+TEST_P(RunView, SeriesSumToTheTotalsAndCarryEveryStepsLoss) {
+  RunResult r = run_text(kTraining, {threads()});
+  ASSERT_FALSE(r.error) << r.error->what();
+  const RunSeries& series = r.stats.series;
+  ASSERT_EQ(series.nodes.size(), 5u);
+  ASSERT_FALSE(series.t.empty());
+  EXPECT_EQ(series.bucket_s, 1.0);
+  EXPECT_NEAR(series.t.back(), r.stats.wall_s, 0.2);
+  EXPECT_TRUE(std::is_sorted(series.t.begin(), series.t.end()));
+  const std::vector<int64_t> expected_out = {200, 200, 200, 13, 13};
+  for (size_t i = 0; i < series.nodes.size(); ++i) {
+    const NodeSeries& node = series.nodes[i];
+    ASSERT_EQ(node.items.size(), series.t.size());
+    ASSERT_EQ(node.busy_s.size(), series.t.size());
+    ASSERT_EQ(node.queue.size(), series.t.size());
+    EXPECT_EQ(r.stats.nodes[i].out, expected_out[i]) << r.stats.nodes[i].id;
+    EXPECT_EQ(std::accumulate(node.items.begin(), node.items.end(), int64_t(0)), expected_out[i])
+        << r.stats.nodes[i].id;
+    EXPECT_NEAR(std::accumulate(node.busy_s.begin(), node.busy_s.end(), 0.0),
+                r.stats.nodes[i].busy_s, 1e-9)
+        << r.stats.nodes[i].id;
+  }
+  // One loss per step, in step order: 1 / (1 + the batch's first value).
+  ASSERT_EQ(series.loss.size(), 13u);
+  for (size_t k = 0; k < 13; ++k) {
+    EXPECT_EQ(series.loss_step[k], int64_t(k + 1));
+    EXPECT_DOUBLE_EQ(series.loss[k], 1.0 / double(1 + 1000 + 16 * int64_t(k)));
+  }
+  EXPECT_TRUE(std::is_sorted(series.loss_t.begin(), series.loss_t.end()));
+
+  const json stats = r.stats.to_json();
+  EXPECT_EQ(stats["series"]["bucket_s"], 1.0);
+  EXPECT_EQ(stats["series"]["nodes"]["plus"]["items"].get<std::vector<int64_t>>(),
+            series.nodes[2].items);
+  EXPECT_EQ(stats["series"]["loss"]["step"].size(), 13u);
+  EXPECT_EQ(stats["series"]["loss"]["value"][0], 1.0 / 1001.0);
+}
+
+TEST_P(RunView, TraceHasATrackPerNodeStepSlicesAndCounters) {
+  RunOptions options;
+  options.trace = TraceOptions{};
+  RunResult r = run_text(kTraining, {threads()}, options);
+  ASSERT_FALSE(r.error) << r.error->what();
+  const json& events = r.trace.at("traceEvents");
+  ASSERT_TRUE(events.is_array());
+  std::set<std::string> processes, counters;
+  std::map<int, int> slices_per_pid;
+  std::vector<std::string> step_names;
+  for (const auto& e : events) {
+    const std::string ph = e.at("ph");
+    ASSERT_TRUE(ph == "M" || ph == "X" || ph == "C") << e.dump();
+    ASSERT_TRUE(e.at("pid").is_number_integer());
+    if (ph == "M" && e["name"] == "process_name") processes.insert(e["args"]["name"]);
+    if (ph == "C") {
+      ASSERT_TRUE(e.at("ts").is_number());
+      counters.insert(e["name"]);
+    }
+    if (ph == "X") {
+      ASSERT_TRUE(e.at("ts").is_number_integer());
+      ASSERT_GE(e.at("dur").get<int64_t>(), 1);
+      ASSERT_TRUE(e.at("tid").is_number_integer());
+      ++slices_per_pid[e["pid"].get<int>()];
+      if (e["pid"] == 5) step_names.push_back(e["name"]);
+    }
+  }
+  EXPECT_EQ(processes, (std::set<std::string>{"source: Count", "delay: Delay", "plus: Increment",
+                                              "batch: Batch", "step: Loss"}));
+  EXPECT_EQ(counters, (std::set<std::string>{"queue depth", "in flight", "items/s"}));
+  EXPECT_EQ(slices_per_pid[1], 200);  // the source's next() calls
+  EXPECT_EQ(slices_per_pid[2], 200);
+  EXPECT_EQ(slices_per_pid[4], 200);  // the batcher ran once per item (12 + 1 emitted)
+  ASSERT_EQ(step_names.size(), 13u);
+  std::sort(step_names.begin(), step_names.end());
+  EXPECT_EQ(step_names.front(), "step 1");
+  EXPECT_EQ(std::count(step_names.begin(), step_names.end(), "step 13"), 1);
+  // The dump parses back as JSON.
+  EXPECT_EQ(json::parse(r.trace.dump()), r.trace);
+}
+
+TEST_P(RunView, TraceStaysWithinItsBoundOnALongRunAndStillCoversIt) {
+  RunOptions options;
+  options.trace = TraceOptions{64, 8};
+  RunResult r = run_text(R"({"version": 1, "name": "long", "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 20000}},
+    {"id": "plus", "type": "Increment", "inputs": ["source"]},
+    {"id": "step", "type": "Loss", "inputs": ["plus"], "params": {"spin": 200}}]})",
+                         {threads()}, options);
+  ASSERT_FALSE(r.error) << r.error->what();
+  const std::string text = r.trace.dump();
+  EXPECT_LE(text.size(), TraceRecorder::size_bound(3, *options.trace));
+  std::map<int, std::vector<int64_t>> seqs;
+  for (const auto& e : r.trace["traceEvents"]) {
+    if (e["ph"] == "X") seqs[e["pid"].get<int>()].push_back(e["args"]["seq"].get<int64_t>());
+  }
+  for (int pid = 1; pid <= 3; ++pid) {
+    auto& s = seqs[pid];
+    EXPECT_LT(s.size(), 64u) << pid;
+    EXPECT_GE(s.size(), 32u) << pid;
+    std::sort(s.begin(), s.end());
+    // Evenly sampled: the kept slices span the whole run.
+    EXPECT_LT(s.front(), 1024) << pid;
+    EXPECT_GT(s.back(), 20000 - 1024) << pid;
+  }
+  EXPECT_EQ(r.trace["otherData"]["slices_seen"]["step"], 20000);
+  int64_t counter_events = 0;
+  for (const auto& e : r.trace["traceEvents"]) counter_events += e["ph"] == "C";
+  EXPECT_LE(counter_events, 8 * 3 * 3);
+}
+
+INSTANTIATE_TEST_SUITE_P(SerialAndParallel, RunView, ::testing::Values(1, 4),
+                         [](const auto& info) { return "threads" + std::to_string(info.param); });
+
+RunSnapshot at(double t, std::vector<int64_t> out, std::vector<double> busy,
+               std::vector<int64_t> queued) {
+  RunSnapshot s;
+  s.elapsed_s = t;
+  for (size_t i = 0; i < out.size(); ++i) {
+    NodeSnapshot n;
+    n.out = out[i];
+    n.busy_s = busy[i];
+    n.queued = queued[i];
+    n.concurrency = 2;
+    s.nodes.push_back(n);
+  }
+  return s;
+}
+
+TEST(SeriesRecorder, BucketsEverySecondAndMergesPairsPastTheLimit) {
+  SeriesRecorder recorder(1, 1.0, /*max_buckets=*/4);
+  recorder.sample(at(0.5, {3}, {0.25}, {2}));
+  recorder.sample(at(0.9, {5}, {0.5}, {4}));
+  recorder.sample(at(1.1, {6}, {0.75}, {0}));  // closes [0, 1.1): 6 items, queue (2 + 4) / 2
+  recorder.sample(at(2.0, {10}, {1.0}, {1}));  // closes [1.1, 2.0): 4 items, queue 0
+  recorder.sample(at(2.5, {12}, {1.5}, {3}));
+  RunSeries series = recorder.finish(at(2.7, {13}, {1.75}, {9}));
+  EXPECT_EQ(series.t, (std::vector<double>{1.1, 2.0, 2.7}));
+  EXPECT_EQ(series.nodes[0].items, (std::vector<int64_t>{6, 4, 3}));
+  EXPECT_EQ(series.nodes[0].busy_s, (std::vector<double>{0.75, 0.25, 0.75}));
+  EXPECT_EQ(series.nodes[0].queue, (std::vector<double>{3.0, 0.0, 2.0}));
+
+  SeriesRecorder merging(1, 1.0, /*max_buckets=*/4);
+  for (int k = 1; k <= 5; ++k) merging.sample(at(k, {10 * k}, {double(k)}, {k}));
+  RunSeries merged = merging.finish(at(5.5, {51}, {5.5}, {0}));
+  // Four 1 s buckets became two of 2 s at t = 4; then [4, 5.5) closes as the third.
+  EXPECT_EQ(merged.bucket_s, 2.0);
+  EXPECT_EQ(merged.t, (std::vector<double>{2.0, 4.0, 5.5}));
+  EXPECT_EQ(merged.nodes[0].items, (std::vector<int64_t>{20, 20, 11}));
+}
+
+TEST(SeriesRecorder, KeepsEveryOtherLossPointPastTheLimit) {
+  SeriesRecorder recorder(1, 1.0, 4, /*max_loss_points=*/4);
+  for (int k = 1; k <= 9; ++k) recorder.add_loss(0.1 * k, 1.0 / k);
+  RunSeries series = recorder.finish(at(1.0, {0}, {0.0}, {0}));
+  EXPECT_EQ(series.loss_step, (std::vector<int64_t>{1, 5, 9}));
+  EXPECT_EQ(series.loss, (std::vector<double>{1.0, 0.2, 1.0 / 9}));
+}
+
+RunSnapshot live_snapshot(double t, int64_t steps, int64_t decoded, double decode_busy,
+                          double step_starved) {
+  RunSnapshot s;
+  s.elapsed_s = t;
+  s.threads = 4;
+  s.steps = steps;
+  s.steps_target = 100;
+  s.loss = 0.5 / (1 + steps);
+  NodeSnapshot source{"sampler", "EpisodeSampler", 0, decoded + 2};
+  NodeSnapshot decode{"decode", "VideoDecode", decoded + 2, decoded, 0, 1};
+  decode.busy_s = decode_busy;
+  decode.queued = 2;
+  decode.active = 3;
+  decode.concurrency = 3;
+  NodeSnapshot step{"step", "TrainStep", steps, steps, 2};
+  step.starved_s = step_starved;
+  step.terminal = true;
+  s.nodes = {source, decode, step};
+  return s;
+}
+
+TEST(LiveView, FramesShowRatesSinceThePreviousFrame) {
+  LiveView view("robotwin_online");
+  view.frame(live_snapshot(10, 20, 40, 27, 2), int64_t(3) << 30);
+  const std::vector<std::string> lines =
+      view.frame(live_snapshot(12, 24, 48, 33, 3), int64_t(3) << 30);
+  ASSERT_EQ(lines.size(), 5u);
+  EXPECT_EQ(lines[0],
+            "robotwin_online  [12s]  step 24/100 (2.00/s)  4.0 samples/s  loss 0.0200  ETA 38s  "
+            "CUDA 3.00 GiB");
+  EXPECT_EQ(lines[1],
+            "node             type                 items/s  busy% starved%  queue in flight  conc "
+            " skips errors");
+  EXPECT_EQ(lines[2],
+            "sampler          EpisodeSampler           4.0      0        0      0         0     1 "
+            "     0      0");
+  EXPECT_EQ(lines[3],
+            "decode           VideoDecode              4.0    100        0      2         3     3 "
+            "     1      0");
+  EXPECT_EQ(lines[4],
+            "step             TrainStep                2.0      0       50      0         0     1 "
+            "     0      2");
+}
+
+TEST(LiveView, RedrawsInPlaceAndErases) {
+  LiveView view("p");
+  EXPECT_EQ(view.redraw({"a", "bb"}), "\ra\x1b[K\nbb\x1b[K\n");
+  EXPECT_EQ(view.redraw({"c", "dddd"}, 3), "\r\x1b[2Ac\x1b[K\nddd\x1b[K\n");
+  EXPECT_EQ(view.redraw({"e"}), "\r\x1b[2Ae\x1b[K\n\x1b[J");
+  EXPECT_EQ(view.erase(), "\r\x1b[1A\x1b[J");
+  EXPECT_EQ(view.erase(), "");
+  EXPECT_EQ(LiveView::duration(3725), "1h02m");
+  EXPECT_EQ(LiveView::duration(185), "3m05s");
+}
+
+}  // namespace
+}  // namespace wam
