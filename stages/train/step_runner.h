@@ -31,6 +31,15 @@ struct StepOptions {
   bool autocast_bf16 = true;  // CUDA only
 };
 
+// Called around the backward pass of every step that is not captured: data-parallel gradient
+// averaging (train/data_parallel.h).
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  virtual void begin_backward() = 0;
+  virtual void finish_backward() = 0;
+};
+
 // Runs training steps on one device: eager, or (CUDA) one captured graph replayed per step.
 class StepRunner {
  public:
@@ -45,6 +54,8 @@ class StepRunner {
   Losses step(const models::TrainBatch& batch, double lr, at::Generator& noise_gen);
 
   bool compiled() const { return compiled_; }
+  // Averages gradients between backward and clipping (eager steps only; nullptr: none).
+  void set_gradient_sync(GradientSync* sync) { sync_ = sync; }
 
  private:
   models::LossTerms forward_backward_update(const models::TrainBatch& batch,
@@ -63,6 +74,7 @@ class StepRunner {
   StepOptions options_;
   bool compiled_;
   std::string tunableop_results_;
+  GradientSync* sync_ = nullptr;
 };
 
 }  // namespace wam::train
