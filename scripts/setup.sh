@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libtbb-dev                                  # oneTBB flow graph
   libtorch-dev libopenblas0-pthread           # LibTorch (CPU); OpenBLAS or matmuls run 16x slower
+  libgloo-dev                                 # c10d Gloo headers: multi-process CPU training
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev   # FFmpeg
   libhdf5-dev                                 # latent stores, episode data
   libssl-dev                                  # SHA-256 (text embedding cache keys)

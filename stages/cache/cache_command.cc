@@ -142,6 +142,11 @@ class CacheCommand final : public Command {
     if (result.shards_resumed > 0) {
       std::cerr << "resumed: " << result.shards_resumed << " shards were already written\n";
     }
+    if (result.world_size > 1) {
+      std::cerr << "cache generate: rank " << result.rank << "/" << result.world_size
+                << " wrote shards [" << result.shard_begin << ", " << result.shard_end
+                << "): " << result.samples_encoded << " samples encoded\n";
+    }
     for (const cache::PublishResult& published : result.published) {
       const bool vlm = published.artifact_id.rfind("vlm", 0) == 0;
       char line[512];

@@ -25,19 +25,23 @@ struct GenerateOptions {
 };
 
 struct GenerateResult {
+  int rank = 0;  // of world_size processes under a launcher
+  int world_size = 1;
+  int64_t shard_begin = 0, shard_end = 0;  // this rank's block of shards
   std::string root;
   int64_t samples = 0;          // keyspace of this build
   int64_t samples_encoded = 0;  // by this run (resumed shards excluded)
   int64_t shards_resumed = 0;
   double seconds = 0;
-  std::vector<PublishResult> published;
+  std::vector<PublishResult> published;  // rank 0 only
 };
 
 // Encodes the selected fields of sample ids [0, samples) in a graph of its own (EpisodeSampler in
 // sample id order -> VideoDecode -> Augment -> Collate -> HostToDevice -> VaeEncode -> VlmEncode:
 // the encoders only), writes them in shards and publishes every artifact. Throws ConfigError for
 // random augmentation (naming the param's JSON pointer) and CacheError when an artifact exists
-// and `overwrite` is false, both before anything is encoded.
+// and `overwrite` is false, both before anything is encoded. Under a launcher the ranks share the
+// work (see cache_generate.cc) and a failure on any rank fails every rank, naming it.
 GenerateResult generate_cache(const GenerateOptions& options);
 
 struct ArtifactReport {

@@ -3,9 +3,19 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include "common/distributed.h"
 #include "wam/error.h"
 
 namespace wam {
+namespace {
+
+// Under a launcher each process trains on the GPU of its LOCAL_RANK.
+c10::DeviceIndex cuda_index() {
+  const dist::LaunchEnv& env = dist::launch_env();
+  return static_cast<c10::DeviceIndex>(env.launched() ? env.local_rank : 0);
+}
+
+}  // namespace
 
 at::Device resolve_device(const std::string& stage_device, const Settings& settings,
                           const std::string& who) {
@@ -24,7 +34,7 @@ at::Device resolve_device(const std::string& stage_device, const std::string& se
                 (follows_settings ? "settings.device" : "param device") +
                 " to \"auto\" or \"cpu\"");
   }
-  return cuda_available ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
+  return cuda_available ? at::Device(at::kCUDA, cuda_index()) : at::Device(at::kCPU);
 }
 
 }  // namespace wam

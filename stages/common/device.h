@@ -12,7 +12,8 @@
 
 namespace wam {
 
-// `stage_device` and `settings.device` are "auto", "cpu" or "cuda". "cuda" without a CUDA device
+// `stage_device` and `settings.device` are "auto", "cpu" or "cuda" (cuda:LOCAL_RANK under a
+// launcher, common/distributed.h, else cuda:0). "cuda" without a CUDA device
 // is an error naming `who` and the setting that asked for it.
 at::Device resolve_device(const std::string& stage_device, const Settings& settings,
                           const std::string& who);

@@ -13,9 +13,13 @@
 //
 // Order: per epoch a Fisher-Yates shuffle driven by std::mt19937_64 seeded from (seed, epoch), with
 // j = rng() % (i + 1) (no std::uniform_int_distribution: its output differs between standard
-// libraries). The permutation is cut to max_samples, then rank r takes positions r, r + W, ... of
-// the first floor(n / W) * W entries, so every rank gets the same count and none waits forever on
-// an uneven shard.
+// libraries). The permutation of n samples is cut to max_samples, then padded by wrapping around
+// to ceil(n / W) * W entries (as torch's DistributedSampler pads), and rank r takes positions r,
+// r + W, ... So every rank gets ceil(n / W) samples (the same count: no rank waits forever on an
+// uneven shard), the ranks' shards of an epoch are disjoint and cover the n samples exactly once,
+// plus the (ceil(n / W) * W - n) < W padding samples, which repeat the epoch's first entries on
+// the last ranks. rank and world_size default to the launcher's RANK and WORLD_SIZE
+// (common/distributed.h), 0 and 1 without a launcher.
 //
 // Example: {"id": "sampler", "type": "EpisodeSampler", "params": {"dataset_dirs":
 // ["data/robotwin"],
@@ -26,6 +30,7 @@
 #include <cmath>
 #include <random>
 
+#include "common/distributed.h"
 #include "common/seeding.h"
 #include "data/lerobot_dataset.h"
 #include "wam/registry.h"
@@ -92,8 +97,8 @@ struct EpisodeSamplerParams {
   int64_t memory_recent_frame_offset = 32;
   bool shuffle = true;
   int64_t max_samples = 0;
-  int64_t rank = 0;
-  int64_t world_size = 1;
+  int64_t rank = -1;
+  int64_t world_size = -1;
   Normalization normalization = Normalization::kZScore;
   // RoboTwin's merger (reference-system.md section 1).
   Layout action_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
@@ -112,8 +117,9 @@ struct EpisodeSamplerParams {
       "How far back the recent memory frame lies.", Min{1});
     v("shuffle", shuffle, "Seeded shuffle per epoch (else dataset order).");
     v("max_samples", max_samples, "Samples per epoch before sharding (0: all).", Min{0});
-    v("rank", rank, "This process's shard.", Min{0});
-    v("world_size", world_size, "Number of shards.", Min{1});
+    v("rank", rank, "This process's shard (-1: the launcher's RANK, else 0).", Min{-1});
+    v("world_size", world_size, "Number of shards (-1: the launcher's WORLD_SIZE, else 1).",
+      Min{-1});
     v("normalization", normalization,
       "How action and state are normalised with the dataset stats (LIBERO min_max, RoboTwin "
       "z_score).");
@@ -147,9 +153,17 @@ struct EpisodeSamplerParams {
                   " and action_video_freq_ratio=" + std::to_string(action_video_freq_ratio) +
                   " give T=" + std::to_string(horizon / action_video_freq_ratio + 1));
     }
-    c.require(rank < world_size, "rank",
-              "rank " + std::to_string(rank) + " must be < world_size " +
-                  std::to_string(world_size));
+    if ((rank < 0) != (world_size < 0)) {
+      c.error(rank < 0 ? "rank" : "world_size",
+              "set both rank and world_size, or neither (then the launcher's RANK and "
+              "WORLD_SIZE apply)");
+    } else if (world_size == 0) {
+      c.error("world_size", "world_size must be >= 1, or -1 for the launcher's WORLD_SIZE");
+    } else if (rank >= 0) {
+      c.require(
+          rank < world_size, "rank",
+          "rank " + std::to_string(rank) + " must be < world_size " + std::to_string(world_size));
+    }
     check_layout(c, "action_layout", action_layout);
     check_layout(c, "state_layout", state_layout);
   }
@@ -297,27 +311,38 @@ class EpisodeSampler final : public Source {
     epochs_ = context.settings().epochs;
     load(data::open_datasets(p_.dataset_dirs));
 
-    int64_t per_epoch = total_frames_;
-    if (p_.max_samples > 0) per_epoch = std::min(per_epoch, p_.max_samples);
-    per_rank_ = per_epoch / p_.world_size;
-    if (per_rank_ == 0) {
-      throw Error("EpisodeSampler: " + std::to_string(per_epoch) +
-                  " samples per epoch cannot be shared by world_size " +
-                  std::to_string(p_.world_size) + " ranks");
+    if (p_.world_size < 0) {
+      rank_ = dist::launch_env().rank;
+      world_size_ = dist::launch_env().world_size;
+    } else {
+      rank_ = p_.rank;
+      world_size_ = p_.world_size;
     }
+    per_epoch_ = total_frames_;
+    if (p_.max_samples > 0) per_epoch_ = std::min(per_epoch_, p_.max_samples);
+    if (per_epoch_ < world_size_) {
+      throw Error("EpisodeSampler: " + std::to_string(per_epoch_) +
+                  " samples per epoch cannot be shared by world_size " +
+                  std::to_string(world_size_) + " ranks (each needs one at least)");
+    }
+    per_rank_ = (per_epoch_ + world_size_ - 1) / world_size_;
     check_position();
     opened_ = true;
-    context.log("EpisodeSampler: " + std::to_string(episodes_.size()) + " episodes, " +
-                std::to_string(total_frames_) + " frames; " + std::to_string(per_rank_) +
-                " samples per epoch for rank " + std::to_string(p_.rank) + "/" +
-                std::to_string(p_.world_size));
+    const int64_t padding = per_rank_ * world_size_ - per_epoch_;
+    context.log(
+        "EpisodeSampler: " + std::to_string(episodes_.size()) + " episodes, " +
+        std::to_string(total_frames_) + " frames; " + std::to_string(per_rank_) +
+        " samples per epoch for rank " + std::to_string(rank_) + "/" + std::to_string(world_size_) +
+        (padding > 0
+             ? " (" + std::to_string(padding) + " padding samples repeat the epoch's first ones)"
+             : std::string()));
   }
 
   std::optional<Sample> next() override {
     while (epoch_ < epochs_) {
       if (order_epoch_ != epoch_) build_order();
       if (position_ < per_rank_) {
-        const int64_t sample_id = order_[p_.rank + position_ * p_.world_size];
+        const int64_t sample_id = order_[(rank_ + position_ * world_size_) % per_epoch_];
         ++position_;
         return make_sample(sample_id);
       }
@@ -565,6 +590,8 @@ class EpisodeSampler final : public Source {
   std::vector<std::map<int64_t, std::string>> tasks_;  // per dataset
   std::vector<Range> action_layout_, state_layout_;
   int64_t total_frames_ = 0;
+  int64_t rank_ = 0, world_size_ = 1;
+  int64_t per_epoch_ = 0;
   int64_t per_rank_ = 0;
   bool opened_ = false;
 

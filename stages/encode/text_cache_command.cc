@@ -1,6 +1,8 @@
 // `wam-pipeline text-cache build PIPELINE [--set ...]`: fills the HDF5 text cache that the
 // pipeline's TextEmbed node reads, with the T5 prompt of every task of the datasets its
 // EpisodeSampler nodes read.
+// Under a launcher (common/distributed.h) rank 0 writes the file and the other ranks wait for it at
+// a barrier, so that every rank may train from it next.
 // Adds the `text-cache` command to `app`; after parsing, selected() says whether it was chosen and
 // run() executes it, returning the process exit status.
 #include "cli/command.h"
@@ -8,6 +10,7 @@
 #include <iostream>
 #include <set>
 
+#include "common/distributed.h"
 #include "data/lerobot_dataset.h"
 #include "models/text_encoder.h"
 #include "wam/pipeline.h"
@@ -50,6 +53,7 @@ class TextCacheCommand final : public Command {
   int run() override;
 
  private:
+  int build();
   CLI::App* text_cache_ = nullptr;
   CLI::App* build_ = nullptr;
   std::string pipeline_;
@@ -70,6 +74,18 @@ TextCacheCommand::TextCacheCommand(CLI::App& app) {
 bool TextCacheCommand::selected() const { return text_cache_->parsed(); }
 
 int TextCacheCommand::run() {
+  dist::World& world = dist::World::get();
+  if (world.rank() != 0) {
+    std::cerr << "text-cache: " << world.describe() << " waits for rank 0 to write the cache\n";
+    world.barrier("barrier: waiting for rank 0 to write the text cache");
+    return 0;
+  }
+  const int status = build();
+  world.barrier("barrier: rank 0 wrote the text cache");
+  return status;
+}
+
+int TextCacheCommand::build() {
   const ValidatedPipeline pipeline = load_pipeline(pipeline_, {overrides_});
   std::vector<const ValidatedNode*> text_nodes;
   for (const ValidatedNode& node : pipeline.nodes()) {

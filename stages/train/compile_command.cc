@@ -1,12 +1,15 @@
 // `wam-pipeline compile PIPELINE`: prepares the compiled step's compiler artifacts (TunableOp GEMM
 // results under $WAM_COMPILE_CACHE) by running real training steps of a compiled pipeline, as the
-// reference's tools/compile.py prepares its Inductor/Triton caches.
+// reference's tools/compile.py prepares its Inductor/Triton caches. Under a launcher
+// (common/distributed.h) rank 0 runs the steps alone and writes the results; the other ranks wait
+// for it at a barrier.
 #include "cli/command.h"
 
 #include <filesystem>
 #include <iostream>
 
 #include "common/device.h"
+#include "common/distributed.h"
 #include "models/world_model.h"
 #include "train/step_overrides.h"
 #include "train/training_step.h"
@@ -35,6 +38,7 @@ class CompileCommand final : public Command {
   int run() override;
 
  private:
+  int prepare();
   CLI::App* compile_ = nullptr;
   std::string file_;
   std::vector<std::string> overrides_;
@@ -55,6 +59,22 @@ CompileCommand::CompileCommand(CLI::App& app) {
 bool CompileCommand::selected() const { return compile_->parsed(); }
 
 int CompileCommand::run() {
+  dist::World& world = dist::World::get();
+  if (world.rank() != 0) {
+    std::cerr << "compile: " << world.describe() << " waits for rank 0 to prepare the results\n";
+    world.barrier("barrier: waiting for rank 0 to run `compile`");
+    return 0;
+  }
+  int status = kExitFailed;
+  {
+    dist::AloneScope alone;
+    status = prepare();
+  }
+  world.barrier("barrier: rank 0 ran `compile`");
+  return status;
+}
+
+int CompileCommand::prepare() {
   LoadOptions options{overrides_};
   const ValidatedPipeline probe = load_pipeline(file_, options);
   const ValidatedNode* step = nullptr;

@@ -138,7 +138,9 @@ models::LossTerms StepRunner::forward_backward_update(const models::TrainBatch& 
 #endif
     loss = model_->loss(batch, noise);
   }
+  if (sync_) sync_->begin_backward();
   loss.total.backward();
+  if (sync_) sync_->finish_backward();
   clip_grad_norm(optimizer_.params(), options_.max_grad_norm);
   optimizer_.step();
   return loss;

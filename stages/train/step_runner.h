@@ -35,6 +35,15 @@ struct StepOptions {
   double memory_budget = 0;
 };
 
+// Called around the backward pass of every step that is not captured: data-parallel gradient
+// averaging (train/data_parallel.h).
+class GradientSync {
+ public:
+  virtual ~GradientSync() = default;
+  virtual void begin_backward() = 0;
+  virtual void finish_backward() = 0;
+};
+
 // Runs training steps on one device: eager, or (CUDA) one captured graph replayed per step.
 class StepRunner {
  public:
@@ -51,6 +60,8 @@ class StepRunner {
   bool compiled() const { return compiled_; }
   // After the first compiled step: how the memory budget was spent ("" when there was none).
   const std::string& recompute_note() const { return recompute_note_; }
+  // Averages gradients between backward and clipping (eager steps only; nullptr: none).
+  void set_gradient_sync(GradientSync* sync) { sync_ = sync; }
 
  private:
   models::LossTerms forward_backward_update(const models::TrainBatch& batch,
@@ -72,6 +83,7 @@ class StepRunner {
   bool compiled_;
   std::string tunableop_results_;
   std::string recompute_note_;
+  GradientSync* sync_ = nullptr;
 };
 
 }  // namespace wam::train

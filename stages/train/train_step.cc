@@ -15,6 +15,15 @@
 // loss curve when fed the same batches. The source's position is not reachable from a stage: resume
 // the source separately.
 //
+// Under a launcher (WORLD_SIZE > 1, common/distributed.h) the step is data-parallel, as DDP: rank
+// 0's initial (or resumed) weights are broadcast, gradients are averaged across ranks in buckets of
+// `bucket_mb` while backward runs (train/data_parallel.h), each rank draws its own noise (seed
+// mixed with the rank), the emitted losses are the ranks' mean and samples/s counts every rank's
+// batch. Only rank 0 logs [train] lines and writes training-state files; a file resumes on any
+// number of ranks (rank 0 continues the saved noise stream, other ranks start theirs from seed,
+// rank and step). The compiled step keeps its CUDA graph on one rank only: data-parallel compiled
+// runs the step eager, and says so.
+//
 // Reads:  video_latents, memory_video_anchor_latents, memory_video_recent_latents,
 //         memory_video_recent_is_pad, context, context_mask, vlm_context, vlm_mask, action,
 //         action_is_pad, action_dim_is_pad, proprio (Tensor); epoch (when present, for the log).
@@ -28,8 +37,11 @@
 #include <string>
 
 #include "common/device.h"
+#include "common/distributed.h"
+#include "common/seeding.h"
 #include "models/fused_norm.h"
 #include "models/world_model.h"
+#include "train/data_parallel.h"
 #include "train/optimizer.h"
 #include "train/speed_meter.h"
 #include "train/step_runner.h"
@@ -69,6 +81,7 @@ struct TrainStepParams {
   int64_t seed = -1;
   int64_t vlm_context_pad_to = 1024;
   double memory_budget = 0;
+  double bucket_mb = 25;
 
   template <class V>
   void visit(V& v) {
@@ -104,6 +117,10 @@ struct TrainStepParams {
       "compiled, with checkpointing: share of the device's memory the step may take; groups "
       "that fit keep their activations instead of being recomputed (0: recompute all).",
       Min{0.0}, Max{1.0});
+    v("bucket_mb", bucket_mb,
+      "Data-parallel runs: gradients are all-reduced in buckets of this many MiB, overlapped "
+      "with backward (DDP's bucket_cap_mb).",
+      Min{0.0});
   }
 };
 
@@ -163,6 +180,10 @@ class TrainStepStage final : public Stage, public TrainingStep {
     schedule_ = {params_.learning_rate, params_.warmup_ratio, params_.min_lr_ratio, total};
     const uint64_t seed =
         static_cast<uint64_t>(params_.seed >= 0 ? params_.seed : context.settings().seed);
+    world_ = &dist::World::get();
+    // Rank 0 draws the noise of a single-process run; the others streams of their own.
+    const uint64_t noise_seed =
+        world_->rank() == 0 ? seed : seeding::mix_seed(seed, static_cast<uint64_t>(world_->rank()));
 
     torch::manual_seed(seed);  // model initialisation
     model_ = models::WorldActionModel(config_);
@@ -170,19 +191,34 @@ class TrainStepStage final : public Stage, public TrainingStep {
     model_->train();
     optimizer_ = std::make_unique<train::AdamW>(
         model_->parameters(), train::AdamWOptions{0.9, 0.95, 1e-8, params_.weight_decay});
-    noise_gen_ = train::make_noise_generator(device_, seed);
+    noise_gen_ = train::make_noise_generator(device_, noise_seed);
 
     if (!params_.resume.empty()) {
       const train::TrainProgress progress =
           train::load_training_state(params_.resume, model_, *optimizer_);
       step_ = progress.step;
-      std::lock_guard<std::mutex> lock(noise_gen_.mutex());
-      noise_gen_.set_state(progress.noise_rng_state);
+      if (world_->rank() == 0) {
+        std::lock_guard<std::mutex> lock(noise_gen_.mutex());
+        noise_gen_.set_state(progress.noise_rng_state);
+      } else {
+        noise_gen_ = train::make_noise_generator(
+            device_, seeding::mix_seed(noise_seed, static_cast<uint64_t>(step_)));
+      }
+    }
+    if (world_->distributed()) {
+      std::vector<at::Tensor> state;
+      for (const at::Tensor& p : model_->parameters()) state.push_back(p.detach());
+      for (const at::Tensor& b : model_->buffers()) state.push_back(b);
+      world_->broadcast(state, 0, "broadcast of the initial weights from rank 0");
     }
 
     bool graph_capture = false;
     std::string tunableop_results;
-    if (compiled) {
+    if (compiled && world_->distributed()) {
+      context.log("TrainStep: mode \"compiled\" with " + std::to_string(world_->size()) +
+                  " ranks: the data-parallel step runs eager (its all-reduces are not captured "
+                  "in the CUDA graph yet).");
+    } else if (compiled) {
 #if WAM_WITH_CUDA
       graph_capture = device_.is_cuda();
 #endif
@@ -212,13 +248,23 @@ class TrainStepStage final : public Stage, public TrainingStep {
         model_, *optimizer_, device_,
         train::StepOptions{params_.max_grad_norm, params_.autocast_bf16, params_.memory_budget},
         graph_capture, tunableop_results);
+    if (world_->distributed()) {
+      averager_ = std::make_unique<train::GradientAverager>(
+          model_->named_parameters().pairs(), *world_,
+          std::max<int64_t>(1, static_cast<int64_t>(params_.bucket_mb * (1 << 20))));
+      runner_->set_gradient_sync(averager_.get());
+    }
 
     context.log(
         "TrainStep: " + std::to_string(model_->parameter_count()) + " parameters on " +
         device_.str() + ", mode " + std::string(enum_name(params_.mode)) + ", checkpoint_group " +
         std::to_string(config_.activation_checkpoint_group) + ", " + std::to_string(total) +
         " steps" +
-        (params_.resume.empty() ? std::string() : ", resumed at step " + std::to_string(step_)));
+        (params_.resume.empty() ? std::string() : ", resumed at step " + std::to_string(step_)) +
+        (world_->distributed()
+             ? ", data-parallel " + world_->describe() + " (" +
+                   std::to_string(averager_->bucket_count()) + " gradient buckets)"
+             : std::string()));
     saved_step_ = step_;
     start_ = std::chrono::steady_clock::now();
   }
@@ -231,7 +277,10 @@ class TrainStepStage final : public Stage, public TrainingStep {
 
     const int64_t step = step_ + 1;
     const double lr = schedule_.at(step);
-    const train::Losses loss = runner_->step(batch, lr, noise_gen_);
+    if (step > 1) dist::test_exit_point("train_step");
+    train::Losses loss = runner_->step(batch, lr, noise_gen_);
+    int64_t rows = batch.action.size(0);
+    if (world_->distributed()) reduce_for_log(loss, rows);
     step_ = step;
     speed_.record(step_, seconds_since_open());
     if (!recompute_logged_ && !runner_->recompute_note().empty()) {
@@ -239,7 +288,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
       recompute_logged_ = true;
     }
 
-    if (step_ % params_.log_every == 0) log_progress(sample, batch.action.size(0), loss, lr);
+    if (step_ % params_.log_every == 0 && world_->rank() == 0) log_progress(sample, rows, loss, lr);
     if (!params_.training_state_dir.empty() && params_.save_every > 0 &&
         step_ % params_.save_every == 0) {
       save();
@@ -280,6 +329,22 @@ class TrainStepStage final : public Stage, public TrainingStep {
     return batch;
   }
 
+  // The ranks' mean losses and their total batch rows.
+  void reduce_for_log(train::Losses& loss, int64_t& rows) {
+    at::Tensor values = torch::tensor({loss.total, loss.video, loss.action, loss.future_delta,
+                                       loss.semantic, static_cast<double>(rows)},
+                                      at::kDouble);
+    world_->all_reduce_sum({values}, "all_reduce of the step's losses for the log");
+    const double n = static_cast<double>(world_->size());
+    const double* v = values.data_ptr<double>();
+    loss.total = v[0] / n;
+    loss.video = v[1] / n;
+    loss.action = v[2] / n;
+    loss.future_delta = v[3] / n;
+    loss.semantic = v[4] / n;
+    rows = static_cast<int64_t>(v[5]);
+  }
+
   double seconds_since_open() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
@@ -310,6 +375,10 @@ class TrainStepStage final : public Stage, public TrainingStep {
   }
 
   void save() {
+    if (world_->rank() != 0) {  // every rank holds the same weights; rank 0 writes them
+      saved_step_ = step_;
+      return;
+    }
     train::TrainProgress progress;
     progress.step = step_;
     {
@@ -331,6 +400,8 @@ class TrainStepStage final : public Stage, public TrainingStep {
   std::unique_ptr<train::AdamW> optimizer_;
   at::Generator noise_gen_;
   std::unique_ptr<train::StepRunner> runner_;
+  dist::World* world_ = nullptr;
+  std::unique_ptr<train::GradientAverager> averager_;
   train::SpeedMeter speed_;
   std::chrono::steady_clock::time_point start_;
   int64_t step_ = 0;

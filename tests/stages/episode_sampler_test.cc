@@ -8,6 +8,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "data/lerobot_dataset.h"
@@ -248,14 +249,20 @@ TEST_F(EpisodeSamplerTest, ShuffleIsASeededPermutationPerEpoch) {
 
 TEST_F(EpisodeSamplerTest, ShardsAreDisjointAndEqualSized) {
   for (int64_t max_samples : {0, 50}) {
-    std::set<int64_t> seen;
+    std::map<int64_t, int> seen;
     for (int64_t rank = 0; rank < 3; ++rank) {
       const auto shard =
           ids(drain(R"(, "shuffle": true, "world_size": 3, "rank": )" + std::to_string(rank) +
                     R"(, "max_samples": )" + std::to_string(max_samples)));
-      // 60 samples -> 20 per rank; 50 -> 16 per rank (the remainder of 2 is dropped).
-      EXPECT_EQ(shard.size(), max_samples == 0 ? 20u : 16u);
-      for (int64_t id : shard) EXPECT_TRUE(seen.insert(id).second) << "sample " << id << " twice";
+      // 60 samples -> 20 per rank; 50 -> 17 per rank, the 51st position wrapping to the first.
+      EXPECT_EQ(shard.size(), max_samples == 0 ? 20u : 17u);
+      for (int64_t id : shard) ++seen[id];
+    }
+    const auto order =
+        ids(drain(R"(, "shuffle": true, "max_samples": )" + std::to_string(max_samples)));
+    ASSERT_EQ(seen.size(), order.size());
+    for (size_t i = 0; i < order.size(); ++i) {
+      EXPECT_EQ(seen[order[i]], max_samples == 50 && i == 0 ? 2 : 1) << "sample " << order[i];
     }
   }
 }
