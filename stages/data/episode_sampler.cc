@@ -402,8 +402,27 @@ class EpisodeSampler final : public Source {
                       std::to_string(info.episode_index) + ": run `wam-pipeline dataset stats " +
                       ds.root() + " --force`");
         }
+        // Stats shorter than the vector would be read past their end while normalising.
+        auto check_dims = [&](const char* key, const data::FeatureStats& s, int64_t dims) {
+          const std::pair<const char*, size_t> sizes[] = {{"min", s.min.size()},
+                                                          {"max", s.max.size()},
+                                                          {"mean", s.mean.size()},
+                                                          {"std", s.std.size()}};
+          for (const auto& [name, size] : sizes) {
+            if (static_cast<int64_t>(size) != dims) {
+              throw Error(ds.episodes_stats_path() + ": episode " +
+                          std::to_string(info.episode_index) + ": \"" + key + "\" " + name +
+                          " has " + std::to_string(size) + " values, but " + file + " has " +
+                          std::to_string(dims) + " " + key + " dims");
+            }
+          }
+        };
+        check_dims("action", stats->second.at("action"), e.action.cols);
         action_parts.push_back(stats->second.at("action"));
         // episodes_stats.jsonl describes the raw state: the transformed one's are computed here.
+        if (!libero_transform()) {
+          check_dims("observation.state", stats->second.at("observation.state"), e.state.cols);
+        }
         state_parts.push_back(libero_transform() ? data::compute_stats(e.state)
                                                  : stats->second.at("observation.state"));
         total_frames_ += e.length;

@@ -342,6 +342,37 @@ TEST_F(EpisodeSamplerTest, MissingStatsNameTheCommandToRun) {
                             root + "`");
 }
 
+TEST_F(EpisodeSamplerTest, StatsShorterThanTheVectorAreRefused) {
+  // Once read past their end and normalised with garbage, silently.
+  data::FeatureStats full;
+  full.min.assign(kDims, 0.0);
+  full.max.assign(kDims, 1.0);
+  full.mean.assign(kDims, 0.0);
+  full.std.assign(kDims, 1.0);
+  full.count = 10;
+  data::FeatureStats short_std = full;
+  short_std.std.resize(3);
+  std::map<int64_t, data::EpisodeStats> stats;
+  stats[0] = {{"action", full}, {"observation.state", full}};
+  stats[1] = {{"action", short_std}, {"observation.state", full}};
+  data::write_episodes_stats(root_ + "/meta/episodes_stats.jsonl", stats);
+  const std::string root = fs::absolute(root_).string();
+  EXPECT_ERROR(drain(), root +
+                            "/meta/episodes_stats.jsonl: episode 1: \"action\" std has 3 "
+                            "values, but " +
+                            root + "/data/chunk-000/episode_000001.h5 has " +
+                            std::to_string(kDims) + " action dims");
+  stats[1] = {{"action", full}, {"observation.state", short_std}};
+  data::write_episodes_stats(root_ + "/meta/episodes_stats.jsonl", stats);
+  EXPECT_ERROR(drain(), root +
+                            "/meta/episodes_stats.jsonl: episode 1: \"observation.state\" std "
+                            "has 3 values, but " +
+                            root +
+                            "/data/chunk-000/episode_000001.h5 "
+                            "has " +
+                            std::to_string(kDims) + " observation.state dims");
+}
+
 TEST_F(EpisodeSamplerTest, RefusesParquetColumns) {
   // The real LeRobot dataset, given stats so that the sampler gets as far as the columns.
   const fs::path real = fs::path(WAM_SOURCE_DIR "/../shared/data/lerobot-gr00t-picknplace");
