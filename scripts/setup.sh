@@ -14,6 +14,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-h5py                                # the latent store test reads a shard with h5py
   clang-format                                # scripts/check-format.sh
+  clang-14 libclang-rt-14-dev                 # scripts/fuzz.sh (libFuzzer)
 )
 
 missing=()
