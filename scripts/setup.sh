@@ -19,6 +19,7 @@ packages=(
   graphviz                                    # `graph -o F.svg|F.png`, the report's graph
   bsdutils                                    # `script`: the live view's test in a pseudo-terminal
   chromium                                    # the HTML report's test renders it headless
+  clang-14 libclang-rt-14-dev                 # scripts/fuzz.sh (libFuzzer)
 )
 
 missing=()

@@ -1,6 +1,7 @@
 // wam-pipeline: run, validate, inspect and draw training pipelines.
 #include "cli/app.h"
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -23,13 +24,21 @@ using wam::cli::kExitFailed;
 using wam::cli::kExitInterrupted;
 using wam::cli::kExitInvalid;
 using wam::cli::kExitOk;
+using wam::cli::kExitTerminated;
 
 std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_signal{0};  // the first SIGINT or SIGTERM received
 
-extern "C" void on_sigint(int) {
+// SIGINT (Ctrl-C) and SIGTERM (what Slurm and Kubernetes send before killing) both stop the run
+// cleanly: summary and --stats-out are still written; the exit status is 128 + the signal.
+extern "C" void on_stop_signal(int signal) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, signal);
   g_interrupted.store(true);
-  std::signal(SIGINT, SIG_DFL);  // a second Ctrl-C ends the process at once
+  std::signal(signal, SIG_DFL);  // a second one ends the process at once
 }
+
+const char* signal_name(int signal) { return signal == SIGTERM ? "SIGTERM" : "SIGINT"; }
 
 struct PipelineArgs {
   std::string file;
@@ -56,7 +65,8 @@ int cmd_run(const PipelineArgs& args, int64_t steps, const std::string& stop_aft
   std::cerr << "running " << pipeline.name() << " (" << pipeline.nodes().size() << " nodes"
             << (stop_after.empty() ? "" : ", stopping after " + stop_after) << ")\n";
 
-  std::signal(SIGINT, on_sigint);
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
   wam::RunOptions run_options;
   run_options.report_every_s = report_every;
   run_options.interrupt = &g_interrupted;
@@ -65,6 +75,8 @@ int cmd_run(const PipelineArgs& args, int64_t steps, const std::string& stop_aft
   view.configure(run_options);
   wam::RunResult result = wam::run_pipeline(pipeline, run_options);
   std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  const int signal = g_signal.load();
   view.finish(result);
 
   std::cout << result.stats.table();
@@ -72,6 +84,7 @@ int cmd_run(const PipelineArgs& args, int64_t steps, const std::string& stop_aft
     nlohmann::json stats = result.stats.to_json();
     if (!result.source_state.is_null()) stats["source_state"] = result.source_state;
     if (result.error) stats["error"] = result.error->what();
+    if (signal != 0) stats["signal"] = signal_name(signal);
     wam::write_file_atomically(stats_out, stats.dump(2) + "\n");
     std::cerr << "wrote " << stats_out << "\n";
   }
@@ -79,7 +92,11 @@ int cmd_run(const PipelineArgs& args, int64_t steps, const std::string& stop_aft
     std::cerr << "error: " << result.error->what() << "\n";
     return kExitFailed;
   }
-  return result.stats.stop_reason == "interrupted" ? kExitInterrupted : kExitOk;
+  if (result.stats.stop_reason == "interrupted") {
+    std::cerr << "stopped by " << signal_name(signal) << "\n";
+    return signal == SIGTERM ? kExitTerminated : kExitInterrupted;
+  }
+  return kExitOk;
 }
 
 int cmd_validate(const std::vector<std::string>& files, const std::vector<std::string>& overrides) {
@@ -188,14 +205,16 @@ int run_cli(int argc, char** argv) {
   run->add_option(
       "--stop-after", stop_after,
       "Run only NODE and what is upstream of it; what leaves NODE is counted and dropped");
-  run->add_option("--stats-out", stats_out, "Write the per-node statistics as JSON to this file");
+  run->add_option("--stats-out", stats_out, "Write the per-node statistics as JSON to this file")
+      ->check(in_existing_directory());
   run->add_option("--report-every", report_every,
                   "Seconds between progress lines showing each node's busy%; 0 turns them off")
       ->capture_default_str()
       ->check(at_least(0));
   run->add_option("--threads", threads,
-                  "Worker threads (overrides settings.threads; 0: one per core)")
-      ->check(at_least(0));
+                  "Worker threads (overrides settings.threads; 0: one per core; at most " +
+                      std::to_string(kMaxThreadsPerCore) + " per core)")
+      ->check(thread_count());
   run->add_flag("--print-config", print_config,
                 "Print the effective pipeline (defaults filled in)");
   wam::cli::RunViewArgs run_view_args;
@@ -231,6 +250,18 @@ int run_cli(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // A word where the subcommand goes: name it (CLI11 says only "A subcommand is required").
+    if (e.get_exit_code() != 0 && app.get_subcommands().empty() && !app.remaining().empty() &&
+        !app.remaining().front().empty() && app.remaining().front()[0] != '-') {
+      std::vector<std::string> names;
+      for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+        names.push_back(sub->get_name());
+      }
+      std::sort(names.begin(), names.end());
+      std::cerr << wam::unknown_with_suggestion("subcommand", app.remaining().front(), names)
+                << "\nRun with --help for more information.\n";
+      return kExitInvalid;
+    }
     // CLI11 prints the message (or the help); its own codes (105, 106...) become ours.
     return app.exit(e) == 0 ? kExitOk : kExitInvalid;
   }
@@ -249,6 +280,10 @@ int run_cli(int argc, char** argv) {
   } catch (const wam::ConfigError& e) {
     std::cerr << e.what() << "\n";
     return kExitInvalid;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of memory (std::bad_alloc); a batch_size, max_in_flight or a dataset "
+                 "shape may be too large for this machine\n";
+    return kExitFailed;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitFailed;

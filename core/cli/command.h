@@ -17,7 +17,8 @@ namespace wam::cli {
 constexpr int kExitOk = 0;
 constexpr int kExitFailed = 1;
 constexpr int kExitInvalid = 2;
-constexpr int kExitInterrupted = 130;
+constexpr int kExitInterrupted = 130;  // SIGINT: 128 + 2
+constexpr int kExitTerminated = 143;   // SIGTERM: 128 + 15
 
 // One top-level subcommand (with its own subcommands, if any). The constructor adds its options to
 // the app; after parsing, selected() says whether it was chosen and run() executes it. Errors

@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <string>
 
+#include "wam/error.h"
+#include "wam/limits.h"
+
 namespace wam::cli {
 
 // Accepts numbers >= minimum. CLI11's NonNegativeNumber/PositiveNumber print their bound as a
@@ -13,16 +16,27 @@ namespace wam::cli {
 inline CLI::Validator at_least(int64_t minimum) {
   return CLI::Validator(
       [minimum](std::string& value) -> std::string {
-        try {
-          size_t used = 0;
-          if (std::stod(value, &used) >= static_cast<double>(minimum) && used == value.size()) {
-            return {};
-          }
-        } catch (const std::exception&) {
+        if (auto number = parse_number(value); number && *number >= static_cast<double>(minimum)) {
+          return {};
         }
-        return "must be >= " + std::to_string(minimum) + ", got " + value;
+        return "must be >= " + std::to_string(minimum) + ", got " + shorten(value);
       },
       ">=" + std::to_string(minimum));
+}
+
+// Accepts a thread count from 0 to wam::max_threads(): "--threads: must be between 0 and 8 (4 x the
+// 2 hardware threads), got 100000". Checked on the text, so 2147483648 and 1e99 are named too.
+inline CLI::Validator thread_count() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        auto threads = parse_integer<int64_t>(value);
+        if (!threads) {
+          return "must be an integer between 0 and " + std::to_string(max_threads()) + ", got " +
+                 shorten(value);
+        }
+        return check_thread_count(*threads);
+      },
+      "0.." + std::to_string(max_threads()));
 }
 
 // Accepts an output file path whose directory exists, so that a long run does not end unable to

@@ -1,11 +1,11 @@
 #include "wam/config.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <regex>
-#include <sstream>
 
+#include "wam/limits.h"
 #include "wam/params.h"
 
 namespace fs = std::filesystem;
@@ -24,36 +24,16 @@ std::string pointer_append(const std::string& pointer, const std::string& key) {
 }
 
 std::optional<json> read_json_file(const std::string& file, Diagnostics& diagnostics) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) {
-    diagnostics.error_in(file, "", std::string("cannot read file: ") +
-                                       (fs::exists(file) ? "permission denied" : "no such file"));
+  std::string error;
+  auto text = read_regular_file(file, kMaxConfigFileBytes, error);
+  if (!text) {
+    diagnostics.error_in(file, "", "cannot read file: " + error);
     return std::nullopt;
   }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string text = buffer.str();
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    // nlohmann reports the 1-based offset of the offending character.
-    size_t byte = std::min<size_t>(e.byte, text.size());
-    size_t line = 1, column = 1;
-    for (size_t i = 0; i < byte; ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    std::string message = e.what();
-    // Drop nlohmann's "[json.exception.parse_error.101] parse error at line L, column C: " prefix.
-    if (auto colon = message.find(": "); colon != std::string::npos) message.erase(0, colon + 2);
-    diagnostics.error_in(file, std::to_string(line) + ":" + std::to_string(column),
-                         "malformed JSON: " + message);
-    return std::nullopt;
-  }
+  JsonTextError parse_error;
+  auto value = parse_json_text(*text, parse_error);
+  if (!value) diagnostics.error_in(file, parse_error.location, parse_error.message);
+  return value;
 }
 
 std::optional<std::string> environment_value(const std::string& name) {
@@ -72,45 +52,93 @@ std::optional<std::string> environment_value(const std::string& name) {
 
 namespace {
 
+bool is_name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; }
+bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// ${NAME} or ${NAME:-default} (the default runs to the first '}'), scanned without a regex: a
+// std::regex recurses per character and overflows the stack on long strings.
 std::string expand_string(const std::string& text, const std::string& file,
                           const std::string& pointer, Diagnostics& diagnostics) {
-  static const std::regex reference(R"(\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\})");
   std::string out;
-  auto begin = std::sregex_iterator(text.begin(), text.end(), reference);
-  size_t last = 0;
-  for (auto it = begin; it != std::sregex_iterator(); ++it) {
-    const std::smatch& m = *it;
-    out.append(text, last, m.position(0) - last);
-    last = m.position(0) + m.length(0);
-    std::string name = m[1];
+  size_t copied = 0;
+  for (size_t start = text.find("${"); start != std::string::npos;
+       start = text.find("${", start + 1)) {
+    if (start < copied) continue;  // inside the reference just expanded
+    size_t i = start + 2;
+    if (i >= text.size() || !is_name_start(text[i])) continue;
+    while (i < text.size() && is_name_char(text[i])) ++i;
+    const std::string name = text.substr(start + 2, i - start - 2);
+    std::optional<std::string> fallback;
+    if (text.compare(i, 2, ":-") == 0) {
+      const size_t close = text.find('}', i + 2);
+      if (close == std::string::npos) continue;
+      fallback = text.substr(i + 2, close - i - 2);
+      i = close;
+    }
+    if (i >= text.size() || text[i] != '}') continue;
+    out.append(text, copied, start - copied);
+    copied = i + 1;
     if (auto value = environment_value(name)) {
       out += *value;
-    } else if (m[2].matched) {
-      out += m[3].str();
+    } else if (fallback) {
+      out += *fallback;
     } else {
       diagnostics.error_in(file, pointer,
                            "environment variable " + name + " is not set; export it or write ${" +
                                name + ":-default}");
     }
   }
-  out.append(text, last, std::string::npos);
+  out.append(text, copied, std::string::npos);
   return out;
 }
 
+// What resolving the $refs of one pipeline has used so far, and the chain being resolved.
+struct RefResolution {
+  std::vector<std::string> chain;  // targets ("include/pointer") whose values are being resolved
+  size_t resolutions = 0;
+  size_t values = 0;     // JSON values copied in from fragments
+  bool stopped = false;  // a limit was reported: resolve nothing more
+};
+
+// Counts the values of `value`, stopping early past `limit`.
+size_t count_values(const json& value, size_t limit) {
+  size_t count = 0;
+  std::vector<const json*> pending = {&value};
+  while (!pending.empty() && count <= limit) {
+    const json* current = pending.back();
+    pending.pop_back();
+    ++count;
+    if (current->is_structured()) {
+      for (const auto& child : *current) pending.push_back(&child);
+    }
+  }
+  return count;
+}
+
 // {"$ref": "include/pointer", ...siblings}: the fragment value, with siblings merged over it.
+// `depth` is the nesting of `value` in the resolved params: refs may nest what they bring in, so
+// the depth limit is checked again here, as are cycles and the total size brought in.
 void resolve_refs(json& value, const PipelineConfig& config, const std::string& pointer,
-                  Diagnostics& diagnostics) {
+                  Diagnostics& diagnostics, RefResolution& state, size_t depth) {
+  if (state.stopped || !value.is_structured()) return;
+  if (depth >= kMaxJsonDepth) {
+    diagnostics.error(pointer, "nested deeper than " + std::to_string(kMaxJsonDepth) +
+                                   " levels once $refs are resolved");
+    state.stopped = true;
+    return;
+  }
   if (value.is_array()) {
     for (size_t i = 0; i < value.size(); ++i) {
-      resolve_refs(value[i], config, pointer + "/" + std::to_string(i), diagnostics);
+      resolve_refs(value[i], config, pointer + "/" + std::to_string(i), diagnostics, state,
+                   depth + 1);
     }
     return;
   }
-  if (!value.is_object()) return;
   auto ref = value.find("$ref");
   if (ref == value.end()) {
     for (auto it = value.begin(); it != value.end(); ++it) {
-      resolve_refs(it.value(), config, pointer_append(pointer, it.key()), diagnostics);
+      resolve_refs(it.value(), config, pointer_append(pointer, it.key()), diagnostics, state,
+                   depth + 1);
     }
     return;
   }
@@ -129,25 +157,61 @@ void resolve_refs(json& value, const PipelineConfig& config, const std::string& 
     diagnostics.error(ref_pointer, unknown_with_suggestion("include", include, names));
     return;
   }
-  json resolved;
-  try {
-    resolved = fragment->second.at(json::json_pointer(inner));
-  } catch (const json::exception&) {
-    diagnostics.error(ref_pointer, "\"" + inner + "\" does not exist in include \"" + include +
-                                       "\" (" + config.include_files.at(include) + ")");
+  const std::string& include_file = config.include_files.at(include);
+  if (std::find(state.chain.begin(), state.chain.end(), target) != state.chain.end()) {
+    std::vector<std::string> cycle(std::find(state.chain.begin(), state.chain.end(), target),
+                                   state.chain.end());
+    cycle.push_back(target);
+    diagnostics.error(ref_pointer, "$ref cycle: " + join(cycle, " -> ") + " (" + include_file +
+                                       " refers back to a value that contains the reference)");
     return;
   }
-  json siblings = value;
+  if (++state.resolutions > kMaxRefResolutions) {
+    diagnostics.error(ref_pointer, "more than " + std::to_string(kMaxRefResolutions) +
+                                       " $ref substitutions in one pipeline");
+    state.stopped = true;
+    return;
+  }
+  const json* found = nullptr;
+  try {
+    found = &fragment->second.at(json::json_pointer(inner));
+  } catch (const json::exception&) {
+    diagnostics.error(ref_pointer, "\"" + inner + "\" does not exist in include \"" + include +
+                                       "\" (" + include_file + ")");
+    return;
+  }
+  state.values += count_values(*found, kMaxRefExpandedValues);
+  if (state.values > kMaxRefExpandedValues) {
+    diagnostics.error(ref_pointer, "$refs bring in more than " +
+                                       std::to_string(kMaxRefExpandedValues) +
+                                       " JSON values in one pipeline");
+    state.stopped = true;
+    return;
+  }
+  if (state.chain.size() >= kMaxRefChain) {
+    diagnostics.error(ref_pointer, "$ref chain longer than " + std::to_string(kMaxRefChain) + ": " +
+                                       join(state.chain, " -> ") + " -> " + target);
+    state.stopped = true;
+    return;
+  }
+  // Keys beside $ref are resolved where they are written; the referenced value with `target` on
+  // the chain, so that a reference back into it is a cycle.
+  json siblings = std::move(value);
   siblings.erase("$ref");
+  resolve_refs(siblings, config, pointer, diagnostics, state, depth);
+  json resolved = *found;
+  state.chain.push_back(target);
+  resolve_refs(resolved, config, pointer, diagnostics, state, depth);
+  state.chain.pop_back();
   if (!siblings.empty()) {
     if (!resolved.is_object()) {
       diagnostics.error(pointer, "keys beside $ref need the referenced value to be an object");
+      value = json::object();
       return;
     }
     resolved.update(siblings);
   }
   value = std::move(resolved);
-  resolve_refs(value, config, pointer, diagnostics);
 }
 
 // Include paths are relative to the project root: the nearest ancestor of the pipeline file that
@@ -155,7 +219,8 @@ void resolve_refs(json& value, const PipelineConfig& config, const std::string& 
 fs::path include_root(const std::string& file) {
   fs::path dir = fs::absolute(file).parent_path();
   for (fs::path p = dir; !p.empty(); p = p.parent_path()) {
-    if (fs::is_directory(p / "configs")) return p;
+    std::error_code ec;
+    if (fs::is_directory(p / "configs", ec)) return p;
     if (p == p.parent_path()) break;
   }
   return fs::current_path();
@@ -168,27 +233,47 @@ const std::vector<std::string> kNodeKeys = {"id", "type", "inputs", "params",
 
 }  // namespace
 
-void expand_environment(json& value, const std::string& file, const std::string& pointer,
-                        Diagnostics& diagnostics) {
+namespace {
+
+void expand_environment_at(json& value, const std::string& file, const std::string& pointer,
+                           Diagnostics& diagnostics, size_t depth) {
   if (value.is_string()) {
     const auto& text = value.get_ref<const std::string&>();
     if (text.find("${") != std::string::npos) {
       value = expand_string(text, file, pointer, diagnostics);
     }
-  } else if (value.is_array()) {
+    return;
+  }
+  if (!value.is_structured()) return;
+  // Files are refused deeper than this when parsed; a value built in code is checked here.
+  if (depth >= kMaxJsonDepth) {
+    diagnostics.error_in(file, pointer,
+                         "nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return;
+  }
+  if (value.is_array()) {
     for (size_t i = 0; i < value.size(); ++i) {
-      expand_environment(value[i], file, pointer + "/" + std::to_string(i), diagnostics);
+      expand_environment_at(value[i], file, pointer + "/" + std::to_string(i), diagnostics,
+                            depth + 1);
     }
-  } else if (value.is_object()) {
+  } else {
     for (auto it = value.begin(); it != value.end(); ++it) {
-      expand_environment(it.value(), file, pointer_append(pointer, it.key()), diagnostics);
+      expand_environment_at(it.value(), file, pointer_append(pointer, it.key()), diagnostics,
+                            depth + 1);
     }
   }
 }
 
+}  // namespace
+
+void expand_environment(json& value, const std::string& file, const std::string& pointer,
+                        Diagnostics& diagnostics) {
+  expand_environment_at(value, file, pointer, diagnostics, 0);
+}
+
 void apply_override(json& document, const std::string& assignment, Diagnostics& diagnostics) {
   auto fail = [&](const std::string& message) {
-    diagnostics.error_in("--set " + assignment, "", message);
+    diagnostics.error_in("--set " + shorten(assignment, 200), "", message);
   };
   const size_t equals = assignment.find('=');
   if (equals == std::string::npos || equals == 0) {
@@ -197,8 +282,14 @@ void apply_override(json& document, const std::string& assignment, Diagnostics& 
   }
   const std::string path = assignment.substr(0, equals);
   const std::string text = assignment.substr(equals + 1);
-  json value = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) value = text;  // not JSON: take it as a string
+  JsonTextError parse_error;
+  std::optional<json> parsed = parse_json_text(text, parse_error);
+  if (!parsed &&
+      (parse_error.number_overflow || parse_error.message.rfind("JSON nested", 0) == 0)) {
+    fail(parse_error.message);
+    return;
+  }
+  const json value = parsed ? std::move(*parsed) : json(text);  // not JSON: take it as a string
 
   std::vector<std::string> keys;
   for (size_t start = 0;;) {
@@ -206,6 +297,10 @@ void apply_override(json& document, const std::string& assignment, Diagnostics& 
     keys.push_back(path.substr(start, dot - start));
     if (dot == std::string::npos) break;
     start = dot + 1;
+  }
+  if (keys.size() + json_depth(value) > kMaxJsonDepth) {
+    fail("nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+    return;
   }
   json* target = &document;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -217,16 +312,21 @@ void apply_override(json& document, const std::string& assignment, Diagnostics& 
     const bool last = i + 1 == keys.size();
     if (target->is_array()) {
       json* element = nullptr;
-      if (key.find_first_not_of("0123456789") == std::string::npos) {
-        size_t index = std::stoul(key);
-        if (index < target->size()) element = &(*target)[index];
+      const bool by_index = key.find_first_not_of("0123456789") == std::string::npos;
+      if (by_index) {
+        // Out of range of size_t is no element either.
+        if (auto index = parse_integer<size_t>(key); index && *index < target->size()) {
+          element = &(*target)[*index];
+        }
       } else {
         for (auto& item : *target) {
           if (item.is_object() && item.value("id", json()) == key) element = &item;
         }
       }
       if (!element) {
-        fail("no element \"" + key + "\" in " + (i ? keys[i - 1] : std::string("document")));
+        fail("no element \"" + shorten(key) + "\" in " +
+             (i ? keys[i - 1] : std::string("document")) +
+             (by_index ? " (" + std::to_string(target->size()) + " elements)" : std::string()));
         return;
       }
       if (last) *element = value;
@@ -257,6 +357,11 @@ PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& 
   }
   for (const auto& assignment : options.overrides) {
     apply_override(*document, assignment, diagnostics);
+  }
+  if (json_depth(*document) > kMaxJsonDepth) {  // overrides may nest a value deeper
+    diagnostics.error("", "nested deeper than " + std::to_string(kMaxJsonDepth) +
+                              " levels once --set overrides are applied");
+    return config;
   }
   expand_environment(*document, file, "", diagnostics);
 
@@ -296,15 +401,40 @@ PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& 
           diagnostics.error(pointer, "expected a file path string");
           continue;
         }
-        fs::path path = it->get<std::string>();
+        const std::string& named = it->get_ref<const std::string&>();
+        if (named.empty() || named.find('\0') != std::string::npos) {
+          diagnostics.error(pointer, "expected a file path, got \"" +
+                                         std::string(named.empty() ? "" : "...\\u0000...") + "\"");
+          continue;
+        }
+        fs::path path = named;
         if (path.is_relative()) path = root / path;
-        const std::string shown = fs::relative(path).string();
-        if (!fs::exists(path)) {
+        std::error_code ec;
+        // As written when absolute, else relative to the working directory.
+        std::string shown = fs::path(named).is_absolute() ? named : fs::relative(path, ec).string();
+        if (ec || shown.empty()) shown = path.string();
+        if (!fs::exists(path, ec)) {
           diagnostics.error(pointer, "included file " + shown + " does not exist");
           continue;
         }
-        auto fragment = read_json_file(path.string(), diagnostics);
-        if (!fragment) continue;
+        if (fs::equivalent(path, file, ec)) {
+          diagnostics.error(pointer,
+                            "the pipeline includes itself; include config fragments "
+                            "(configs/...), which hold values, not pipelines");
+          continue;
+        }
+        std::string error;
+        auto text = read_regular_file(path.string(), kMaxConfigFileBytes, error);
+        if (!text) {
+          diagnostics.error(pointer, "cannot read included file " + shown + ": " + error);
+          continue;
+        }
+        JsonTextError parse_error;
+        auto fragment = parse_json_text(*text, parse_error);
+        if (!fragment) {
+          diagnostics.error_in(shown, parse_error.location, parse_error.message);
+          continue;
+        }
         expand_environment(*fragment, shown, "", diagnostics);
         config.includes[it.key()] = std::move(*fragment);
         config.include_files[it.key()] = shown;
@@ -313,6 +443,7 @@ PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& 
   }
 
   const json nodes = document->value("nodes", json());
+  RefResolution refs;
   if (!nodes.is_array() || nodes.empty()) {
     diagnostics.error("/nodes", "\"nodes\" must be a non-empty array of stage nodes");
     return config;
@@ -362,7 +493,7 @@ PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& 
     }
     if (auto params = node.find("params"); params != node.end()) {
       nc.params = *params;
-      resolve_refs(nc.params, config, pointer + "/params", diagnostics);
+      resolve_refs(nc.params, config, pointer + "/params", diagnostics, refs, 1);
     }
     if (auto concurrency = node.find("concurrency"); concurrency != node.end()) {
       nc.concurrency = *concurrency;

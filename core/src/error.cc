@@ -79,9 +79,17 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 }  // namespace
 
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates) {
+  // Typos are short: a long word (e.g. a 50k-character id) gets no suggestion, and is never
+  // compared at a cost of size x size.
+  constexpr size_t kLongestWord = 256;
+  if (word.size() > kLongestWord) return {};
   std::string best;
   size_t best_distance = std::string::npos;
   for (const auto& c : candidates) {
+    // At most a third of the longer word may change; the length difference alone is that many.
+    const size_t longer = std::max(word.size(), c.size());
+    const size_t shorter = std::min(word.size(), c.size());
+    if (longer - shorter > std::max<size_t>(1, longer / 3)) continue;
     size_t d = edit_distance(word, c);
     if (d < best_distance) {
       best_distance = d;
@@ -93,12 +101,20 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
   return best_distance <= limit ? best : std::string();
 }
 
+std::string shorten(std::string_view text, size_t max_chars) {
+  if (text.size() <= max_chars) return std::string(text);
+  return std::string(text.substr(0, max_chars)) + "... (" + std::to_string(text.size()) +
+         " characters)";
+}
+
 std::string unknown_with_suggestion(std::string_view what, std::string_view word,
                                     const std::vector<std::string>& allowed) {
-  std::string out = "unknown " + std::string(what) + " \"" + std::string(word) + "\"";
+  std::string out = "unknown " + std::string(what) + " \"" + shorten(word) + "\"";
   std::string suggestion = closest_match(word, allowed);
   if (!suggestion.empty()) out += "; did you mean \"" + suggestion + "\"?";
-  out += " (allowed: " + join(allowed, ", ") + ")";
+  std::vector<std::string> shown;
+  for (const auto& a : allowed) shown.push_back(shorten(a));
+  out += " (allowed: " + join(shown, ", ") + ")";
   return out;
 }
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <optional>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -90,9 +89,17 @@ struct Validation {
   std::vector<bool> ordered;
 };
 
+// [A-Za-z_][A-Za-z0-9_-]*, scanned: std::regex recurses per character (a 50k-character id
+// overflowed the stack).
+bool is_valid_id(const std::string& id) {
+  auto letter = [](char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; };
+  if (id.empty() || !letter(id[0])) return false;
+  return std::all_of(id.begin(), id.end(),
+                     [&](char c) { return letter(c) || (c >= '0' && c <= '9') || c == '-'; });
+}
+
 // Each node as declared; ids well formed and unique.
 void check_ids(Validation& v) {
-  static const std::regex kIdPattern("[A-Za-z_][A-Za-z0-9_-]*");
   for (size_t i = 0; i < v.count; ++i) {
     const NodeConfig& nc = v.config.nodes[i];
     ValidatedNode& node = v.nodes[i];
@@ -102,8 +109,8 @@ void check_ids(Validation& v) {
     node.on_error = nc.on_error;
     v.ids.push_back(nc.id);
     if (nc.id.empty()) continue;  // reported while loading
-    if (!std::regex_match(nc.id, kIdPattern)) {
-      v.diagnostics.error(nc.pointer + "/id", "invalid id \"" + nc.id +
+    if (!is_valid_id(nc.id)) {
+      v.diagnostics.error(nc.pointer + "/id", "invalid id \"" + shorten(nc.id) +
                                                   "\": use letters, digits, '_' and '-', "
                                                   "starting with a letter or '_'");
     } else if (!v.index_of.emplace(nc.id, i).second) {
@@ -127,15 +134,24 @@ void build_stages(Validation& v) {
       continue;
     }
     node.kind = info->kind;
-    node.stage =
-        info->create(nc.params, nc.pointer + "/params", v.diagnostics, node.label(), &node.params);
-    if (node.stage) {
-      node.stage->declare(node.contract);
-      node.concurrency = node.contract.default_concurrency();
-      // A stage safe to run in parallel gets as many workers as it proves it can use.
-      if (node.concurrency.limit == Concurrency::kUnlimited) {
-        node.concurrency = Concurrency::automatic();
+    // A stage's constructor, check() or declare() that throws is a problem with its params, not a
+    // crash of validation: it is reported at them like any other.
+    try {
+      node.stage = info->create(nc.params, nc.pointer + "/params", v.diagnostics, node.label(),
+                                &node.params);
+      if (node.stage) {
+        node.stage->declare(node.contract);
+        node.concurrency = node.contract.default_concurrency();
+        // A stage safe to run in parallel gets as many workers as it proves it can use.
+        if (node.concurrency.limit == Concurrency::kUnlimited) {
+          node.concurrency = Concurrency::automatic();
+        }
       }
+    } catch (const std::exception& e) {
+      node.stage.reset();
+      node.contract = Contract();
+      v.diagnostics.error(nc.pointer + "/params", std::string("rejected: ") + e.what(),
+                          node.label());
     }
     if (auto c = parse_concurrency(nc.concurrency, nc.pointer + "/concurrency", node.label(),
                                    v.diagnostics)) {

@@ -27,6 +27,7 @@
 
 #include "credit_ledger.h"
 #include "wam/autotune.h"
+#include "wam/limits.h"
 
 namespace wam {
 namespace {
@@ -189,6 +190,11 @@ class Run {
   }
 
   RunResult execute() {
+    // Validation bounds settings.threads; settings changed in code are checked here, before any
+    // thread starts (an int overflow here once aborted through a joinable reporter thread).
+    if (std::string error = check_thread_count(pipeline_.settings().threads); !error.empty()) {
+      throw Error(pipeline_.file() + ":/settings/threads: " + error);
+    }
     const int64_t threads = pipeline_.settings().threads > 0
                                 ? pipeline_.settings().threads
                                 : oneapi::tbb::info::default_concurrency();
@@ -207,18 +213,29 @@ class Run {
       trace_ = std::make_unique<TraceRecorder>(ids, types, start_, *options_.trace);
     }
     std::thread reporter([this] { report_loop(); });
-    arena.execute([this] {
-      if (open_all()) run_graph();
-      if (stop_reason() == StopReason::kNone || stop_reason() == StopReason::kSteps) drain();
-      close_source();
-    });
-    const auto end = Clock::now();
+    // Stops and joins the reporter however the graph ends, an escaping exception included.
+    struct ReporterStop {
+      Run& run;
+      std::thread& reporter;
+      ~ReporterStop() {
+        {
+          std::lock_guard<std::mutex> lock(run.report_mutex_);
+          run.finished_ = true;
+        }
+        run.report_cv_.notify_all();
+        reporter.join();
+      }
+    };
+    Clock::time_point end;
     {
-      std::lock_guard<std::mutex> lock(report_mutex_);
-      finished_ = true;
+      ReporterStop stop_reporter{*this, reporter};
+      arena.execute([this] {
+        if (open_all()) run_graph();
+        if (stop_reason() == StopReason::kNone || stop_reason() == StopReason::kSteps) drain();
+        close_source();
+      });
+      end = Clock::now();
     }
-    report_cv_.notify_all();
-    reporter.join();
 
     RunResult result;
     const RunSnapshot last = snapshot(end);

@@ -1,6 +1,12 @@
 #include "wam/stage.h"
 
+#include "wam/limits.h"
+
 namespace wam {
+
+void Settings::check(ParamChecker& c) const {
+  if (std::string error = check_thread_count(threads); !error.empty()) c.error("threads", error);
+}
 
 std::string Concurrency::to_string() const {
   if (limit == kUnlimited) return "unlimited";

@@ -19,6 +19,7 @@
 #include "cache/latent_store.h"
 #include "cache/store_files.h"
 #include "common/hdf5.h"
+#include "wam/limits.h"
 
 namespace wam::cache {
 
@@ -300,8 +301,11 @@ PublishResult ArtifactBuilder::publish_staged(bool overwrite) {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(state_dir_)) {
     const std::string name = entry.path().filename().string();
-    if (name.size() == 16 && name.rfind("shard", 0) == 0 && entry.path().extension() == ".json") {
-      records[std::stoll(name.substr(5, 6))] = internal::parse_json(
+    if (name.size() != 16 || name.rfind("shard", 0) != 0 || entry.path().extension() != ".json") {
+      continue;
+    }
+    if (const auto shard_index = parse_integer<int64_t>(std::string_view(name).substr(5, 6))) {
+      records[*shard_index] = internal::parse_json(
           internal::read_file(entry.path().string(), "shard record"), entry.path().string());
     }
   }

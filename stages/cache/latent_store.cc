@@ -20,6 +20,7 @@
 
 #include "cache/store_files.h"
 #include "common/hdf5.h"
+#include "wam/limits.h"
 
 namespace wam::cache {
 
@@ -689,17 +690,13 @@ CheckedBuild check_build_json(const std::string& build_dir, const std::string& m
   std::vector<int64_t> ids;
   ids.reserve(static_cast<size_t>(std::max<int64_t>(build.cached_samples, 0)));
   for (const auto& [key, entry] : index.at("entries").items()) {
-    int64_t sample_id = -1;
-    size_t parsed = 0;
-    if (key.rfind("sample:", 0) == 0) {
-      try {
-        sample_id = std::stoll(key.substr(7), &parsed);
-      } catch (const std::exception&) {
-      }
-    }
-    if (parsed == 0 || parsed != key.size() - 7 || sample_id < 0) {
+    std::optional<int64_t> parsed;
+    if (key.rfind("sample:", 0) == 0)
+      parsed = parse_integer<int64_t>(std::string_view(key).substr(7));
+    if (!parsed || *parsed < 0) {
       throw CacheError(id + " index has a malformed key '" + key + "': " + index_path);
     }
+    const int64_t sample_id = *parsed;
     const int64_t shard = entry.at("shard").get<int64_t>();
     const int64_t row = entry.at("row").get<int64_t>();
     if (shard < 0 || shard >= static_cast<int64_t>(build.shards.size()) || row < 0 ||

@@ -11,7 +11,10 @@
 //         member samples' keys). A batch's key is "batch:<n>".
 // Example: {"id": "collate", "type": "Collate", "inputs": ["augment"],
 //           "params": {"batch_size": 16, "drop_last": true}}
+#include <unistd.h>
+
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
@@ -78,6 +81,7 @@ class CollateStage final : public Stage {
 
   void open(Context& context) override {
     batch_size_ = params_.batch_size > 0 ? params_.batch_size : context.settings().batch_size;
+    batch_size_source_ = params_.batch_size > 0 ? "batch_size" : "settings.batch_size";
     buffer_allocations_ = &context.counter("buffer_allocations");
     dropped_samples_ = &context.counter("dropped_samples");
   }
@@ -149,7 +153,7 @@ class CollateStage final : public Stage {
         return buffer;
       }
     }
-    at::Tensor fresh = at::empty(sizes, at::TensorOptions().dtype(dtype));
+    at::Tensor fresh = allocate(name, sizes, dtype);
     buffer_allocations_->add();
     if (static_cast<int64_t>(pool.size()) < params_.buffers) {
       pool.push_back(fresh);
@@ -163,6 +167,53 @@ class CollateStage final : public Stage {
       }
     }
     return fresh;
+  }
+
+  // A batch buffer, or an error naming batch_size and the memory it needs instead of LibTorch's
+  // allocator failure (with its backtrace), or of a buffer larger than the machine's memory.
+  at::Tensor allocate(const std::string& name, const std::vector<int64_t>& sizes,
+                      at::ScalarType dtype) {
+    uint64_t bytes = c10::elementSize(dtype);
+    bool overflow = false;
+    for (int64_t size : sizes) {
+      overflow = overflow || __builtin_mul_overflow(bytes, static_cast<uint64_t>(size), &bytes);
+    }
+    const uint64_t memory = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) *
+                            static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+    auto too_large = [&](const std::string& why) {
+      return Error("Collate: field " + quoted(name) + " needs a batch buffer of " +
+                   describe_shape(dtype, sizes) + " (" +
+                   (overflow ? std::string("more than 16 EiB") : human_bytes(bytes)) + ") at " +
+                   batch_size_source_ + "=" + std::to_string(batch_size_) + ", " + why +
+                   "; lower batch_size (settings.max_in_flight, at least the batch size, bounds "
+                   "how many samples are held besides)");
+    };
+    if (overflow) throw too_large("more than any machine's memory");
+    if (memory > 0 && bytes > memory) {
+      throw too_large("more than this machine's " + human_bytes(memory) + " of memory");
+    }
+    try {
+      return at::empty(sizes, at::TensorOptions().dtype(dtype));
+    } catch (const c10::Error& e) {
+      throw too_large("which could not be allocated (" + std::string(e.what_without_backtrace()) +
+                      ")");
+    } catch (const std::bad_alloc&) {
+      throw too_large("which could not be allocated");
+    }
+  }
+
+  static std::string human_bytes(uint64_t bytes) {
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double value = static_cast<double>(bytes);
+    size_t unit = 0;
+    while (value >= 1024 && unit + 1 < std::size(units)) {
+      value /= 1024;
+      ++unit;
+    }
+    std::ostringstream out;
+    out.precision(unit == 0 ? 0 : 1);
+    out << std::fixed << value << " " << units[unit];
+    return out.str();
   }
 
   void check_matches_first(const Sample& sample) const {
@@ -255,6 +306,7 @@ class CollateStage final : public Stage {
 
   Params params_;
   int64_t batch_size_ = 0;
+  std::string batch_size_source_;
   Counter* buffer_allocations_ = nullptr;
   Counter* dropped_samples_ = nullptr;
   std::map<std::string, std::vector<at::Tensor>> pools_;

@@ -96,6 +96,26 @@ TEST(CollateTest, BatchSizeZeroTakesTheSettings) {
   EXPECT_EQ(batches[0].tensor("action").size(0), 3);
 }
 
+TEST(CollateTest, AHugeBatchNamesBatchSizeAndTheMemoryItNeeds) {
+  // Once a c10::Error with a backtrace from LibTorch's allocator.
+  Sample sample("sample:0");
+  sample.set_tensor("video", torch::zeros({3, 9, 384, 256}, torch::kUInt8));
+  HarnessOptions options;
+  options.settings.batch_size = int64_t{1} << 50;
+  EXPECT_EQ(error_of([&] { run_stage("Collate", "{}", {sample}, options); }),
+            "Collate: field \"video\" needs a batch buffer of Byte[1125899906842624, 3, 9, 384, "
+            "256] (more than 16 EiB) at settings.batch_size=1125899906842624, more than any "
+            "machine's memory; lower batch_size (settings.max_in_flight, at least the batch size, "
+            "bounds how many samples are held besides)");
+  const std::string error = error_of(
+      [&] { run_stage("Collate", R"({"batch_size": 1099511627776})", numbered_samples(1)); });
+  const std::string expected_start =
+      "Collate: field \"action\" needs a batch buffer of Float[1099511627776, 2, 3] (24.0 TiB) at "
+      "batch_size=1099511627776, more than this machine's ";
+  EXPECT_EQ(error.substr(0, expected_start.size()), expected_start) << error;
+  EXPECT_NE(error.find(" of memory; lower batch_size"), std::string::npos) << error;
+}
+
 TEST(CollateTest, ShapeMismatchNamesFieldBothSamplesAndBothShapes) {
   auto inputs = numbered_samples(3);
   inputs[1].set_tensor("action", torch::zeros({2, 4}));

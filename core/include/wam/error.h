@@ -80,6 +80,10 @@ class StageError : public Error {
 // The closest candidate by edit distance, or empty when nothing is close enough to suggest.
 std::string closest_match(std::string_view word, const std::vector<std::string>& candidates);
 
+// The text, or its first `max_chars` characters and "... (N characters)" when longer: what a
+// message quotes from the input stays readable however long the input.
+std::string shorten(std::string_view text, size_t max_chars = 80);
+
 // `unknown X "word"; did you mean "y"? (allowed: a, b, c)`
 std::string unknown_with_suggestion(std::string_view what, std::string_view word,
                                     const std::vector<std::string>& allowed);

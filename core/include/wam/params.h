@@ -20,12 +20,14 @@
 #pragma once
 
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -133,11 +135,26 @@ std::optional<std::string> convert(const nlohmann::json& j, T& out) {
     if (!j.is_boolean()) return mismatch();
     out = j.get<bool>();
   } else if constexpr (std::is_integral_v<T>) {
-    if (j.is_number_integer()) {
+    // Checked: a value that does not fit is reported, never wrapped or truncated.
+    auto out_of_range = [&] {
+      return "out of range: " + j.dump() + " does not fit in a " + std::to_string(8 * sizeof(T)) +
+             "-bit integer";
+    };
+    if (j.is_number_unsigned()) {
+      if (!std::in_range<T>(j.get<uint64_t>())) return out_of_range();
+      out = static_cast<T>(j.get<uint64_t>());
+    } else if (j.is_number_integer()) {
+      if (!std::in_range<T>(j.get<int64_t>())) return out_of_range();
       out = static_cast<T>(j.get<int64_t>());
-    } else if (j.is_number_float() &&
-               j.get<double>() == static_cast<double>(static_cast<int64_t>(j.get<double>()))) {
-      out = static_cast<T>(j.get<double>());
+    } else if (j.is_number_float()) {
+      const double d = j.get<double>();
+      if (d != std::trunc(d)) return mismatch();  // 1.5, NaN
+      // [-2^63, 2^63): beyond it the cast to int64 is undefined.
+      if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0) ||
+          !std::in_range<T>(static_cast<int64_t>(d))) {
+        return out_of_range();
+      }
+      out = static_cast<T>(static_cast<int64_t>(d));
     } else {
       return mismatch();
     }

@@ -50,6 +50,8 @@ struct Settings {
       "when available).",
       OneOf{"auto", "cpu", "cuda"});
   }
+  // Threads beyond a small multiple of the cores only exhaust the process (pthread_create aborts).
+  void check(ParamChecker& c) const;
 };
 
 // How many calls of process() may run at once.

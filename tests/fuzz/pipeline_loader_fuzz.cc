@@ -1,0 +1,94 @@
+// Fuzz target: the pipeline loader and validator (layers 1 and 2), torch-free. One input is up to
+// four parts separated by NUL bytes (which JSON text never holds):
+//
+//   pipeline JSON \0 fragment a \0 fragment b \0 overrides, one `path.to.key=VALUE` per line
+//
+// written to pipelines/p.json, configs/fuzz/a.json and configs/fuzz/b.json of a scratch project
+// root that also holds a copy of the shipped configs/, so the shipped pipelines (the seeds)
+// resolve their includes, and fuzzed ones may include "configs/fuzz/a.json". The pipeline is
+// loaded and validated against the test stages (tests/testing/test_stages.h).
+//
+// The oracle: loading returns a pipeline or throws ConfigError whose every diagnostic names a
+// file and says something. Anything else escaping (std::bad_alloc, json::exception,
+// std::out_of_range, ...) or any sanitizer report is a finding.
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "testing/test_stages.h"
+#include "wam/pipeline.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path& scratch_root() {
+  static const fs::path root = [] {
+    std::string pattern = (fs::temp_directory_path() / "wam-fuzz-XXXXXX").string();
+    fs::path dir = mkdtemp(pattern.data());
+    std::error_code ec;
+    fs::copy(fs::path(WAM_SOURCE_DIR) / "configs", dir / "configs", fs::copy_options::recursive,
+             ec);
+    fs::create_directories(dir / "configs/fuzz");
+    fs::create_directories(dir / "pipelines");
+    std::atexit([] {
+      std::error_code ec;
+      fs::remove_all(scratch_root(), ec);
+    });
+    return dir;
+  }();
+  return root;
+}
+
+void write_or_remove(const fs::path& path, const std::string_view* text) {
+  std::error_code ec;
+  if (!text) {
+    fs::remove(path, ec);
+    return;
+  }
+  std::ofstream(path, std::ios::binary | std::ios::trunc).write(text->data(), text->size());
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  std::vector<std::string_view> parts;
+  for (size_t start = 0;;) {
+    const size_t end = input.find('\0', start);
+    parts.push_back(input.substr(start, end == std::string_view::npos ? end : end - start));
+    if (end == std::string_view::npos || parts.size() == 4) break;
+    start = end + 1;
+  }
+  const fs::path& root = scratch_root();
+  const std::string pipeline = (root / "pipelines/p.json").string();
+  write_or_remove(pipeline, &parts[0]);
+  write_or_remove(root / "configs/fuzz/a.json", parts.size() > 1 ? &parts[1] : nullptr);
+  write_or_remove(root / "configs/fuzz/b.json", parts.size() > 2 ? &parts[2] : nullptr);
+  wam::LoadOptions options;
+  if (parts.size() > 3) {
+    for (size_t start = 0; start <= parts[3].size() && options.overrides.size() < 16;) {
+      size_t end = parts[3].find('\n', start);
+      if (end == std::string_view::npos) end = parts[3].size();
+      if (end > start) options.overrides.emplace_back(parts[3].substr(start, end - start));
+      start = end + 1;
+    }
+  }
+  try {
+    wam::ValidatedPipeline validated =
+        wam::load_pipeline(pipeline, options, wam::testing::test_registry());
+    // A valid pipeline: what validate, graph and --print-config show.
+    (void)validated.effective_config().dump(2);
+    (void)validated.to_dot();
+  } catch (const wam::ConfigError& e) {
+    if (e.diagnostics().empty()) std::abort();
+    for (const auto& d : e.diagnostics().items()) {
+      if (d.file.empty() || d.message.empty()) std::abort();  // an error naming nothing
+    }
+  }
+  return 0;
+}
