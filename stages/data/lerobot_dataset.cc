@@ -60,10 +60,14 @@ FeatureStats stats_from_json(const nlohmann::json& j, const std::string& where) 
   s.max = field<std::vector<double>>(j, "max", where);
   s.mean = field<std::vector<double>>(j, "mean", where);
   s.std = field<std::vector<double>>(j, "std", where);
+  // LeRobot writes count as [n]; older files as n, or not at all.
   auto count = j.find("count");
-  if (count != j.end() && count->is_array() && !count->empty())
+  if (count != j.end() && count->is_array() && !count->empty() &&
+      (*count)[0].is_number_integer()) {
     s.count = (*count)[0].get<int64_t>();
+  }
   if (count != j.end() && count->is_number_integer()) s.count = count->get<int64_t>();
+  if (s.count < 0) throw Error(where + ": count must not be negative");
   size_t dims = s.min.size();
   if (s.max.size() != dims || s.mean.size() != dims || s.std.size() != dims) {
     throw Error(where + ": min, max, mean and std have different lengths");
@@ -241,6 +245,10 @@ nlohmann::ordered_json DatasetInfo::to_json() const {
 
 namespace {
 
+// More rows than any real episode has (a day at 1 kHz is 86.4M): a bigger length is damage, and
+// sums of lengths stay far from overflowing.
+constexpr int64_t kMaxEpisodeRows = int64_t{1} << 32;
+
 bool is_float_dtype(const std::string& dtype) {
   return dtype == "float32" || dtype == "float64" || dtype == "float16";
 }
@@ -388,7 +396,10 @@ void LeRobotDataset::open_v2() {
     e.episode_index = field<int64_t>(row, "episode_index", where);
     e.tasks = field<std::vector<std::string>>(row, "tasks", where);
     e.length = field<int64_t>(row, "length", where);
-    if (e.length <= 0) throw Error(where + ": field \"length\" must be > 0");
+    if (e.length <= 0 || e.length > kMaxEpisodeRows) {
+      throw Error(where + ": field \"length\" is " + std::to_string(e.length) +
+                  ", outside 1 .. " + std::to_string(kMaxEpisodeRows));
+    }
     if (e.episode_index < 0) throw Error(where + ": field \"episode_index\" must be >= 0");
     e.data_file = root_ + "/" +
                   format_path(info_.data_path, e.episode_index / info_.chunks_size, e.episode_index);
@@ -475,8 +486,11 @@ void LeRobotDataset::open_v3() {
       e.length = length[r];
       e.tasks.assign(tasks.values.begin() + tasks.offsets[r],
                      tasks.values.begin() + tasks.offsets[r + 1]);
-      if (e.length <= 0) throw Error(where + ": length must be > 0");
-      if (to[r] - from[r] != e.length) {
+      if (e.length <= 0 || e.length > kMaxEpisodeRows) {
+        throw Error(where + ": length " + std::to_string(e.length) + " is outside 1 .. " +
+                    std::to_string(kMaxEpisodeRows));
+      }
+      if (from[r] < 0 || to[r] < from[r] || to[r] - from[r] != e.length) {
         throw Error(where + ": dataset_to_index - dataset_from_index is " +
                     std::to_string(to[r] - from[r]) + " but length is " +
                     std::to_string(e.length));
@@ -634,7 +648,7 @@ EpisodeData LeRobotDataset::read_episode(int64_t episode_index) const {
   }
   const auto file = parquet::ParquetFile::open(path);
   const parquet::RowRange rows{e.first_row, e.length};
-  if (e.first_row + e.length > file.num_rows()) {
+  if (e.length > file.num_rows() || e.first_row > file.num_rows() - e.length) {
     throw Error(path + ": " + std::to_string(file.num_rows()) + " rows, but episode " +
                 std::to_string(episode_index) + " needs rows " + std::to_string(e.first_row) +
                 ".." + std::to_string(e.first_row + e.length - 1) + " (length " +
