@@ -50,6 +50,16 @@ else
   echo "skip live view: no \`script\` (Debian bsdutils)"
 fi
 
+# --help states the trace's bound.
+"$bin" run --help >"$work/help" 2>&1
+bound="Bounded on long runs: past 10000 slices per node and 2000 counter samples, every 2nd "
+bound+="(then 4th...) is kept, about 2 MB per node at most"
+if tr -s ' \n' ' ' <"$work/help" | grep -qF "$bound"; then
+  ok "run --help states the trace's bound"
+else
+  fail "run --help states the trace's bound" "$work/help"
+fi
+
 # Not a terminal: the compact progress line every --report-every seconds, no escapes.
 "$bin" run "$work/p.json" --threads 2 --report-every 0.3 --trace-out "$work/trace.json" \
   --stats-out "$work/stats.json" >"$work/out" 2>"$work/err"
