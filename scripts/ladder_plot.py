@@ -16,7 +16,8 @@ def main(path, title, out):
     for r in rows:
         eff = r["pipeline_efficiency"]
         eff_text = f"{eff:11.3f}" if eff is not None else f"{'-':>11}"
-        print(f"  {r['pipeline']:<22} {r['samples_per_s']:10.2f} {eff_text} {r['vs_first']:8.2f}x")
+        print(f"  {r['pipeline']:<22} {r['samples_per_s']:10.2f} {eff_text} "
+              f"{r['vs_first']:8.2f}x")
 
     width, height, left, top, bottom = 640, 320, 60, 40, 70
     plot_h = height - top - bottom
@@ -24,10 +25,13 @@ def main(path, title, out):
     slot = (width - left - 20) / len(rows)
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="Helvetica, Arial, sans-serif" font-size="12">',
+        f'viewBox="0 0 {width} {height}" font-family="Helvetica, Arial, sans-serif" '
+        'font-size="12">',
         f'<rect width="{width}" height="{height}" fill="white"/>',
-        f'<text x="{left}" y="22" font-size="15" font-weight="bold">{escape(title)}: samples/s per profile</text>',
-        f'<line x1="{left}" y1="{top + plot_h}" x2="{width - 20}" y2="{top + plot_h}" stroke="black"/>',
+        f'<text x="{left}" y="22" font-size="15" font-weight="bold">{escape(title)}: '
+        'samples/s per profile</text>',
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{width - 20}" y2="{top + plot_h}" '
+        'stroke="black"/>',
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="black"/>',
     ]
     for k in range(5):
@@ -42,10 +46,13 @@ def main(path, title, out):
         eff = r["pipeline_efficiency"]
         note = f'{r["vs_first"]:.2f}x' + (f", eff {eff:.2f}" if eff is not None else "")
         parts += [
-            f'<rect class="bar" x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="#1f77b4">'
-            f'<title>{escape(r["pipeline"])}: {r["samples_per_s"]:.2f} samples/s</title></rect>',
-            f'<text x="{x + w / 2:.1f}" y="{y - 6:.1f}" text-anchor="middle">{r["samples_per_s"]:.1f} ({note})</text>',
-            f'<text x="{x + w / 2:.1f}" y="{top + plot_h + 16}" text-anchor="middle">{escape(r["pipeline"])}</text>',
+            f'<rect class="bar" x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" '
+            f'fill="#1f77b4"><title>{escape(r["pipeline"])}: {r["samples_per_s"]:.2f} '
+            'samples/s</title></rect>',
+            f'<text x="{x + w / 2:.1f}" y="{y - 6:.1f}" text-anchor="middle">'
+            f'{r["samples_per_s"]:.1f} ({note})</text>',
+            f'<text x="{x + w / 2:.1f}" y="{top + plot_h + 16}" text-anchor="middle">'
+            f'{escape(r["pipeline"])}</text>',
         ]
     parts.append("</svg>\n")
     with open(out, "w") as f:

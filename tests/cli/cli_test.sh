@@ -204,10 +204,16 @@ PY
 "$bin" bench pipelines/robotwin_online.json pipelines/robotwin_online.json "${tiny[@]}" \
   --set settings.batch_size=2 --set settings.device=cpu --steps 2 --warmup 1 \
   --json "$work/bench2.json" >"$work/out" 2>&1
-if grep -qxF "pipeline           samples/s  vs first  efficiency  peak memory" "$work/out" &&
+if grep -qxF "pipeline            samples/s  vs first  efficiency  peak memory" "$work/out" &&
   grep -qE '^robotwin_online #1 +[0-9.]+ +1\.00x +[0-9.]+ +-$' "$work/out" &&
   grep -qE '^robotwin_online #2 +[0-9.]+ +[0-9.]+x +[0-9.]+ +-$' "$work/out" &&
-  /usr/bin/python3 -c "import json, sys; b = json.load(open(sys.argv[1])); sys.exit(not (len(b['pipelines']) == 2 and [r['pipeline'] for r in b['table']] == ['robotwin_online #1', 'robotwin_online #2'] and b['table'][0]['vs_first'] == 1.0))" "$work/bench2.json"; then
+  /usr/bin/python3 - "$work/bench2.json" <<'PY'; then
+import json, sys
+b = json.load(open(sys.argv[1]))
+names = [r["pipeline"] for r in b["table"]]
+sys.exit(not (len(b["pipelines"]) == 2 and names == ["robotwin_online #1", "robotwin_online #2"]
+              and b["table"][0]["vs_first"] == 1.0))
+PY
   echo "ok   bench of several pipelines: one table side by side"
 else
   echo "FAIL bench of several pipelines"; cat "$work/out"; failures=$((failures + 1))

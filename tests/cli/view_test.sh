@@ -23,11 +23,14 @@ JSON
 
 # The live view: drawn on a terminal (script gives the run a pseudo-terminal), redrawn in place.
 if command -v script >/dev/null; then
+  header="node             type                 items/s  busy% starved%  queue in flight  conc"
+  header+="  skips errors"
+  # items/s, busy%, starved%, queue, in flight, concurrency (auto: 1 or 2), skips, errors
+  decode_line='^decode +Delay +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[12] +0 +0.\[K$'
   script -qfec "$bin run $work/p.json --threads 2 --steps 30" "$work/tty" >/dev/null 2>&1
   tr -d '\r' <"$work/tty" >"$work/live"
   if contains "$work/live" "demo  [" && contains "$work/live" "step 30/30" &&
-    contains "$work/live" "node             type                 items/s  busy% starved%  queue in flight  conc  skips errors" &&
-    grep -qE '^decode +Delay +[0-9.]+ +[0-9]+ +[0-9]+ +[0-9]+ +[0-9]+ +[12] +0 +0.\[K$' "$work/live" &&
+    contains "$work/live" "$header" && grep -qE "$decode_line" "$work/live" &&
     grep -qE '^step +Loss ' "$work/live" && contains "$work/live" $'\x1b[7A' &&
     contains "$work/live" "pipeline demo: "; then
     ok "live view in a terminal"
@@ -47,10 +50,21 @@ else
   echo "skip live view: no \`script\` (Debian bsdutils)"
 fi
 
+# --help states the trace's bound.
+"$bin" run --help >"$work/help" 2>&1
+bound="Bounded on long runs: past 10000 slices per node and 2000 counter samples, every 2nd "
+bound+="(then 4th...) is kept, about 2 MB per node at most"
+if tr -s ' \n' ' ' <"$work/help" | grep -qF "$bound"; then
+  ok "run --help states the trace's bound"
+else
+  fail "run --help states the trace's bound" "$work/help"
+fi
+
 # Not a terminal: the compact progress line every --report-every seconds, no escapes.
 "$bin" run "$work/p.json" --threads 2 --report-every 0.3 --trace-out "$work/trace.json" \
   --stats-out "$work/stats.json" >"$work/out" 2>"$work/err"
-if grep -qE '^\[[0-9.]+ s\] out [0-9]+ \([0-9.]+/s\) busy%: source [0-9]+ decode [0-9]+' "$work/err" &&
+progress='^\[[0-9.]+ s\] out [0-9]+ \([0-9.]+/s\) busy%: source [0-9]+ decode [0-9]+'
+if grep -qE "$progress" "$work/err" &&
   ! grep -q $'\x1b' "$work/out" "$work/err"; then
   ok "progress lines when stdout is not a terminal"
 else
@@ -94,9 +108,13 @@ cat >"$work/slow.json" <<'JSON'
 JSON
 "$bin" run "$work/slow.json" --threads 2 --quiet --stats-out "$work/slow_stats.json" >/dev/null 2>&1
 "$bin" graph "$work/slow.json" --stats "$work/slow_stats.json" -o "$work/slow.dot" 2>"$work/err"
-if grep -qE '^  "slow" \[label="BOTTLENECK\\nslow\\nDelay\\nserial, busy (9[0-9]|100)%\\n[0-9.]+ items/s", fillcolor="0.0[0-9]+ 0.45 1.000", color="red", penwidth=3' "$work/slow.dot" &&
+marked='^  "slow" \[label="BOTTLENECK\\nslow\\nDelay\\nserial, busy (9[0-9]|100)%\\n[0-9.]+ '
+marked+='items/s", fillcolor="0.0[0-9]+ 0.45 1.000", color="red", penwidth=3'
+verdict='^slow \(Delay\) is the bottleneck: (9[0-9]|100)% busy \(serial\); '
+verdict+='step waits on input [0-9]+% of the time$'
+if grep -qE "$marked" "$work/slow.dot" &&
   [ "$(grep -c BOTTLENECK "$work/slow.dot")" -eq 1 ] &&
-  grep -qE '^slow \(Delay\) is the bottleneck: (9[0-9]|100)% busy \(serial\); step waits on input [0-9]+% of the time$' "$work/err"; then
+  grep -qE "$verdict" "$work/err"; then
   ok "graph --stats marks the slow node (DOT)"
 else
   fail "graph --stats marks the slow node (DOT)" "$work/slow.dot"; cat "$work/err"
@@ -106,10 +124,13 @@ if command -v dot >/dev/null; then
   /usr/bin/python3 - "$work/slow.svg" <<'PY' || failures=$((failures + 1))
 import re, sys
 svg = open(sys.argv[1]).read()
-nodes = dict(re.findall(r'<g id="node\d+" class="node">\s*<title>([^<]+)</title>(.*?)</g>', svg, re.S))
+nodes = dict(re.findall(r'<g id="node\d+" class="node">\s*<title>([^<]+)</title>(.*?)</g>', svg,
+                        re.S))
 marked = [n for n, body in nodes.items() if "BOTTLENECK" in body]
-ok = sorted(nodes) == ["fast", "slow", "source", "step"] and marked == ["slow"] and 'stroke="red"' in nodes["slow"]
-print(("ok   " if ok else f"FAIL graph SVG: nodes {sorted(nodes)}, marked {marked}: ") + "graph --stats -o F.svg marks the slow node")
+ok = (sorted(nodes) == ["fast", "slow", "source", "step"] and marked == ["slow"]
+      and 'stroke="red"' in nodes["slow"])
+print(("ok   " if ok else f"FAIL graph SVG: nodes {sorted(nodes)}, marked {marked}: ")
+      + "graph --stats -o F.svg marks the slow node")
 sys.exit(0 if ok else 1)
 PY
   "$bin" graph "$work/slow.json" -o "$work/slow.png" 2>/dev/null
@@ -135,7 +156,9 @@ import re, struct, sys, zlib
 dom = open(sys.argv[1]).read()
 problems = []
 verdict = re.search(r'<p class="verdict" id="verdict">([^<]*)</p>', dom)
-if not verdict or not re.fullmatch(r"slow \(Delay\) is the bottleneck: (9\d|100)% busy \(serial\); step waits on input \d+% of the time", verdict.group(1)):
+expected = (r"slow \(Delay\) is the bottleneck: (9\d|100)% busy \(serial\); "
+            r"step waits on input \d+% of the time")
+if not verdict or not re.fullmatch(expected, verdict.group(1)):
     problems.append(f"verdict {verdict and verdict.group(1)}")
 for text in ("<h1>slow</h1>", "<h2>Graph</h2>", "<h2>Over time</h2>", "<h2>Summary</h2>",
              "<title>Throughput per node</title>", "<title>Queue depth per node</title>",
@@ -186,10 +209,12 @@ try:
             colours.add(px)
             inked += px != b"\xff\xff\xff"
     if (width, height) != (1000, 1400) or len(colours) < 8 or inked < 2000:
-        problems.append(f"screenshot looks blank: {width}x{height}, {len(colours)} colours, {inked} inked samples")
+        problems.append(f"screenshot looks blank: {width}x{height}, {len(colours)} colours, "
+                        f"{inked} inked samples")
 except Exception as e:
     problems.append(f"screenshot: {e!r}")
-print("FAIL report in Chromium: " + "; ".join(problems) if problems else "ok   report renders in headless Chromium (text and a non-blank screenshot)")
+print("FAIL report in Chromium: " + "; ".join(problems) if problems
+      else "ok   report renders in headless Chromium (text and a non-blank screenshot)")
 sys.exit(1 if problems else 0)
 PY
 else
@@ -199,9 +224,12 @@ fi
 # The profile ladder's plot (scripts/bench.sh ladder) from `bench P1 P2... --json`'s table.
 cat >"$work/ladder.json" <<'JSON'
 {"table": [
- {"pipeline": "robotwin_baseline", "samples_per_s": 10.0, "vs_first": 1.0, "pipeline_efficiency": 0.41, "peak_bytes": 3},
- {"pipeline": "robotwin_online", "samples_per_s": 25.0, "vs_first": 2.5, "pipeline_efficiency": 0.95, "peak_bytes": 3},
- {"pipeline": "robotwin_compile", "samples_per_s": 40.0, "vs_first": 4.0, "pipeline_efficiency": null, "peak_bytes": -1}],
+ {"pipeline": "robotwin_baseline", "samples_per_s": 10.0, "vs_first": 1.0,
+  "pipeline_efficiency": 0.41, "peak_bytes": 3},
+ {"pipeline": "robotwin_online", "samples_per_s": 25.0, "vs_first": 2.5,
+  "pipeline_efficiency": 0.95, "peak_bytes": 3},
+ {"pipeline": "robotwin_compile", "samples_per_s": 40.0, "vs_first": 4.0,
+  "pipeline_efficiency": null, "peak_bytes": -1}],
  "pipelines": []}
 JSON
 /usr/bin/python3 scripts/ladder_plot.py "$work/ladder.json" robotwin "$work/ladder.svg" >"$work/out"
@@ -212,11 +240,13 @@ bars = [r for r in svg.getElementsByTagName("rect") if r.getAttribute("class") =
 heights = [float(b.getAttribute("height")) for b in bars]
 titles = [b.getElementsByTagName("title")[0].firstChild.data for b in bars]
 table = open(sys.argv[2]).read()
-ok = (len(bars) == 3 and abs(heights[1] / heights[0] - 2.5) < 0.01 and abs(heights[2] / heights[0] - 4) < 0.01
+ok = (len(bars) == 3 and abs(heights[1] / heights[0] - 2.5) < 0.01
+      and abs(heights[2] / heights[0] - 4) < 0.01
       and titles[0] == "robotwin_baseline: 10.00 samples/s"
       and "  robotwin_online             25.00       0.950     2.50x\n" in table
       and "  robotwin_compile            40.00           -     4.00x\n" in table)
-print(("ok   " if ok else f"FAIL ladder plot {heights} {titles}: ") + "the ladder's SVG plot and table")
+print(("ok   " if ok else f"FAIL ladder plot {heights} {titles}: ")
+      + "the ladder's SVG plot and table")
 sys.exit(0 if ok else 1)
 PY
 
