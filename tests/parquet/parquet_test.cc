@@ -1076,7 +1076,7 @@ TEST_F(ParquetTest, PageOrChunkPastTheEnd) {
   c.claimed_size = 1 << 20;  // the chunk runs past the data
   write_with_ok_column(p, {leaf("x", fmt::kDouble, fmt::kRequired)}, 1, {c});
   EXPECT_THAT(error_of([&] { ParquetFile::open(p); }),
-              ::testing::MatchesRegex(".*: damaged Parquet file: row group 0: column chunk 1: "
+              ::testing::MatchesRegex("[^:]*: damaged Parquet file: column \"x\", row group 0: "
                                       "byte range [0-9]+\\+1048576 lies outside the file's data "
                                       "\\([0-9]+ bytes before the footer\\)"));
 }
@@ -1103,7 +1103,7 @@ TEST_F(ParquetTest, CountsThatDisagree) {
   c.pages = page_v1(2, plain_doubles({1, 2}));
   write_with_ok_column(p, {leaf("x", fmt::kDouble, fmt::kRequired)}, 1, {c});
   EXPECT_EQ(error_of([&] { ParquetFile::open(p); }),
-            p + ": damaged Parquet file: row group 0: column chunk 1: 2 values in 3 rows");
+            p + ": damaged Parquet file: column \"x\", row group 0: 2 values in 3 rows");
   // A list column with fewer rows than its row group.
   write_with_ok_column(p, list_schema("x"), 1,
                        {list_chunk({0, 1, 0, 1}, {3, 3, 3, 3}, {1, 2, 3, 4})});
