@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "parquet/codecs.h"
 #include "parquet/encodings.h"
 #include "parquet/parquet_format.h"
 
@@ -646,6 +647,45 @@ TEST_F(ParquetTest, LegacyListLayoutsAreRead) {
     EXPECT_EQ(f.read_doubles("x").values, (std::vector<double>{7, 8, 9}));
     EXPECT_EQ(f.read_doubles("x").width, 1);
   }
+}
+
+TEST_F(ParquetTest, OldDictionaryLabelAndUncompressedPagesV2InASnappyChunk) {
+  // A dictionary page, a PLAIN_DICTIONARY data page (the Parquet 1.0 label), a PLAIN page v2
+  // whose values are stored uncompressed (is_compressed false) although the chunk is SNAPPY.
+  fmt::PageHeader dict;
+  dict.type = fmt::kDictionaryPage;
+  const std::string dict_values = compress(fmt::kSnappy, plain_doubles({0.5, 1.5, 2.5}));
+  dict.uncompressed_page_size = 24;
+  dict.compressed_page_size = static_cast<int32_t>(dict_values.size());
+  dict.dictionary_page_header = fmt::DictionaryPageHeader{3, fmt::kPlainDictionary};
+  const std::string indices =
+      levels_v1({1, 1, 1, 1}, 1) + std::string(1, '\x02') + hybrid({2, 0, 1, 2}, 2);
+  fmt::PageHeader v1;
+  v1.type = fmt::kDataPage;
+  const std::string v1_body = compress(fmt::kSnappy, indices);
+  v1.uncompressed_page_size = static_cast<int32_t>(indices.size());
+  v1.compressed_page_size = static_cast<int32_t>(v1_body.size());
+  v1.data_page_header = fmt::DataPageHeader{4, fmt::kPlainDictionary, fmt::kRle, fmt::kRle};
+  const std::string def = hybrid({1, 1}, 1);
+  fmt::PageHeader v2;
+  v2.type = fmt::kDataPageV2;
+  v2.uncompressed_page_size = v2.compressed_page_size = static_cast<int32_t>(def.size() + 16);
+  fmt::DataPageHeaderV2 h;
+  h.num_values = h.num_rows = 2;
+  h.encoding = fmt::kPlain;
+  h.definition_levels_byte_length = static_cast<int32_t>(def.size());
+  h.is_compressed = false;
+  v2.data_page_header_v2 = h;
+  RawChunk c;
+  c.path = {"x"};
+  c.codec = fmt::kSnappy;
+  c.num_values = 6;
+  c.pages = fmt::encode(dict) + dict_values + fmt::encode(v1) + v1_body + fmt::encode(v2) + def +
+            plain_doubles({7, 8});
+  write_with_ok_column(file("t.parquet"), {leaf("x", fmt::kDouble, fmt::kOptional)}, 1, {c}, 6);
+  const ParquetFile f = ParquetFile::open(file("t.parquet"));
+  EXPECT_EQ(f.read_doubles("x").values, (std::vector<double>{2.5, 0.5, 1.5, 2.5, 7, 8}));
+  EXPECT_EQ(f.read_doubles("x", {3, 2}).values, (std::vector<double>{2.5, 7}));
 }
 
 TEST_F(ParquetTest, EmptyListsInEveryRowHaveWidthZero) {
