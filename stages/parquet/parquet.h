@@ -37,7 +37,7 @@ const char* name_of(Codec codec);        // "UNCOMPRESSED", "SNAPPY", ...
 // One top-level field of the file's schema.
 struct ColumnInfo {
   std::string name;  // the field's name as written, dots and all ("observation.state")
-  PhysicalType type = PhysicalType::kInt64;
+  PhysicalType type = PhysicalType::kInt64;  // of a refused group: its first leaf's
   bool is_list = false;      // a LIST of `type` (3-level; also the legacy 2- and 1-level forms)
   std::string logical_type;  // "STRING", "INT(8,true)", "TIMESTAMP(MICROS)", ... or empty
   // Empty when the column can be read; else why not (e.g. "a list of lists is not supported
