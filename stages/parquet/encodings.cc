@@ -6,22 +6,7 @@
 
 namespace wam::parquet {
 
-static_assert(std::endian::native == std::endian::little, "Parquet values are little-endian");
-
 int bit_width(uint64_t max_value) { return max_value == 0 ? 0 : std::bit_width(max_value); }
-
-template <class T>
-T load_le(const uint8_t* p) {
-  T value;
-  std::memcpy(&value, p, sizeof(T));
-  return value;
-}
-template int32_t load_le<int32_t>(const uint8_t*);
-template uint32_t load_le<uint32_t>(const uint8_t*);
-template int64_t load_le<int64_t>(const uint8_t*);
-template uint64_t load_le<uint64_t>(const uint8_t*);
-template float load_le<float>(const uint8_t*);
-template double load_le<double>(const uint8_t*);
 
 namespace {
 
@@ -114,15 +99,12 @@ void put_uleb(uint64_t value, std::string& out) {
 
 void put_bit_packed(const std::vector<uint32_t>& values, int bit_width, std::string& out) {
   put_uleb((values.size() / 8) << 1 | 1, out);
-  const size_t start = out.size();
-  out.resize(start + values.size() / 8 * bit_width, '\0');
-  for (size_t i = 0; i < values.size(); ++i) {
-    for (int b = 0; b < bit_width; ++b) {
-      if ((values[i] >> b) & 1) {
-        const size_t bit = i * bit_width + b;
-        out[start + bit / 8] = static_cast<char>(out[start + bit / 8] | (1 << (bit % 8)));
-      }
-    }
+  uint64_t bits = 0;  // pending bits, least significant first
+  int pending = 0;
+  for (uint32_t v : values) {
+    bits |= static_cast<uint64_t>(v) << pending;
+    pending += bit_width;
+    for (; pending >= 8; pending -= 8, bits >>= 8) out.push_back(static_cast<char>(bits & 0xff));
   }
 }
 

@@ -7,12 +7,14 @@
 // - footer: Thrift compact protocol, decoded by hand; unknown fields are skipped;
 // - physical types BOOLEAN, INT32, INT64, FLOAT, DOUBLE, BYTE_ARRAY (UTF-8 strings);
 // - flat REQUIRED/OPTIONAL columns without nulls, and the standard 3-level LIST of a primitive with
-//   the same length in every row (vectors such as `observation.state`);
+//   the same length in every row (vectors such as `observation.state`), or of any length through
+//   read_*_lists (metadata such as an episode's `tasks`);
 // - encodings PLAIN, PLAIN_DICTIONARY/RLE_DICTIONARY, RLE/bit-packed levels; data pages v1 and v2,
 //   several pages per column chunk, several row groups;
 // - codecs UNCOMPRESSED, SNAPPY, GZIP, ZSTD.
 // Refused with a message naming the file, the column and the feature: DELTA_* and BYTE_STREAM_SPLIT
-// encodings, other codecs, nested lists, maps and structs, nulls, lists of uneven length.
+// encodings, other codecs, nested lists, maps and structs, nulls, lists of uneven length (by the
+// fixed-width read_* functions). A refused column does not stop the others being read.
 //
 // Every error is a wam::Error whose message starts with the file's path; a damaged file (bad magic,
 // truncated footer, a page past the end, a corrupt compressed block) is an error, never a crash.
@@ -35,7 +37,7 @@ const char* name_of(Codec codec);        // "UNCOMPRESSED", "SNAPPY", ...
 // One top-level field of the file's schema.
 struct ColumnInfo {
   std::string name;  // the field's name as written, dots and all ("observation.state")
-  PhysicalType type = PhysicalType::kInt64;
+  PhysicalType type = PhysicalType::kInt64;  // of a refused group: its first leaf's
   bool is_list = false;      // a LIST of `type` (3-level; also the legacy 2- and 1-level forms)
   std::string logical_type;  // "STRING", "INT(8,true)", "TIMESTAMP(MICROS)", ... or empty
   // Empty when the column can be read; else why not (e.g. "a list of lists is not supported

@@ -110,7 +110,6 @@ struct Node {
   const fmt::SchemaElement* element = nullptr;
   std::vector<Node> children;
   int first_leaf = 0;
-  int leaf_count = 0;
 
   bool is_leaf() const { return element->num_children == 0; }
   bool repetition(int32_t r) const { return element->repetition.value_or(fmt::kRequired) == r; }
@@ -142,7 +141,6 @@ Node build_tree(const std::vector<fmt::SchemaElement>& schema, size_t& next, int
   for (int32_t i = 0; i < children; ++i) {
     node.children.push_back(build_tree(schema, next, leaves, depth + 1));
   }
-  node.leaf_count = leaves - node.first_leaf;
   return node;
 }
 
@@ -159,14 +157,15 @@ struct FieldPlan {
 
 struct ParquetFile::Impl {
   std::string path;
-  uint64_t file_size = 0;
   uint64_t data_end = 0;  // where the footer starts
   fmt::FileMetaData meta;
   std::vector<ColumnInfo> columns;
   std::vector<FieldPlan> plans;
   std::vector<int64_t> first_row;  // of each row group
+  // Of each leaf column chunk: physical type, repetition depth, top-level field.
   std::vector<int32_t> leaf_types;
   std::vector<int> leaf_max_rep;
+  std::vector<std::string> leaf_fields;
 
   void plan_field(const Node& field);
   void check_row_groups();
@@ -187,15 +186,17 @@ void add_levels(const Node& n, int& def, int& rep) {
   if (n.repetition(fmt::kRepeated)) ++def, ++rep;
 }
 
-// Walks every leaf under `n` recording its physical type and repetition depth (the footer is
-// checked against them, readable or not).
-void collect_leaves(const Node& n, int rep, std::vector<int32_t>& types, std::vector<int>& reps) {
+// Walks every leaf under `n` recording its physical type, repetition depth and field (the footer
+// is checked against them, readable or not).
+void collect_leaves(const Node& n, int rep, const std::string& field, std::vector<int32_t>& types,
+                    std::vector<int>& reps, std::vector<std::string>& fields) {
   if (n.repetition(fmt::kRepeated)) ++rep;
   if (n.is_leaf()) {
     types.push_back(*n.element->type);
     reps.push_back(rep);
+    fields.push_back(field);
   }
-  for (const Node& c : n.children) collect_leaves(c, rep, types, reps);
+  for (const Node& c : n.children) collect_leaves(c, rep, field, types, reps, fields);
 }
 
 }  // namespace
@@ -288,7 +289,8 @@ void ParquetFile::Impl::check_row_groups() {
     }
     for (size_t c = 0; c < rg.columns.size(); ++c) {
       const fmt::ColumnChunk& chunk = rg.columns[c];
-      const std::string column = where + "column chunk " + std::to_string(c) + ": ";
+      const std::string column =
+          "column \"" + leaf_fields[c] + "\", row group " + std::to_string(g) + ": ";
       if (!chunk.file_path.empty()) {
         throw Unsupported(refusal("a column chunk in another file (\"" + chunk.file_path + "\")",
                                   "every column must be in the file itself",
@@ -325,7 +327,6 @@ ParquetFile ParquetFile::open(const std::string& path) {
   impl->path = path;
   File file(path);
   const uint64_t size = file.size(path);
-  impl->file_size = size;
   if (size < 12) {
     throw Error(path + ": not a Parquet file (" + std::to_string(size) +
                 " bytes; a Parquet file has at least 12)");
@@ -369,7 +370,8 @@ ParquetFile ParquetFile::open(const std::string& path) {
     if (next != schema.size()) throw FormatError("schema has elements outside its root");
     if (root.is_leaf()) throw FormatError("schema root is not a group");
     for (const Node& field : root.children) {
-      collect_leaves(field, 0, impl->leaf_types, impl->leaf_max_rep);
+      collect_leaves(field, 0, field.element->name, impl->leaf_types, impl->leaf_max_rep,
+                     impl->leaf_fields);
     }
     for (const Node& field : root.children) impl->plan_field(field);
     impl->check_row_groups();

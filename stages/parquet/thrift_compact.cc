@@ -42,7 +42,7 @@ bool Reader::next_field(int16_t& id, uint8_t& type) {
   if (delta != 0) {
     id = static_cast<int16_t>(last_id_.back() + delta);
   } else {
-    const int64_t wide = read_i64();  // a zigzag varint like any integer
+    const int64_t wide = zigzag_varint();
     if (wide < INT16_MIN || wide > INT16_MAX) throw FormatError("Thrift field id out of range");
     id = static_cast<int16_t>(wide);
   }
@@ -55,15 +55,9 @@ bool Reader::read_bool(uint8_t field_type) {
   return field_type == kTrue;
 }
 
-int64_t Reader::read_i64() {
+int64_t Reader::zigzag_varint() {
   const uint64_t raw = varint();
   return static_cast<int64_t>(raw >> 1) ^ -static_cast<int64_t>(raw & 1);
-}
-
-int32_t Reader::read_i32() {
-  const int64_t value = read_i64();
-  if (value < INT32_MIN || value > INT32_MAX) throw FormatError("Thrift i32 out of range");
-  return static_cast<int32_t>(value);
 }
 
 int64_t Reader::read_integer(uint8_t field_type) {
@@ -71,7 +65,7 @@ int64_t Reader::read_integer(uint8_t field_type) {
     case kByte: return static_cast<int8_t>(byte());
     case kI16:
     case kI32:
-    case kI64: return read_i64();
+    case kI64: return zigzag_varint();
     default: throw FormatError("Thrift field is not an integer");
   }
 }

@@ -50,9 +50,8 @@ class Reader {
   bool next_field(int16_t& id, uint8_t& type);
 
   bool read_bool(uint8_t field_type);  // a bool field: the value is its type id
-  int32_t read_i32();
-  int64_t read_i64();
-  // A field of any integer type (byte, i16, i32, i64) as the given type's range allows.
+  // An integer field of any width (byte, i16, i32, i64); read_integer32 refuses values outside
+  // int32.
   int64_t read_integer(uint8_t field_type);
   int32_t read_integer32(uint8_t field_type);
   std::string read_string(uint8_t field_type = kBinary);
@@ -65,6 +64,7 @@ class Reader {
 
   uint8_t byte();
   uint64_t varint();
+  int64_t zigzag_varint();  // how i16, i32 and i64 values are written
   void skip_bytes(uint64_t n);
   void skip_value(uint8_t type, int depth);
 

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "parquet/codecs.h"
 #include "parquet/encodings.h"
 #include "parquet/parquet_format.h"
 #include "testing/hyparquet.h"
@@ -649,6 +650,45 @@ TEST_F(ParquetTest, LegacyListLayoutsAreRead) {
   }
 }
 
+TEST_F(ParquetTest, OldDictionaryLabelAndUncompressedPagesV2InASnappyChunk) {
+  // A dictionary page, a PLAIN_DICTIONARY data page (the Parquet 1.0 label), a PLAIN page v2
+  // whose values are stored uncompressed (is_compressed false) although the chunk is SNAPPY.
+  fmt::PageHeader dict;
+  dict.type = fmt::kDictionaryPage;
+  const std::string dict_values = compress(fmt::kSnappy, plain_doubles({0.5, 1.5, 2.5}));
+  dict.uncompressed_page_size = 24;
+  dict.compressed_page_size = static_cast<int32_t>(dict_values.size());
+  dict.dictionary_page_header = fmt::DictionaryPageHeader{3, fmt::kPlainDictionary};
+  const std::string indices =
+      levels_v1({1, 1, 1, 1}, 1) + std::string(1, '\x02') + hybrid({2, 0, 1, 2}, 2);
+  fmt::PageHeader v1;
+  v1.type = fmt::kDataPage;
+  const std::string v1_body = compress(fmt::kSnappy, indices);
+  v1.uncompressed_page_size = static_cast<int32_t>(indices.size());
+  v1.compressed_page_size = static_cast<int32_t>(v1_body.size());
+  v1.data_page_header = fmt::DataPageHeader{4, fmt::kPlainDictionary, fmt::kRle, fmt::kRle};
+  const std::string def = hybrid({1, 1}, 1);
+  fmt::PageHeader v2;
+  v2.type = fmt::kDataPageV2;
+  v2.uncompressed_page_size = v2.compressed_page_size = static_cast<int32_t>(def.size() + 16);
+  fmt::DataPageHeaderV2 h;
+  h.num_values = h.num_rows = 2;
+  h.encoding = fmt::kPlain;
+  h.definition_levels_byte_length = static_cast<int32_t>(def.size());
+  h.is_compressed = false;
+  v2.data_page_header_v2 = h;
+  RawChunk c;
+  c.path = {"x"};
+  c.codec = fmt::kSnappy;
+  c.num_values = 6;
+  c.pages = fmt::encode(dict) + dict_values + fmt::encode(v1) + v1_body + fmt::encode(v2) + def +
+            plain_doubles({7, 8});
+  write_with_ok_column(file("t.parquet"), {leaf("x", fmt::kDouble, fmt::kOptional)}, 1, {c}, 6);
+  const ParquetFile f = ParquetFile::open(file("t.parquet"));
+  EXPECT_EQ(f.read_doubles("x").values, (std::vector<double>{2.5, 0.5, 1.5, 2.5, 7, 8}));
+  EXPECT_EQ(f.read_doubles("x", {3, 2}).values, (std::vector<double>{2.5, 7}));
+}
+
 TEST_F(ParquetTest, EmptyListsInEveryRowHaveWidthZero) {
   write_with_ok_column(file("t.parquet"), list_schema("x"), 1,
                        {list_chunk({0, 0, 0}, {1, 1, 1}, {})});
@@ -1109,7 +1149,7 @@ TEST_F(ParquetTest, PageOrChunkPastTheEnd) {
   c.claimed_size = 1 << 20;  // the chunk runs past the data
   write_with_ok_column(p, {leaf("x", fmt::kDouble, fmt::kRequired)}, 1, {c});
   EXPECT_THAT(error_of([&] { ParquetFile::open(p); }),
-              ::testing::MatchesRegex(".*: damaged Parquet file: row group 0: column chunk 1: "
+              ::testing::MatchesRegex("[^:]*: damaged Parquet file: column \"x\", row group 0: "
                                       "byte range [0-9]+\\+1048576 lies outside the file's data "
                                       "\\([0-9]+ bytes before the footer\\)"));
 }
@@ -1136,7 +1176,7 @@ TEST_F(ParquetTest, CountsThatDisagree) {
   c.pages = page_v1(2, plain_doubles({1, 2}));
   write_with_ok_column(p, {leaf("x", fmt::kDouble, fmt::kRequired)}, 1, {c});
   EXPECT_EQ(error_of([&] { ParquetFile::open(p); }),
-            p + ": damaged Parquet file: row group 0: column chunk 1: 2 values in 3 rows");
+            p + ": damaged Parquet file: column \"x\", row group 0: 2 values in 3 rows");
   // A list column with fewer rows than its row group.
   write_with_ok_column(p, list_schema("x"), 1,
                        {list_chunk({0, 1, 0, 1}, {3, 3, 3, 3}, {1, 2, 3, 4})});
