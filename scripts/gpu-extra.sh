@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Packs the header-only CLI11 (which the GPU machine's image lacks) from this Debian machine into
-# .gpu-extra/, to carry beside .gpu/ (see ../shared/device/README.md). On the GPU machine:
-#   source .gpu/gpu-env.sh && export CMAKE_PREFIX_PATH=$PWD/.gpu-extra/usr:$CMAKE_PREFIX_PATH
+# Packs what the GPU machine's image lacks from this Debian machine into .gpu-extra/, to carry
+# beside .gpu/ (see ../shared/device/README.md): the header-only CLI11, and snappy and zstd (the
+# Parquet codecs) with pkg-config files pointing into .gpu-extra. On the GPU machine:
+#   source .gpu/gpu-env.sh && source .gpu-extra/env.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -9,4 +10,18 @@ rm -rf .gpu-extra
 mkdir -p .gpu-extra/usr/include .gpu-extra/usr/share/cmake
 cp -a /usr/include/CLI .gpu-extra/usr/include/
 cp -a /usr/share/cmake/CLI11 .gpu-extra/usr/share/cmake/
+lib=.gpu-extra/usr/lib/x86_64-linux-gnu
+mkdir -p "$lib/pkgconfig"
+for pc in snappy libzstd; do
+  sed 's#^prefix=.*#prefix=${pcfiledir}/../../..#; s#^libdir=.*#libdir=${prefix}/lib/x86_64-linux-gnu#' \
+    "/usr/lib/x86_64-linux-gnu/pkgconfig/$pc.pc" >"$lib/pkgconfig/$pc.pc"
+done
+cp -a /usr/include/snappy*.h /usr/include/zstd*.h /usr/include/zdict.h .gpu-extra/usr/include/
+cp -a /usr/lib/x86_64-linux-gnu/libsnappy.so* /usr/lib/x86_64-linux-gnu/libzstd.so* "$lib/"
+cat >.gpu-extra/env.sh <<'ENV'
+extra=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+export CMAKE_PREFIX_PATH=$extra/usr:${CMAKE_PREFIX_PATH:-}
+export PKG_CONFIG_PATH=$extra/usr/lib/x86_64-linux-gnu/pkgconfig:${PKG_CONFIG_PATH:-}
+export LD_LIBRARY_PATH=$extra/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+ENV
 echo "wrote .gpu-extra (CLI11 $(sed -n 's/.*CLI11_VERSION "\(.*\)"/\1/p' /usr/include/CLI/Version.hpp))"
