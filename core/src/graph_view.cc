@@ -118,8 +118,9 @@ GraphAnalysis analyse_stats(const nlohmann::json& stats,
   graph.wall_s = stats["wall_s"].get<double>();
   graph.threads = stats.value("threads", int64_t(0));
   for (const auto& node : stats["nodes"]) {
-    auto it = std::find_if(graph.nodes.begin(), graph.nodes.end(),
-                           [&](const GraphNode& n) { return n.id == node.at("id").get<std::string>(); });
+    auto it = std::find_if(graph.nodes.begin(), graph.nodes.end(), [&](const GraphNode& n) {
+      return n.id == node.at("id").get<std::string>();
+    });
     if (it == graph.nodes.end()) continue;
     it->measured = true;
     it->utilisation = node.value("utilisation", 0.0);
