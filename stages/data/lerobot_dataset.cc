@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <list>
+#include <mutex>
 #include <set>
 #include <sstream>
 
@@ -286,6 +288,7 @@ std::vector<std::string> parquet_files_under(const fs::path& dir) {
 
 LeRobotDataset LeRobotDataset::open(const std::string& root) {
   LeRobotDataset ds;
+  ds.open_files_ = std::make_shared<OpenFiles>();
   ds.root_ = fs::absolute(root).lexically_normal().string();
   if (!ds.root_.empty() && ds.root_.back() == '/') ds.root_.pop_back();
   const std::string info_path = ds.root_ + "/meta/info.json";
@@ -551,6 +554,30 @@ void LeRobotDataset::open_v3() {
 
 bool LeRobotDataset::is_v3() const { return info_.codebase_version == "v3.0"; }
 
+// The last few data files read, shared by copies of the dataset and by threads.
+struct LeRobotDataset::OpenFiles {
+  static constexpr size_t kKept = 8;
+  std::mutex mutex;
+  std::list<std::pair<std::string, std::shared_ptr<const parquet::ParquetFile>>> files;
+
+  std::shared_ptr<const parquet::ParquetFile> open(const std::string& path) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      for (auto it = files.begin(); it != files.end(); ++it) {
+        if (it->first == path) {
+          files.splice(files.begin(), files, it);
+          return files.front().second;
+        }
+      }
+    }
+    auto file = std::make_shared<const parquet::ParquetFile>(parquet::ParquetFile::open(path));
+    std::lock_guard<std::mutex> lock(mutex);
+    files.emplace_front(path, file);
+    if (files.size() > kKept) files.pop_back();
+    return file;
+  }
+};
+
 const EpisodeInfo& LeRobotDataset::episode(int64_t episode_index) const {
   auto it = position_.find(episode_index);
   if (it == position_.end()) {
@@ -646,7 +673,13 @@ EpisodeData LeRobotDataset::read_episode(int64_t episode_index) const {
     throw Error(path + ": missing episode data file (episode " + std::to_string(episode_index) +
                 " is listed in " + (is_v3() ? "meta/episodes/" : "meta/episodes.jsonl") + ")");
   }
-  const auto file = parquet::ParquetFile::open(path);
+  std::shared_ptr<const parquet::ParquetFile> opened;
+  if (is_v3()) {
+    opened = open_files_->open(path);
+  } else {
+    opened = std::make_shared<const parquet::ParquetFile>(parquet::ParquetFile::open(path));
+  }
+  const parquet::ParquetFile& file = *opened;
   const parquet::RowRange rows{e.first_row, e.length};
   if (e.length > file.num_rows() || e.first_row > file.num_rows() - e.length) {
     throw Error(path + ": " + std::to_string(file.num_rows()) + " rows, but episode " +

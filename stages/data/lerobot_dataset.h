@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -164,6 +165,9 @@ class LeRobotDataset {
   std::map<int64_t, std::string> tasks_;
   std::map<int64_t, EpisodeStats> episode_stats_;
   EpisodeStats dataset_stats_;  // meta/stats.json (vector features only)
+  // v3.0's data files hold many episodes: their footers are parsed once, not once per episode.
+  struct OpenFiles;
+  std::shared_ptr<OpenFiles> open_files_;
 };
 
 // Opens several dataset directories that are used together; all must share fps.
