@@ -38,8 +38,13 @@ expect "a params-only rule fails validation before anything is opened" 2 \
   pipelines/robotwin_online.json
 expect "version flag" 0 "wam-pipeline 0.1.0" -- "$bin" --version
 expect "a missing argument is exit 2" 2 "pipeline is required" -- "$bin" run
-expect "a bound names the option and the value" 2 "--threads: must be >= 0, got -1" \
+cores=$(getconf _NPROCESSORS_ONLN)
+expect "a bound names the option and the value" 2 \
+  "--threads: must be between 0 and $((4 * cores)) (4 x the $cores hardware threads), got -1" \
   -- "$bin" run pipelines/robotwin_online.json --threads -1
+expect "an unknown subcommand is named" 2 \
+  "unknown subcommand \"datset\"; did you mean \"dataset\"? (allowed: $("$bin" --help | awk '/^Subcommands:/ {on = 1; next} on && NF {print $1}' | LC_ALL=C sort | paste -sd, - | sed 's/,/, /g'))" \
+  -- "$bin" datset inspect x
 expect "bench needs a step to time" 2 "--steps: must be >= 1, got 0" \
   -- "$bin" bench pipelines/robotwin_online.json --steps 0
 expect "describe unknown type" 2 \

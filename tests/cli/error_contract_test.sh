@@ -5,7 +5,7 @@
 # Usage: error_contract_test.sh WAM_PIPELINE_BINARY (run from the source root). The binary may be
 # wam-pipeline-test-stages (the test stages as built-ins: Count, Delay, FailAt, ...).
 set -uo pipefail
-bin=$1
+bin=$(realpath "$1")  # the test cds into its scratch directory
 failures=0
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -111,7 +111,7 @@ for signal in INT TERM; do
   status=$([ $signal = INT ] && echo 130 || echo 143)
   "$bin" run pipelines/slow.json --stats-out "$work/$signal.json" >"$work/$signal.log" 2>&1 &
   pid=$!
-  for _ in $(seq 100); do grep -q '^running' "$work/$signal.log" && break; sleep 0.1; done
+  for _ in $(seq 100); do grep -qs '^running' "$work/$signal.log" && break; sleep 0.1; done
   sleep 1
   kill -$signal $pid
   wait $pid
