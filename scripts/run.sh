@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Multi-GPU and multi-node training: one wam-pipeline process per GPU, data-parallel over c10d.
 #
-#   scripts/run.sh PIPELINE [wam-pipeline run args]      e.g. scripts/run.sh robotwin_cache --steps 100
+#   scripts/run.sh PIPELINE [wam-pipeline run args]   e.g. scripts/run.sh robotwin_cache --steps 100
 #   scripts/run.sh COMMAND [args]                        cache generate | text-cache build | compile
 #
-# PIPELINE is a pipeline file or a name under pipelines/ (robotwin_cache: pipelines/robotwin_cache.json).
+# PIPELINE is a pipeline file or a name under pipelines/ (robotwin_cache is
+# pipelines/robotwin_cache.json).
 # Environment, as the reference's run.sh:
 #   NPROC_PER_NODE  processes on this node (default: the visible GPUs, else 1)
 #   NNODES          nodes (default 1)             NODE_RANK  this node, 0 .. NNODES-1 (default 0)
@@ -100,9 +101,9 @@ fi
 # No torchrun: one process per local rank with the variables torchrun would set.
 if [ "${DRY_RUN:-0}" = 1 ]; then
   for ((local = 0; local < NPROC_PER_NODE; local++)); do
-    printf 'RANK=%d WORLD_SIZE=%d LOCAL_RANK=%d LOCAL_WORLD_SIZE=%d MASTER_ADDR=%q MASTER_PORT=%d ' \
-      $((NODE_RANK * NPROC_PER_NODE + local)) "$world" "$local" "$NPROC_PER_NODE" \
-      "$MASTER_ADDR" "$MASTER_PORT"
+    printf 'RANK=%d WORLD_SIZE=%d LOCAL_RANK=%d LOCAL_WORLD_SIZE=%d ' \
+      $((NODE_RANK * NPROC_PER_NODE + local)) "$world" "$local" "$NPROC_PER_NODE"
+    printf 'MASTER_ADDR=%q MASTER_PORT=%d ' "$MASTER_ADDR" "$MASTER_PORT"
     printf '%q ' "$bin" "${args[@]}"; echo
   done
   exit 0

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs wam_dist_tests as two Gloo ranks on 127.0.0.1 and fails when either rank fails or they take
+# longer than 300 s. Usage: two_ranks.sh WAM_DIST_TESTS_BINARY (run from the source root)
+set -uo pipefail
+bin=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])')
+
+"$bin" >"$work/alone" 2>&1 || { echo "FAIL alone:"; cat "$work/alone"; exit 1; }
+echo "ok   one process: $(grep -E '^\[  (PASSED|SKIPPED) +\] [0-9]+ tests' "$work/alone" | paste -sd' ' -)"
+
+pids=()
+for rank in 0 1; do
+  RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
+    WAM_DIST_TIMEOUT_S=120 timeout 300 "$bin" >"$work/rank$rank" 2>&1 &
+  pids+=($!)
+done
+failures=0
+for rank in 0 1; do
+  if wait "${pids[$rank]}"; then
+    echo "ok   rank $rank: $(grep -E '^\[  PASSED ' "$work/rank$rank")"
+    if grep -q '^\[  SKIPPED' "$work/rank$rank"; then
+      echo "FAIL rank $rank skipped tests:"; grep SKIPPED "$work/rank$rank"
+      failures=$((failures + 1))
+    fi
+  else
+    echo "FAIL rank $rank (exit $?):"; cat "$work/rank$rank"; failures=$((failures + 1))
+  fi
+done
+exit $((failures > 0))
