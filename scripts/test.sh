@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test suite: installs what is missing, checks the format of the changed C++ lines (see
-# scripts/check-format.sh for the base they are compared with), builds everything, runs every test
+# scripts/check-format.sh for the base they are compared with), runs the torch-free tests under
+# AddressSanitizer + UBSan and the fuzzers (scripts/fuzz.sh), builds everything, runs every test
 # with ctest.
 #
 # scripts/test.sh --sanitize: the torch-free tests only (ctest label torch_free: core, latent store,
@@ -21,6 +22,10 @@ if [ "${1:-}" = "--sanitize" ]; then
 fi
 scripts/setup.sh
 scripts/check-format.sh
+# Hostile input first: the torch-free tests under the sanitizers, then each fuzz target for
+# WAM_FUZZ_SECONDS (default 60) from the corpus of every crash found so far.
+"$0" --sanitize
+scripts/fuzz.sh "${WAM_FUZZ_SECONDS:-60}"
 scripts/build.sh
 cd "${WAM_BUILD_DIR:-build}"
 ctest --output-on-failure -j "$(nproc)" --timeout 600
