@@ -109,6 +109,8 @@ ranks' status after encoding failed:" "$work/killed.0" &&
   [ "$(sha256sum "$work/two/catalog.json")" = "$catalog_before" ]
 check "cache generate: a killed rank fails the job, named, and nothing is published" $? \
   "$work/killed.0" "$work/killed.1"
+grep -m1 "^error:" "$work/killed.0" | sed 's/^/     rank 0: /'
+
 # A rank that fails (here: refuses to overwrite) fails every rank with its message.
 two_ranks refused WAM_LATENT_CACHE="$work/two" -- \
   "$bin" cache generate pipelines/robotwin_cache.json "${args[@]}" --shard-size 16 --fields current
@@ -142,5 +144,7 @@ two_ranks trainkill WAM_DIST_TEST_EXIT=1:train_step -- "$bin" run pipelines/robo
   grep -qF "rank 0/2: all_reduce of gradient bucket" "$work/trainkill.0"
 check "train: a killed rank fails the job with the rank and operation named" $? \
   "$work/trainkill.0" "$work/trainkill.1"
+grep -m1 "^error:" "$work/trainkill.0" | sed 's/^/     rank 0: /'
+
 
 exit $((failures > 0))
