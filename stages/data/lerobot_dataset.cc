@@ -4,15 +4,17 @@
 #include <array>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <list>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <type_traits>
 
 #include "parquet/parquet.h"
 #include "wam/error.h"
+#include "wam/limits.h"
 #include "wam/metrics.h"
 
 namespace wam::data {
@@ -22,20 +24,40 @@ namespace {
 
 // ---- JSON files -------------------------------------------------------------------------------
 
+// Meta files are small; a bigger one is damage, not data (episodes.jsonl of 100k episodes is ~10 MB).
+constexpr uint64_t kMaxMetaFileBytes = uint64_t{256} << 20;
+
+// The text of a meta file: a regular file of bounded size (a FIFO or device would block).
+std::string read_meta_file(const std::string& path, const std::string& missing_hint) {
+  if (!fs::exists(path)) throw Error(path + ": cannot open; " + missing_hint);
+  std::string error;
+  std::optional<std::string> text = read_regular_file(path, kMaxMetaFileBytes, error);
+  if (!text) throw Error(path + ": " + error);
+  return std::move(*text);
+}
+
+// JSON with bounded nesting and numbers a double holds; errors name `where` and line:col.
+template <class Json = nlohmann::json>
+Json parse_meta_json(const std::string& text, const std::string& where) {
+  JsonTextError error;
+  std::optional<nlohmann::json> checked = parse_json_text(text, error);
+  if (!checked) throw Error(where + ":" + error.location + ": " + error.message);
+  if constexpr (std::is_same_v<Json, nlohmann::json>) {
+    return std::move(*checked);
+  } else {
+    return Json::parse(text);  // checked above; parsed again to keep the keys' order
+  }
+}
+
 std::vector<nlohmann::json> read_jsonl_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw Error(path + ": cannot open; is this a LeRobot dataset directory?");
+  std::istringstream in(read_meta_file(path, "is this a LeRobot dataset directory?"));
   std::vector<nlohmann::json> rows;
   std::string line;
   int64_t line_number = 0;
   while (std::getline(in, line)) {
     ++line_number;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      rows.push_back(nlohmann::json::parse(line));
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(path + ":" + std::to_string(line_number) + ": invalid JSON: " + e.what());
-    }
+    rows.push_back(parse_meta_json(line, path + ":" + std::to_string(line_number)));
   }
   return rows;
 }
@@ -293,15 +315,8 @@ LeRobotDataset LeRobotDataset::open(const std::string& root) {
   if (!ds.root_.empty() && ds.root_.back() == '/') ds.root_.pop_back();
   const std::string info_path = ds.root_ + "/meta/info.json";
   // nlohmann::json sorts object keys; ordered_json keeps the features in the file's order.
-  std::ifstream info_in(info_path);
-  if (!info_in)
-    throw Error(info_path + ": cannot open; is " + root + " a LeRobot dataset directory?");
-  nlohmann::ordered_json info;
-  try {
-    info = nlohmann::ordered_json::parse(info_in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(info_path + ": invalid JSON: " + e.what());
-  }
+  const auto info = parse_meta_json<nlohmann::ordered_json>(
+      read_meta_file(info_path, "is " + root + " a LeRobot dataset directory?"), info_path);
   DatasetInfo& i = ds.info_;
   auto get = [&](const char* name) -> const nlohmann::ordered_json& {
     auto it = info.find(name);
@@ -373,13 +388,7 @@ LeRobotDataset LeRobotDataset::open(const std::string& root) {
 
   const std::string stats_path = ds.stats_path();
   if (fs::exists(stats_path)) {
-    std::ifstream in(stats_path);
-    nlohmann::json stats;
-    try {
-      stats = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(stats_path + ": invalid JSON: " + e.what());
-    }
+    const nlohmann::json stats = parse_meta_json(read_meta_file(stats_path, ""), stats_path);
     if (!stats.is_object()) throw Error(stats_path + ": expected an object of features");
     for (const auto& [key, value] : stats.items()) {
       if (is_vector_stats(value)) {

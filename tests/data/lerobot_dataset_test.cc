@@ -286,6 +286,23 @@ TEST_F(LeRobotDatasetTest, MissingMetaNamesTheFile) {
                root + "/meta/info.json: cannot open; is " + root + " a LeRobot dataset directory?");
 }
 
+// Meta files are read as bounded regular files and bounded JSON (docs/RELIABILITY.md).
+TEST_F(LeRobotDatasetTest, HostileMetaFilesAreNamedErrors) {
+  const std::string root = write_dataset("ds", 10);
+  std::ofstream(root + "/meta/info.json") << "{\"fps\": 1e309}";
+  EXPECT_ERROR(LeRobotDataset::open(root),
+               root + "/meta/info.json:1:9: number 1e309 is out of range (a double holds at most "
+                      "1.8e308)");
+  std::ofstream(root + "/meta/info.json") << std::string(300, '[') << std::string(300, ']');
+  EXPECT_ERROR(LeRobotDataset::open(root),
+               root + "/meta/info.json:1:257: JSON nested deeper than 256 levels");
+  const std::string other = write_dataset("other", 10);
+  fs::remove(other + "/meta/episodes.jsonl");
+  fs::create_directory(other + "/meta/episodes.jsonl");
+  EXPECT_ERROR(LeRobotDataset::open(other),
+               other + "/meta/episodes.jsonl: not a regular file (a directory)");
+}
+
 TEST_F(LeRobotDatasetTest, DamagedParquetNamesTheFile) {
   const std::string root = write_dataset("ds", 10);
   const std::string file = root + "/data/chunk-000/episode_000000.parquet";
