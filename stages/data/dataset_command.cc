@@ -137,9 +137,10 @@ DatasetCommand::DatasetCommand(CLI::App& app) {
   synth_->add_option("--codec", codec_, "av1 (libsvtav1, as LeRobot) or h264 (libx264)")
       ->capture_default_str()
       ->check(CLI::IsMember({"av1", "h264"}));
-  synth_->add_option("--format", codebase_version_,
-                     "LeRobot layout: v2.1 (a parquet file and an mp4 per episode) or v3.0 "
-                     "(episodes share the data file and one mp4 per camera)")
+  synth_
+      ->add_option("--format", codebase_version_,
+                   "LeRobot layout: v2.1 (a parquet file and an mp4 per episode) or v3.0 "
+                   "(episodes share the data file and one mp4 per camera)")
       ->capture_default_str()
       ->check(CLI::IsMember({"v2.1", "v3.0"}));
   synth_->add_option("--seed", seed_, "Seed of the actions")->capture_default_str();
@@ -185,8 +186,8 @@ int DatasetCommand::run() {
   }
   const data::StatsResult stats = data::write_dataset_stats(dir_, force_);
   if (stats.written) {
-    std::cout << "wrote " << stats.path << " and " << stats.dataset_path << " ("
-              << stats.episodes << " episodes)\n";
+    std::cout << "wrote " << stats.path << " and " << stats.dataset_path << " (" << stats.episodes
+              << " episodes)\n";
   } else {
     std::cout << stats.path << " or " << stats.dataset_path
               << " exists; not overwritten (pass --force to recompute)\n";

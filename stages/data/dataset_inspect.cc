@@ -66,9 +66,9 @@ VideoSummary summarize_video(const std::string& path) {
     for (int i = 0; i < entries; ++i) {
       const AVIndexEntry* entry = avformat_index_get_entry(video, i);
       if (file_bytes >= 0 && entry->pos + entry->size > file_bytes) {
-        throw Error(path + ": truncated: frame " + std::to_string(i) + " of the index ends at byte " +
-                    std::to_string(entry->pos + entry->size) + " but the file has " +
-                    std::to_string(file_bytes) + " bytes");
+        throw Error(path + ": truncated: frame " + std::to_string(i) +
+                    " of the index ends at byte " + std::to_string(entry->pos + entry->size) +
+                    " but the file has " + std::to_string(file_bytes) + " bytes");
       }
       if (!(entry->flags & AVINDEX_DISCARD_FRAME)) count(entry->flags & AVINDEX_KEYFRAME);
     }

@@ -29,7 +29,7 @@ struct DatasetReport {
   int64_t tasks = 0;
   std::vector<std::pair<std::string, std::string>> vectors;  // ("action", "float32[7]"), ...
   bool has_episode_stats = false;
-  std::string stats_source;  // where normalisation stats come from; empty: nowhere
+  std::string stats_source;        // where normalisation stats come from; empty: nowhere
   int64_t inspected_episodes = 0;  // whose videos were read
   std::vector<CameraReport> cameras;
   std::vector<std::string> problems;  // one line each, naming the file or key

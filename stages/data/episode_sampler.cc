@@ -6,10 +6,11 @@
 //
 // Writes: sample_id, epoch, episode_index, frame_index (Int); task, prompt (String); video_files,
 // frame_plan (Json: {fps, anchor, recent, window[9]} frame indices in the episode, and
-// video_offsets [per camera] where an mp4 holds several episodes (v3.0)); image_is_pad [9], memory_video_anchor_is_pad
-// [1], memory_video_recent_is_pad [1] (bool); action [32,80], action_is_pad [32],
-// action_dim_is_pad [80]; proprio [32,80], proprio_is_pad [32], proprio_dim_is_pad [80];
-// memory_video_anchor_proprio [1,80], memory_video_recent_proprio [1,80] (float32 / bool).
+// video_offsets [per camera] where an mp4 holds several episodes (v3.0)); image_is_pad [9],
+// memory_video_anchor_is_pad [1], memory_video_recent_is_pad [1] (bool); action [32,80],
+// action_is_pad [32], action_dim_is_pad [80]; proprio [32,80], proprio_is_pad [32],
+// proprio_dim_is_pad [80]; memory_video_anchor_proprio [1,80], memory_video_recent_proprio [1,80]
+// (float32 / bool).
 //
 // Order: per epoch a Fisher-Yates shuffle driven by std::mt19937_64 seeded from (seed, epoch), with
 // j = rng() % (i + 1) (no std::uniform_int_distribution: its output differs between standard

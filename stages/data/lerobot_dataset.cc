@@ -24,7 +24,8 @@ namespace {
 
 // ---- JSON files -------------------------------------------------------------------------------
 
-// Meta files are small; a bigger one is damage, not data (episodes.jsonl of 100k episodes is ~10 MB).
+// Meta files are small; a bigger one is damage, not data (episodes.jsonl of 100k episodes is ~10
+// MB).
 constexpr uint64_t kMaxMetaFileBytes = uint64_t{256} << 20;
 
 // The text of a meta file: a regular file of bounded size (a FIFO or device would block).
@@ -86,8 +87,7 @@ FeatureStats stats_from_json(const nlohmann::json& j, const std::string& where) 
   s.std = field<std::vector<double>>(j, "std", where);
   // LeRobot writes count as [n]; older files as n, or not at all.
   auto count = j.find("count");
-  if (count != j.end() && count->is_array() && !count->empty() &&
-      (*count)[0].is_number_integer()) {
+  if (count != j.end() && count->is_array() && !count->empty() && (*count)[0].is_number_integer()) {
     s.count = (*count)[0].get<int64_t>();
   }
   if (count != j.end() && count->is_number_integer()) s.count = count->get<int64_t>();
@@ -127,7 +127,8 @@ std::string format_path(const std::string& pattern, const PathFields& fields) {
                                       [](char c) { return c >= '0' && c <= '9'; });
       if (!digits) throw fail("unsupported format {" + spec + "} (use e.g. {" + name + ":03d})");
       width = static_cast<size_t>(std::stoi(format.substr(0, format.size() - 1)));
-      if (width > 20) throw fail("width " + std::to_string(width) + " in {" + spec + "} is over 20");
+      if (width > 20)
+        throw fail("width " + std::to_string(width) + " in {" + spec + "} is over 20");
     }
     std::string value;
     if (name == "episode_chunk") {
@@ -409,12 +410,13 @@ void LeRobotDataset::open_v2() {
     e.tasks = field<std::vector<std::string>>(row, "tasks", where);
     e.length = field<int64_t>(row, "length", where);
     if (e.length <= 0 || e.length > kMaxEpisodeRows) {
-      throw Error(where + ": field \"length\" is " + std::to_string(e.length) +
-                  ", outside 1 .. " + std::to_string(kMaxEpisodeRows));
+      throw Error(where + ": field \"length\" is " + std::to_string(e.length) + ", outside 1 .. " +
+                  std::to_string(kMaxEpisodeRows));
     }
     if (e.episode_index < 0) throw Error(where + ": field \"episode_index\" must be >= 0");
-    e.data_file = root_ + "/" +
-                  format_path(info_.data_path, e.episode_index / info_.chunks_size, e.episode_index);
+    e.data_file =
+        root_ + "/" +
+        format_path(info_.data_path, e.episode_index / info_.chunks_size, e.episode_index);
     episodes_.push_back(std::move(e));
   }
   if (episodes_.empty()) throw Error(episodes_path + ": no episodes");
@@ -504,8 +506,7 @@ void LeRobotDataset::open_v3() {
       }
       if (from[r] < 0 || to[r] < from[r] || to[r] - from[r] != e.length) {
         throw Error(where + ": dataset_to_index - dataset_from_index is " +
-                    std::to_string(to[r] - from[r]) + " but length is " +
-                    std::to_string(e.length));
+                    std::to_string(to[r] - from[r]) + " but length is " + std::to_string(e.length));
       }
       PathFields data_fields;
       data_fields.chunk_index = data_chunk[r];
@@ -621,8 +622,8 @@ FeatureStats LeRobotDataset::feature_stats(const std::string& key) const {
       auto stats = episode_stats_.find(e.episode_index);
       if (stats == episode_stats_.end() || !stats->second.count(key)) {
         throw Error(source + ": no \"" + key + "\" stats for episode " +
-                    std::to_string(e.episode_index) + ": run `wam-pipeline dataset stats " +
-                    root_ + " --force`");
+                    std::to_string(e.episode_index) + ": run `wam-pipeline dataset stats " + root_ +
+                    " --force`");
       }
       check_width(stats->second.at(key), source);
       parts.push_back(stats->second.at(key));
@@ -657,8 +658,8 @@ VideoSegment LeRobotDataset::video_segment(int64_t episode_index,
   if (is_v3()) {
     auto it = e.videos.find(video_key);
     if (it == e.videos.end()) {
-      throw Error(root_ + "/meta/episodes/: no videos/" + video_key +
-                  "/* columns, so camera " + video_key + " has no video files");
+      throw Error(root_ + "/meta/episodes/: no videos/" + video_key + "/* columns, so camera " +
+                  video_key + " has no video files");
     }
     return it->second;
   }
@@ -666,8 +667,9 @@ VideoSegment LeRobotDataset::video_segment(int64_t episode_index,
     throw Error(root_ + "/meta/info.json: no \"video_path\", so camera " + video_key +
                 " has no video files");
   }
-  return {root_ + "/" + format_path(info_.video_path, episode_index / info_.chunks_size,
-                                    episode_index, video_key),
+  return {root_ + "/" +
+              format_path(info_.video_path, episode_index / info_.chunks_size, episode_index,
+                          video_key),
           0.0};
 }
 
@@ -855,8 +857,8 @@ void write_episode_parquet(const std::string& path, const EpisodeData& data,
   for (const auto& [name, column] : data.floats) {
     const Feature* feature = info.feature(name);
     // Vectors are float32 LISTs even with one element, as HF `datasets` writes a Sequence.
-    const bool is_list = feature ? !(feature->shape.size() == 1 && feature->shape[0] == 1)
-                                 : column.cols != 1;
+    const bool is_list =
+        feature ? !(feature->shape.size() == 1 && feature->shape[0] == 1) : column.cols != 1;
     writer.add_floats(name, column.values, is_list ? column.cols : 0);
   }
   for (const auto& [name, column] : data.ints) writer.add_ints(name, column);
@@ -926,11 +928,11 @@ void LeRobotWriter::write_episode(const EpisodeInfo& episode, const EpisodeData&
       all.insert(all.end(), column.begin(), column.end());
     }
   } else {
-    write_episode_parquet(root_ + "/" +
-                              format_path(info_.data_path,
-                                          episode.episode_index / info_.chunks_size,
-                                          episode.episode_index),
-                          data, info_);
+    write_episode_parquet(
+        root_ + "/" +
+            format_path(info_.data_path, episode.episode_index / info_.chunks_size,
+                        episode.episode_index),
+        data, info_);
   }
   EpisodeStats stats;
   for (const auto& [name, column] : data.floats) {
@@ -957,11 +959,11 @@ void LeRobotWriter::finish() {
   } else {
     std::string episodes_text;
     for (const auto& e : episodes_) {
-      episodes_text += nlohmann::json{{"episode_index", e.episode_index},
-                                      {"tasks", e.tasks},
-                                      {"length", e.length}}
-                           .dump() +
-                       "\n";
+      episodes_text +=
+          nlohmann::json{
+              {"episode_index", e.episode_index}, {"tasks", e.tasks}, {"length", e.length}}
+              .dump() +
+          "\n";
     }
     write_file_atomically(root_ + "/meta/episodes.jsonl", episodes_text);
     std::string tasks_text;

@@ -26,7 +26,8 @@ inline constexpr const char* kDataPath =
     "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet";
 inline constexpr const char* kVideoPath =
     "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4";
-inline constexpr const char* kV3DataPath = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet";
+inline constexpr const char* kV3DataPath =
+    "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet";
 inline constexpr const char* kV3VideoPath =
     "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4";
 
@@ -126,7 +127,7 @@ class LeRobotDataset {
   const DatasetInfo& info() const { return info_; }
   bool is_v3() const;
   const std::vector<EpisodeInfo>& episodes() const { return episodes_; }
-  const EpisodeInfo& episode(int64_t episode_index) const;  // throws when absent
+  const EpisodeInfo& episode(int64_t episode_index) const;                // throws when absent
   const std::map<int64_t, std::string>& tasks() const { return tasks_; }  // task_index -> task
   // Per-episode stats by episode index: meta/episodes_stats.jsonl (v2.1, or written by `dataset
   // stats`), else the stats/* columns of v3.0's episode metadata; empty when neither exists.
@@ -140,7 +141,7 @@ class LeRobotDataset {
   FeatureStats feature_stats(const std::string& key) const;
 
   int64_t total_frames() const;
-  std::string data_file(int64_t episode_index) const;  // absolute
+  std::string data_file(int64_t episode_index) const;                                 // absolute
   std::string video_file(int64_t episode_index, const std::string& video_key) const;  // absolute
   VideoSegment video_segment(int64_t episode_index, const std::string& video_key) const;
   // The numeric columns of the episode's rows (float vectors and scalars as float32, integer and

@@ -133,8 +133,7 @@ class ParquetWriter {
                 PhysicalType type = PhysicalType::kInt64);
   void add_strings(const std::string& name, const std::vector<std::string>& values);
   // A LIST of strings whose rows may differ in length (v3.0's `tasks` metadata column).
-  void add_string_lists(const std::string& name,
-                        const std::vector<std::vector<std::string>>& rows);
+  void add_string_lists(const std::string& name, const std::vector<std::vector<std::string>>& rows);
   void write();
 
  private:

@@ -156,7 +156,7 @@ struct ParquetWriter::Impl {
   struct Column {
     std::string name;
     int32_t type = fmt::kDouble;
-    int64_t width = 0;  // 0: flat; else a LIST of `width` elements per row
+    int64_t width = 0;                // 0: flat; else a LIST of `width` elements per row
     std::vector<int64_t> row_starts;  // a LIST of rows of any length: row r's first element
     int64_t rows = 0;
 

@@ -20,8 +20,7 @@ using wam::data::DatasetInfo;
 using wam::data::EpisodeData;
 using wam::data::LeRobotDataset;
 
-void write(const std::string& root, const std::string& version, int64_t episodes,
-           int64_t frames) {
+void write(const std::string& root, const std::string& version, int64_t episodes, int64_t frames) {
   DatasetInfo info;
   info.codebase_version = version;
   info.fps = 10;
@@ -100,8 +99,7 @@ int main(int argc, char** argv) {
       best_all = std::min(best_all, std::chrono::duration<double>(done - start).count());
     }
     std::printf("%-6s %12.1f %12.1f %14.1f %12.0f\n", version, bytes_under(root) / 1e6,
-                best_meta * 1e3, best_all * 1e3,
-                static_cast<double>(episodes * frames) / best_all);
+                best_meta * 1e3, best_all * 1e3, static_cast<double>(episodes * frames) / best_all);
   }
   return 0;
 }

@@ -291,8 +291,9 @@ TEST_F(LeRobotDatasetTest, HostileMetaFilesAreNamedErrors) {
   const std::string root = write_dataset("ds", 10);
   std::ofstream(root + "/meta/info.json") << "{\"fps\": 1e309}";
   EXPECT_ERROR(LeRobotDataset::open(root),
-               root + "/meta/info.json:1:9: number 1e309 is out of range (a double holds at most "
-                      "1.8e308)");
+               root +
+                   "/meta/info.json:1:9: number 1e309 is out of range (a double holds at most "
+                   "1.8e308)");
   std::ofstream(root + "/meta/info.json") << std::string(300, '[') << std::string(300, ']');
   EXPECT_ERROR(LeRobotDataset::open(root),
                root + "/meta/info.json:1:257: JSON nested deeper than 256 levels");

@@ -37,7 +37,8 @@ const fs::path& scratch_root() {
     info.features = {{"action", "float32", {2}, {}, nullptr}};
     wam::data::write_episode_parquet((dir / "data/chunk-000/episode_000000.parquet").string(),
                                      columns, info);
-    std::ofstream(dir / "meta/tasks.jsonl") << R"({"task_index": 0, "task": "pick"})" << "\n";
+    std::ofstream(dir / "meta/tasks.jsonl") << R"({"task_index": 0, "task": "pick"})"
+                                            << "\n";
     std::atexit([] {
       std::error_code ec;
       fs::remove_all(scratch_root(), ec);
@@ -71,7 +72,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   parts.push_back(input.substr(start));
   const fs::path& root = scratch_root();
   const char* files[] = {"meta/info.json", "meta/episodes.jsonl", "meta/stats.json"};
-  for (size_t i = 0; i < 3; ++i) write_or_remove(root / files[i], i < parts.size() ? &parts[i] : nullptr);
+  for (size_t i = 0; i < 3; ++i)
+    write_or_remove(root / files[i], i < parts.size() ? &parts[i] : nullptr);
   try {
     const auto ds = wam::data::LeRobotDataset::open(root.string());
     (void)ds.problems();

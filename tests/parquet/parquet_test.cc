@@ -786,8 +786,8 @@ TEST_F(ParquetTest, WritesStringListsOfAnyLength) {
   ASSERT_TRUE(f.column("tasks")->is_list);
   const ListValues<std::string> all = f.read_string_lists("tasks");
   EXPECT_EQ(all.offsets, (std::vector<int64_t>{0, 1, 3, 4, 7, 8}));
-  EXPECT_EQ(all.values, (std::vector<std::string>{"pick", "place", "valid", "open the drawer",
-                                                  "a", "b", "c", "z"}));
+  EXPECT_EQ(all.values, (std::vector<std::string>{"pick", "place", "valid", "open the drawer", "a",
+                                                  "b", "c", "z"}));
   const ListValues<std::string> middle = f.read_string_lists("tasks", {1, 3});
   EXPECT_EQ(middle.values,
             (std::vector<std::string>{"place", "valid", "open the drawer", "a", "b", "c"}));
@@ -796,7 +796,9 @@ TEST_F(ParquetTest, WritesStringListsOfAnyLength) {
     EXPECT_EQ(theirs.at("tasks"), nlohmann::json(rows));
   }
   ParquetWriter empty(file("e.parquet"));
-  EXPECT_EQ(error_of([&] { empty.add_string_lists("tasks", {{"a"}, {}}); }),
+  EXPECT_EQ(error_of([&] {
+              empty.add_string_lists("tasks", {{"a"}, {}});
+            }),
             file("e.parquet") +
                 ": column \"tasks\": row 1 is an empty list; add_string_lists writes lists of at "
                 "least one string");

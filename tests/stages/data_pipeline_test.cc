@@ -163,8 +163,8 @@ TEST_F(DataPipeline, V30SharedVideosDecodeEachEpisodesOwnFrames) {
   EXPECT_EQ(chosen[1].get_json("frame_plan")["video_offsets"], nlohmann::json({40, 40}));
   EXPECT_FALSE(chosen[0].get_json("frame_plan").contains("video_offsets"));
   for (const char* mode : {"sparse", "full"}) {
-    const auto decoded = testing::run_stage(
-        "VideoDecode", std::string(R"({"mode": ")") + mode + R"("})", chosen);
+    const auto decoded =
+        testing::run_stage("VideoDecode", std::string(R"({"mode": ")") + mode + R"("})", chosen);
     ASSERT_EQ(decoded.size(), 3u);
     for (const Sample& s : decoded) {
       const nlohmann::json plan = s.get_json("frame_plan");

@@ -163,16 +163,16 @@ TEST(DatasetInspectReal, ReportsTimestampsThatStartAtOnePeriod) {
   if (!fs::exists(root)) GTEST_SKIP() << root << " is not present";
   const data::DatasetReport report = data::inspect_dataset(root, 2);
   EXPECT_EQ(report.stats_source, "meta/stats.json (whole dataset)");
-  const std::string file = fs::absolute(root).lexically_normal().string() +
-                           "/data/chunk-000/episode_000000.parquet";
+  const std::string file =
+      fs::absolute(root).lexically_normal().string() + "/data/chunk-000/episode_000000.parquet";
   const auto& problems = report.problems;
   std::string listed;
   for (const auto& problem : problems) listed += "\n  " + problem;
-  EXPECT_EQ(std::count(problems.begin(), problems.end(),
-                       file +
-                           " (episode 0, column timestamp): starts at 0.050000 s = 1/fps, not 0; "
-                           "row k is matched to video frame k"),
-            1)
+  EXPECT_EQ(
+      std::count(problems.begin(), problems.end(),
+                 file + " (episode 0, column timestamp): starts at 0.050000 s = 1/fps, not 0; "
+                        "row k is matched to video frame k"),
+      1)
       << listed;
   EXPECT_EQ(report.cameras[1].codec, "h264");
   EXPECT_EQ(report.cameras[1].width, 256);
