@@ -39,9 +39,9 @@ pipeline pipelines/ok.json '{"count": 5}'
 # Command line.
 expect "a valid run" 0 "" -- "$bin" run pipelines/ok.json
 expect "an unknown subcommand is named" 2 \
-  'unknown subcommand "frobnicate" (allowed: describe, graph, run, stages, validate)' -- "$bin" frobnicate
+  'unknown subcommand "frobnicate" (allowed: describe, graph, report, run, stages, validate)' -- "$bin" frobnicate
 expect "an unknown subcommand gets a suggestion" 2 \
-  'unknown subcommand "rnu"; did you mean "run"? (allowed: describe, graph, run, stages, validate)' \
+  'unknown subcommand "rnu"; did you mean "run"? (allowed: describe, graph, report, run, stages, validate)' \
   -- "$bin" rnu pipelines/ok.json
 expect "--threads beyond the cores" 2 \
   "--threads: must be between 0 and $limit (4 x the $cores hardware threads), got 100000" \
