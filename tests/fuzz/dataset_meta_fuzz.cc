@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "data/lerobot_dataset.h"
+#include "fuzz/fuzz_files.h"
 #include "wam/error.h"
 
 namespace {
@@ -26,8 +27,7 @@ namespace fs = std::filesystem;
 
 const fs::path& scratch_root() {
   static const fs::path root = [] {
-    std::string pattern = (fs::temp_directory_path() / "wam-fuzz-dataset-XXXXXX").string();
-    fs::path dir = mkdtemp(pattern.data());
+    fs::path dir = wam::fuzz::make_scratch_dir("wam-fuzz-dataset");
     fs::create_directories(dir / "meta");
     wam::data::EpisodeData columns;
     columns.floats["action"] = {3, 2, {0, 1, 2, 3, 4, 5}};
@@ -39,41 +39,21 @@ const fs::path& scratch_root() {
                                      columns, info);
     std::ofstream(dir / "meta/tasks.jsonl") << R"({"task_index": 0, "task": "pick"})"
                                             << "\n";
-    std::atexit([] {
-      std::error_code ec;
-      fs::remove_all(scratch_root(), ec);
-    });
     return dir;
   }();
   return root;
-}
-
-void write_or_remove(const fs::path& path, const std::string_view* text) {
-  std::error_code ec;
-  if (!text) {
-    fs::remove(path, ec);
-    return;
-  }
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(text->data(), text->size());
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
-  std::vector<std::string_view> parts;
-  size_t start = 0;
-  while (parts.size() < 2) {
-    const size_t nul = input.find('\0', start);
-    if (nul == std::string_view::npos) break;
-    parts.push_back(input.substr(start, nul - start));
-    start = nul + 1;
-  }
-  parts.push_back(input.substr(start));
+  const std::vector<std::string_view> parts = wam::fuzz::split_at_nul(input, 3);
   const fs::path& root = scratch_root();
   const char* files[] = {"meta/info.json", "meta/episodes.jsonl", "meta/stats.json"};
-  for (size_t i = 0; i < 3; ++i)
-    write_or_remove(root / files[i], i < parts.size() ? &parts[i] : nullptr);
+  for (size_t i = 0; i < 3; ++i) {
+    wam::fuzz::write_or_remove(root / files[i], i < parts.size() ? &parts[i] : nullptr);
+  }
   try {
     const auto ds = wam::data::LeRobotDataset::open(root.string());
     (void)ds.problems();

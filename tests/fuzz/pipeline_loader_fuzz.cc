@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fuzz/fuzz_files.h"
 #include "testing/test_stages.h"
 #include "wam/pipeline.h"
 
@@ -28,47 +29,27 @@ namespace fs = std::filesystem;
 
 const fs::path& scratch_root() {
   static const fs::path root = [] {
-    std::string pattern = (fs::temp_directory_path() / "wam-fuzz-XXXXXX").string();
-    fs::path dir = mkdtemp(pattern.data());
+    fs::path dir = wam::fuzz::make_scratch_dir("wam-fuzz");
     std::error_code ec;
     fs::copy(fs::path(WAM_SOURCE_DIR) / "configs", dir / "configs", fs::copy_options::recursive,
              ec);
     fs::create_directories(dir / "configs/fuzz");
     fs::create_directories(dir / "pipelines");
-    std::atexit([] {
-      std::error_code ec;
-      fs::remove_all(scratch_root(), ec);
-    });
     return dir;
   }();
   return root;
-}
-
-void write_or_remove(const fs::path& path, const std::string_view* text) {
-  std::error_code ec;
-  if (!text) {
-    fs::remove(path, ec);
-    return;
-  }
-  std::ofstream(path, std::ios::binary | std::ios::trunc).write(text->data(), text->size());
 }
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view input(reinterpret_cast<const char*>(data), size);
-  std::vector<std::string_view> parts;
-  for (size_t start = 0;;) {
-    const size_t end = input.find('\0', start);
-    parts.push_back(input.substr(start, end == std::string_view::npos ? end : end - start));
-    if (end == std::string_view::npos || parts.size() == 4) break;
-    start = end + 1;
-  }
+  const std::vector<std::string_view> parts = wam::fuzz::split_at_nul(input, 4);
   const fs::path& root = scratch_root();
   const std::string pipeline = (root / "pipelines/p.json").string();
-  write_or_remove(pipeline, &parts[0]);
-  write_or_remove(root / "configs/fuzz/a.json", parts.size() > 1 ? &parts[1] : nullptr);
-  write_or_remove(root / "configs/fuzz/b.json", parts.size() > 2 ? &parts[2] : nullptr);
+  wam::fuzz::write_or_remove(pipeline, &parts[0]);
+  wam::fuzz::write_or_remove(root / "configs/fuzz/a.json", parts.size() > 1 ? &parts[1] : nullptr);
+  wam::fuzz::write_or_remove(root / "configs/fuzz/b.json", parts.size() > 2 ? &parts[2] : nullptr);
   wam::LoadOptions options;
   if (parts.size() > 3) {
     for (size_t start = 0; start <= parts[3].size() && options.overrides.size() < 16;) {
