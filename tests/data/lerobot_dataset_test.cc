@@ -300,10 +300,12 @@ TEST_F(LeRobotDatasetTest, HostileMetaFilesAreNamedErrors) {
   // An episode claiming 2^40 rows is refused before any read or allocation.
   const std::string huge = write_dataset("huge", 10);
   std::ofstream(huge + "/meta/episodes.jsonl")
-      << R"({"episode_index": 0, "tasks": ["pick the cube"], "length": 1099511627776})" << "\n";
+      << R"({"episode_index": 0, "tasks": ["pick the cube"], "length": 1099511627776})"
+      << "\n";
   EXPECT_ERROR(LeRobotDataset::open(huge),
-               huge + "/meta/episodes.jsonl:1: field \"length\" is 1099511627776, outside 1 .. "
-                      "4294967296");
+               huge +
+                   "/meta/episodes.jsonl:1: field \"length\" is 1099511627776, outside 1 .. "
+                   "4294967296");
   const std::string other = write_dataset("other", 10);
   fs::remove(other + "/meta/episodes.jsonl");
   fs::create_directory(other + "/meta/episodes.jsonl");
