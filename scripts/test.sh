@@ -24,7 +24,7 @@ scripts/setup.sh
 scripts/check-format.sh
 # Hostile input first: the torch-free tests under the sanitizers, then each fuzz target for
 # WAM_FUZZ_SECONDS (default 60) from the corpus of every crash found so far.
-"$0" --sanitize
+scripts/test.sh --sanitize
 scripts/fuzz.sh "${WAM_FUZZ_SECONDS:-60}"
 scripts/build.sh
 cd "${WAM_BUILD_DIR:-build}"
