@@ -11,6 +11,7 @@
 #include "common/distributed.h"
 #include "data/lerobot_dataset.h"
 #include "models/world_model.h"
+#include "testing/random_train_batch.h"
 #include "testing/stage_harness.h"
 #include "train/data_parallel.h"
 #include "train/step_runner.h"
@@ -173,27 +174,6 @@ models::MoTConfig tiny_config() {
   return config;
 }
 
-// B = 4 with nothing padded, so each loss term's mean over the batch is the mean of the two
-// halves' means (the semantic term's gate lets one sample of each half through).
-models::TrainBatch full_batch(const models::MoTConfig& c) {
-  torch::manual_seed(11);
-  const int64_t b = 4, h = 8, w = 8, text_len = 5, vlm_len = 4, chunk = 32;
-  models::TrainBatch batch;
-  batch.video_latents = torch::randn({b, c.latent_channels, 3, h, w});
-  batch.anchor_latents = torch::randn({b, c.latent_channels, 1, h, w});
-  batch.recent_latents = torch::randn({b, c.latent_channels, 1, h, w});
-  batch.recent_is_pad = torch::zeros({b, 1}, torch::kBool);
-  batch.context = torch::randn({b, text_len, c.text_dim});
-  batch.context_mask = torch::ones({b, text_len}, torch::kBool);
-  batch.vlm_context = torch::randn({b, vlm_len, c.vlm_dim});
-  batch.vlm_mask = torch::ones({b, vlm_len}, torch::kBool);
-  batch.action = torch::randn({b, chunk, c.action_dim});
-  batch.action_is_pad = torch::zeros({b, chunk}, torch::kBool);
-  batch.action_dim_is_pad = torch::zeros({b, c.action_dim}, torch::kBool);
-  batch.proprio = torch::randn({b, chunk, c.proprio_dim});
-  return batch;
-}
-
 models::TrainBatch rows(const models::TrainBatch& b, int64_t first, int64_t count) {
   auto n = [&](const at::Tensor& t) { return t.narrow(0, first, count).contiguous(); };
   return {n(b.video_latents), n(b.anchor_latents), n(b.recent_latents),    n(b.recent_is_pad),
@@ -240,7 +220,9 @@ TEST(DataParallel, GradientsEqualSingleProcessGradientsOnTheConcatenatedBatch) {
     }
   }
 
-  const models::TrainBatch batch = full_batch(config);
+  // B = 4 with nothing padded, so each loss term's mean over the batch is the mean of the two
+  // halves' means (the semantic term's gate lets one sample of each half through).
+  const models::TrainBatch batch = testing::random_train_batch(config, 4);
   at::Generator gen = train::make_noise_generator(at::Device(at::kCPU), 3);
   models::FlowNoise noise = models::sample_flow_noise(batch, config, gen);
   noise.video_sigma = torch::tensor({0.2f, 0.9f, 0.8f, 0.3f});

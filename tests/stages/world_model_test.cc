@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "testing/expect_error.h"
+#include "testing/random_train_batch.h"
 #include "train/step_runner.h"
 #include "wam/error.h"
 
@@ -25,25 +26,6 @@ models::MoTConfig tiny_config() {
   nlohmann::json preset = preset_json("tiny");
   preset["future_delta_tokens"] = 16;
   return models::MoTConfig::from_json(preset);
-}
-
-models::TrainBatch make_batch(const models::MoTConfig& c, int64_t b) {
-  torch::manual_seed(11);
-  const int64_t h = 8, w = 8, text_len = 5, vlm_len = 4, chunk = 32;
-  models::TrainBatch batch;
-  batch.video_latents = torch::randn({b, c.latent_channels, 3, h, w});
-  batch.anchor_latents = torch::randn({b, c.latent_channels, 1, h, w});
-  batch.recent_latents = torch::randn({b, c.latent_channels, 1, h, w});
-  batch.recent_is_pad = torch::zeros({b, 1}, torch::kBool);
-  batch.context = torch::randn({b, text_len, c.text_dim});
-  batch.context_mask = torch::ones({b, text_len}, torch::kBool);
-  batch.vlm_context = torch::randn({b, vlm_len, c.vlm_dim});
-  batch.vlm_mask = torch::ones({b, vlm_len}, torch::kBool);
-  batch.action = torch::randn({b, chunk, c.action_dim});
-  batch.action_is_pad = torch::zeros({b, chunk}, torch::kBool);
-  batch.action_dim_is_pad = torch::zeros({b, c.action_dim}, torch::kBool);
-  batch.proprio = torch::randn({b, chunk, c.proprio_dim});
-  return batch;
 }
 
 // Flow noise with the given video sigmas (one per sample), which decide the semantic gate.
@@ -86,7 +68,7 @@ double hand_written_semantic(const at::Tensor& student, const at::Tensor& teache
 TEST(WorldModelTest, SemanticTermIsTheGatedCosineAlignmentOfCapturedFeatures) {
   const models::MoTConfig c = tiny_config();
   models::WorldActionModel model = make_model(c);
-  const models::TrainBatch batch = make_batch(c, 3);
+  const models::TrainBatch batch = testing::random_train_batch(c, 3);
   const std::vector<float> sigma = {0.2f, 0.9f, 0.5f};  // 0.5 is at the gate and qualifies
   const models::LossTerms terms = model->loss(batch, noise_with_video_sigma(batch, c, sigma));
 
@@ -109,7 +91,7 @@ TEST(WorldModelTest, SemanticTermIsTheGatedCosineAlignmentOfCapturedFeatures) {
 TEST(WorldModelTest, SemanticTermIsZeroWithoutNaNWhenNoSampleQualifies) {
   const models::MoTConfig c = tiny_config();
   models::WorldActionModel model = make_model(c);
-  const models::TrainBatch batch = make_batch(c, 2);
+  const models::TrainBatch batch = testing::random_train_batch(c, 2);
   const models::LossTerms terms =
       model->loss(batch, noise_with_video_sigma(batch, c, {0.51f, 1.0f}));
   EXPECT_EQ(terms.semantic.item<double>(), 0.0);
@@ -132,7 +114,7 @@ TEST(WorldModelTest, SemanticTermTrainsTheStudentLayersOnly) {
   ASSERT_EQ(c.semantic_student_layer, 0);
   ASSERT_EQ(c.semantic_teacher_layer, 1);
   models::WorldActionModel model = make_model(c);
-  const models::TrainBatch batch = make_batch(c, 2);
+  const models::TrainBatch batch = testing::random_train_batch(c, 2);
   model->loss(batch, noise_with_video_sigma(batch, c, {0.1f, 0.3f})).semantic.backward();
   int student_params = 0, teacher_params = 0;
   for (const auto& p : model->named_parameters()) {
@@ -159,7 +141,7 @@ TEST(WorldModelTest, CheckpointingKeepsLossAndGradients) {
   c.num_layers = 4;
   c.semantic_student_layer = 1;
   c.semantic_teacher_layer = 2;
-  const models::TrainBatch batch = make_batch(c, 2);
+  const models::TrainBatch batch = testing::random_train_batch(c, 2);
   std::vector<double> losses;
   std::vector<std::vector<std::pair<std::string, at::Tensor>>> grads;
   const std::vector<std::pair<int64_t, int64_t>> runs = {{0, -1}, {1, -1}, {3, -1}, {1, 2}, {1, 0}};
@@ -264,7 +246,7 @@ TEST(WorldModelTest, SemanticConfigParsesAndIsChecked) {
   const models::MoTConfig off = models::MoTConfig::from_json(tiny);
   EXPECT_TRUE(off.captured_layers().empty());
   models::WorldActionModel model = make_model(off);
-  const models::TrainBatch batch = make_batch(off, 2);
+  const models::TrainBatch batch = testing::random_train_batch(off, 2);
   const models::LossTerms terms =
       model->loss(batch, noise_with_video_sigma(batch, off, {0.1f, 0.2f}));
   EXPECT_EQ(terms.semantic.item<double>(), 0.0);
