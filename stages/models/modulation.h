@@ -19,7 +19,19 @@ struct TokenGroups {
 at::Tensor modulate(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
                     const TokenGroups& layout);
 
+// modulate() with its result written in `dtype` by the same kernel: the compiled step hands the
+// next matrix product its bf16 input without autocast's separate cast, forward and backward.
+// Same values as modulate(...).to(dtype), same gradients.
+at::Tensor modulate_as(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
+                       const TokenGroups& layout, at::ScalarType dtype);
+
 // x [B, N, D] * gate, gate [B, S, D] one row per segment.
 at::Tensor gated(const at::Tensor& x, const at::Tensor& gate, const TokenGroups& layout);
+
+// residual + gated(x, gate, layout) as one kernel that reads x in its own dtype (no gated
+// intermediate, and under autocast no widening copy of x): the result has residual's dtype when
+// that is the wider one.
+at::Tensor add_gated(const at::Tensor& residual, const at::Tensor& x, const at::Tensor& gate,
+                     const TokenGroups& layout);
 
 }  // namespace wam::models

@@ -88,6 +88,33 @@ at::Tensor plain_layer_norm(const at::Tensor& x) {
   return at::layer_norm(x, {x.size(-1)}, {}, {}, kNormEps);
 }
 
+// The dtype a matrix product takes x in: autocast's on CUDA when it is on, else x's own.
+at::ScalarType matmul_input_dtype(const at::Tensor& x) {
+#if WAM_WITH_CUDA
+  if (x.is_cuda() && at::autocast::is_autocast_enabled(at::kCUDA)) {
+    return at::autocast::get_autocast_dtype(at::kCUDA);
+  }
+#endif
+  return x.scalar_type();
+}
+
+// AdaLN: LayerNorm without affine, then the segment rows' scale and shift. `fused` (the compiled
+// step) writes the result in the next product's input dtype in the same kernel; the eager
+// baseline keeps ATen's ops and autocast's cast.
+at::Tensor modulated_norm(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
+                          const TokenGroups& layout, bool fused) {
+  const at::Tensor normed = plain_layer_norm(x);
+  return fused ? modulate_as(normed, shift, scale, layout, matmul_input_dtype(x))
+               : modulate(normed, shift, scale, layout);
+}
+
+// residual + update * gate; `fused` (the compiled step) in one kernel, as add_gated.
+at::Tensor gated_residual(const at::Tensor& residual, const at::Tensor& update,
+                          const at::Tensor& gate, const TokenGroups& layout, bool fused) {
+  return fused ? add_gated(residual, update, gate, layout)
+               : residual + gated(update, gate, layout);
+}
+
 // q, k, v [B, N, H, d]; allowed: bool, broadcastable to [B, H, Nq, Nk], true = may attend, or
 // that mask as an additive bias (attention_bias). Every query row must allow at least one key (the
 // masks built here always do).
@@ -305,7 +332,7 @@ class ExpertBlockImpl : public torch::nn::Module {
     ExpertAttentionInput out;
     out.mods = (modulation_.view({1, 1, 6, hidden_}) + t_mod.view({b, t_mod.size(1), 6, hidden_}))
                    .unbind(2);
-    at::Tensor h = modulate(plain_layer_norm(x), out.mods[0], out.mods[1], layout);
+    at::Tensor h = modulated_norm(x, out.mods[0], out.mods[1], layout, fused);
     std::vector<at::Tensor> qkv = fused_linears(h, {q_, k_, v_});
     out.q = normed_heads(q_norm_, qkv[0], &rope, fused);
     out.k = normed_heads(k_norm_, qkv[1], &rope, fused);
@@ -320,12 +347,12 @@ class ExpertBlockImpl : public torch::nn::Module {
                             const std::vector<at::Tensor>& mods, const TokenGroups& layout,
                             const at::Tensor& context, const at::Tensor& context_allowed,
                             bool fused, const at::Tensor& constant_context = at::Tensor()) {
-    x = x + gated(o_->forward(attended), mods[2], layout);
+    x = gated_residual(x, o_->forward(attended), mods[2], layout, fused);
     x = x +
         cross_attention(cross_norm_->forward(x), context, context_allowed, fused, constant_context);
-    at::Tensor h = modulate(plain_layer_norm(x), mods[3], mods[4], layout);
+    at::Tensor h = modulated_norm(x, mods[3], mods[4], layout, fused);
     at::Tensor ffn = ffn_out_->forward(at::gelu(ffn_in_->forward(h), "tanh"));
-    return x + gated(ffn, mods[5], layout);
+    return gated_residual(x, ffn, mods[5], layout, fused);
   }
 
  private:

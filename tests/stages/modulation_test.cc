@@ -73,5 +73,61 @@ TEST(ModulationTest, GatedGivesEachSegmentItsOwnRow) {
   EXPECT_TRUE(at::allclose(models::gated(x, gate, two_segments()), expected, 1e-6, 1e-6));
 }
 
+// The compiled step's forms against the eager ones they replace: modulate_as against modulate and
+// a cast, add_gated against an add of gated(); same values, same gradients.
+TEST(ModulationTest, ModulateAsEqualsModulateThenCastWithGradients) {
+  torch::manual_seed(4);
+  const at::Tensor x0 = torch::randn({kBatch, kGroups * kRun, kWidth});
+  const at::Tensor shift0 = torch::randn({kBatch, 2, kWidth}),
+                   scale0 = torch::randn({kBatch, 2, kWidth});
+  at::Tensor x = x0.clone().requires_grad_(true), shift = shift0.clone().requires_grad_(true),
+             scale = scale0.clone().requires_grad_(true);
+  at::Tensor x_ref = x0.clone().requires_grad_(true),
+             shift_ref = shift0.clone().requires_grad_(true),
+             scale_ref = scale0.clone().requires_grad_(true);
+
+  const at::Tensor out = models::modulate_as(x, shift, scale, two_segments(), at::kBFloat16);
+  const at::Tensor expected =
+      models::modulate(x_ref, shift_ref, scale_ref, two_segments()).to(at::kBFloat16);
+  ASSERT_EQ(out.scalar_type(), at::kBFloat16);
+  ASSERT_EQ(out.sizes(), x.sizes());
+  EXPECT_TRUE(at::equal(out, expected));
+
+  const at::Tensor grad = torch::randn(out.sizes()).to(at::kBFloat16);
+  out.backward(grad);
+  expected.backward(grad);
+  ASSERT_EQ(x.grad().scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::allclose(x.grad(), x_ref.grad(), 1e-6, 1e-7));
+  EXPECT_TRUE(at::allclose(shift.grad(), shift_ref.grad(), 1e-6, 1e-7));
+  EXPECT_TRUE(at::allclose(scale.grad(), scale_ref.grad(), 1e-6, 1e-7));
+}
+
+TEST(ModulationTest, AddGatedEqualsAddOfGatedWithGradients) {
+  torch::manual_seed(5);
+  const at::Tensor residual0 = torch::randn({kBatch, kGroups * kRun, kWidth});
+  const at::Tensor x0 = torch::randn({kBatch, kGroups * kRun, kWidth}).to(at::kBFloat16);
+  const at::Tensor gate0 = torch::randn({kBatch, 2, kWidth});
+  at::Tensor residual = residual0.clone().requires_grad_(true),
+             x = x0.clone().requires_grad_(true), gate = gate0.clone().requires_grad_(true);
+  at::Tensor residual_ref = residual0.clone().requires_grad_(true),
+             x_ref = x0.clone().requires_grad_(true), gate_ref = gate0.clone().requires_grad_(true);
+
+  const at::Tensor out = models::add_gated(residual, x, gate, two_segments());
+  const at::Tensor expected = residual_ref + models::gated(x_ref, gate_ref, two_segments());
+  ASSERT_EQ(out.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::allclose(out, expected, 1e-6, 1e-6));
+  // Token 9 is the first of segment 1.
+  EXPECT_TRUE(at::allclose(out[1][9], residual0[1][9] + x0[1][9].to(at::kFloat) * gate0[1][1],
+                           1e-6, 1e-6));
+
+  const at::Tensor grad = torch::randn(out.sizes());
+  out.backward(grad);
+  expected.backward(grad);
+  ASSERT_EQ(x.grad().scalar_type(), at::kBFloat16);
+  EXPECT_TRUE(at::equal(residual.grad(), residual_ref.grad()));
+  EXPECT_TRUE(at::equal(x.grad(), x_ref.grad()));
+  EXPECT_TRUE(at::allclose(gate.grad(), gate_ref.grad(), 1e-5, 1e-6));
+}
+
 }  // namespace
 }  // namespace wam
