@@ -72,8 +72,16 @@ LaunchEnv parse_launch_env(const std::function<const char*(const char*)>& get) {
   LaunchEnv env;
   env.world_size = integer_variable(get, "WORLD_SIZE", 1, INT_MAX, 1);
   env.local_rank = integer_variable(get, "LOCAL_RANK", 0, INT_MAX, 0);
+  auto text_of = [&get](const char* name) {
+    const char* text = get(name);
+    return std::string(text ? text : "");
+  };
+  const std::string addr = text_of("MASTER_ADDR");
   if (env.world_size == 1) {
     env.rank = integer_variable(get, "RANK", 0, 0, 0);
+    if (addr.empty() || text_of("WORLD_SIZE").empty()) return env;
+    env.master_addr = addr;
+    env.master_port = integer_variable(get, "MASTER_PORT", 1, 65535, kDefaultMasterPort);
     return env;
   }
   env.rank = integer_variable(get, "RANK", 0, INT_MAX, std::nullopt);
@@ -81,8 +89,7 @@ LaunchEnv parse_launch_env(const std::function<const char*(const char*)>& get) {
     throw Error("RANK=" + std::to_string(env.rank) +
                 " must be < WORLD_SIZE=" + std::to_string(env.world_size));
   }
-  const char* addr = get("MASTER_ADDR");
-  if (!addr || !*addr) {
+  if (addr.empty()) {
     throw Error("MASTER_ADDR is not set; with WORLD_SIZE=" + std::to_string(env.world_size) +
                 " every rank needs the address of rank 0 (MASTER_ADDR and MASTER_PORT)");
   }
@@ -139,6 +146,7 @@ struct Pending::Impl {
   std::vector<at::Tensor> tensors;  // kept alive until the collective is done
   std::string what;
   const World* world = nullptr;
+  bool on_device = false;  // CUDA tensors: a stream-ordered wait
 };
 
 void Pending::wait() {
@@ -146,7 +154,14 @@ void Pending::wait() {
   std::shared_ptr<Impl> impl = std::move(impl_);
   if (!impl->work) return;
   try {
-    impl->work->wait(std::chrono::duration_cast<std::chrono::milliseconds>(collective_timeout()));
+    if (impl->on_device) {
+      // NCCL: the caller's stream waits for the collective, the host does not (so it can be
+      // captured in a CUDA graph); ProcessGroupNCCL's watchdog enforces the timeout.
+      impl->work->wait();
+    } else {
+      impl->work->wait(
+          std::chrono::duration_cast<std::chrono::milliseconds>(collective_timeout()));
+    }
   } catch (const std::exception& e) {
     throw Error(impl->world->describe() + ": " + impl->what + " failed: " + e.what() +
                 " (a peer rank exited or hangs; collectives give up after WAM_DIST_TIMEOUT_S=" +
@@ -254,6 +269,7 @@ Pending World::all_reduce_sum_async(std::vector<at::Tensor> tensors, std::string
   pending.impl_->what = std::move(what);
   pending.impl_->world = this;
   pending.impl_->tensors = std::move(tensors);
+  pending.impl_->on_device = pending.impl_->tensors.front().is_cuda();
   try {
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;

@@ -4,8 +4,9 @@
 //
 // A launcher (torchrun, Slurm, scripts/run.sh) sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and
 // MASTER_PORT; the ranks meet at a c10d::TCPStore served by rank 0 at MASTER_ADDR:MASTER_PORT.
-// Without WORLD_SIZE (or with WORLD_SIZE=1) the process is alone: no store, no process group, and
-// every collective is a no-op.
+// Without WORLD_SIZE the process is alone: no store, no process group, and every collective is a
+// no-op. WORLD_SIZE=1 with MASTER_ADDR (torchrun --nproc-per-node 1) is a group of one that runs
+// every collective, as DistributedDataParallel does on one GPU; without MASTER_ADDR it is alone.
 //
 // Collectives must be called in the same order on every rank. WAM_DIST_TIMEOUT_S (default 1800)
 // bounds every rendezvous and collective: a rank that died or hangs fails the others' next
@@ -31,11 +32,13 @@ struct LaunchEnv {
   int local_rank = 0;
   std::string master_addr;
   int master_port = 0;
-  bool launched() const { return world_size > 1; }
+  // A process group is made: several ranks, or one that a launcher started (MASTER_ADDR set).
+  bool launched() const { return world_size > 1 || !master_addr.empty(); }
 };
 
 // Parses RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR and MASTER_PORT from `get` (a getenv). With
-// WORLD_SIZE unset or 1 the result is one process (rank 0, LOCAL_RANK still read). Throws
+// WORLD_SIZE unset or 1 the result is one process (rank 0, LOCAL_RANK still read; MASTER_ADDR too
+// when WORLD_SIZE=1 is given). Throws
 // wam::Error naming the first variable that is missing or malformed, e.g. "RANK=3 must be <
 // WORLD_SIZE=2".
 LaunchEnv parse_launch_env(const std::function<const char*(const char*)>& get);
@@ -67,7 +70,8 @@ class World {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
-  bool distributed() const { return size_ > 1; }
+  // Collectives run (a launched job, of one rank or more); false: every collective is a no-op.
+  bool distributed() const { return groups_ != nullptr; }
   // "rank 1/4"
   std::string describe() const;
 

@@ -121,6 +121,7 @@ void GradientAverager::mark_ready(size_t index) {
 }
 
 void GradientAverager::launch_ready_buckets() {
+  if (deferred_) return;
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].waiting == 0) {
     Bucket& bucket = buckets_[next_launch_];
     bucket.reduce = world_.all_reduce_sum_async(
@@ -146,6 +147,17 @@ void GradientAverager::finish_backward() {
     slot.param.mutable_grad() =
         buckets_[slot.bucket].buffer.narrow(0, slot.offset, slot.param.numel()).view_as(slot.param);
   }
+}
+
+void GradientAverager::reduce_deferred() {
+  if (!deferred_) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    buckets_[i].reduce = world_.all_reduce_sum_async(
+        {buckets_[i].buffer}, "all_reduce of gradient bucket " + std::to_string(i) + "/" +
+                                  std::to_string(buckets_.size()));
+  }
+  for (Bucket& bucket : buckets_) bucket.reduce.wait();
 }
 
 }  // namespace wam::train

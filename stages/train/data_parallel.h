@@ -40,8 +40,13 @@ class GradientAverager final : public GradientSync {
 
   void begin_backward() override;
   // Launches the buckets still waiting, waits for every all-reduce and sets each parameter's
-  // .grad() to the average over the ranks.
+  // .grad() to the average over the ranks (deferred: to its share in the buckets, which
+  // reduce_deferred() then all-reduces in place).
   void finish_backward() override;
+  // Deferred: backward only copies gradients into the buckets; no collective until
+  // reduce_deferred() (the compiled step's collectives outside its graphs).
+  void set_deferred(bool deferred) override { deferred_ = deferred; }
+  void reduce_deferred() override;
 
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
   // Buckets whose all-reduce was launched before the last backward pass had returned.
@@ -78,6 +83,7 @@ class GradientAverager final : public GradientSync {
   std::mutex mutex_;
   bool learned_ = false;  // the first backward counted the accumulator calls
   bool in_backward_ = false;
+  bool deferred_ = false;
   size_t next_launch_ = 0;  // buckets are launched in index order
   int64_t overlapped_ = 0;
 };

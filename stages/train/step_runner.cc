@@ -91,6 +91,8 @@ class CudaAutocast {
 #if WAM_WITH_CUDA
 struct StepRunner::Graph {
   at::cuda::CUDAGraph graph;
+  // With the collectives outside the graph: `graph` is forward and backward, this the update.
+  std::unique_ptr<at::cuda::CUDAGraph> update_graph;
   models::TrainBatch inputs;  // static buffers the graph reads
   models::FlowNoise noise;    // static buffers the graph reads
   models::LossTerms outputs;  // written by every replay
@@ -129,8 +131,8 @@ Losses StepRunner::step(const models::TrainBatch& batch, double lr, at::Generato
   return eager_step(batch, noise_gen);
 }
 
-models::LossTerms StepRunner::forward_backward_update(const models::TrainBatch& batch,
-                                                      const models::FlowNoise& noise) {
+models::LossTerms StepRunner::forward_backward(const models::TrainBatch& batch,
+                                               const models::FlowNoise& noise) {
   models::LossTerms loss;
   {
 #if WAM_WITH_CUDA
@@ -141,15 +143,19 @@ models::LossTerms StepRunner::forward_backward_update(const models::TrainBatch& 
   if (sync_) sync_->begin_backward();
   loss.total.backward();
   if (sync_) sync_->finish_backward();
+  return loss;
+}
+
+void StepRunner::update() {
   clip_grad_norm(optimizer_.params(), options_.max_grad_norm);
   optimizer_.step();
-  return loss;
 }
 
 Losses StepRunner::eager_step(const models::TrainBatch& batch, at::Generator& noise_gen) {
   reset_grads(optimizer_.params());
   const models::FlowNoise noise = models::sample_flow_noise(batch, model_->config(), noise_gen);
-  const models::LossTerms loss = forward_backward_update(batch, noise);
+  const models::LossTerms loss = forward_backward(batch, noise);
+  update();
   return read_losses(loss);
 }
 
@@ -188,14 +194,22 @@ void copy_noise(models::FlowNoise& to, const models::FlowNoise& from) {
 
 }  // namespace
 
-void StepRunner::warm_up_step(const models::TrainBatch& inputs, const models::FlowNoise& noise) {
+// `with_sync`: the gradient sync runs too (it learns the backward's order on its first pass and
+// sets up its communicator before capture), its averaged gradients discarded with the rest.
+void StepRunner::warm_up_step(const models::TrainBatch& inputs, const models::FlowNoise& noise,
+                              bool with_sync) {
   reset_grads(optimizer_.params());
   models::LossTerms loss;
   {
     CudaAutocast autocast(options_.autocast_bf16, /*cache=*/false);
     loss = model_->loss(inputs, noise);
   }
+  if (with_sync) sync_->begin_backward();
   loss.total.backward();
+  if (with_sync) {
+    sync_->finish_backward();
+    sync_->reduce_deferred();
+  }
   clip_grad_norm(optimizer_.params(), options_.max_grad_norm);
 }
 
@@ -213,7 +227,7 @@ void StepRunner::plan_recomputation(const models::TrainBatch& inputs,
     model_->set_recomputed_groups(recomputed);
     c10::cuda::device_synchronize();
     c10::cuda::CUDACachingAllocator::resetPeakStats(device);
-    warm_up_step(inputs, noise);
+    warm_up_step(inputs, noise, /*with_sync=*/false);
     c10::cuda::device_synchronize();
     return static_cast<double>(
         c10::cuda::CUDACachingAllocator::getDeviceStats(device).allocated_bytes[0].peak);
@@ -279,7 +293,10 @@ void StepRunner::capture(const models::TrainBatch& batch) {
     if (options_.memory_budget > 0 && model_->config().activation_checkpoint_group > 0) {
       plan_recomputation(graph_->inputs, graph_->noise);
     }
-    for (int i = 0; i < kWarmupIterations; ++i) warm_up_step(graph_->inputs, graph_->noise);
+    if (sync_) sync_->set_deferred(options_.collectives == CollectivePlacement::kOutsideGraph);
+    for (int i = 0; i < kWarmupIterations; ++i) {
+      warm_up_step(graph_->inputs, graph_->noise, /*with_sync=*/sync_ != nullptr);
+    }
   }
   if (!tunableop_results_.empty()) {
     auto* tuning = at::cuda::tunable::getTuningContext();
@@ -295,8 +312,19 @@ void StepRunner::capture(const models::TrainBatch& batch) {
   {
     c10::cuda::CUDAStreamGuard guard(side);
     graph_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
-    graph_->outputs = forward_backward_update(graph_->inputs, graph_->noise);
-    graph_->graph.capture_end();
+    graph_->outputs = forward_backward(graph_->inputs, graph_->noise);
+    if (sync_ && options_.collectives == CollectivePlacement::kOutsideGraph) {
+      graph_->graph.capture_end();
+      // The update reads the gradients from the sync's buckets, averaged in place between the
+      // two replays.
+      graph_->update_graph = std::make_unique<at::cuda::CUDAGraph>();
+      graph_->update_graph->capture_begin(graph_->graph.pool(), cudaStreamCaptureModeThreadLocal);
+      update();
+      graph_->update_graph->capture_end();
+    } else {
+      update();
+      graph_->graph.capture_end();
+    }
   }
   at::cuda::CUDAEvent captured;
   captured.record(side);
@@ -308,6 +336,10 @@ Losses StepRunner::graph_step(const models::TrainBatch& batch, at::Generator& no
   copy_batch(graph_->inputs, batch);
   copy_noise(graph_->noise, models::sample_flow_noise(graph_->inputs, model_->config(), noise_gen));
   graph_->graph.replay();
+  if (graph_->update_graph) {
+    sync_->reduce_deferred();
+    graph_->update_graph->replay();
+  }
   return read_losses(graph_->outputs);
 }
 #endif

@@ -26,6 +26,12 @@ at::Generator make_noise_generator(at::Device device, uint64_t seed);
 // the compiled step sees one shape. Longer contexts are an error: they are never truncated.
 void pad_vlm_context(models::TrainBatch& batch, int64_t pad_to);
 
+// Where the compiled data-parallel step runs its collectives.
+enum class CollectivePlacement {
+  kInGraph,       // captured in the step's CUDA graph (NCCL), overlapped with backward
+  kOutsideGraph,  // between a forward+backward graph and an update graph, after backward
+};
+
 struct StepOptions {
   double max_grad_norm = 1.0;
   bool autocast_bf16 = true;  // CUDA only
@@ -33,15 +39,20 @@ struct StepOptions {
   // take (0: recompute every group). Warm-up measures the step's peak with every group recomputed
   // and with none, and recomputes only as many groups as the budget needs.
   double memory_budget = 0;
+  CollectivePlacement collectives = CollectivePlacement::kInGraph;  // compiled data-parallel step
 };
 
-// Called around the backward pass of every step that is not captured: data-parallel gradient
-// averaging (train/data_parallel.h).
+// Called around the backward pass of every step: data-parallel gradient averaging
+// (train/data_parallel.h). In the compiled step it is captured with the step, or, with
+// set_deferred(true), only its copies are: the collectives then run between two graphs.
 class GradientSync {
  public:
   virtual ~GradientSync() = default;
   virtual void begin_backward() = 0;
+  // The gradients averaged over the ranks (deferred: gathered, reduce_deferred() averages them).
   virtual void finish_backward() = 0;
+  virtual void set_deferred(bool deferred) = 0;
+  virtual void reduce_deferred() = 0;
 };
 
 // Runs training steps on one device: eager, or (CUDA) one captured graph replayed per step.
@@ -60,17 +71,19 @@ class StepRunner {
   bool compiled() const { return compiled_; }
   // After the first compiled step: how the memory budget was spent ("" when there was none).
   const std::string& recompute_note() const { return recompute_note_; }
-  // Averages gradients between backward and clipping (eager steps only; nullptr: none).
+  // Averages gradients between backward and clipping (nullptr: none). Set before the first step.
   void set_gradient_sync(GradientSync* sync) { sync_ = sync; }
 
  private:
-  models::LossTerms forward_backward_update(const models::TrainBatch& batch,
-                                            const models::FlowNoise& noise);
+  models::LossTerms forward_backward(const models::TrainBatch& batch,
+                                     const models::FlowNoise& noise);
+  void update();
   Losses eager_step(const models::TrainBatch& batch, at::Generator& noise_gen);
 #if WAM_WITH_CUDA
   Losses graph_step(const models::TrainBatch& batch, at::Generator& noise_gen);
   void capture(const models::TrainBatch& batch);
-  void warm_up_step(const models::TrainBatch& inputs, const models::FlowNoise& noise);
+  void warm_up_step(const models::TrainBatch& inputs, const models::FlowNoise& noise,
+                    bool with_sync);
   void plan_recomputation(const models::TrainBatch& inputs, const models::FlowNoise& noise);
   struct Graph;
   std::unique_ptr<Graph> graph_;

@@ -15,14 +15,14 @@
 // loss curve when fed the same batches. The source's position is not reachable from a stage: resume
 // the source separately.
 //
-// Under a launcher (WORLD_SIZE > 1, common/distributed.h) the step is data-parallel, as DDP: rank
+// Under a launcher (common/distributed.h: WORLD_SIZE > 1, or 1 with MASTER_ADDR) the step is data-parallel, as DDP: rank
 // 0's initial (or resumed) weights are broadcast, gradients are averaged across ranks in buckets of
 // `bucket_mb` while backward runs (train/data_parallel.h), each rank draws its own noise (seed
 // mixed with the rank), the emitted losses are the ranks' mean and samples/s counts every rank's
 // batch. Only rank 0 logs [train] lines and writes training-state files; a file resumes on any
 // number of ranks (rank 0 continues the saved noise stream, other ranks start theirs from seed,
-// rank and step). The compiled step keeps its CUDA graph on one rank only: data-parallel compiled
-// runs the step eager, and says so.
+// rank and step). The compiled data-parallel step captures its all-reduces in the CUDA graph
+// (NCCL), or with `collectives: outside_graph` runs them between two graphs.
 //
 // Reads:  video_latents, memory_video_anchor_latents, memory_video_recent_latents,
 //         memory_video_recent_is_pad, context, context_mask, vlm_context, vlm_mask, action,
@@ -55,6 +55,14 @@
 #include <ATen/cuda/CUDAContext.h>
 #endif
 
+namespace wam::train {
+// Found by argument-dependent lookup from the params' parser.
+constexpr auto enum_names(CollectivePlacement) {
+  return std::array{EnumName{CollectivePlacement::kInGraph, "in_graph"},
+                    EnumName{CollectivePlacement::kOutsideGraph, "outside_graph"}};
+}
+}  // namespace wam::train
+
 namespace wam::stages {
 namespace {
 
@@ -82,6 +90,7 @@ struct TrainStepParams {
   int64_t vlm_context_pad_to = 1024;
   double memory_budget = 0;
   double bucket_mb = 25;
+  train::CollectivePlacement collectives = train::CollectivePlacement::kInGraph;
 
   template <class V>
   void visit(V& v) {
@@ -121,6 +130,10 @@ struct TrainStepParams {
       "Data-parallel runs: gradients are all-reduced in buckets of this many MiB, overlapped "
       "with backward (DDP's bucket_cap_mb).",
       Min{0.0});
+    v("collectives", collectives,
+      "Compiled data-parallel step: in_graph captures the all-reduces in the CUDA graph, "
+      "overlapped with backward; outside_graph runs them between a forward+backward graph and "
+      "an update graph.");
   }
 };
 
@@ -214,11 +227,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
 
     bool graph_capture = false;
     std::string tunableop_results;
-    if (compiled && world_->distributed()) {
-      context.log("TrainStep: mode \"compiled\" with " + std::to_string(world_->size()) +
-                  " ranks: the data-parallel step runs eager (its all-reduces are not captured "
-                  "in the CUDA graph yet).");
-    } else if (compiled) {
+    if (compiled) {
 #if WAM_WITH_CUDA
       graph_capture = device_.is_cuda();
 #endif
@@ -246,7 +255,8 @@ class TrainStepStage final : public Stage, public TrainingStep {
     }
     runner_ = std::make_unique<train::StepRunner>(
         model_, *optimizer_, device_,
-        train::StepOptions{params_.max_grad_norm, params_.autocast_bf16, params_.memory_budget},
+        train::StepOptions{params_.max_grad_norm, params_.autocast_bf16, params_.memory_budget,
+                           params_.collectives},
         graph_capture, tunableop_results);
     if (world_->distributed()) {
       averager_ = std::make_unique<train::GradientAverager>(

@@ -61,6 +61,27 @@ TEST(LaunchEnv, NamesTheVariableThatIsWrong) {
   EXPECT_EQ(env.local_rank, 1);
   EXPECT_EQ(env.master_addr, "node0");
   EXPECT_EQ(env.master_port, 29500);
+  EXPECT_TRUE(env.launched());
+}
+
+// torchrun --nproc-per-node 1 makes a group of one; WORLD_SIZE=1 alone, or a stray MASTER_ADDR
+// without WORLD_SIZE, leaves the process alone.
+TEST(LaunchEnv, OneRankUnderALauncherIsAGroupOfOne) {
+  auto parse = [](std::map<std::string, std::string> values) {
+    return dist::parse_launch_env([&values](const char* name) -> const char* {
+      auto it = values.find(name);
+      return it == values.end() ? nullptr : it->second.c_str();
+    });
+  };
+  const dist::LaunchEnv torchrun = parse(
+      {{"WORLD_SIZE", "1"}, {"RANK", "0"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29511"}});
+  EXPECT_TRUE(torchrun.launched());
+  EXPECT_EQ(torchrun.world_size, 1);
+  EXPECT_EQ(torchrun.master_port, 29511);
+  EXPECT_FALSE(parse({{"WORLD_SIZE", "1"}}).launched());
+  EXPECT_FALSE(parse({{"MASTER_ADDR", "127.0.0.1"}}).launched());
+  EXPECT_EQ(error_of({{"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "0"}}),
+            "MASTER_PORT=\"0\" is not an integer in [1, 65535]");
 }
 
 // A LeRobot dataset of episodes of 40 and 21 frames (61 samples); the sampler only needs the
@@ -148,7 +169,7 @@ TEST(EpisodeSamplerShards, EqualSizedDisjointAndCoveringWithWrappedPadding) {
 // rank and world_size from the launcher: the two processes' shards of each epoch.
 TEST(EpisodeSamplerShards, FromTheLauncher) {
   dist::World& world = dist::World::get();
-  if (!world.distributed()) GTEST_SKIP() << "needs two ranks (tests/dist/two_ranks.sh)";
+  if (world.size() != 2) GTEST_SKIP() << "needs two ranks (tests/dist/two_ranks.sh)";
   const std::string root = write_dataset();
   const auto ids = shard(root, "", 2);  // two epochs
   fs::remove_all(root);
@@ -200,7 +221,7 @@ void clear_grads(models::WorldActionModel& model) {
 
 TEST(DataParallel, GradientsEqualSingleProcessGradientsOnTheConcatenatedBatch) {
   dist::World& world = dist::World::get();
-  if (!world.distributed()) GTEST_SKIP() << "needs two ranks (tests/dist/two_ranks.sh)";
+  if (world.size() != 2) GTEST_SKIP() << "needs two ranks (tests/dist/two_ranks.sh)";
   const models::MoTConfig config = tiny_config();
   // Different initial weights on each rank; rank 0's are broadcast, as TrainStep does.
   torch::manual_seed(5 + world.rank());
@@ -253,6 +274,69 @@ TEST(DataParallel, GradientsEqualSingleProcessGradientsOnTheConcatenatedBatch) {
   }
   // From the second step on, buckets are reduced while backward still runs.
   EXPECT_GE(averager.overlapped_buckets(), averager.bucket_count() - 1);
+}
+
+// With the same batch and noise on every rank, the average of the ranks' gradients is each rank's
+// own (exactly, for 1 or 2 ranks), so the data-parallel step trains exactly as the plain step:
+// eager on the CPU (Gloo); on a GPU also compiled, with the all-reduces captured in the CUDA graph
+// and with them between two graphs (NCCL). Run by two_ranks.sh as 2 ranks and as a group of one.
+TEST(DataParallel, SameBatchOnEveryRankTrainsExactlyAsThePlainStep) {
+  dist::World& world = dist::World::get();
+  if (!world.distributed()) GTEST_SKIP() << "needs a launched group (tests/dist/two_ranks.sh)";
+  const at::Device device = torch::cuda::is_available() ? at::Device(at::kCUDA, world.rank())
+                                                        : at::Device(at::kCPU);
+  models::MoTConfig config = tiny_config();
+  struct Run {
+    bool compiled;
+    train::CollectivePlacement collectives;
+    const char* name;
+  };
+  std::vector<Run> runs = {{false, train::CollectivePlacement::kInGraph, "eager"}};
+  if (device.is_cuda()) {
+    runs.push_back({true, train::CollectivePlacement::kInGraph, "compiled, in_graph"});
+    runs.push_back({true, train::CollectivePlacement::kOutsideGraph, "compiled, outside_graph"});
+  }
+  auto train_three_steps = [&](const Run& run, bool data_parallel) {
+    torch::manual_seed(7);
+    models::WorldActionModel model(config);
+    model->to(device);
+    model->train();
+    train::AdamW adamw(model->parameters(), train::AdamWOptions{});
+    train::StepOptions options;
+    options.collectives = run.collectives;
+    train::StepRunner runner(model, adamw, device, options, run.compiled, "");
+    EXPECT_EQ(runner.compiled(), run.compiled) << run.name;
+    std::unique_ptr<train::GradientAverager> averager;
+    if (data_parallel) {
+      averager = std::make_unique<train::GradientAverager>(model->named_parameters().pairs(),
+                                                           world, 64 << 10);
+      runner.set_gradient_sync(averager.get());
+    }
+    at::Generator gen = train::make_noise_generator(device, 3);
+    std::vector<double> losses;
+    for (int step = 0; step < 3; ++step) {
+      models::TrainBatch batch = testing::random_train_batch(config, 2);
+      for (at::Tensor* field : {&batch.video_latents, &batch.anchor_latents, &batch.recent_latents,
+                                &batch.recent_is_pad, &batch.context, &batch.context_mask,
+                                &batch.vlm_context, &batch.vlm_mask, &batch.action,
+                                &batch.action_is_pad, &batch.action_dim_is_pad, &batch.proprio}) {
+        *field = (field->is_floating_point() ? *field * (1 + step) : *field).to(device);
+      }
+      losses.push_back(runner.step(batch, 1e-3, gen).total);
+    }
+    std::vector<at::Tensor> params;
+    for (const at::Tensor& p : model->parameters()) params.push_back(p.detach().cpu());
+    return std::make_pair(losses, params);
+  };
+  for (const Run& run : runs) {
+    const auto [plain_losses, plain_params] = train_three_steps(run, false);
+    const auto [dp_losses, dp_params] = train_three_steps(run, true);
+    EXPECT_EQ(dp_losses, plain_losses) << run.name;
+    ASSERT_EQ(dp_params.size(), plain_params.size());
+    for (size_t i = 0; i < dp_params.size(); ++i) {
+      EXPECT_TRUE(dp_params[i].equal(plain_params[i])) << run.name << ": parameter " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs wam_dist_tests as two Gloo ranks on 127.0.0.1 and fails when either rank fails or they take
-# longer than 300 s. Usage: two_ranks.sh WAM_DIST_TESTS_BINARY (run from the source root)
+# Runs wam_dist_tests alone, as a launcher's group of one, and as two Gloo ranks on 127.0.0.1;
+# fails when a run fails or takes longer than 300 s. Usage: two_ranks.sh WAM_DIST_TESTS_BINARY (run from the source root)
 set -uo pipefail
 bin=$1
 work=$(mktemp -d)
@@ -10,6 +10,12 @@ print(s.getsockname()[1])')
 
 "$bin" >"$work/alone" 2>&1 || { echo "FAIL alone:"; cat "$work/alone"; exit 1; }
 echo "ok   one process: $(grep -E '^\[  (PASSED|SKIPPED) +\] [0-9]+ tests' "$work/alone" | paste -sd' ' -)"
+
+# A launcher's group of one (torchrun --nproc-per-node 1): collectives run over one rank.
+RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WAM_DIST_TIMEOUT_S=120 \
+  timeout 300 "$bin" >"$work/group_of_one" 2>&1 ||
+  { echo "FAIL group of one:"; cat "$work/group_of_one"; exit 1; }
+echo "ok   group of one: $(grep -E '^\[  (PASSED|SKIPPED) +\] [0-9]+ tests' "$work/group_of_one" | paste -sd' ' -)"
 
 pids=()
 for rank in 0 1; do
