@@ -55,14 +55,29 @@ GradientAverager::GradientAverager(
     const Slot& last = slots_[bucket.slots.back()];
     bucket.buffer = at::zeros({last.offset + last.param.numel()}, last.param.options());
   }
+  hook();
+}
+
+GradientAverager::~GradientAverager() { unhook(); }
+
+void GradientAverager::hook() {
   for (size_t i = 0; i < slots_.size(); ++i) {
     slots_[i].accumulator = torch::autograd::impl::grad_accumulator(slots_[i].param);
     slots_[i].hook_key = slots_[i].accumulator->add_post_hook(std::make_unique<Hook>(this, i));
   }
 }
 
-GradientAverager::~GradientAverager() {
-  for (Slot& slot : slots_) slot.accumulator->del_post_hook(slot.hook_key);
+void GradientAverager::unhook() {
+  for (Slot& slot : slots_) {
+    if (!slot.accumulator) continue;
+    slot.accumulator->del_post_hook(slot.hook_key);
+    slot.accumulator.reset();
+  }
+}
+
+void GradientAverager::rehook_on_current_stream() {
+  unhook();  // the nodes die with the last reference: no autograd graph is alive between steps
+  hook();
 }
 
 void GradientAverager::begin_backward() {

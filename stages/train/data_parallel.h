@@ -47,6 +47,9 @@ class GradientAverager final : public GradientSync {
   // reduce_deferred() (the compiled step's collectives outside its graphs).
   void set_deferred(bool deferred) override { deferred_ = deferred; }
   void reduce_deferred() override;
+  // Drops the accumulator nodes it holds (and its hooks) and hooks new ones, made on the current
+  // stream (DDP's CUDA-graph recipe constructs DDP on the capture stream for the same reason).
+  void rehook_on_current_stream() override;
 
   int64_t bucket_count() const { return static_cast<int64_t>(buckets_.size()); }
   // Buckets whose all-reduce was launched before the last backward pass had returned.
@@ -76,6 +79,8 @@ class GradientAverager final : public GradientSync {
   void on_accumulated(size_t slot);
   void mark_ready(size_t slot);
   void launch_ready_buckets();
+  void hook();
+  void unhook();
 
   dist::World& world_;
   std::vector<Slot> slots_;

@@ -290,6 +290,7 @@ void StepRunner::capture(const models::TrainBatch& batch) {
   ready.block(side);
   {
     c10::cuda::CUDAStreamGuard guard(side);
+    if (sync_) sync_->rehook_on_current_stream();
     if (options_.memory_budget > 0 && model_->config().activation_checkpoint_group > 0) {
       plan_recomputation(graph_->inputs, graph_->noise);
     }

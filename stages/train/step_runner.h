@@ -53,6 +53,10 @@ class GradientSync {
   virtual void finish_backward() = 0;
   virtual void set_deferred(bool deferred) = 0;
   virtual void reduce_deferred() = 0;
+  // Autograd accumulates a parameter's gradient on the stream current when its accumulator node
+  // was made; called on the compiled step's capture stream before warm-up, so that capture never
+  // makes another stream wait on it.
+  virtual void rehook_on_current_stream() = 0;
 };
 
 // Runs training steps on one device: eager, or (CUDA) one captured graph replayed per step.
