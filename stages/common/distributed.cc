@@ -129,7 +129,8 @@ struct World::Groups {
 #endif
     return cpu();
   }
-  // Barriers and CPU tensors: Gloo; NCCL where the build has no Gloo headers.
+  // Barriers and CPU tensors: Gloo; NCCL where the build has no Gloo headers (all_reduce then
+  // stages CPU tensors through the GPU).
   Backend& cpu() {
     if (gloo) return *gloo;
 #if WAM_WITH_CUDA
@@ -146,7 +147,8 @@ struct Pending::Impl {
   std::vector<at::Tensor> tensors;  // kept alive until the collective is done
   std::string what;
   const World* world = nullptr;
-  bool on_device = false;  // CUDA tensors: a stream-ordered wait
+  bool on_device = false;            // CUDA tensors: a stream-ordered wait
+  std::vector<at::Tensor> host_out;  // CPU tensors reduced through the GPU: copied back on wait
 };
 
 void Pending::wait() {
@@ -162,6 +164,7 @@ void Pending::wait() {
       impl->work->wait(
           std::chrono::duration_cast<std::chrono::milliseconds>(collective_timeout()));
     }
+    for (size_t i = 0; i < impl->host_out.size(); ++i) impl->host_out[i].copy_(impl->tensors[i]);
   } catch (const std::exception& e) {
     throw Error(impl->world->describe() + ": " + impl->what + " failed: " + e.what() +
                 " (a peer rank exited or hangs; collectives give up after WAM_DIST_TIMEOUT_S=" +
@@ -269,8 +272,15 @@ Pending World::all_reduce_sum_async(std::vector<at::Tensor> tensors, std::string
   pending.impl_->what = std::move(what);
   pending.impl_->world = this;
   pending.impl_->tensors = std::move(tensors);
-  pending.impl_->on_device = pending.impl_->tensors.front().is_cuda();
   try {
+#if WAM_WITH_CUDA
+    if (!groups_->gloo && !pending.impl_->tensors.front().is_cuda()) {
+      // Only NCCL, which reduces device memory: CPU tensors go through this rank's GPU.
+      pending.impl_->host_out = pending.impl_->tensors;
+      for (at::Tensor& t : pending.impl_->tensors) t = t.to(at::kCUDA);
+    }
+#endif
+    pending.impl_->on_device = pending.impl_->tensors.front().is_cuda();
     c10d::AllreduceOptions options;
     options.reduceOp = c10d::ReduceOp::SUM;
     options.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(collective_timeout());
