@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <sstream>
 
 #include "wam/error.h"
@@ -18,8 +19,11 @@ void NodeMetrics::arrive() {
   max_queued_ = std::max(max_queued_, queued_);
 }
 
-void NodeMetrics::start() {
+void NodeMetrics::start() { start_within(std::numeric_limits<int64_t>::max()); }
+
+bool NodeMetrics::start_within(int64_t limit) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (active_ >= limit) return false;
   queue_sum_ += queued_;
   ++queue_samples_;
   if (queued_ > 0) {
@@ -28,6 +32,7 @@ void NodeMetrics::start() {
     starved_ += Clock::now() - idle_since_;  // an arrival that was not announced ends the idle span
   }
   ++active_;
+  return true;
 }
 
 void NodeMetrics::finish(Clock::duration busy) {

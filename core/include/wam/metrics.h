@@ -24,6 +24,9 @@ class NodeMetrics {
   void arrive();
   // A worker starts/finishes an item; between them the node is busy.
   void start();
+  // start() when fewer than `limit` items are being processed; else nothing. The admission of an
+  // auto node's workers, under the lock that counts the items anyway.
+  bool start_within(int64_t limit);
   void finish(Clock::duration busy);
   void add_in(int64_t n) { in_.fetch_add(n, std::memory_order_relaxed); }
   void add_out(int64_t n) { out_.fetch_add(n, std::memory_order_relaxed); }
