@@ -76,6 +76,7 @@ SeriesRecorder::SeriesRecorder(size_t nodes, double bucket_s, size_t max_buckets
       bucket_end_(bucket_s),
       last_out_(nodes, 0),
       last_busy_(nodes, 0.0),
+      last_starved_(nodes, 0.0),
       queue_sum_(nodes, 0.0) {
   series_.bucket_s = bucket_s;
   series_.nodes.resize(nodes);
@@ -96,11 +97,13 @@ void SeriesRecorder::close_bucket(const RunSnapshot& now) {
     const NodeSnapshot& snap = now.nodes.at(i);
     node.items.push_back(snap.out - last_out_[i]);
     node.busy_s.push_back(snap.busy_s - last_busy_[i]);
+    node.starved_s.push_back(snap.starved_s - last_starved_[i]);
     node.queue.push_back(queue_samples_ ? queue_sum_[i] / double(queue_samples_)
                                         : double(snap.queued));
     node.concurrency.push_back(snap.concurrency);
     last_out_[i] = snap.out;
     last_busy_[i] = snap.busy_s;
+    last_starved_[i] = snap.starved_s;
     queue_sum_[i] = 0;
   }
   queue_samples_ = 0;
@@ -118,6 +121,7 @@ void SeriesRecorder::close_bucket(const RunSnapshot& now) {
     for (auto& node : series_.nodes) {
       halve(node.items, sum);
       halve(node.busy_s, sum);
+      halve(node.starved_s, sum);
       halve(node.queue, [](double a, double b) { return (a + b) / 2; });
       halve(node.concurrency, second);
     }
@@ -157,6 +161,7 @@ nlohmann::json RunSeries::to_json(const std::vector<std::string>& ids) const {
   for (size_t i = 0; i < nodes.size() && i < ids.size(); ++i) {
     nodes_json[ids[i]] = {{"items", nodes[i].items},
                           {"busy_s", nodes[i].busy_s},
+                          {"starved_s", nodes[i].starved_s},
                           {"queue", nodes[i].queue},
                           {"concurrency", nodes[i].concurrency}};
   }

@@ -58,6 +58,10 @@ TEST_P(RunView, SeriesSumToTheTotalsAndCarryEveryStepsLoss) {
     EXPECT_NEAR(std::accumulate(node.busy_s.begin(), node.busy_s.end(), 0.0),
                 r.stats.nodes[i].busy_s, 1e-9)
         << r.stats.nodes[i].id;
+    ASSERT_EQ(node.starved_s.size(), series.t.size());
+    EXPECT_NEAR(std::accumulate(node.starved_s.begin(), node.starved_s.end(), 0.0),
+                r.stats.nodes[i].starved_s, 1e-9)
+        << r.stats.nodes[i].id;
   }
   // One loss per step, in step order: 1 / (1 + the batch's first value).
   ASSERT_EQ(series.loss.size(), 13u);

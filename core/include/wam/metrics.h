@@ -94,6 +94,7 @@ struct RunSnapshot {
 struct NodeSeries {
   std::vector<int64_t> items;        // items the node emitted in the bucket
   std::vector<double> busy_s;        // busy time of its items finished in the bucket
+  std::vector<double> starved_s;     // time it had nothing to do in the bucket
   std::vector<double> queue;         // mean queue depth over the bucket
   std::vector<int64_t> concurrency;  // workers it could use at the end of the bucket
 };
@@ -129,7 +130,7 @@ class SeriesRecorder {
   size_t max_buckets_, max_loss_points_;
   double bucket_end_;
   std::vector<int64_t> last_out_;
-  std::vector<double> last_busy_, queue_sum_;
+  std::vector<double> last_busy_, last_starved_, queue_sum_;
   int64_t queue_samples_ = 0;
   std::mutex loss_mutex_;
   int64_t losses_seen_ = 0, loss_stride_ = 1;
