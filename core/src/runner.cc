@@ -195,8 +195,17 @@ class Run {
         series_(nodes_.size()) {
     log_ = options.log ? options.log : [](const std::string& line) { std::cerr << line << "\n"; };
     for (size_t i = 0; i < nodes_.size(); ++i) {
-      contexts_.push_back(
-          std::make_unique<Context>(nodes_[i].id, nodes_[i].type, pipeline.settings(), log_));
+      // Without a trace, trace_span() stays a no-op; with one, the recorder exists before any
+      // stage is opened (execute()).
+      Context::TraceSink trace_sink;
+      if (options.trace) {
+        trace_sink = [this, i](const std::string& track, const std::string& name,
+                               Clock::time_point begin, Clock::duration duration) {
+          trace_->stage_slice(i, track, name, begin, duration);
+        };
+      }
+      contexts_.push_back(std::make_unique<Context>(nodes_[i].id, nodes_[i].type,
+                                                    pipeline.settings(), log_, trace_sink));
       if (nodes_[i].inputs.size() > 1) joins_.emplace(i, std::make_unique<Join>(nodes_[i].inputs));
       for (size_t k = 0; k < terminal_out_.size(); ++k) terminal_out_[k].store(0);
     }

@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace wam {
+#include "wam/clock.h"
 
-using Clock = std::chrono::steady_clock;
+namespace wam {
 
 class NodeMetrics {
  public:
