@@ -13,7 +13,8 @@ uint32_t thread_index() {
   return index;
 }
 
-// Keeps elements 0, 2, 4...: the recorded ones of a doubled stride.
+// Keeps elements 0, 2, 4...: the recorded ones of a doubled stride. Element 0 stays where it is:
+// moved onto itself, a named slice's string would be emptied.
 template <class T>
 void keep_every_other(std::vector<T>& values) {
   for (size_t k = 1; 2 * k < values.size(); ++k) values[k] = std::move(values[2 * k]);
