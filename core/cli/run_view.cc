@@ -42,9 +42,11 @@ struct RunView::Terminal {
 void add_run_view_options(CLI::App& run, RunViewArgs& args) {
   run.add_option("--trace-out", args.trace_out,
                  "Write a Chrome trace-event file (opens in ui.perfetto.dev): each node's work "
-                 "slices, training steps, queue depth, in-flight and items/s counters. Bounded on "
-                 "long runs: past 10000 slices per node and 2000 counter samples, every 2nd (then "
-                 "4th...) is kept, about 2 MB per node at most")
+                 "slices, training steps, tracks a stage adds under its node (the step's device "
+                 "time on \"device\"), queue depth, in-flight and items/s counters. Bounded on "
+                 "long runs: past 10000 slices per node or per stage track (at most 4 a node) and "
+                 "2000 counter samples, every 2nd (then 4th...) is kept, about 2 MB per node and "
+                 "1 MB per stage track at most")
       ->check(in_existing_directory());
   run.add_flag("--quiet", args.quiet,
                "No live view (drawn when stdout is a terminal) and no progress lines");

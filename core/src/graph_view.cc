@@ -41,34 +41,101 @@ std::string concurrency_words(const GraphNode& node, int64_t threads = 0) {
   return "concurrency " + node.concurrency;
 }
 
+// The node whose input wait the verdict names: the first terminal that is not the source.
+const GraphNode* step_of(const GraphAnalysis& graph) {
+  for (const auto& node : graph.nodes) {
+    if (node.terminal && !node.source) return &node;
+  }
+  return nullptr;
+}
+
 std::string verdict_of(const GraphAnalysis& graph) {
   if (!graph.bottleneck) return "";
   const GraphNode& b = graph.nodes[*graph.bottleneck];
-  const GraphNode* step = nullptr;
-  for (const auto& node : graph.nodes) {
-    if (node.terminal && !node.source) {
-      step = &node;
-      break;
-    }
-  }
+  const GraphNode* step = step_of(graph);
+  std::string text;
   if (step == &b) {
     double other = 0;
     for (const auto& node : graph.nodes) {
       if (&node != step) other = std::max(other, node.utilisation);
     }
-    std::string text = "the step (" + b.id + ": " + b.type +
-                       ") is the bottleneck: " + percent(b.utilisation) + " busy";
+    text = "the step (" + b.id + ": " + b.type + ") is the bottleneck: " + percent(b.utilisation) +
+           " busy";
     if (other > 0) {
       text += "; the data path has " + format("%.1f", 1.0 / other) +
               "x headroom (its busiest node is " + percent(other) + " busy)";
     }
-    return text;
+  } else {
+    text = b.id + " (" + b.type + ") is the bottleneck: " + percent(b.utilisation) + " busy " +
+           (concurrency_words(b) == "serial" ? "(serial)"
+                                             : "at " + concurrency_words(b, graph.threads));
+    if (step) {
+      text += "; " + step->id + " waits on input " + percent(step->starved) + " of the time";
+    }
   }
-  std::string text =
-      b.id + " (" + b.type + ") is the bottleneck: " + percent(b.utilisation) + " busy " +
-      (concurrency_words(b) == "serial" ? "(serial)" : "at " + concurrency_words(b, graph.threads));
-  if (step) text += "; " + step->id + " waits on input " + percent(step->starved) + " of the time";
+  if (graph.warmup_s > 0) {
+    text += "; warm-up left out: the first " + format("%.1f", graph.warmup_s) + " s, until " +
+            step->id + "'s first output";
+  }
   return text;
+}
+
+// A node's column of the stats' series, or nothing when the series lacks it.
+std::optional<std::vector<double>> series_column(const nlohmann::json& series,
+                                                 const std::string& id, const char* key,
+                                                 size_t buckets) {
+  const nlohmann::json& nodes = series.at("nodes");
+  if (!nodes.contains(id) || !nodes[id].contains(key) || !nodes[id][key].is_array()) return {};
+  auto values = nodes[id][key].get<std::vector<double>>();
+  if (values.size() != buckets) return {};
+  return values;
+}
+
+// Replaces the measured nodes' figures with those of the run after its warm-up: the series
+// buckets after the one in which the step emitted its first item. Before that the step waits for
+// its first input and captures its graph, which on a short run would dominate its waiting share.
+// Leaves the whole-run figures when the series cannot tell (no series, or one without starved
+// time as older stats files have) or the run ended within the warm-up.
+void exclude_warmup(const nlohmann::json& stats, GraphAnalysis& graph) {
+  const GraphNode* step = step_of(graph);
+  const nlohmann::json series = stats.value("series", nlohmann::json());
+  if (!step || !step->measured || !series.is_object() || !series.contains("t") ||
+      !series.contains("nodes") || !series["nodes"].is_object()) {
+    return;
+  }
+  const auto t = series["t"].get<std::vector<double>>();
+  const auto step_items = series_column(series, step->id, "items", t.size());
+  if (!step_items) return;
+  size_t first = 0;
+  while (first < t.size() && (*step_items)[first] <= 0) ++first;
+  if (first + 1 >= t.size()) return;
+  const double window = t.back() - t[first];
+  if (window <= 0) return;
+  std::vector<GraphNode> after = graph.nodes;
+  for (auto& node : after) {
+    if (!node.measured) continue;
+    const auto items = series_column(series, node.id, "items", t.size());
+    const auto busy = series_column(series, node.id, "busy_s", t.size());
+    const auto starved = series_column(series, node.id, "starved_s", t.size());
+    const auto workers = series_column(series, node.id, "concurrency", t.size());
+    const auto queue = series_column(series, node.id, "queue", t.size());
+    if (!items || !busy || !starved || !workers || !queue) return;
+    double out = 0, busy_s = 0, allowed_s = 0, starved_s = 0, queue_s = 0;
+    for (size_t k = first + 1; k < t.size(); ++k) {
+      const double width = t[k] - t[k - 1];
+      out += (*items)[k];
+      busy_s += (*busy)[k];
+      allowed_s += width * (*workers)[k];
+      starved_s += (*starved)[k];
+      queue_s += width * (*queue)[k];
+    }
+    node.utilisation = allowed_s > 0 ? busy_s / allowed_s : 0.0;
+    node.starved = starved_s / window;
+    node.items_per_s = out / window;
+    node.queue_mean = queue_s / window;
+  }
+  graph.nodes = std::move(after);
+  graph.warmup_s = t[first];
 }
 
 }  // namespace
@@ -135,6 +202,7 @@ GraphAnalysis analyse_stats(const nlohmann::json& stats,
           "auto, " + std::to_string(node["concurrency_now"].get<int64_t>()) + " at the end";
     }
   }
+  exclude_warmup(stats, graph);
   for (size_t i = 0; i < graph.nodes.size(); ++i) {
     if (!graph.nodes[i].measured) continue;
     if (!graph.bottleneck ||

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <limits>
 #include <sstream>
 
 #include "wam/error.h"
@@ -18,8 +19,11 @@ void NodeMetrics::arrive() {
   max_queued_ = std::max(max_queued_, queued_);
 }
 
-void NodeMetrics::start() {
+void NodeMetrics::start() { start_within(std::numeric_limits<int64_t>::max()); }
+
+bool NodeMetrics::start_within(int64_t limit) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (active_ >= limit) return false;
   queue_sum_ += queued_;
   ++queue_samples_;
   if (queued_ > 0) {
@@ -28,6 +32,7 @@ void NodeMetrics::start() {
     starved_ += Clock::now() - idle_since_;  // an arrival that was not announced ends the idle span
   }
   ++active_;
+  return true;
 }
 
 void NodeMetrics::finish(Clock::duration busy) {
@@ -71,6 +76,7 @@ SeriesRecorder::SeriesRecorder(size_t nodes, double bucket_s, size_t max_buckets
       bucket_end_(bucket_s),
       last_out_(nodes, 0),
       last_busy_(nodes, 0.0),
+      last_starved_(nodes, 0.0),
       queue_sum_(nodes, 0.0) {
   series_.bucket_s = bucket_s;
   series_.nodes.resize(nodes);
@@ -91,11 +97,13 @@ void SeriesRecorder::close_bucket(const RunSnapshot& now) {
     const NodeSnapshot& snap = now.nodes.at(i);
     node.items.push_back(snap.out - last_out_[i]);
     node.busy_s.push_back(snap.busy_s - last_busy_[i]);
+    node.starved_s.push_back(snap.starved_s - last_starved_[i]);
     node.queue.push_back(queue_samples_ ? queue_sum_[i] / double(queue_samples_)
                                         : double(snap.queued));
     node.concurrency.push_back(snap.concurrency);
     last_out_[i] = snap.out;
     last_busy_[i] = snap.busy_s;
+    last_starved_[i] = snap.starved_s;
     queue_sum_[i] = 0;
   }
   queue_samples_ = 0;
@@ -113,6 +121,7 @@ void SeriesRecorder::close_bucket(const RunSnapshot& now) {
     for (auto& node : series_.nodes) {
       halve(node.items, sum);
       halve(node.busy_s, sum);
+      halve(node.starved_s, sum);
       halve(node.queue, [](double a, double b) { return (a + b) / 2; });
       halve(node.concurrency, second);
     }
@@ -152,6 +161,7 @@ nlohmann::json RunSeries::to_json(const std::vector<std::string>& ids) const {
   for (size_t i = 0; i < nodes.size() && i < ids.size(); ++i) {
     nodes_json[ids[i]] = {{"items", nodes[i].items},
                           {"busy_s", nodes[i].busy_s},
+                          {"starved_s", nodes[i].starved_s},
                           {"queue", nodes[i].queue},
                           {"concurrency", nodes[i].concurrency}};
   }

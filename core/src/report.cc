@@ -121,6 +121,13 @@ std::string html_report(const nlohmann::json& stats, const std::string& graph_sv
   }
   html << "<p class=\"verdict\" id=\"verdict\">"
        << html_escape(graph.verdict.empty() ? "no node was measured" : graph.verdict) << "</p>\n";
+  if (graph.warmup_s > 0) {
+    html << "<p class=\"warmup\" id=\"warmup\">The verdict and the graph leave out the warm-up: "
+            "the first "
+         << number(graph.warmup_s, "%.1f")
+         << " s, until the step's first output (its first input's way through the data path, "
+            "graph capture). The charts and the summary table cover the whole run.</p>\n";
+  }
 
   html << "<h2>Graph</h2>\n<div class=\"graph\">\n";
   const size_t svg_at = graph_svg.find("<svg");

@@ -120,53 +120,66 @@ class Join {
 
 // An auto node's worker limit, moved during the run. Its TBB node may run up to the thread count
 // of bodies; a body over the limit parks its packet here and returns, and a body that finishes an
-// item takes the next parked one while the node is under its limit. The last body to leave always
-// finds the node under its limit (which is at least 1), so no parked packet is left behind.
+// item takes the next parked one while the node is under its limit.
+//
+// The workers in use are the items the node's metrics count as being processed: a body starts its
+// item with NodeMetrics::start_within(limit), under the lock that counts it anyway, so an item that
+// finds a free worker costs the gate no lock or atomic write of its own (auto stays as cheap as
+// unlimited). Only parking locks. No parked packet is left behind: a body that parks looks for a
+// free worker after it parked, and a body that finishes an item looks for parked packets after
+// its metrics counted the worker free; the metrics lock orders the two, so one sees the other.
 class AutoGate {
  public:
-  AutoGate(int64_t limit, Clock::time_point start)
-      : limit_(limit), since_(start), limit_now_(limit) {}
+  AutoGate(NodeMetrics& metrics, int64_t limit, Clock::time_point start)
+      : metrics_(metrics), limit_(limit), since_(start) {}
 
-  // Parks `packet`; returns a packet this body may process now (taking a worker), or null.
+  // Returns `packet` when a worker may process it now (started in the node's metrics); otherwise
+  // parks it and returns a parked packet started in its place, or null.
   PacketPtr enter(PacketPtr packet) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    parked_.push_back(std::move(packet));
-    return take();
+    // With packets parked, a newcomer queues behind them: parked packets go first.
+    if (parked_count_.load() == 0 && metrics_.start_within(limit())) return packet;
+    {
+      std::lock_guard<std::mutex> lock(parked_mutex_);
+      parked_.push_back(std::move(packet));
+      parked_count_.fetch_add(1);
+    }
+    return take_parked();
   }
-  // Gives back the worker; returns the next packet to process with it, or null.
-  PacketPtr leave() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    --active_;
-    return take();
-  }
-  int64_t limit() const { return limit_now_.load(std::memory_order_relaxed); }
+  // For a body whose item the metrics have finished: the next parked packet, started, or null.
+  PacketPtr next() { return parked_count_.load() > 0 ? take_parked() : nullptr; }
+  int64_t limit() const { return limit_.load(std::memory_order_relaxed); }
   void set_limit(int64_t limit, Clock::time_point now) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    limit_seconds_ += double(limit_) * std::chrono::duration<double>(now - since_).count();
+    std::lock_guard<std::mutex> lock(limit_mutex_);
+    limit_seconds_ += double(limit_.load()) * std::chrono::duration<double>(now - since_).count();
     since_ = now;
-    limit_ = limit;
-    limit_now_.store(limit, std::memory_order_relaxed);
+    limit_.store(limit);
   }
   // The limit integrated over time: worker-seconds the node was allowed.
   double limit_seconds(Clock::time_point now) const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return limit_seconds_ + double(limit_) * std::chrono::duration<double>(now - since_).count();
+    std::lock_guard<std::mutex> lock(limit_mutex_);
+    return limit_seconds_ +
+           double(limit_.load()) * std::chrono::duration<double>(now - since_).count();
   }
 
  private:
-  PacketPtr take() {
-    if (active_ >= limit_ || parked_.empty()) return nullptr;
-    ++active_;
+  // The first parked packet, started, or null when none is parked or no worker is free (a body
+  // processing an item takes it when it finishes).
+  PacketPtr take_parked() {
+    std::lock_guard<std::mutex> lock(parked_mutex_);
+    if (parked_.empty() || !metrics_.start_within(limit())) return nullptr;
     PacketPtr next = std::move(parked_.front());
     parked_.pop_front();
+    parked_count_.fetch_sub(1);
     return next;
   }
-  mutable std::mutex mutex_;
+
+  NodeMetrics& metrics_;
+  std::atomic<int64_t> limit_, parked_count_{0};
+  std::mutex parked_mutex_;
   std::deque<PacketPtr> parked_;
-  int64_t active_ = 0, limit_;
+  mutable std::mutex limit_mutex_;  // guards the integral below
   double limit_seconds_ = 0;
   Clock::time_point since_;
-  std::atomic<int64_t> limit_now_;  // limit_, read without the lock
 };
 
 class Run {
@@ -182,8 +195,17 @@ class Run {
         series_(nodes_.size()) {
     log_ = options.log ? options.log : [](const std::string& line) { std::cerr << line << "\n"; };
     for (size_t i = 0; i < nodes_.size(); ++i) {
-      contexts_.push_back(
-          std::make_unique<Context>(nodes_[i].id, nodes_[i].type, pipeline.settings(), log_));
+      // Without a trace, trace_span() stays a no-op; with one, the recorder exists before any
+      // stage is opened (execute()).
+      Context::TraceSink trace_sink;
+      if (options.trace) {
+        trace_sink = [this, i](const std::string& track, const std::string& name,
+                               Clock::time_point begin, Clock::duration duration) {
+          trace_->stage_slice(i, track, name, begin, duration);
+        };
+      }
+      contexts_.push_back(std::make_unique<Context>(nodes_[i].id, nodes_[i].type,
+                                                    pipeline.settings(), log_, trace_sink));
       if (nodes_[i].inputs.size() > 1) joins_.emplace(i, std::make_unique<Join>(nodes_[i].inputs));
       for (size_t k = 0; k < terminal_out_.size(); ++k) terminal_out_[k].store(0);
     }
@@ -282,7 +304,8 @@ class Run {
     return true;
   }
 
-  // Runs one node's stage over a packet; returns what it emitted (a packet, possibly empty).
+  // Runs one node's stage over a packet whose item the node's metrics have started (start(), or
+  // an auto node's gate); returns what it emitted (a packet, possibly empty).
   PacketPtr process_packet(size_t index, const PacketPtr& input) {
     ValidatedNode& node = nodes_[index];
     NodeMetrics& metrics = metrics_[index];
@@ -290,7 +313,6 @@ class Run {
     output->seq = input->seq;
     output->from = index;
     output->credits = input->credits;
-    metrics.start();
     const auto began = Clock::now();
     const bool sole_owner = input.use_count() == 1;
     bool dropped = false;  // a sample failed and was skipped
@@ -470,7 +492,8 @@ class Run {
     for (size_t i = 1; i < nodes_.size(); ++i) count += nodes_[i].concurrency.is_auto();
     for (size_t i = 1; i < nodes_.size(); ++i) {
       if (!nodes_[i].concurrency.is_auto()) continue;
-      gates_[i] = std::make_unique<AutoGate>(initial_auto_limit(threads_, count), start_);
+      gates_[i] =
+          std::make_unique<AutoGate>(metrics_[i], initial_auto_limit(threads_, count), start_);
       auto_nodes_.push_back(i);
     }
   }
@@ -493,14 +516,17 @@ class Run {
         graph, concurrency,
         [this, i](const PacketPtr& in, StageNode::output_ports_type& ports) {
           AutoGate* gate = gates_[i].get();
-          // At the thread count the limit cannot bind: no gate. Bodies that parked packets when it
-          // was lower still take them all before they leave.
-          if (!gate || gate->limit() >= threads_) {
-            forward(i, process_packet(i, in), std::get<0>(ports));
-            return;
+          // At the thread count the limit cannot bind: the item starts without the gate. Every
+          // body still takes the packets parked while the limit was lower before it leaves.
+          PacketPtr next = in;
+          if (gate && gate->limit() < threads_) {
+            next = gate->enter(in);
+          } else {
+            metrics_[i].start();
           }
-          for (PacketPtr next = gate->enter(in); next; next = gate->leave()) {
+          while (next) {
             forward(i, process_packet(i, next), std::get<0>(ports));
+            next = gate ? gate->next() : nullptr;
           }
         },
         priority);
@@ -635,6 +661,7 @@ class Run {
         if (!in) continue;
       }
       metrics_[output].arrive();
+      metrics_[output].start();
       PacketPtr out = process_packet(output, in);
       if (error_) return false;
       if (!deliver_downstream(output, out)) return false;

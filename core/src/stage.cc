@@ -16,9 +16,12 @@ std::string Concurrency::to_string() const {
 }
 
 Context::Context(std::string node_id, std::string type, const Settings& settings,
-                 std::function<void(const std::string&)> log)
-    : node_id_(std::move(node_id)), type_(std::move(type)), settings_(settings),
-      log_(std::move(log)) {}
+                 std::function<void(const std::string&)> log, TraceSink trace)
+    : node_id_(std::move(node_id)),
+      type_(std::move(type)),
+      settings_(settings),
+      log_(std::move(log)),
+      trace_(std::move(trace)) {}
 
 Counter& Context::counter(const std::string& name) {
   std::lock_guard<std::mutex> lock(counters_mutex_);
@@ -39,6 +42,11 @@ std::vector<std::pair<std::string, int64_t>> Context::counters() const {
 
 void Context::log(const std::string& message) const {
   if (log_) log_("[" + node_id_ + "] " + message);
+}
+
+void Context::trace_span(const std::string& track, const std::string& name, Clock::time_point begin,
+                         Clock::duration duration) const {
+  if (trace_) trace_(track, name, begin, duration);
 }
 
 }  // namespace wam

@@ -52,8 +52,9 @@ fi
 
 # --help states the trace's bound.
 "$bin" run --help >"$work/help" 2>&1
-bound="Bounded on long runs: past 10000 slices per node and 2000 counter samples, every 2nd "
-bound+="(then 4th...) is kept, about 2 MB per node at most"
+bound="Bounded on long runs: past 10000 slices per node or per stage track (at most 4 a node) "
+bound+="and 2000 counter samples, every 2nd (then 4th...) is kept, about 2 MB per node and 1 MB "
+bound+="per stage track at most"
 if tr -s ' \n' ' ' <"$work/help" | grep -qF "$bound"; then
   ok "run --help states the trace's bound"
 else

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "testing/temp_dir.h"
 #include "testing/test_stages.h"
 
@@ -61,6 +63,38 @@ TEST(GraphView, AStepBottleneckGivesTheDataPathsHeadroom) {
   EXPECT_EQ(g.verdict,
             "the step (step: TrainStep) is the bottleneck: 98% busy; the data path has 3.1x "
             "headroom (its busiest node is 32% busy)");
+}
+
+// A compiled step's run: open() and the first batch take 9 s, the first step (graph capture) 3 s;
+// the step emits its first item in the 12th second, then is 90% busy.
+json long_first_step_stats() {
+  std::ifstream in(std::string(WAM_GOLDEN_DIR) + "/long_first_step_stats.json");
+  return json::parse(in);
+}
+
+TEST(GraphView, TheVerdictLeavesOutTheWarmUpBeforeTheStepsFirstOutput) {
+  GraphAnalysis g = analyse_stats(long_first_step_stats());
+  EXPECT_DOUBLE_EQ(g.warmup_s, 12.0);
+  ASSERT_EQ(g.bottleneck, 2u);
+  EXPECT_EQ(g.verdict,
+            "the step (step: TrainStep) is the bottleneck: 90% busy; the data path has 1.7x "
+            "headroom (its busiest node is 60% busy); warm-up left out: the first 12.0 s, until "
+            "step's first output");
+  // The 8 s after the warm-up: busy over the workers each bucket allowed, starved, items/s.
+  EXPECT_NEAR(g.nodes[1].utilisation, 9.6 / 16.0, 1e-12);
+  EXPECT_NEAR(g.nodes[2].utilisation, 7.2 / 8.0, 1e-12);
+  EXPECT_NEAR(g.nodes[2].starved, 0.8 / 8.0, 1e-12);
+  EXPECT_NEAR(g.nodes[2].items_per_s, 16.0 / 8.0, 1e-12);
+  EXPECT_NEAR(g.nodes[1].queue_mean, 0.5, 1e-12);
+
+  // Over the whole run the wait for the first batch and the capture would name decode instead.
+  json totals_only = long_first_step_stats();
+  totals_only.erase("series");
+  GraphAnalysis whole = analyse_stats(totals_only);
+  EXPECT_EQ(whole.warmup_s, 0.0);
+  EXPECT_EQ(whole.verdict,
+            "decode (VideoDecode) is the bottleneck: 54% busy at concurrency auto, 2 at the end; "
+            "step waits on input 49% of the time");
 }
 
 TEST(GraphView, StatsLayOverThePipelinesShapeAndRejectOtherJson) {

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 namespace wam {
 namespace {
 
@@ -52,6 +54,27 @@ TEST(Report, OnePageWithVerdictGraphChartsAndTable) {
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("src="), std::string::npos);
   EXPECT_EQ(html.find("href="), std::string::npos);
+}
+
+TEST(Report, SaysThatTheVerdictLeavesOutTheWarmUpAndHowLongItWas) {
+  std::ifstream in(std::string(WAM_GOLDEN_DIR) + "/long_first_step_stats.json");
+  const std::string html = html_report(json::parse(in), "<svg id=\"g\"/>");
+  EXPECT_NE(html.find("<p class=\"verdict\" id=\"verdict\">the step (step: TrainStep) is the "
+                      "bottleneck: 90% busy; the data path has 1.7x headroom (its busiest node is "
+                      "60% busy); warm-up left out: the first 12.0 s, until step's first "
+                      "output</p>\n<p class=\"warmup\" id=\"warmup\">The verdict and the graph "
+                      "leave out the warm-up: the first 12.0 s, until the step's first output "
+                      "(its first input's way through the data path, graph capture). The "
+                      "charts and the summary table cover the whole run.</p>"),
+            std::string::npos)
+      << html;
+  // The table keeps the whole run's figures, and marks the bottleneck the verdict names.
+  EXPECT_NE(html.find("<tr "
+                      "class=\"bottleneck\"><td>step</td><td>TrainStep</td><td>serial</td><td>26</"
+                      "td><td>17</td>"
+                      "<td>0.8</td><td>51</td><td>49</td>"),
+            std::string::npos)
+      << html;
 }
 
 TEST(Report, WithoutGraphvizTheGraphIsShownAsDot) {

@@ -58,6 +58,10 @@ TEST_P(RunView, SeriesSumToTheTotalsAndCarryEveryStepsLoss) {
     EXPECT_NEAR(std::accumulate(node.busy_s.begin(), node.busy_s.end(), 0.0),
                 r.stats.nodes[i].busy_s, 1e-9)
         << r.stats.nodes[i].id;
+    ASSERT_EQ(node.starved_s.size(), series.t.size());
+    EXPECT_NEAR(std::accumulate(node.starved_s.begin(), node.starved_s.end(), 0.0),
+                r.stats.nodes[i].starved_s, 1e-9)
+        << r.stats.nodes[i].id;
   }
   // One loss per step, in step order: 1 / (1 + the batch's first value).
   ASSERT_EQ(series.loss.size(), 13u);
@@ -144,6 +148,86 @@ TEST_P(RunView, TraceStaysWithinItsBoundOnALongRunAndStillCoversIt) {
   int64_t counter_events = 0;
   for (const auto& e : r.trace["traceEvents"]) counter_events += e["ph"] == "C";
   EXPECT_LE(counter_events, 8 * 3 * 3);
+}
+
+// The slices of stage track `track` under node `pid`, in the order of the trace.
+std::vector<json> stage_track_slices(const json& trace, int pid, const std::string& track) {
+  int64_t tid = -1;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "M" && e["pid"] == pid && e["name"] == "thread_name" &&
+        e["args"]["name"] == track) {
+      tid = e["tid"];
+    }
+  }
+  std::vector<json> slices;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X" && e["pid"] == pid && e["tid"] == tid) slices.push_back(e);
+  }
+  return slices;
+}
+
+TEST_P(RunView, AStagesOwnSlicesGoOnItsNamedTrackUnderItsNode) {
+  const char* pipeline = R"({"version": 1, "name": "spans", "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 30}},
+    {"id": "delay", "type": "Delay", "inputs": ["source"], "params": {"max_us": 200}},
+    {"id": "step", "type": "TraceSpans", "inputs": ["delay"]}]})";
+  RunOptions options;
+  options.trace = TraceOptions{};
+  RunResult r = run_text(pipeline, {threads()}, options);
+  ASSERT_FALSE(r.error) << r.error->what();
+  const std::vector<json> slices = stage_track_slices(r.trace, 3, "device");
+  ASSERT_EQ(slices.size(), 30u) << r.trace.dump();
+  for (size_t k = 0; k < slices.size(); ++k) {
+    EXPECT_EQ(slices[k]["name"], "step " + std::to_string(k + 1));
+    EXPECT_EQ(slices[k]["dur"], 1000 * int64_t(k + 1));
+    EXPECT_GE(slices[k]["ts"].get<int64_t>(), 0);
+  }
+  // Apart from the node's worker tracks, whose slices are the process() calls.
+  int64_t worker_slices = 0;
+  for (const auto& e : r.trace["traceEvents"]) {
+    if (e["ph"] == "X" && e["pid"] == 3 && e["tid"] != slices[0]["tid"]) {
+      EXPECT_TRUE(e["args"].contains("seq")) << e.dump();
+      ++worker_slices;
+    }
+  }
+  EXPECT_EQ(worker_slices, 30);
+  EXPECT_EQ(r.trace["otherData"]["stage_slices_seen"], json::parse(R"({"step": {"device": 30}})"));
+  EXPECT_EQ(json::parse(r.trace.dump()), r.trace);
+
+  // Without a trace the calls do nothing, and the run is the same.
+  RunResult untraced = run_text(pipeline, {threads()});
+  ASSERT_FALSE(untraced.error) << untraced.error->what();
+  EXPECT_TRUE(untraced.trace.is_null());
+  EXPECT_EQ(untraced.stats.nodes[2].out, 30);
+}
+
+TEST_P(RunView, AStagesOwnTrackIsThinnedLikeTheNodesSlices) {
+  RunOptions options;
+  options.trace = TraceOptions{64, 8};
+  RunResult r = run_text(R"({"version": 1, "name": "long spans", "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 5000}},
+    {"id": "step", "type": "TraceSpans", "inputs": ["source"], "params": {"track": "gpu"}}]})",
+                         {threads()}, options);
+  ASSERT_FALSE(r.error) << r.error->what();
+  EXPECT_LE(r.trace.dump().size(), TraceRecorder::size_bound(2, *options.trace));
+  const std::vector<json> slices = stage_track_slices(r.trace, 2, "gpu");
+  EXPECT_LT(slices.size(), 64u);
+  EXPECT_GE(slices.size(), 32u);
+  // Every 2^k-th kept, from the first: "step 1", "step 1 + 2^k"... spanning the run.
+  std::vector<int64_t> steps;
+  for (const auto& s : slices) {
+    const std::string name = s["name"];
+    ASSERT_EQ(name.rfind("step ", 0), 0u) << name;
+    const int64_t n = std::stoll(name.substr(5));
+    EXPECT_EQ(s["dur"], 1000 * n);
+    steps.push_back(n);
+  }
+  ASSERT_GE(steps.size(), 2u);
+  const int64_t gap = steps[1] - steps[0];
+  EXPECT_EQ(steps[0], 1);
+  for (size_t k = 1; k < steps.size(); ++k) EXPECT_EQ(steps[k] - steps[k - 1], gap);
+  EXPECT_GT(steps.back(), 5000 - 2 * gap);
+  EXPECT_EQ(r.trace["otherData"]["stage_slices_seen"]["step"]["gpu"], 5000);
 }
 
 INSTANTIATE_TEST_SUITE_P(SerialAndParallel, RunView, ::testing::Values(1, 4),

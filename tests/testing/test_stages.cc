@@ -334,6 +334,38 @@ class LossStage final : public Stage {
   Params p_;
 };
 
+struct TraceSpansParams {
+  std::string track = "device";
+  template <class V>
+  void visit(V& v) {
+    v("track", track, "Track the slices go on.", NonEmpty{});
+  }
+};
+
+// Puts a slice on its own trace track per item, as TrainStep does with a step's CUDA-event time:
+// the n-th item's slice is named "step n" and lasts n ms from when process() is called.
+class TraceSpansStage final : public Stage {
+ public:
+  static constexpr std::string_view kType = "TraceSpans";
+  static constexpr std::string_view kSummary =
+      "Test stage: a serial step putting an n ms slice \"step n\" on its own trace track.";
+  using Params = TraceSpansParams;
+  explicit TraceSpansStage(Params p) : p_(std::move(p)) {}
+  void declare(Contract& c) const override { c.order_sensitive(); }
+  void open(Context& context) override { context_ = &context; }
+  void process(Sample s, Emitter& out) override {
+    const int64_t n = ++items_;
+    const auto duration = std::chrono::milliseconds(n);
+    context_->trace_span(p_.track, "step " + std::to_string(n), Clock::now(), duration);
+    out.emit(std::move(s));
+  }
+
+ private:
+  Params p_;
+  const Context* context_ = nullptr;
+  int64_t items_ = 0;
+};
+
 }  // namespace
 
 void add_test_stages(StageRegistry& r) {
@@ -347,6 +379,7 @@ void add_test_stages(StageRegistry& r) {
   r.add<ProbeStage>();
   r.add<InFlightExitStage>();
   r.add<LossStage>();
+  r.add<TraceSpansStage>();
 }
 
 const StageRegistry& test_registry() {

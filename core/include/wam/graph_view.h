@@ -30,6 +30,10 @@ struct GraphAnalysis {
   double wall_s = 0;
   int64_t threads = 0;
   std::vector<GraphNode> nodes;
+  // The run's first seconds that the nodes' figures leave out: up to the end of the stats bucket
+  // in which the step emitted its first item (the first step's graph capture, the first batch's
+  // way through the data path). 0: the figures cover the whole run.
+  double warmup_s = 0;
   std::optional<size_t> bottleneck;  // the busiest node (highest utilisation), when measured
   std::string verdict;               // one sentence, e.g. "decode (VideoDecode) is the bottleneck:
                                      // 97% busy at concurrency 4; step waits on input 35% ..."
@@ -38,7 +42,8 @@ struct GraphAnalysis {
 // The pipeline's shape, without figures.
 GraphAnalysis graph_of(const ValidatedPipeline& pipeline);
 // The figures of a stats JSON (RunStats::to_json) laid over `shape` (nodes matched by id), or,
-// with no shape, the graph the stats describe. Throws wam::Error on stats that are not a run's.
+// with no shape, the graph the stats describe; those of the run after its warm-up when the stats'
+// series tell when that ended (see warmup_s). Throws wam::Error on stats that are not a run's.
 GraphAnalysis analyse_stats(const nlohmann::json& stats,
                             const std::optional<GraphAnalysis>& shape = std::nullopt);
 

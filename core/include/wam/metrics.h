@@ -12,9 +12,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace wam {
+#include "wam/clock.h"
 
-using Clock = std::chrono::steady_clock;
+namespace wam {
 
 class NodeMetrics {
  public:
@@ -24,6 +24,9 @@ class NodeMetrics {
   void arrive();
   // A worker starts/finishes an item; between them the node is busy.
   void start();
+  // start() when fewer than `limit` items are being processed; else nothing. The admission of an
+  // auto node's workers, under the lock that counts the items anyway.
+  bool start_within(int64_t limit);
   void finish(Clock::duration busy);
   void add_in(int64_t n) { in_.fetch_add(n, std::memory_order_relaxed); }
   void add_out(int64_t n) { out_.fetch_add(n, std::memory_order_relaxed); }
@@ -91,6 +94,7 @@ struct RunSnapshot {
 struct NodeSeries {
   std::vector<int64_t> items;        // items the node emitted in the bucket
   std::vector<double> busy_s;        // busy time of its items finished in the bucket
+  std::vector<double> starved_s;     // time it had nothing to do in the bucket
   std::vector<double> queue;         // mean queue depth over the bucket
   std::vector<int64_t> concurrency;  // workers it could use at the end of the bucket
 };
@@ -126,7 +130,7 @@ class SeriesRecorder {
   size_t max_buckets_, max_loss_points_;
   double bucket_end_;
   std::vector<int64_t> last_out_;
-  std::vector<double> last_busy_, queue_sum_;
+  std::vector<double> last_busy_, last_starved_, queue_sum_;
   int64_t queue_samples_ = 0;
   std::mutex loss_mutex_;
   int64_t losses_seen_ = 0, loss_stride_ = 1;

@@ -3,9 +3,11 @@
 //
 // Each node is a process track ("source: EpisodeSampler") with one thread track per worker that
 // ran it, holding its work slices (on a terminal node, named "step N"), and counter tracks for its
-// queue depth, items in flight and items/s. Bounded on long runs: a node keeps at most
-// max_slices_per_node slices and the run at most max_counter_points counter samples; past that,
-// every 2nd, then 4th... is kept, so the slices still cover the whole run evenly.
+// queue depth, items in flight and items/s. A stage may add slices of its own on named tracks
+// under its node (Context::trace_span), e.g. the training step's CUDA-event time on "device".
+// Bounded on long runs: a node keeps at most max_slices_per_node slices, each of its at most
+// kMaxStageTracks stage tracks as many, and the run at most max_counter_points counter samples;
+// past that, every 2nd, then 4th... is kept, so the slices still cover the whole run evenly.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +31,11 @@ class TraceRecorder {
  public:
   // Upper bound of one event's JSON text, used for the documented size bound.
   static constexpr size_t kMaxEventBytes = 256;
+  // Stage tracks per node; slices on further track names are dropped (and counted).
+  static constexpr size_t kMaxStageTracks = 4;
+  // Stage track and slice names are cut to this many bytes, so that an event stays within
+  // kMaxEventBytes.
+  static constexpr size_t kMaxNameBytes = 48;
 
   TraceRecorder(std::vector<std::string> node_ids, std::vector<std::string> node_types,
                 Clock::time_point start, TraceOptions options = {});
@@ -37,6 +44,10 @@ class TraceRecorder {
   // "step N" (a terminal node's items); otherwise it is named after the node's type.
   void slice(size_t node, Clock::time_point begin, Clock::time_point end, uint64_t seq,
              int64_t step = 0);
+  // A slice a stage put on its own track `track` under node `node` (thread-safe). Names are cut to
+  // kMaxNameBytes, and bytes outside printable ASCII become '?'.
+  void stage_slice(size_t node, const std::string& track, const std::string& name,
+                   Clock::time_point begin, Clock::duration duration);
   // Counter samples from a snapshot: queue depth, in flight, items/s since the previous one.
   void counters(const RunSnapshot& now);
 
@@ -53,10 +64,21 @@ class TraceRecorder {
     uint64_t seq;
     int64_t step;
   };
+  struct NamedSlice {
+    int64_t begin_us, dur_us;
+    std::string name;
+  };
+  struct StageTrack {
+    std::string name;
+    std::vector<NamedSlice> slices;
+    uint64_t seen = 0, stride = 1;
+  };
   struct NodeTrack {
     mutable std::mutex mutex;
     std::vector<Slice> slices;
     uint64_t seen = 0, stride = 1;
+    std::vector<StageTrack> stage_tracks;  // at most kMaxStageTracks
+    uint64_t stage_slices_dropped = 0;     // on track names past kMaxStageTracks
   };
   struct CounterPoint {
     double t_us;
