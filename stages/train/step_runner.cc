@@ -123,12 +123,27 @@ StepRunner::StepRunner(models::WorldActionModel model, AdamW& optimizer, at::Dev
 
 StepRunner::~StepRunner() = default;
 
+#if WAM_WITH_CUDA
+struct StepRunner::StepEvents {
+  at::cuda::CUDAEvent begin{cudaEventDefault}, end{cudaEventDefault};  // timing enabled
+};
+#endif
+
 Losses StepRunner::step(const models::TrainBatch& batch, double lr, at::Generator& noise_gen) {
   optimizer_.set_lr(lr);
 #if WAM_WITH_CUDA
-  if (compiled_) return graph_step(batch, noise_gen);
+  if (device_.is_cuda()) {
+    if (!events_) events_ = std::make_unique<StepEvents>();
+    events_->begin.record();
+    const models::LossTerms terms =
+        compiled_ ? graph_step(batch, noise_gen) : eager_step(batch, noise_gen);
+    events_->end.record();
+    const Losses losses = read_losses(terms);
+    last_device_ms_ = events_->begin.elapsed_time(events_->end);
+    return losses;
+  }
 #endif
-  return eager_step(batch, noise_gen);
+  return read_losses(eager_step(batch, noise_gen));
 }
 
 models::LossTerms StepRunner::forward_backward(const models::TrainBatch& batch,
@@ -151,12 +166,13 @@ void StepRunner::update() {
   optimizer_.step();
 }
 
-Losses StepRunner::eager_step(const models::TrainBatch& batch, at::Generator& noise_gen) {
+models::LossTerms StepRunner::eager_step(const models::TrainBatch& batch,
+                                         at::Generator& noise_gen) {
   reset_grads(optimizer_.params());
   const models::FlowNoise noise = models::sample_flow_noise(batch, model_->config(), noise_gen);
   const models::LossTerms loss = forward_backward(batch, noise);
   update();
-  return read_losses(loss);
+  return loss;
 }
 
 #if WAM_WITH_CUDA
@@ -332,7 +348,8 @@ void StepRunner::capture(const models::TrainBatch& batch) {
   captured.block(main);
 }
 
-Losses StepRunner::graph_step(const models::TrainBatch& batch, at::Generator& noise_gen) {
+models::LossTerms StepRunner::graph_step(const models::TrainBatch& batch,
+                                         at::Generator& noise_gen) {
   if (!graph_) capture(batch);
   copy_batch(graph_->inputs, batch);
   copy_noise(graph_->noise, models::sample_flow_noise(graph_->inputs, model_->config(), noise_gen));
@@ -341,7 +358,7 @@ Losses StepRunner::graph_step(const models::TrainBatch& batch, at::Generator& no
     sync_->reduce_deferred();
     graph_->update_graph->replay();
   }
-  return read_losses(graph_->outputs);
+  return graph_->outputs;
 }
 #endif
 

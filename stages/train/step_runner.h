@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <torch/torch.h>
@@ -71,6 +72,10 @@ class StepRunner {
 
   // One step: lr into the optimizer, noise from `noise_gen`, forward, backward, clip, update.
   Losses step(const models::TrainBatch& batch, double lr, at::Generator& noise_gen);
+  // On CUDA: the last step's time on the device, between CUDA events recorded before its input
+  // copies and after its update (the first compiled step includes warm-up and capture). Read
+  // after the step's losses, so it costs no extra synchronisation. None on the CPU.
+  std::optional<double> last_device_ms() const { return last_device_ms_; }
 
   bool compiled() const { return compiled_; }
   // After the first compiled step: how the memory budget was spent ("" when there was none).
@@ -82,16 +87,19 @@ class StepRunner {
   models::LossTerms forward_backward(const models::TrainBatch& batch,
                                      const models::FlowNoise& noise);
   void update();
-  Losses eager_step(const models::TrainBatch& batch, at::Generator& noise_gen);
+  models::LossTerms eager_step(const models::TrainBatch& batch, at::Generator& noise_gen);
 #if WAM_WITH_CUDA
-  Losses graph_step(const models::TrainBatch& batch, at::Generator& noise_gen);
+  models::LossTerms graph_step(const models::TrainBatch& batch, at::Generator& noise_gen);
   void capture(const models::TrainBatch& batch);
   void warm_up_step(const models::TrainBatch& inputs, const models::FlowNoise& noise,
                     bool with_sync);
   void plan_recomputation(const models::TrainBatch& inputs, const models::FlowNoise& noise);
   struct Graph;
   std::unique_ptr<Graph> graph_;
+  struct StepEvents;
+  std::unique_ptr<StepEvents> events_;
 #endif
+  std::optional<double> last_device_ms_;
 
   models::WorldActionModel model_;
   AdamW& optimizer_;

@@ -288,7 +288,14 @@ class TrainStepStage final : public Stage, public TrainingStep {
     const int64_t step = step_ + 1;
     const double lr = schedule_.at(step);
     if (step > 1) dist::test_exit_point("train_step");
+    const Clock::time_point issued = Clock::now();
     train::Losses loss = runner_->step(batch, lr, noise_gen_);
+    if (const std::optional<double> device_ms = runner_->last_device_ms()) {
+      // Placed at the step's issue time: the previous step's loss read left the device idle.
+      context_->trace_span("device", "step " + std::to_string(step), issued,
+                           std::chrono::duration_cast<Clock::duration>(
+                               std::chrono::duration<double, std::milli>(*device_ms)));
+    }
     int64_t rows = batch.action.size(0);
     if (world_->distributed()) reduce_for_log(loss, rows);
     step_ = step;

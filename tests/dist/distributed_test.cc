@@ -324,6 +324,7 @@ TEST(DataParallel, SameBatchOnEveryRankTrainsExactlyAsThePlainStep) {
       }
       losses.push_back(runner.step(batch, 1e-3, gen).total);
     }
+    EXPECT_EQ(runner.last_device_ms().has_value(), device.is_cuda());
     std::vector<at::Tensor> params;
     for (const at::Tensor& p : model->parameters()) params.push_back(p.detach().cpu());
     return std::make_pair(losses, params);

@@ -322,6 +322,8 @@ TEST(TrainStepCudaTest, CompiledMatchesEagerAfterFiveSteps) {
       runner.step(batch, 1e-3, gen);
     }
     EXPECT_EQ(adamw.step_count(), 5);
+    ASSERT_TRUE(runner.last_device_ms().has_value());  // CUDA events around every step
+    EXPECT_GT(*runner.last_device_ms(), 0.0);
     if (budget > 0) {
       EXPECT_NE(runner.recompute_note().find("recomputing 0 of "), std::string::npos)
           << runner.recompute_note();
