@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks, measured side by side in one run on this machine; paste the output into
 # docs/BENCHMARKS.md with this command line.
-#   scripts/bench.sh [runner] [data]
+#   scripts/bench.sh [runner] [data] [auto]
 # runner: the runner's own overhead (5 trivial stages, Google Benchmark).
 # data:   data-path samples/s, sparse vs full decode, on one synthetic RoboTwin dataset (GOP 2, AV1),
 #         with all cores and with one thread (samples/s per core).
@@ -14,6 +14,10 @@
 #         dataset: a table of samples/s, pipeline efficiency and speed-up over baseline, and its
 #         plot, docs/ladder_TASK.svg (scripts/ladder_plot.py; $WAM_LADDER_PLOT_DIR moves it).
 # cache:  latent cache reads, 1 and 2 threads, against a plain pread of the same bytes.
+# auto:   data-path samples/s (--stop-after augment) with the parallel stages' default,
+#         `concurrency: "auto"`, against them fixed at "unlimited" (what they declare), on the
+#         same dataset as `data`, all cores; the settings alternate run by run, $WAM_BENCH_ROUNDS
+#         rounds (default 3), and each row is the median.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${WAM_SKIP_SETUP:-}" ]; then
@@ -69,6 +73,48 @@ PY
           rm -f "$stats"
         done
       done
+      ;;
+    auto)
+      root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gop2
+      if [ ! -f "$root/meta/info.json" ]; then
+        "$bin" dataset synth --preset robotwin --episodes 4 --frames-per-episode 96 --gop 2 \
+          --codec av1 --out "$root" >/dev/null 2>&1
+      fi
+      samples=${WAM_BENCH_SAMPLES:-96}
+      rates=$(mktemp)
+      for round in $(seq "${WAM_BENCH_ROUNDS:-3}"); do
+        for pipeline in robotwin_data_online robotwin_data_baseline; do
+          for concurrency in auto unlimited; do
+            stats=$(mktemp)
+            ROBOTWIN_DATA_ROOT=$root "$bin" run "pipelines/$pipeline.json" --stop-after augment \
+              --report-every 0 --quiet --stats-out "$stats" --set settings.seed=7 \
+              --set "nodes.sampler.params.max_samples=$samples" \
+              --set "nodes.decode.concurrency=$concurrency" \
+              --set "nodes.augment.concurrency=$concurrency" >/dev/null 2>&1
+            python3 - "$stats" "$pipeline" "$concurrency" >>"$rates" <<'PY'
+import json, sys
+stats = json.load(open(sys.argv[1]))
+nodes = {n["id"]: n for n in stats["nodes"]}
+workers = " ".join(f'{i}={nodes[i]["concurrency_mean"]:.2f}' for i in ("decode", "augment"))
+print(sys.argv[2], sys.argv[3], stats["threads"], nodes["augment"]["out"] / stats["wall_s"], workers)
+PY
+            rm -f "$stats"
+          done
+        done
+      done
+      python3 - "$rates" <<'PY'
+import statistics, sys
+runs = {}
+for line in open(sys.argv[1]):
+    pipeline, concurrency, threads, rate, *workers = line.split()
+    runs.setdefault((pipeline, concurrency, threads), []).append((float(rate), " ".join(workers)))
+print(f'{"pipeline":<24} {"concurrency":<11} {"threads":>7} {"samples/s":>9}  runs; mean workers (last run)')
+for (pipeline, concurrency, threads), values in runs.items():
+    rates = [r for r, _ in values]
+    print(f'{pipeline:<24} {concurrency:<11} {threads:>7} {statistics.median(rates):9.2f}  '
+          f'{" ".join(f"{r:.2f}" for r in rates)}; {values[-1][1]}')
+PY
+      rm -f "$rates"
       ;;
     gpu)
       root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gpu

@@ -119,8 +119,12 @@ class Join {
 };
 
 // An auto node's worker limit, moved during the run. Its TBB node may run up to the thread count
-// of bodies; a body over the limit parks its packet here and returns, and a body that finishes an
-// item takes the next parked one while the node is under its limit.
+// of bodies; a body over the limit parks its packet here and returns. A body processes one item:
+// its own or, when it finds a free worker, a parked one; while packets are parked it puts a wake
+// (a null packet) to its node, so that a parked packet becomes a TBB task of its own. A body
+// never loops over parked packets: the task its item spawns downstream runs before the wake (TBB
+// runs a thread's newest task first), so a gated node does not keep both threads from the next
+// stage, and a raised limit is taken up without waiting for new arrivals.
 //
 // The workers in use are the items the node's metrics count as being processed: a body starts its
 // item with NodeMetrics::start_within(limit), under the lock that counts it anyway, so an item that
@@ -145,8 +149,7 @@ class AutoGate {
     }
     return take_parked();
   }
-  // For a body whose item the metrics have finished: the next parked packet, started, or null.
-  PacketPtr next() { return parked_count_.load() > 0 ? take_parked() : nullptr; }
+  bool has_parked() const { return parked_count_.load() > 0; }
   int64_t limit() const { return limit_.load(std::memory_order_relaxed); }
   void set_limit(int64_t limit, Clock::time_point now) {
     std::lock_guard<std::mutex> lock(limit_mutex_);
@@ -161,9 +164,8 @@ class AutoGate {
            double(limit_.load()) * std::chrono::duration<double>(now - since_).count();
   }
 
- private:
   // The first parked packet, started, or null when none is parked or no worker is free (a body
-  // processing an item takes it when it finishes).
+  // processing an item wakes another when it finishes).
   PacketPtr take_parked() {
     std::lock_guard<std::mutex> lock(parked_mutex_);
     if (parked_.empty() || !metrics_.start_within(limit())) return nullptr;
@@ -173,6 +175,7 @@ class AutoGate {
     return next;
   }
 
+ private:
   NodeMetrics& metrics_;
   std::atomic<int64_t> limit_, parked_count_{0};
   std::mutex parked_mutex_;
@@ -514,20 +517,27 @@ class Run {
     const auto priority = parallel ? flow::no_priority : static_cast<flow::node_priority_t>(i);
     flow_nodes.stages[i] = std::make_unique<StageNode>(
         graph, concurrency,
-        [this, i](const PacketPtr& in, StageNode::output_ports_type& ports) {
+        [this, i, &flow_nodes](const PacketPtr& in, StageNode::output_ports_type& ports) {
           AutoGate* gate = gates_[i].get();
-          // At the thread count the limit cannot bind: the item starts without the gate. Every
-          // body still takes the packets parked while the limit was lower before it leaves.
-          PacketPtr next = in;
-          if (gate && gate->limit() < threads_) {
-            next = gate->enter(in);
+          PacketPtr item = in;
+          if (!in) {
+            item = gate->take_parked();  // a wake
+          } else if (gate && gate->limit() < threads_) {
+            item = gate->enter(in);
           } else {
-            metrics_[i].start();
+            metrics_[i].start();  // at the thread count the limit cannot bind
           }
-          while (next) {
-            forward(i, process_packet(i, next), std::get<0>(ports));
-            next = gate ? gate->next() : nullptr;
-          }
+          if (!item) return;
+          // Packets still parked: one more body for them, which takes one if a worker is free
+          // (after a raised limit) and else returns; and, once this item is done, the next,
+          // put before the item goes downstream, so that the downstream task runs first.
+          auto wake = [&] {
+            if (gate && gate->has_parked()) flow_nodes.stages[i]->try_put(PacketPtr());
+          };
+          if (item != in) wake();
+          PacketPtr output = process_packet(i, item);
+          wake();
+          forward(i, output, std::get<0>(ports));
         },
         priority);
     flow::receiver<PacketPtr>* first = flow_nodes.stages[i].get();

@@ -114,5 +114,34 @@ TEST(AutoConcurrency, RaisesASlowParallelNodeWithinTheBudgetAndMatchesSerial) {
   EXPECT_EQ(parallel.batches, serial.batches);
 }
 
+TEST(AutoConcurrency, ARaisedLimitIsUsedWithoutNewArrivals) {
+  // Every item is past `fast` and parked at `slow` (one worker: the even share of 2 threads) long
+  // before the tuner raises slow's limit to 2; nothing arrives after that, and the parked items
+  // must still be taken by 2 workers at once.
+  testing::TempDir dir;
+  ValidatedPipeline pipeline = load_pipeline(dir.write("p.json", R"({"version": 1, "name": "auto",
+    "settings": {"threads": 2, "max_in_flight": 200}, "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 200}},
+    {"id": "fast", "type": "Increment", "inputs": ["source"]},
+    {"id": "slow", "type": "Delay", "inputs": ["fast"], "params": {"max_us": 4000}}]})"),
+                                             {}, testing::test_registry());
+  RunOptions options;
+  options.log = [](const std::string&) {};
+  options.autotune_every_s = 0.02;
+  options.tick_every_s = 0.01;
+  int64_t slow_limit_max = 0, slow_active_max = 0, fast_out_at_raise = -1;
+  options.on_tick = [&](const RunSnapshot& s) {
+    if (s.nodes[2].concurrency == 2 && fast_out_at_raise < 0) fast_out_at_raise = s.nodes[1].out;
+    slow_limit_max = std::max(slow_limit_max, s.nodes[2].concurrency);
+    slow_active_max = std::max(slow_active_max, s.nodes[2].active);
+  };
+  RunResult r = run_pipeline(pipeline, options);
+  ASSERT_FALSE(r.error) << r.error->what();
+  EXPECT_EQ(r.stats.nodes[2].out, 200);
+  ASSERT_EQ(slow_limit_max, 2);
+  EXPECT_EQ(fast_out_at_raise, 200);  // the premise: no arrivals after the raise
+  EXPECT_EQ(slow_active_max, 2);
+}
+
 }  // namespace
 }  // namespace wam
