@@ -24,6 +24,9 @@
 // rank and step). The compiled data-parallel step captures its all-reduces in the CUDA graph
 // (NCCL), or with `collectives: outside_graph` runs them between two graphs.
 //
+// On CUDA each step's device time (CUDA events around it) goes on the run trace's "device" track
+// under this node (`run --trace-out`).
+//
 // Reads:  video_latents, memory_video_anchor_latents, memory_video_recent_latents,
 //         memory_video_recent_is_pad, context, context_mask, vlm_context, vlm_mask, action,
 //         action_is_pad, action_dim_is_pad, proprio (Tensor); epoch (when present, for the log).
