@@ -129,7 +129,9 @@ void exclude_warmup(const nlohmann::json& stats, GraphAnalysis& graph) {
       starved_s += (*starved)[k];
       queue_s += width * (*queue)[k];
     }
-    node.utilisation = allowed_s > 0 ? busy_s / allowed_s : 0.0;
+    // Busy time lands in the bucket where an item ends, so an item begun in the warm-up can add
+    // more than the window holds.
+    node.utilisation = allowed_s > 0 ? std::min(1.0, busy_s / allowed_s) : 0.0;
     node.starved = starved_s / window;
     node.items_per_s = out / window;
     node.queue_mean = queue_s / window;
