@@ -26,16 +26,30 @@ at::Tensor split_reference(
                  1);
 }
 
+// Leaf tensors to differentiate: x [B, N, D] and shift/scale rows [B, 2, D], seeded.
+struct ModulationInputs {
+  at::Tensor x, shift, scale;
+
+  explicit ModulationInputs(uint64_t seed) {
+    torch::manual_seed(seed);
+    x = torch::randn({kBatch, kGroups * kRun, kWidth});
+    shift = torch::randn({kBatch, 2, kWidth});
+    scale = torch::randn({kBatch, 2, kWidth});
+  }
+  // A copy with fresh gradients.
+  ModulationInputs leaves() const {
+    ModulationInputs copy = *this;
+    for (at::Tensor* t : {&copy.x, &copy.shift, &copy.scale}) *t = t->clone().requires_grad_(true);
+    return copy;
+  }
+};
+
 TEST(ModulationTest, ModulateGivesEachSegmentItsOwnRowWithGradients) {
-  torch::manual_seed(1);
-  const at::Tensor x0 = torch::randn({kBatch, kGroups * kRun, kWidth});
-  const at::Tensor shift0 = torch::randn({kBatch, 2, kWidth}),
-                   scale0 = torch::randn({kBatch, 2, kWidth});
-  at::Tensor x = x0.clone().requires_grad_(true), shift = shift0.clone().requires_grad_(true),
-             scale = scale0.clone().requires_grad_(true);
-  at::Tensor x_ref = x0.clone().requires_grad_(true),
-             shift_ref = shift0.clone().requires_grad_(true),
-             scale_ref = scale0.clone().requires_grad_(true);
+  const ModulationInputs given(1);
+  const at::Tensor &x0 = given.x, &shift0 = given.shift, &scale0 = given.scale;
+  const ModulationInputs ours = given.leaves(), ref = given.leaves();
+  const at::Tensor &x = ours.x, &shift = ours.shift, &scale = ours.scale;
+  const at::Tensor &x_ref = ref.x, &shift_ref = ref.shift, &scale_ref = ref.scale;
 
   const at::Tensor out = models::modulate(x, shift, scale, two_segments());
   const at::Tensor shift_scale = at::cat({shift_ref, scale_ref}, 2);
@@ -76,15 +90,9 @@ TEST(ModulationTest, GatedGivesEachSegmentItsOwnRow) {
 // The compiled step's forms against the eager ones they replace: modulate_as against modulate and
 // a cast, add_gated against an add of gated(); same values, same gradients.
 TEST(ModulationTest, ModulateAsEqualsModulateThenCastWithGradients) {
-  torch::manual_seed(4);
-  const at::Tensor x0 = torch::randn({kBatch, kGroups * kRun, kWidth});
-  const at::Tensor shift0 = torch::randn({kBatch, 2, kWidth}),
-                   scale0 = torch::randn({kBatch, 2, kWidth});
-  at::Tensor x = x0.clone().requires_grad_(true), shift = shift0.clone().requires_grad_(true),
-             scale = scale0.clone().requires_grad_(true);
-  at::Tensor x_ref = x0.clone().requires_grad_(true),
-             shift_ref = shift0.clone().requires_grad_(true),
-             scale_ref = scale0.clone().requires_grad_(true);
+  const ModulationInputs given(4), ours = given.leaves(), ref = given.leaves();
+  const at::Tensor &x = ours.x, &shift = ours.shift, &scale = ours.scale;
+  const at::Tensor &x_ref = ref.x, &shift_ref = ref.shift, &scale_ref = ref.scale;
 
   const at::Tensor out = models::modulate_as(x, shift, scale, two_segments(), at::kBFloat16);
   const at::Tensor expected =
