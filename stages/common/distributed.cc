@@ -161,8 +161,7 @@ void Pending::wait() {
       // captured in a CUDA graph); ProcessGroupNCCL's watchdog enforces the timeout.
       impl->work->wait();
     } else {
-      impl->work->wait(
-          std::chrono::duration_cast<std::chrono::milliseconds>(collective_timeout()));
+      impl->work->wait(std::chrono::duration_cast<std::chrono::milliseconds>(collective_timeout()));
     }
     for (size_t i = 0; i < impl->host_out.size(); ++i) impl->host_out[i].copy_(impl->tensors[i]);
   } catch (const std::exception& e) {

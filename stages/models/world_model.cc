@@ -111,8 +111,7 @@ at::Tensor modulated_norm(const at::Tensor& x, const at::Tensor& shift, const at
 // residual + update * gate; `fused` (the compiled step) in one kernel, as add_gated.
 at::Tensor gated_residual(const at::Tensor& residual, const at::Tensor& update,
                           const at::Tensor& gate, const TokenGroups& layout, bool fused) {
-  return fused ? add_gated(residual, update, gate, layout)
-               : residual + gated(update, gate, layout);
+  return fused ? add_gated(residual, update, gate, layout) : residual + gated(update, gate, layout);
 }
 
 // q, k, v [B, N, H, d]; allowed: bool, broadcastable to [B, H, Nq, Nk], true = may attend, or

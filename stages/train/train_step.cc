@@ -15,14 +15,15 @@
 // loss curve when fed the same batches. The source's position is not reachable from a stage: resume
 // the source separately.
 //
-// Under a launcher (common/distributed.h: WORLD_SIZE > 1, or 1 with MASTER_ADDR) the step is data-parallel, as DDP: rank
-// 0's initial (or resumed) weights are broadcast, gradients are averaged across ranks in buckets of
-// `bucket_mb` while backward runs (train/data_parallel.h), each rank draws its own noise (seed
-// mixed with the rank), the emitted losses are the ranks' mean and samples/s counts every rank's
-// batch. Only rank 0 logs [train] lines and writes training-state files; a file resumes on any
-// number of ranks (rank 0 continues the saved noise stream, other ranks start theirs from seed,
-// rank and step). The compiled data-parallel step captures its all-reduces in the CUDA graph
-// (NCCL), or with `collectives: outside_graph` runs them between two graphs.
+// Under a launcher (common/distributed.h: WORLD_SIZE > 1, or 1 with MASTER_ADDR) the step is
+// data-parallel, as DDP: rank 0's initial (or resumed) weights are broadcast, gradients are
+// averaged across ranks in buckets of `bucket_mb` while backward runs (train/data_parallel.h), each
+// rank draws its own noise (seed mixed with the rank), the emitted losses are the ranks' mean and
+// samples/s counts every rank's batch. Only rank 0 logs [train] lines and writes training-state
+// files; a file resumes on any number of ranks (rank 0 continues the saved noise stream, other
+// ranks start theirs from seed, rank and step). The compiled data-parallel step captures its
+// all-reduces in the CUDA graph (NCCL), or with `collectives: outside_graph` runs them between two
+// graphs.
 //
 // On CUDA each step's device time (CUDA events around it) goes on the run trace's "device" track
 // under this node (`run --trace-out`).

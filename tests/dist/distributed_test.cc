@@ -283,8 +283,8 @@ TEST(DataParallel, GradientsEqualSingleProcessGradientsOnTheConcatenatedBatch) {
 TEST(DataParallel, SameBatchOnEveryRankTrainsExactlyAsThePlainStep) {
   dist::World& world = dist::World::get();
   if (!world.distributed()) GTEST_SKIP() << "needs a launched group (tests/dist/two_ranks.sh)";
-  const at::Device device = torch::cuda::is_available() ? at::Device(at::kCUDA, world.rank())
-                                                        : at::Device(at::kCPU);
+  const at::Device device =
+      torch::cuda::is_available() ? at::Device(at::kCUDA, world.rank()) : at::Device(at::kCPU);
   models::MoTConfig config = tiny_config();
   struct Run {
     bool compiled;
@@ -308,8 +308,8 @@ TEST(DataParallel, SameBatchOnEveryRankTrainsExactlyAsThePlainStep) {
     EXPECT_EQ(runner.compiled(), run.compiled) << run.name;
     std::unique_ptr<train::GradientAverager> averager;
     if (data_parallel) {
-      averager = std::make_unique<train::GradientAverager>(model->named_parameters().pairs(),
-                                                           world, 64 << 10);
+      averager = std::make_unique<train::GradientAverager>(model->named_parameters().pairs(), world,
+                                                           64 << 10);
       runner.set_gradient_sync(averager.get());
     }
     at::Generator gen = train::make_noise_generator(device, 3);

@@ -115,8 +115,8 @@ TEST(ModulationTest, AddGatedEqualsAddOfGatedWithGradients) {
   const at::Tensor residual0 = torch::randn({kBatch, kGroups * kRun, kWidth});
   const at::Tensor x0 = torch::randn({kBatch, kGroups * kRun, kWidth}).to(at::kBFloat16);
   const at::Tensor gate0 = torch::randn({kBatch, 2, kWidth});
-  at::Tensor residual = residual0.clone().requires_grad_(true),
-             x = x0.clone().requires_grad_(true), gate = gate0.clone().requires_grad_(true);
+  at::Tensor residual = residual0.clone().requires_grad_(true), x = x0.clone().requires_grad_(true),
+             gate = gate0.clone().requires_grad_(true);
   at::Tensor residual_ref = residual0.clone().requires_grad_(true),
              x_ref = x0.clone().requires_grad_(true), gate_ref = gate0.clone().requires_grad_(true);
 
@@ -125,8 +125,8 @@ TEST(ModulationTest, AddGatedEqualsAddOfGatedWithGradients) {
   ASSERT_EQ(out.scalar_type(), at::kFloat);
   EXPECT_TRUE(at::allclose(out, expected, 1e-6, 1e-6));
   // Token 9 is the first of segment 1.
-  EXPECT_TRUE(at::allclose(out[1][9], residual0[1][9] + x0[1][9].to(at::kFloat) * gate0[1][1],
-                           1e-6, 1e-6));
+  EXPECT_TRUE(
+      at::allclose(out[1][9], residual0[1][9] + x0[1][9].to(at::kFloat) * gate0[1][1], 1e-6, 1e-6));
 
   const at::Tensor grad = torch::randn(out.sizes());
   out.backward(grad);
