@@ -5,18 +5,22 @@ set -uo pipefail
 bin=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])')
+free_port() {
+  /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])'
+}
 
 "$bin" >"$work/alone" 2>&1 || { echo "FAIL alone:"; cat "$work/alone"; exit 1; }
 echo "ok   one process: $(grep -E '^\[  (PASSED|SKIPPED) +\] [0-9]+ tests' "$work/alone" | paste -sd' ' -)"
 
 # A launcher's group of one (torchrun --nproc-per-node 1): collectives run over one rank.
-RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port WAM_DIST_TIMEOUT_S=120 \
+RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$(free_port) \
+  WAM_DIST_TIMEOUT_S=120 \
   timeout 300 "$bin" >"$work/group_of_one" 2>&1 ||
   { echo "FAIL group of one:"; cat "$work/group_of_one"; exit 1; }
 echo "ok   group of one: $(grep -E '^\[  (PASSED|SKIPPED) +\] [0-9]+ tests' "$work/group_of_one" | paste -sd' ' -)"
 
+port=$(free_port)
 pids=()
 for rank in 0 1; do
   RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
