@@ -138,13 +138,17 @@ void GradientAverager::mark_ready(size_t index) {
 void GradientAverager::launch_ready_buckets() {
   if (deferred_) return;
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].waiting == 0) {
-    Bucket& bucket = buckets_[next_launch_];
-    bucket.reduce = world_.all_reduce_sum_async(
-        {bucket.buffer}, "all_reduce of gradient bucket " + std::to_string(next_launch_) + "/" +
-                             std::to_string(buckets_.size()));
-    bucket.launched = true;
+    launch(next_launch_);
     ++next_launch_;
   }
+}
+
+void GradientAverager::launch(size_t index) {
+  Bucket& bucket = buckets_[index];
+  bucket.reduce = world_.all_reduce_sum_async(
+      {bucket.buffer}, "all_reduce of gradient bucket " + std::to_string(index) + "/" +
+                           std::to_string(buckets_.size()));
+  bucket.launched = true;
 }
 
 void GradientAverager::finish_backward() {
@@ -167,11 +171,7 @@ void GradientAverager::finish_backward() {
 void GradientAverager::reduce_deferred() {
   if (!deferred_) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  for (size_t i = 0; i < buckets_.size(); ++i) {
-    buckets_[i].reduce = world_.all_reduce_sum_async(
-        {buckets_[i].buffer}, "all_reduce of gradient bucket " + std::to_string(i) + "/" +
-                                  std::to_string(buckets_.size()));
-  }
+  for (size_t i = 0; i < buckets_.size(); ++i) launch(i);
   for (Bucket& bucket : buckets_) bucket.reduce.wait();
 }
 

@@ -79,6 +79,7 @@ class GradientAverager final : public GradientSync {
   void on_accumulated(size_t slot);
   void mark_ready(size_t slot);
   void launch_ready_buckets();
+  void launch(size_t bucket);  // its all-reduce, asynchronously
   void hook();
   void unhook();
 
