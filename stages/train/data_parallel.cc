@@ -145,9 +145,9 @@ void GradientAverager::launch_ready_buckets() {
 
 void GradientAverager::launch(size_t index) {
   Bucket& bucket = buckets_[index];
-  bucket.reduce = world_.all_reduce_sum_async(
-      {bucket.buffer}, "all_reduce of gradient bucket " + std::to_string(index) + "/" +
-                           std::to_string(buckets_.size()));
+  bucket.reduce = world_.all_reduce_sum_async({bucket.buffer}, "all_reduce of gradient bucket " +
+                                                                   std::to_string(index) + "/" +
+                                                                   std::to_string(buckets_.size()));
   bucket.launched = true;
 }
 
