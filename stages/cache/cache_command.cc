@@ -13,6 +13,7 @@
 #include "cli/command.h"
 #include "cli/validators.h"
 #include "wam/config.h"
+#include "wam/live_view.h"
 
 namespace wam::cli {
 namespace {
@@ -20,10 +21,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // "[=====>     ] 1234/5000 samples  45.2 samples/s  ETA 1m23s", redrawn in place on a terminal,
-// a line every 10 s otherwise.
+// a line every 10 s otherwise. The rate counts from the first update (a resumed build starts
+// there with the samples already written); before a second update there is none, nor an ETA.
 class ProgressBar {
  public:
-  ProgressBar() : tty_(isatty(STDERR_FILENO) != 0), start_(Clock::now()) {}
+  ProgressBar() : tty_(isatty(STDERR_FILENO) != 0) {}
 
   void update(int64_t done, int64_t total) {
     const Clock::time_point now = Clock::now();
@@ -33,20 +35,23 @@ class ProgressBar {
     if (!first_) first_ = std::make_pair(now, done);
     const double seconds = std::chrono::duration<double>(now - first_->first).count();
     const double rate = seconds > 0 ? static_cast<double>(done - first_->second) / seconds : 0.0;
-    const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0.0;
+    char speed[48] = "- samples/s  ETA -";
+    if (rate > 0) {
+      std::snprintf(speed, sizeof(speed), "%.1f samples/s  ETA %s", rate,
+                    LiveView::duration(static_cast<double>(total - done) / rate).c_str());
+    }
     constexpr int kWidth = 30;
     const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
     char line[160];
-    std::snprintf(line, sizeof(line), "[%s%s] %lld/%lld samples  %.1f samples/s  ETA %dm%02ds",
+    std::snprintf(line, sizeof(line), "[%s%s] %lld/%lld samples  %s",
                   std::string(filled, '=').c_str(), std::string(kWidth - filled, ' ').c_str(),
-                  static_cast<long long>(done), static_cast<long long>(total), rate,
-                  static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
+                  static_cast<long long>(done), static_cast<long long>(total), speed);
     std::cerr << (tty_ ? "\r" : "") << line << (tty_ && done < total ? "" : "\n") << std::flush;
   }
 
  private:
   bool tty_;
-  Clock::time_point start_, last_{};
+  Clock::time_point last_{};
   std::optional<std::pair<Clock::time_point, int64_t>> first_;
 };
 

@@ -109,6 +109,13 @@ cache_args=("${tiny[@]}" --set settings.batch_size=2 --set settings.device=cpu)
 expect_contains "cache generate publishes every field" 0 \
   "VLM cache published: artifact=vlm.current" \
   -- "$bin" cache generate pipelines/robotwin_cache.json "${cache_args[@]}" --shard-size 32
+# Progress (not a terminal: a line per update): no rate before a second update, then one; the end.
+if grep -qxF "[                              ] 2/80 samples  - samples/s  ETA -" "$work/out" &&
+  grep -qE '^\[=+\] 80/80 samples  [0-9]+\.[0-9] samples/s  ETA 0s$' "$work/out"; then
+  echo "ok   cache generate shows its progress"
+else
+  echo "FAIL cache generate shows its progress"; cat "$work/out"; failures=$((failures + 1))
+fi
 expect_contains "cache validate --full" 0 "Cache preflight passed: root=$work/latents mode=full" \
   -- "$bin" cache validate pipelines/robotwin_cache.json "${cache_args[@]}" --full
 expect_contains "cache info" 0 "  vae_latent.memory_recent" -- "$bin" cache info
