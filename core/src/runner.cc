@@ -819,8 +819,11 @@ class Run {
          << " (" << (now.out - last.out) / interval << "/s) busy%:";
     line.precision(0);
     for (size_t i = 0; i < nodes_.size(); ++i) {
+      // Busy time counts when an item finishes: cap an item longer than the interval at 100%,
+      // as the live view does.
       line << " " << nodes_[i].id << " "
-           << 100.0 * (now.busy[i] - last.busy[i]) / (interval * slots(i, threads_));
+           << std::min(100.0, 100.0 * (now.busy[i] - last.busy[i]) /
+                                  (interval * slots(i, threads_)));
     }
     return line.str();
   }

@@ -291,5 +291,31 @@ TEST(RunStats, JsonAndTableNameEveryNode) {
   EXPECT_NE(table.find("starved%"), std::string::npos);
 }
 
+// Busy time counts when an item ends: an item longer than the report interval must not show as
+// more than 100% busy in the progress line where it ends.
+TEST(RunProgress, BusyShareIsAtMostOneHundredPercent) {
+  TempDir dir;
+  // Delay's items 1-3 sleep 152, 170 and 304 ms, each longer than the 50 ms interval.
+  ValidatedPipeline pipeline = load_pipeline(dir.write("p.json", R"({"version": 1, "name": "slow",
+    "settings": {"threads": 1}, "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 4}},
+    {"id": "delay", "type": "Delay", "inputs": ["source"], "params": {"max_us": 400000}}]})"),
+                                             {}, testing::test_registry());
+  std::vector<std::string> lines;
+  RunOptions options;
+  options.report_every_s = 0.05;
+  options.log = [&](const std::string& line) { lines.push_back(line); };
+  RunResult result = run_pipeline(pipeline, options);
+  ASSERT_FALSE(result.error);
+  int progress_lines = 0;
+  for (const std::string& line : lines) {
+    const size_t at = line.find(" delay ");
+    if (line.find("busy%:") == std::string::npos || at == std::string::npos) continue;
+    ++progress_lines;
+    EXPECT_LE(std::stod(line.substr(at + 7)), 100.0) << line;
+  }
+  EXPECT_GT(progress_lines, 0);
+}
+
 }  // namespace
 }  // namespace wam
