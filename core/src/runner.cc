@@ -822,8 +822,8 @@ class Run {
       // Busy time counts when an item finishes: cap an item longer than the interval at 100%,
       // as the live view does.
       line << " " << nodes_[i].id << " "
-           << std::min(100.0, 100.0 * (now.busy[i] - last.busy[i]) /
-                                  (interval * slots(i, threads_)));
+           << std::min(100.0,
+                       100.0 * (now.busy[i] - last.busy[i]) / (interval * slots(i, threads_)));
     }
     return line.str();
   }
