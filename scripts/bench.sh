@@ -154,7 +154,7 @@ PY
         root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/${task}_ladder
         export "${upper}_DATA_ROOT=$root"
         # 8 episodes in all, spread over the data config's dataset directories (LIBERO has 4).
-        dirs=$(python3 -c "import json, os; print(' '.join(os.path.expandvars(d) for d in json.load(open('configs/data/${task}.json'))['dataset_dirs']))")
+        dirs=$(python3 -c "import json, os; print(' '.join(os.path.expandvars(d) for d in json.load(open('configs/data/${task}.json'))['sampler']['dataset_dirs']))")
         for dir in $dirs; do
           [ -f "$dir/meta/info.json" ] && continue
           "$bin" dataset synth --preset "$task" --episodes $((8 / $(echo $dirs | wc -w))) \

@@ -1,7 +1,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
@@ -301,37 +303,36 @@ TEST(AugmentTest, CameraJitterAndSensorNoiseTouchOnlySelectedCameras) {
   }
 }
 
-// The data configs' augment objects are Augment params (unknown keys would be rejected) and run.
-TEST(AugmentTest, DataConfigAugmentObjectsAreValidParams) {
-  struct Case {
-    const char* file;
-    int64_t cameras;
-    bool deterministic;
-  };
-  for (const Case& c :
-       {Case{"libero.json", 2, false}, Case{"libero_deterministic.json", 2, true},
-        Case{"robotwin.json", 3, false}, Case{"robotwin_deterministic.json", 3, true}}) {
-    SCOPED_TRACE(c.file);
-    std::ifstream file(std::string(WAM_SOURCE_DIR) + "/configs/data/" + c.file);
-    ASSERT_TRUE(file.good());
-    const auto config = nlohmann::json::parse(file);
-    const auto& augment = config.at("augment");
-    EXPECT_EQ(augment.at("deterministic").get<bool>(), c.deterministic);
-    EXPECT_EQ(config.at("sampler").at("state_noise_std").get<double>() == 0.0,
-              c.deterministic || std::string(c.file).rfind("robotwin", 0) == 0);
-    auto out = run_one(augment.dump(), frame_sample(noise_frames(c.cameras, 11, 24, 32), 1));
-    EXPECT_EQ(out.tensor("video").sizes(), (std::vector<int64_t>{3, 9, 384, 256}));
+// Every shipped data config: only the sampler and augment blocks pipelines reference (a key
+// beside them would be read by nothing), an augment block that is valid Augment params (unknown
+// keys would be rejected) and runs, and the VLM jitter synced as the reference does.
+TEST(AugmentTest, DataConfigsHoldValidSamplerAndAugmentBlocks) {
+  std::vector<std::string> names;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(std::string(WAM_SOURCE_DIR) + "/configs/data")) {
+    names.push_back(entry.path().filename().string());
   }
-}
-
-TEST(AugmentTest, DataConfigsSyncTheVlmJitterAsTheReference) {
-  for (const char* name : {"libero.json", "libero_deterministic.json", "robotwin.json",
-                           "robotwin_deterministic.json"}) {
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"gr00t_picknplace_deterministic.json", "libero.json",
+                                             "libero_deterministic.json", "robotwin.json",
+                                             "robotwin_deterministic.json"}));
+  for (const std::string& name : names) {
     SCOPED_TRACE(name);
     std::ifstream file(std::string(WAM_SOURCE_DIR) + "/configs/data/" + name);
-    const auto augment = nlohmann::json::parse(file).at("augment");
+    const auto config = nlohmann::json::parse(file);
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : config.items()) keys.push_back(key);
+    EXPECT_EQ(keys, (std::vector<std::string>{"augment", "notes", "sampler"}));
+    const bool deterministic = name.find("_deterministic") != std::string::npos;
+    const auto& augment = config.at("augment");
+    EXPECT_EQ(augment.at("deterministic").get<bool>(), deterministic);
+    EXPECT_EQ(config.at("sampler").at("state_noise_std").get<double>() == 0.0,
+              deterministic || name.rfind("robotwin", 0) == 0);
     EXPECT_TRUE(augment.at("sync_vlm_color_jitter").get<bool>());
     EXPECT_TRUE(augment.at("sync_vlm_camera_jitter").get<bool>());
+    const auto cameras = static_cast<int64_t>(config.at("sampler").at("cameras").size());
+    auto out = run_one(augment.dump(), frame_sample(noise_frames(cameras, 11, 24, 32), 1));
+    EXPECT_EQ(out.tensor("video").sizes(), (std::vector<int64_t>{3, 9, 384, 256}));
   }
 }
 
