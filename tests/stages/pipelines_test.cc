@@ -46,7 +46,9 @@ TEST_P(ShippedPipeline, Uint8VideoPassesHostToDeviceBeforeVaeEncode) {
     for (size_t input : node.inputs) uint8_video[i] = uint8_video[i] || uint8_video[input];
     if (node.type == "Augment") uint8_video[i] = node.params.at("video_dtype") == "uint8";
     if (node.type == "HostToDevice") uint8_video[i] = false;
-    if (node.type == "VaeEncode") EXPECT_FALSE(uint8_video[i]) << node.id;
+    if (node.type == "VaeEncode") {
+      EXPECT_FALSE(uint8_video[i]) << node.id;
+    }
   }
 }
 
