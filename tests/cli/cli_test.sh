@@ -254,23 +254,28 @@ expect "custom stage describes its params" 0 \
   '  gain   number  1.1      [>= 0, <= 4] Multiplier applied to the video.' -- "$custom_bin" describe Brightness
 # A LeRobot dataset of one's own (the real GR00T demo data): its data config drives the cache and
 # online graphs, and the data path runs on it.
-gr00t=(--set include.data=configs/data/gr00t_picknplace_deterministic.json)
-expect "a data config needs its dataset root" 2 \
-  "configs/data/gr00t_picknplace_deterministic.json:/sampler/dataset_dirs/0: environment variable GR00T_DATA_ROOT is not set; export it or write \${GR00T_DATA_ROOT:-default}" \
-  -- env -u GR00T_DATA_ROOT "$bin" validate pipelines/libero_cache.json "${gr00t[@]}"
-export GR00T_DATA_ROOT=$PWD/../shared/data/lerobot-gr00t-picknplace
-expect "validate the cache graph on one's own dataset" 0 "" \
-  -- "$bin" validate pipelines/libero_cache.json pipelines/libero_online.json "${gr00t[@]}"
-expect_contains "the data path on one's own dataset" 0 "pipeline libero_data_online:" \
-  -- "$bin" run pipelines/libero_data_online.json "${gr00t[@]}" --steps 2 \
-  --set settings.batch_size=2 --stats-out "$work/gr00t_stats.json"
-/usr/bin/python3 - "$work/gr00t_stats.json" <<'PY' || failures=$((failures + 1))
+gr00t_root=$PWD/../shared/data/lerobot-gr00t-picknplace
+if [ -d "$gr00t_root" ]; then
+  gr00t=(--set include.data=configs/data/gr00t_picknplace_deterministic.json)
+  expect "a data config needs its dataset root" 2 \
+    "configs/data/gr00t_picknplace_deterministic.json:/sampler/dataset_dirs/0: environment variable GR00T_DATA_ROOT is not set; export it or write \${GR00T_DATA_ROOT:-default}" \
+    -- env -u GR00T_DATA_ROOT "$bin" validate pipelines/libero_cache.json "${gr00t[@]}"
+  export GR00T_DATA_ROOT=$gr00t_root
+  expect "validate the cache graph on one's own dataset" 0 "" \
+    -- "$bin" validate pipelines/libero_cache.json pipelines/libero_online.json "${gr00t[@]}"
+  expect_contains "the data path on one's own dataset" 0 "pipeline libero_data_online:" \
+    -- "$bin" run pipelines/libero_data_online.json "${gr00t[@]}" --steps 2 \
+    --set settings.batch_size=2 --stats-out "$work/gr00t_stats.json"
+  /usr/bin/python3 - "$work/gr00t_stats.json" <<'PY' || failures=$((failures + 1))
 import json, sys
 nodes = {n["id"]: n for n in json.load(open(sys.argv[1]))["nodes"]}
 ok = nodes["collate"]["out"] == 2 and nodes["augment"]["out"] >= 4 and dict(nodes["decode"]["counters"])["frames_decoded"] > 0
 print(("ok   " if ok else "FAIL ") + "two batches of one's own dataset")
 sys.exit(0 if ok else 1)
 PY
+else
+  echo "skip one's own dataset: $gr00t_root is not present"
+fi
 for pipeline in pipelines/*.json; do
   expect "validate $pipeline" 0 "" -- "$bin" validate "$pipeline"
   expect "graph $pipeline" 0 "" -- "$bin" graph "$pipeline" -o "$work/graph.dot"
