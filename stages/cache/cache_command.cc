@@ -46,7 +46,9 @@ class ProgressBar {
     std::snprintf(line, sizeof(line), "[%s%s] %lld/%lld samples  %s",
                   std::string(filled, '=').c_str(), std::string(kWidth - filled, ' ').c_str(),
                   static_cast<long long>(done), static_cast<long long>(total), speed);
-    std::cerr << (tty_ ? "\r" : "") << line << (tty_ && done < total ? "" : "\n") << std::flush;
+    // On a terminal: back to the line's start, and erase what a longer line left after it.
+    std::cerr << (tty_ ? "\r" : "") << line << (tty_ ? "\x1b[K" : "")
+              << (tty_ && done < total ? "" : "\n") << std::flush;
   }
 
  private:

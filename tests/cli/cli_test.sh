@@ -163,9 +163,22 @@ kill -9 "$generating" 2>/dev/null; wait "$generating" 2>/dev/null
   { echo "FAIL a killed build changed catalog.json"; failures=$((failures + 1)); }
 expect_contains "the killed build's catalog still validates" 0 "Cache preflight passed" \
   -- "$bin" cache validate pipelines/robotwin_cache.json "${cache_args[@]}"
-expect_contains "a rerun resumes the killed build" 0 "shards were already written" \
-  -- "$bin" cache generate pipelines/robotwin_cache.json "${cache_args[@]}" --fields current \
-  --overwrite --shard-size 2 --batch-size 2
+resume=("$bin" cache generate pipelines/robotwin_cache.json "${cache_args[@]}" --fields current
+  --overwrite --shard-size 2 --batch-size 2)
+if command -v script >/dev/null; then
+  # On a terminal (script gives one) the progress line is redrawn in place: a carriage return
+  # before it and an erase-to-end-of-line after it, so a shorter line leaves nothing behind.
+  expect_contains "a rerun resumes the killed build" 0 "shards were already written" \
+    -- script -qfec "${resume[*]}" "$work/tty"
+  if grep -qF $'\r[' "$work/tty" && grep -qF $' samples/s  ETA 0s\x1b[K' "$work/tty"; then
+    echo "ok   cache generate redraws its progress line on a terminal"
+  else
+    echo "FAIL cache generate redraws its progress line on a terminal"; cat -v "$work/tty"
+    failures=$((failures + 1))
+  fi
+else
+  expect_contains "a rerun resumes the killed build" 0 "shards were already written" -- "${resume[@]}"
+fi
 
 # One batch in the graph at a time (max_in_flight = batch size): the batch of the last timed step
 # enters after the warm-up step ends, so the data path side is measured, not covered by prefetch.
