@@ -23,6 +23,28 @@ std::string pointer_append(const std::string& pointer, const std::string& key) {
   return pointer + "/" + escaped;
 }
 
+namespace {
+
+// Text from outside JSON files (command-line overrides, environment variables) must be UTF-8
+// before it becomes a JSON string: dumping one that is not throws (files are checked by the
+// parser). The JSON library's strict serialiser is the check.
+bool is_utf8(const std::string& text) {
+  try {
+    (void)json(text).dump();
+    return true;
+  } catch (const json::type_error&) {
+    return false;
+  }
+}
+
+// The text with each invalid UTF-8 byte shown as U+FFFD, for naming it in a message.
+std::string printable(const std::string& text) {
+  const std::string quoted = json(text).dump(-1, ' ', false, json::error_handler_t::replace);
+  return quoted.substr(1, quoted.size() - 2);
+}
+
+}  // namespace
+
 std::optional<json> read_json_file(const std::string& file, Diagnostics& diagnostics) {
   std::string error;
   auto text = read_regular_file(file, kMaxConfigFileBytes, error);
@@ -79,6 +101,11 @@ std::string expand_string(const std::string& text, const std::string& file,
     out.append(text, copied, start - copied);
     copied = i + 1;
     if (auto value = environment_value(name)) {
+      if (!is_utf8(*value)) {
+        diagnostics.error_in(file, pointer,
+                             "environment variable " + name + " is not UTF-8 text: \"" +
+                                 shorten(printable(*value)) + "\"");
+      }
       out += *value;
     } else if (fallback) {
       out += *fallback;
@@ -273,8 +300,12 @@ void expand_environment(json& value, const std::string& file, const std::string&
 
 void apply_override(json& document, const std::string& assignment, Diagnostics& diagnostics) {
   auto fail = [&](const std::string& message) {
-    diagnostics.error_in("--set " + shorten(assignment, 200), "", message);
+    diagnostics.error_in("--set " + shorten(printable(assignment), 200), "", message);
   };
+  if (!is_utf8(assignment)) {
+    fail("not UTF-8 text (invalid bytes shown as U+FFFD)");
+    return;
+  }
   const size_t equals = assignment.find('=');
   if (equals == std::string::npos || equals == 0) {
     fail("expected path.to.key=VALUE");

@@ -103,7 +103,10 @@ std::string closest_match(std::string_view word, const std::vector<std::string>&
 
 std::string shorten(std::string_view text, size_t max_chars) {
   if (text.size() <= max_chars) return std::string(text);
-  return std::string(text.substr(0, max_chars)) + "... (" + std::to_string(text.size()) +
+  // Never cut inside a UTF-8 character: back up to its first byte.
+  size_t cut = max_chars;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return std::string(text.substr(0, cut)) + "... (" + std::to_string(text.size()) +
          " characters)";
 }
 

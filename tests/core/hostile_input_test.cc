@@ -96,6 +96,31 @@ TEST(HostileInput, DeepValuesBuiltInCodeOrByOverridesAreRefused) {
             "--set " + shorten(path + "=1", 200) + ": nested deeper than 256 levels\n");
 }
 
+// Bytes that are not UTF-8 entered a JSON string from an override (the fuzzer's find: a
+// concurrency value whose message dumped it threw) or from the environment. Both are refused,
+// the bytes shown as U+FFFD; a long name is never cut inside a character.
+TEST(HostileInput, TextThatIsNotUtf8IsRefusedWhereItEnters) {
+  TempDir dir;
+  const std::string file = dir.write("p.json", pipeline_with_params("{}", "{}"));
+  EXPECT_EQ(load_errors(file, {"nodes.a.concurrency=x\x85y"}),
+            "--set nodes.a.concurrency=x\uFFFDy: not UTF-8 text (invalid bytes shown as "
+            "U+FFFD)\n");
+  setenv("WAM_TEST_BYTES", "/data/\xff", 1);
+  json value = "${WAM_TEST_BYTES}/x";
+  Diagnostics d("p.json");
+  expand_environment(value, "p.json", "/dir", d);
+  EXPECT_EQ(d.render(),
+            "p.json:/dir: environment variable WAM_TEST_BYTES is not UTF-8 text: \"/data/\uFFFD\"\n");
+  unsetenv("WAM_TEST_BYTES");
+  // "é" is two bytes: a cut at 81 bytes would split the 41st.
+  const std::string accents = std::string(1, 'a') + [] {
+    std::string text;
+    for (int i = 0; i < 60; ++i) text += "\u00e9";
+    return text;
+  }();
+  EXPECT_EQ(shorten(accents, 80), accents.substr(0, 79) + "... (121 characters)");
+}
+
 TEST(HostileInput, LongStringsAreScannedWithoutRegex) {
   // std::regex recursed per character: a 50k-character default or id overflowed the stack.
   unsetenv("WAM_TEST_UNSET");
