@@ -106,8 +106,7 @@ std::string shorten(std::string_view text, size_t max_chars) {
   // Never cut inside a UTF-8 character: back up to its first byte.
   size_t cut = max_chars;
   while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  return std::string(text.substr(0, cut)) + "... (" + std::to_string(text.size()) +
-         " characters)";
+  return std::string(text.substr(0, cut)) + "... (" + std::to_string(text.size()) + " characters)";
 }
 
 std::string unknown_with_suggestion(std::string_view what, std::string_view word,

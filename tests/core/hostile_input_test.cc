@@ -109,8 +109,9 @@ TEST(HostileInput, TextThatIsNotUtf8IsRefusedWhereItEnters) {
   json value = "${WAM_TEST_BYTES}/x";
   Diagnostics d("p.json");
   expand_environment(value, "p.json", "/dir", d);
-  EXPECT_EQ(d.render(),
-            "p.json:/dir: environment variable WAM_TEST_BYTES is not UTF-8 text: \"/data/\uFFFD\"\n");
+  EXPECT_EQ(
+      d.render(),
+      "p.json:/dir: environment variable WAM_TEST_BYTES is not UTF-8 text: \"/data/\uFFFD\"\n");
   unsetenv("WAM_TEST_BYTES");
   // "é" is two bytes: a cut at 81 bytes would split the 41st.
   const std::string accents = std::string(1, 'a') + [] {
