@@ -113,12 +113,9 @@ TEST(HostileInput, TextThatIsNotUtf8IsRefusedWhereItEnters) {
       d.render(),
       "p.json:/dir: environment variable WAM_TEST_BYTES is not UTF-8 text: \"/data/\uFFFD\"\n");
   unsetenv("WAM_TEST_BYTES");
-  // "é" is two bytes: a cut at 81 bytes would split the 41st.
-  const std::string accents = std::string(1, 'a') + [] {
-    std::string text;
-    for (int i = 0; i < 60; ++i) text += "\u00e9";
-    return text;
-  }();
+  // "é" is two bytes: a cut after 80 bytes would split the 40th.
+  std::string accents = "a";
+  for (int i = 0; i < 60; ++i) accents += "\u00e9";
   EXPECT_EQ(shorten(accents, 80), accents.substr(0, 79) + "... (121 characters)");
 }
 
