@@ -53,24 +53,64 @@ void add_pipeline_args(CLI::App& command, PipelineArgs& args) {
                      "nodes.decode.params.mode=full --set include.model=configs/model/tiny.json");
 }
 
-int cmd_run(const PipelineArgs& args, int64_t steps, const std::string& stop_after,
-            const std::string& stats_out, double report_every, int64_t threads, bool print_config,
-            const wam::cli::RunViewArgs& view_args) {
-  wam::LoadOptions options{args.overrides};
-  if (steps >= 0) options.overrides.push_back("settings.steps=" + std::to_string(steps));
-  if (threads >= 0) options.overrides.push_back("settings.threads=" + std::to_string(threads));
-  wam::ValidatedPipeline pipeline = wam::load_pipeline(args.file, options);
+const char* const kPrintConfigHelp =
+    "Print the effective pipeline: \"extends\", --set, includes and $refs resolved, defaults "
+    "filled in";
+
+struct RunArgs {
+  PipelineArgs pipeline;
+  int64_t steps = -1, threads = -1;
+  std::string stop_after, stats_out;
+  double report_every = 10;
+  bool print_config = false;
+  wam::cli::RunViewArgs view;
+};
+
+CLI::App* add_run_command(CLI::App& app, RunArgs& args) {
+  using wam::cli::at_least;
+  auto* run = app.add_subcommand("run", "Run a pipeline and print a per-node summary");
+  add_pipeline_args(*run, args.pipeline);
+  run->add_option("--steps", args.steps,
+                  "Stop after the terminal node emitted N items (overrides settings.steps)")
+      ->check(at_least(0));
+  run->add_option(
+      "--stop-after", args.stop_after,
+      "Run only NODE and what is upstream of it; what leaves NODE is counted and dropped");
+  run->add_option("--stats-out", args.stats_out,
+                  "Write the per-node statistics as JSON to this file")
+      ->check(wam::cli::in_existing_directory());
+  run->add_option("--report-every", args.report_every,
+                  "Seconds between progress lines showing each node's busy%; 0 turns them off")
+      ->capture_default_str()
+      ->check(at_least(0));
+  run->add_option("--threads", args.threads,
+                  "Worker threads (overrides settings.threads; 0: one per core; at most " +
+                      std::to_string(wam::kMaxThreadsPerCore) + " per core)")
+      ->check(wam::cli::thread_count());
+  run->add_flag("--print-config", args.print_config, kPrintConfigHelp);
+  wam::cli::add_run_view_options(*run, args.view);
+  return run;
+}
+
+int cmd_run(const RunArgs& args) {
+  wam::LoadOptions options{args.pipeline.overrides};
+  if (args.steps >= 0) options.overrides.push_back("settings.steps=" + std::to_string(args.steps));
+  if (args.threads >= 0) {
+    options.overrides.push_back("settings.threads=" + std::to_string(args.threads));
+  }
+  wam::ValidatedPipeline pipeline = wam::load_pipeline(args.pipeline.file, options);
+  const std::string& stop_after = args.stop_after;
   if (!stop_after.empty()) pipeline.keep_upstream_of(stop_after);
-  if (print_config) std::cout << pipeline.effective_config().dump(2) << "\n";
+  if (args.print_config) std::cout << pipeline.effective_config().dump(2) << "\n";
   std::cerr << "running " << pipeline.name() << " (" << pipeline.nodes().size() << " nodes"
             << (stop_after.empty() ? "" : ", stopping after " + stop_after) << ")\n";
 
   std::signal(SIGINT, on_stop_signal);
   std::signal(SIGTERM, on_stop_signal);
   wam::RunOptions run_options;
-  run_options.report_every_s = report_every;
+  run_options.report_every_s = args.report_every;
   run_options.interrupt = &g_interrupted;
-  wam::cli::RunView view(view_args, pipeline.name(), report_every,
+  wam::cli::RunView view(args.view, pipeline.name(), args.report_every,
                          wam::cli::RunView::stdout_is_terminal());
   view.configure(run_options);
   wam::RunResult result = wam::run_pipeline(pipeline, run_options);
@@ -80,7 +120,7 @@ int cmd_run(const PipelineArgs& args, int64_t steps, const std::string& stop_aft
   view.finish(result);
 
   std::cout << result.stats.table();
-  if (!stats_out.empty()) {
+  if (const std::string& stats_out = args.stats_out; !stats_out.empty()) {
     nlohmann::json stats = result.stats.to_json();
     if (!result.source_state.is_null()) stats["source_state"] = result.source_state;
     if (result.error) stats["error"] = result.error->what();
@@ -99,11 +139,13 @@ int cmd_run(const PipelineArgs& args, int64_t steps, const std::string& stop_aft
   return kExitOk;
 }
 
-int cmd_validate(const std::vector<std::string>& files, const std::vector<std::string>& overrides) {
+int cmd_validate(const std::vector<std::string>& files, const std::vector<std::string>& overrides,
+                 bool print_config) {
   int status = kExitOk;
   for (const auto& file : files) {
     try {
       wam::ValidatedPipeline pipeline = wam::load_pipeline(file, {overrides});
+      if (print_config) std::cout << pipeline.effective_config().dump(2) << "\n";
       std::cout << "ok: " << file << " (" << pipeline.name() << ", " << pipeline.nodes().size()
                 << " nodes)\n";
     } catch (const wam::ConfigError& e) {
@@ -174,6 +216,24 @@ int cmd_describe(const std::string& type) {
   return kExitOk;
 }
 
+// Reports a command line CLI11 refused; the exit status.
+int parse_error_status(CLI::App& app, const CLI::ParseError& e) {
+  // A word where the subcommand goes: name it (CLI11 says only "A subcommand is required").
+  if (e.get_exit_code() != 0 && app.get_subcommands().empty() && !app.remaining().empty() &&
+      !app.remaining().front().empty() && app.remaining().front()[0] != '-') {
+    std::vector<std::string> names;
+    for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+      names.push_back(sub->get_name());
+    }
+    std::sort(names.begin(), names.end());
+    std::cerr << wam::unknown_with_suggestion("subcommand", app.remaining().front(), names)
+              << "\nRun with --help for more information.\n";
+    return kExitInvalid;
+  }
+  // CLI11 prints the message (or the help); its own codes (105, 106...) become ours.
+  return app.exit(e) == 0 ? kExitOk : kExitInvalid;
+}
+
 int cmd_graph(const PipelineArgs& args, const std::string& stats, const std::string& out) {
   wam::ValidatedPipeline pipeline = wam::load_pipeline(args.file, {args.overrides});
   wam::cli::write_graph(pipeline, stats, out);
@@ -192,39 +252,16 @@ int run_cli(int argc, char** argv) {
   app.set_version_flag("--version", std::string("wam-pipeline ") + WAM_VERSION);
   app.require_subcommand(1);
 
-  PipelineArgs run_args;
-  int64_t steps = -1, threads = -1;
-  std::string stop_after, stats_out;
-  double report_every = 10;
-  bool print_config = false;
-  auto* run = app.add_subcommand("run", "Run a pipeline and print a per-node summary");
-  add_pipeline_args(*run, run_args);
-  run->add_option("--steps", steps,
-                  "Stop after the terminal node emitted N items (overrides settings.steps)")
-      ->check(at_least(0));
-  run->add_option(
-      "--stop-after", stop_after,
-      "Run only NODE and what is upstream of it; what leaves NODE is counted and dropped");
-  run->add_option("--stats-out", stats_out, "Write the per-node statistics as JSON to this file")
-      ->check(in_existing_directory());
-  run->add_option("--report-every", report_every,
-                  "Seconds between progress lines showing each node's busy%; 0 turns them off")
-      ->capture_default_str()
-      ->check(at_least(0));
-  run->add_option("--threads", threads,
-                  "Worker threads (overrides settings.threads; 0: one per core; at most " +
-                      std::to_string(kMaxThreadsPerCore) + " per core)")
-      ->check(thread_count());
-  run->add_flag("--print-config", print_config,
-                "Print the effective pipeline (defaults filled in)");
-  wam::cli::RunViewArgs run_view_args;
-  wam::cli::add_run_view_options(*run, run_view_args);
+  RunArgs run_args;
+  CLI::App* run = add_run_command(app, run_args);
 
   std::vector<std::string> validate_files, validate_overrides;
   auto* validate =
       app.add_subcommand("validate", "Check pipeline files; report every problem at once");
   validate->add_option("pipelines", validate_files, "Pipeline JSON files")->required();
   validate->add_option("--set", validate_overrides, "Override a value (path.to.key=VALUE)");
+  bool validate_print_config = false;
+  validate->add_flag("--print-config", validate_print_config, kPrintConfigHelp);
 
   app.add_subcommand("stages", "List the registered stage types");
 
@@ -250,27 +287,12 @@ int run_cli(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    // A word where the subcommand goes: name it (CLI11 says only "A subcommand is required").
-    if (e.get_exit_code() != 0 && app.get_subcommands().empty() && !app.remaining().empty() &&
-        !app.remaining().front().empty() && app.remaining().front()[0] != '-') {
-      std::vector<std::string> names;
-      for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
-        names.push_back(sub->get_name());
-      }
-      std::sort(names.begin(), names.end());
-      std::cerr << wam::unknown_with_suggestion("subcommand", app.remaining().front(), names)
-                << "\nRun with --help for more information.\n";
-      return kExitInvalid;
-    }
-    // CLI11 prints the message (or the help); its own codes (105, 106...) become ours.
-    return app.exit(e) == 0 ? kExitOk : kExitInvalid;
+    return parse_error_status(app, e);
   }
 
   try {
-    if (*run)
-      return cmd_run(run_args, steps, stop_after, stats_out, report_every, threads, print_config,
-                     run_view_args);
-    if (*validate) return cmd_validate(validate_files, validate_overrides);
+    if (*run) return cmd_run(run_args);
+    if (*validate) return cmd_validate(validate_files, validate_overrides, validate_print_config);
     if (app.got_subcommand("stages")) return cmd_stages();
     if (*describe) return cmd_describe(describe_type);
     if (*graph) return cmd_graph(graph_args, graph_stats, graph_out);

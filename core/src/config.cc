@@ -16,9 +16,12 @@ namespace wam {
 std::string pointer_append(const std::string& pointer, const std::string& key) {
   std::string escaped;
   for (char c : key) {
-    if (c == '~') escaped += "~0";
-    else if (c == '/') escaped += "~1";
-    else escaped += c;
+    if (c == '~')
+      escaped += "~0";
+    else if (c == '/')
+      escaped += "~1";
+    else
+      escaped += c;
   }
   return pointer + "/" + escaped;
 }
@@ -58,9 +61,145 @@ std::optional<json> read_json_file(const std::string& file, Diagnostics& diagnos
   return value;
 }
 
+namespace {
+
+// The files whose "extends" are being followed, the loaded one first.
+struct ExtendsChain {
+  std::vector<std::string> files;   // as named in messages
+  std::vector<fs::path> canonical;  // as compared to find a cycle
+};
+
+// A deriving file's "nodes": node id -> merge patch of the base's node with that id.
+void patch_nodes(json& base, const json& patches, const std::string& file,
+                 const std::string& base_file, Diagnostics& diagnostics) {
+  if (!patches.is_object()) {
+    diagnostics.error_in(file, "/nodes",
+                         "in a pipeline that extends another, \"nodes\" maps node ids of the base "
+                         "to patches, e.g. {\"step\": {\"params\": {\"mode\": \"eager\"}}}");
+    return;
+  }
+  auto nodes = base.find("nodes");
+  if (nodes == base.end() || !nodes->is_array()) {
+    diagnostics.error_in(file, "/nodes",
+                         "the base pipeline " + base_file + " has no \"nodes\" array to patch");
+    return;
+  }
+  std::vector<std::string> ids;
+  for (const auto& node : *nodes) {
+    if (node.is_object() && node.value("id", json()).is_string()) ids.push_back(node["id"]);
+  }
+  for (auto it = patches.begin(); it != patches.end(); ++it) {
+    const std::string pointer = pointer_append("/nodes", it.key());
+    json* target = nullptr;
+    for (auto& node : *nodes) {
+      if (node.is_object() && node.value("id", json()) == it.key()) target = &node;
+    }
+    if (!target) {
+      const std::string suggestion = closest_match(it.key(), ids);
+      diagnostics.error_in(
+          file, pointer,
+          "no node \"" + shorten(it.key()) + "\" in the base pipeline " + base_file +
+              (suggestion.empty() ? "" : "; did you mean \"" + suggestion + "\"?") +
+              " (nodes: " + join(ids, ", ") + ")");
+    } else if (!it->is_object()) {
+      diagnostics.error_in(file, pointer,
+                           "a node patch is an object merged over the base's node, e.g. "
+                           "{\"params\": {\"mode\": \"eager\"}}");
+    } else {
+      target->merge_patch(*it);
+    }
+  }
+}
+
+// Records the includes `document` names as named in `file`; a null one is removed by the patch.
+void note_includes(const json& document, const std::string& file,
+                   std::map<std::string, std::string>& include_files) {
+  auto include = document.find("include");
+  if (include == document.end() || !include->is_object()) return;
+  for (auto it = include->begin(); it != include->end(); ++it) {
+    if (it->is_null()) {
+      include_files.erase(it.key());
+    } else {
+      include_files[it.key()] = file;
+    }
+  }
+}
+
+// The document of `file` with its "extends" chain followed; includes named on the way are
+// recorded with the file that names them (their paths are relative to that file's project).
+std::optional<json> resolve_extends_of(const std::string& file, ExtendsChain& chain,
+                                       std::map<std::string, std::string>& include_files,
+                                       Diagnostics& diagnostics) {
+  std::optional<json> document = read_json_file(file, diagnostics);
+  if (!document) return std::nullopt;
+  if (!document->is_object()) {
+    diagnostics.error_in(
+        file, "", "a pipeline file holds a JSON object, got " + detail::json_type_name(*document));
+    return std::nullopt;
+  }
+  auto extends = document->find("extends");
+  if (extends == document->end()) {
+    note_includes(*document, file, include_files);
+    return document;
+  }
+  const bool named = extends->is_string() && !extends->get_ref<const std::string&>().empty() &&
+                     extends->get_ref<const std::string&>().find('\0') == std::string::npos;
+  if (!named) {
+    diagnostics.error_in(file, "/extends",
+                         "\"extends\" names the pipeline file this one derives from, relative to "
+                         "this file's folder, e.g. \"robotwin_online.json\"");
+    return std::nullopt;
+  }
+  fs::path base = extends->get<std::string>();
+  if (base.is_relative()) base = fs::path(file).parent_path() / base;
+  const std::string base_file = base.lexically_normal().string();
+  std::error_code ec;
+  if (!fs::exists(base, ec)) {
+    diagnostics.error_in(file, "/extends", "base pipeline " + base_file + " does not exist");
+    return std::nullopt;
+  }
+  const fs::path canonical = fs::weakly_canonical(base, ec);
+  if (std::find(chain.canonical.begin(), chain.canonical.end(), canonical) !=
+      chain.canonical.end()) {
+    diagnostics.error_in(file, "/extends",
+                         "extends cycle: " + join(chain.files, " -> ") + " -> " + base_file);
+    return std::nullopt;
+  }
+  if (chain.files.size() >= kMaxExtendsChain) {
+    diagnostics.error_in(file, "/extends",
+                         "extends chain longer than " + std::to_string(kMaxExtendsChain) + ": " +
+                             join(chain.files, " -> ") + " -> " + base_file);
+    return std::nullopt;
+  }
+  chain.files.push_back(base_file);
+  chain.canonical.push_back(canonical);
+  std::optional<json> resolved = resolve_extends_of(base_file, chain, include_files, diagnostics);
+  if (!resolved) return std::nullopt;
+  document->erase("extends");
+  if (auto nodes = document->find("nodes"); nodes != document->end()) {
+    patch_nodes(*resolved, *nodes, file, base_file, diagnostics);
+    document->erase(nodes);
+  }
+  note_includes(*document, file, include_files);
+  resolved->merge_patch(*document);
+  return resolved;
+}
+
+}  // namespace
+
+ResolvedDocument resolve_extends(const std::string& file, Diagnostics& diagnostics) {
+  ExtendsChain chain;
+  chain.files.push_back(file);
+  std::error_code ec;
+  chain.canonical.push_back(fs::weakly_canonical(file, ec));
+  ResolvedDocument resolved;
+  resolved.document = resolve_extends_of(file, chain, resolved.include_files, diagnostics);
+  return resolved;
+}
+
 std::optional<std::string> environment_value(const std::string& name) {
   if (const char* value = std::getenv(name.c_str()); value && *value) return std::string(value);
-  // Project defaults, as the reference system's configs/train.yaml sets them.
+  // Project defaults, as the reference sets them (docs/DESIGN.md section 5.8).
   if (name == "WAM_DATA_ROOT") return std::string("data");
   if (name == "WAM_CACHE_ROOT") return std::string(".cache/wam");
   if (name == "WAM_LATENT_CACHE") return *environment_value("WAM_CACHE_ROOT") + "/latents";
@@ -253,9 +392,9 @@ fs::path include_root(const std::string& file) {
   return fs::current_path();
 }
 
-const std::vector<std::string> kTopLevelKeys = {"version", "name", "description",
+const std::vector<std::string> kTopLevelKeys = {"version", "name",     "description",
                                                 "include", "settings", "nodes"};
-const std::vector<std::string> kNodeKeys = {"id", "type", "inputs", "params",
+const std::vector<std::string> kNodeKeys = {"id",          "type",     "inputs",     "params",
                                             "concurrency", "on_error", "description"};
 
 }  // namespace
@@ -374,29 +513,17 @@ void apply_override(json& document, const std::string& assignment, Diagnostics& 
   }
 }
 
-PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& options,
-                                    Diagnostics& diagnostics) {
-  PipelineConfig config;
-  config.file = file;
-  diagnostics.set_file(file);
-  auto document = read_json_file(file, diagnostics);
-  if (!document) return config;
-  if (!document->is_object()) {
-    diagnostics.error("", "a pipeline file holds a JSON object, got " +
-                               detail::json_type_name(*document));
-    return config;
-  }
-  for (const auto& assignment : options.overrides) {
-    apply_override(*document, assignment, diagnostics);
-  }
-  if (json_depth(*document) > kMaxJsonDepth) {  // overrides may nest a value deeper
-    diagnostics.error("", "nested deeper than " + std::to_string(kMaxJsonDepth) +
-                              " levels once --set overrides are applied");
-    return config;
-  }
-  expand_environment(*document, file, "", diagnostics);
+namespace {
 
-  for (auto it = document->begin(); it != document->end(); ++it) {
+// Unknown top-level keys, "version" and "name".
+void check_top_level(const json& document, PipelineConfig& config, Diagnostics& diagnostics) {
+  for (auto it = document.begin(); it != document.end(); ++it) {
+    if (it.key() == "extends") {
+      diagnostics.error("/extends",
+                        "\"extends\" is followed before --set overrides apply; write "
+                        "it in the pipeline file");
+      continue;
+    }
     bool known = false;
     for (const auto& k : kTopLevelKeys) known = known || k == it.key();
     if (!known) {
@@ -404,137 +531,185 @@ PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& 
                         unknown_with_suggestion("top-level key", it.key(), kTopLevelKeys));
     }
   }
-  const json version = document->value("version", json());
+  const json version = document.value("version", json());
   if (version != json(1)) {
     diagnostics.error("/version", version.is_null()
                                       ? "missing \"version\": this format is version 1"
                                       : "unsupported version " + version.dump() + "; expected 1");
   }
-  const json name = document->value("name", json());
+  const json name = document.value("name", json());
   if (!name.is_string() || name.get<std::string>().empty()) {
     diagnostics.error("/name", "\"name\" must be a non-empty string");
   } else {
     config.name = name.get<std::string>();
   }
-  if (auto settings = document->find("settings"); settings != document->end()) {
+}
+
+// Reads one include, `named` in `written_in` (the pipeline file whose text names it), into
+// `config`. Problems are reported at /include/<name> of that file.
+void load_include(const std::string& name, const json& named, const std::string& written_in,
+                  PipelineConfig& config, Diagnostics& diagnostics) {
+  const std::string pointer = pointer_append("/include", name);
+  if (!named.is_string()) {
+    diagnostics.error_in(written_in, pointer, "expected a file path string");
+    return;
+  }
+  const std::string& text_path = named.get_ref<const std::string&>();
+  if (text_path.empty() || text_path.find('\0') != std::string::npos) {
+    diagnostics.error_in(written_in, pointer,
+                         "expected a file path, got \"" +
+                             std::string(text_path.empty() ? "" : "...\\u0000...") + "\"");
+    return;
+  }
+  fs::path path = text_path;
+  if (path.is_relative()) path = include_root(written_in) / path;
+  std::error_code ec;
+  // As written when absolute, else relative to the working directory.
+  std::string shown =
+      fs::path(text_path).is_absolute() ? text_path : fs::relative(path, ec).string();
+  if (ec || shown.empty()) shown = path.string();
+  if (!fs::exists(path, ec)) {
+    diagnostics.error_in(written_in, pointer, "included file " + shown + " does not exist");
+    return;
+  }
+  if (fs::equivalent(path, written_in, ec)) {
+    diagnostics.error_in(written_in, pointer,
+                         "the pipeline includes itself; include config fragments "
+                         "(configs/...), which hold values, not pipelines");
+    return;
+  }
+  std::string error;
+  auto text = read_regular_file(path.string(), kMaxConfigFileBytes, error);
+  if (!text) {
+    diagnostics.error_in(written_in, pointer, "cannot read included file " + shown + ": " + error);
+    return;
+  }
+  JsonTextError parse_error;
+  auto fragment = parse_json_text(*text, parse_error);
+  if (!fragment) {
+    diagnostics.error_in(shown, parse_error.location, parse_error.message);
+    return;
+  }
+  expand_environment(*fragment, shown, "", diagnostics);
+  config.includes[name] = std::move(*fragment);
+  config.include_files[name] = shown;
+}
+
+// One element of "nodes", with its params' $refs resolved.
+std::optional<NodeConfig> parse_node(const json& node, const std::string& pointer,
+                                     const PipelineConfig& config, RefResolution& refs,
+                                     Diagnostics& diagnostics) {
+  if (!node.is_object()) {
+    diagnostics.error(pointer, "a node is an object {\"id\", \"type\", \"inputs\", \"params\"}");
+    return std::nullopt;
+  }
+  NodeConfig nc;
+  nc.pointer = pointer;
+  for (auto it = node.begin(); it != node.end(); ++it) {
+    bool known = false;
+    for (const auto& k : kNodeKeys) known = known || k == it.key();
+    if (!known) {
+      diagnostics.error(pointer_append(pointer, it.key()),
+                        unknown_with_suggestion("node key", it.key(), kNodeKeys));
+    }
+  }
+  if (auto id = node.find("id"); id != node.end() && id->is_string()) {
+    nc.id = id->get<std::string>();
+  } else {
+    diagnostics.error(pointer + "/id",
+                      id == node.end() ? "missing \"id\"" : "\"id\" must be a string");
+  }
+  if (auto type = node.find("type"); type != node.end() && type->is_string()) {
+    nc.type = type->get<std::string>();
+  } else {
+    diagnostics.error(pointer + "/type",
+                      type == node.end() ? "missing \"type\"" : "\"type\" must be a string");
+  }
+  if (auto inputs = node.find("inputs"); inputs != node.end()) {
+    if (!inputs->is_array()) {
+      diagnostics.error(pointer + "/inputs", "\"inputs\" must be an array of node ids");
+    } else {
+      for (size_t k = 0; k < inputs->size(); ++k) {
+        if ((*inputs)[k].is_string()) {
+          nc.inputs.push_back((*inputs)[k].get<std::string>());
+        } else {
+          diagnostics.error(pointer + "/inputs/" + std::to_string(k), "expected a node id string");
+        }
+      }
+    }
+  }
+  if (auto params = node.find("params"); params != node.end()) {
+    nc.params = *params;
+    resolve_refs(nc.params, config, pointer + "/params", diagnostics, refs, 1);
+  }
+  if (auto concurrency = node.find("concurrency"); concurrency != node.end()) {
+    nc.concurrency = *concurrency;
+  }
+  if (auto on_error = node.find("on_error"); on_error != node.end()) {
+    if (auto error = enum_from_json(*on_error, nc.on_error, "on_error policy")) {
+      diagnostics.error(pointer + "/on_error", *error);
+    }
+  }
+  return nc;
+}
+
+}  // namespace
+
+PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& options,
+                                    Diagnostics& diagnostics) {
+  PipelineConfig config;
+  config.file = file;
+  diagnostics.set_file(file);
+  ResolvedDocument resolved = resolve_extends(file, diagnostics);
+  if (!resolved.document) return config;
+  json& document = *resolved.document;
+  const json includes_as_written = document.value("include", json());
+  for (const auto& assignment : options.overrides) {
+    apply_override(document, assignment, diagnostics);
+  }
+  if (json_depth(document) > kMaxJsonDepth) {  // overrides may nest a value deeper
+    diagnostics.error("", "nested deeper than " + std::to_string(kMaxJsonDepth) +
+                              " levels once --set overrides are applied");
+    return config;
+  }
+  // An include that --set names is relative to the loaded file's project, as if written there.
+  if (auto include = document.find("include"); include != document.end() && include->is_object()) {
+    for (auto it = include->begin(); it != include->end(); ++it) {
+      if (!includes_as_written.is_object() || includes_as_written.value(it.key(), json()) != *it) {
+        resolved.include_files[it.key()] = file;
+      }
+    }
+  }
+  expand_environment(document, file, "", diagnostics);
+  check_top_level(document, config, diagnostics);
+  if (auto settings = document.find("settings"); settings != document.end()) {
     config.settings = *settings;
   }
 
-  if (auto include = document->find("include"); include != document->end()) {
+  if (auto include = document.find("include"); include != document.end()) {
     if (!include->is_object()) {
-      diagnostics.error("/include", "\"include\" maps names to config files, e.g. "
-                                    "{\"data\": \"configs/data/robotwin.json\"}");
+      diagnostics.error("/include",
+                        "\"include\" maps names to config files, e.g. "
+                        "{\"data\": \"configs/data/robotwin.json\"}");
     } else {
-      const fs::path root = include_root(file);
       for (auto it = include->begin(); it != include->end(); ++it) {
-        const std::string pointer = pointer_append("/include", it.key());
-        if (!it->is_string()) {
-          diagnostics.error(pointer, "expected a file path string");
-          continue;
-        }
-        const std::string& named = it->get_ref<const std::string&>();
-        if (named.empty() || named.find('\0') != std::string::npos) {
-          diagnostics.error(pointer, "expected a file path, got \"" +
-                                         std::string(named.empty() ? "" : "...\\u0000...") + "\"");
-          continue;
-        }
-        fs::path path = named;
-        if (path.is_relative()) path = root / path;
-        std::error_code ec;
-        // As written when absolute, else relative to the working directory.
-        std::string shown = fs::path(named).is_absolute() ? named : fs::relative(path, ec).string();
-        if (ec || shown.empty()) shown = path.string();
-        if (!fs::exists(path, ec)) {
-          diagnostics.error(pointer, "included file " + shown + " does not exist");
-          continue;
-        }
-        if (fs::equivalent(path, file, ec)) {
-          diagnostics.error(pointer,
-                            "the pipeline includes itself; include config fragments "
-                            "(configs/...), which hold values, not pipelines");
-          continue;
-        }
-        std::string error;
-        auto text = read_regular_file(path.string(), kMaxConfigFileBytes, error);
-        if (!text) {
-          diagnostics.error(pointer, "cannot read included file " + shown + ": " + error);
-          continue;
-        }
-        JsonTextError parse_error;
-        auto fragment = parse_json_text(*text, parse_error);
-        if (!fragment) {
-          diagnostics.error_in(shown, parse_error.location, parse_error.message);
-          continue;
-        }
-        expand_environment(*fragment, shown, "", diagnostics);
-        config.includes[it.key()] = std::move(*fragment);
-        config.include_files[it.key()] = shown;
+        auto written_in = resolved.include_files.find(it.key());
+        load_include(it.key(), it.value(),
+                     written_in == resolved.include_files.end() ? file : written_in->second, config,
+                     diagnostics);
       }
     }
   }
 
-  const json nodes = document->value("nodes", json());
-  RefResolution refs;
+  const json nodes = document.value("nodes", json());
   if (!nodes.is_array() || nodes.empty()) {
     diagnostics.error("/nodes", "\"nodes\" must be a non-empty array of stage nodes");
     return config;
   }
+  RefResolution refs;
   for (size_t i = 0; i < nodes.size(); ++i) {
-    const std::string pointer = "/nodes/" + std::to_string(i);
-    const json& node = nodes[i];
-    if (!node.is_object()) {
-      diagnostics.error(pointer, "a node is an object {\"id\", \"type\", \"inputs\", \"params\"}");
-      continue;
-    }
-    NodeConfig nc;
-    nc.pointer = pointer;
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      bool known = false;
-      for (const auto& k : kNodeKeys) known = known || k == it.key();
-      if (!known) {
-        diagnostics.error(pointer_append(pointer, it.key()),
-                          unknown_with_suggestion("node key", it.key(), kNodeKeys));
-      }
-    }
-    if (auto id = node.find("id"); id != node.end() && id->is_string()) {
-      nc.id = id->get<std::string>();
-    } else {
-      diagnostics.error(pointer + "/id",
-                        id == node.end() ? "missing \"id\"" : "\"id\" must be a string");
-    }
-    if (auto type = node.find("type"); type != node.end() && type->is_string()) {
-      nc.type = type->get<std::string>();
-    } else {
-      diagnostics.error(pointer + "/type",
-                        type == node.end() ? "missing \"type\"" : "\"type\" must be a string");
-    }
-    if (auto inputs = node.find("inputs"); inputs != node.end()) {
-      if (!inputs->is_array()) {
-        diagnostics.error(pointer + "/inputs", "\"inputs\" must be an array of node ids");
-      } else {
-        for (size_t k = 0; k < inputs->size(); ++k) {
-          if ((*inputs)[k].is_string()) {
-            nc.inputs.push_back((*inputs)[k].get<std::string>());
-          } else {
-            diagnostics.error(pointer + "/inputs/" + std::to_string(k),
-                              "expected a node id string");
-          }
-        }
-      }
-    }
-    if (auto params = node.find("params"); params != node.end()) {
-      nc.params = *params;
-      resolve_refs(nc.params, config, pointer + "/params", diagnostics, refs, 1);
-    }
-    if (auto concurrency = node.find("concurrency"); concurrency != node.end()) {
-      nc.concurrency = *concurrency;
-    }
-    if (auto on_error = node.find("on_error"); on_error != node.end()) {
-      if (auto error = enum_from_json(*on_error, nc.on_error, "on_error policy")) {
-        diagnostics.error(pointer + "/on_error", *error);
-      }
-    }
-    config.nodes.push_back(std::move(nc));
+    auto node = parse_node(nodes[i], "/nodes/" + std::to_string(i), config, refs, diagnostics);
+    if (node) config.nodes.push_back(std::move(*node));
   }
   return config;
 }

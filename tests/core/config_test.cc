@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 
 #include "testing/temp_dir.h"
 
@@ -21,8 +22,9 @@ TEST(Config, ParseErrorsGiveLineAndColumn) {
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d.items()[0].location, "4:13");
   EXPECT_EQ(d.items()[0].render(),
-            file + ":4:13: malformed JSON: syntax error while parsing value - unexpected '}'; "
-                   "expected '[', '{', or a literal");
+            file +
+                ":4:13: malformed JSON: syntax error while parsing value - unexpected '}'; "
+                "expected '[', '{', or a literal");
 }
 
 TEST(Config, MissingFileIsReported) {
@@ -46,8 +48,9 @@ TEST(Config, EnvironmentExpansionWithDefaults) {
   EXPECT_EQ(value["a"], "/datasets/robotwin");
   EXPECT_EQ(value["b"], "fallback/x");
   EXPECT_EQ(value["c"], json({"data", ".cache/wam/latents"}));
-  EXPECT_EQ(d.render(), "p.json:/params/d: environment variable WAM_TEST_UNSET is not set; export "
-                        "it or write ${WAM_TEST_UNSET:-default}\n");
+  EXPECT_EQ(d.render(),
+            "p.json:/params/d: environment variable WAM_TEST_UNSET is not set; export "
+            "it or write ${WAM_TEST_UNSET:-default}\n");
 }
 
 TEST(Config, OverridesAddressKeysIndicesAndNodeIds) {
@@ -121,6 +124,120 @@ TEST(Config, OverrideSwapsAWholeInclude) {
   EXPECT_EQ(config.nodes[0].params["width"], 64);
 }
 
+// Base and derived pipelines as the shipped ones are written: the derived file names its base
+// relative to its own folder, merges top-level values (RFC 7386) and patches nodes by id.
+TEST(Config, ExtendsMergesTopLevelValuesAndPatchesNodesById) {
+  TempDir dir;
+  dir.write("configs/data/a.json", R"({"n": 1})");
+  dir.write("configs/data/b.json", R"({"n": 2})");
+  dir.write("configs/model/m.json", R"({"width": 8})");
+  dir.write("pipelines/base.json", R"({
+    "version": 1, "name": "base", "description": "the base",
+    "include": {"data": "configs/data/a.json", "model": "configs/model/m.json"},
+    "settings": {"seed": 1, "batch_size": 4},
+    "nodes": [{"id": "src", "type": "Count", "params": {"count": {"$ref": "data/n"}}},
+              {"id": "sink", "type": "Delay", "inputs": ["src"],
+               "params": {"ms": 5, "jitter": 1}}]})");
+  std::string file = dir.write("pipelines/derived.json", R"({
+    "extends": "base.json", "name": "derived", "description": null,
+    "include": {"data": "configs/data/b.json"},
+    "settings": {"batch_size": 8},
+    "nodes": {"sink": {"params": {"ms": 7, "jitter": null}, "on_error": "skip"}}})");
+  Diagnostics d(file);
+  ResolvedDocument resolved = resolve_extends(file, d);
+  EXPECT_TRUE(d.empty()) << d.render();
+  ASSERT_TRUE(resolved.document);
+  EXPECT_EQ(*resolved.document, json::parse(R"({
+    "version": 1, "name": "derived",
+    "include": {"data": "configs/data/b.json", "model": "configs/model/m.json"},
+    "settings": {"seed": 1, "batch_size": 8},
+    "nodes": [{"id": "src", "type": "Count", "params": {"count": {"$ref": "data/n"}}},
+              {"id": "sink", "type": "Delay", "inputs": ["src"], "params": {"ms": 7},
+               "on_error": "skip"}]})"));
+  EXPECT_EQ(resolved.include_files,
+            (std::map<std::string, std::string>{{"data", file},
+                                                {"model", dir.file("pipelines/base.json")}}));
+
+  PipelineConfig config = load_pipeline_config(file, {{"nodes.src.params.count=3"}}, d);
+  EXPECT_TRUE(d.empty()) << d.render();
+  EXPECT_EQ(config.name, "derived");
+  EXPECT_EQ(config.nodes[0].params, json({{"count", 3}}));
+  EXPECT_EQ(config.includes.at("data"), json({{"n", 2}}));
+}
+
+// A base in another project: its includes are relative to that project, not the deriving file's.
+TEST(Config, ABaseIncludesRelativeToItsOwnProject) {
+  TempDir shipped, own;
+  shipped.write("configs/data/a.json", R"({"n": 4})");
+  const std::string base = shipped.write("pipelines/base.json", R"({
+    "version": 1, "name": "base", "include": {"data": "configs/data/a.json"},
+    "nodes": [{"id": "src", "type": "Count", "params": {"count": {"$ref": "data/n"}}}]})");
+  own.write("configs/data/own.json", R"({"n": 99})");
+  std::string file = own.write("mine/p.json", R"({"extends": ")" + base + R"(", "name": "mine"})");
+  Diagnostics d(file);
+  PipelineConfig config = load_pipeline_config(file, {}, d);
+  EXPECT_TRUE(d.empty()) << d.render();
+  EXPECT_EQ(config.nodes[0].params, json({{"count", 4}}));
+
+  // --set names a path as if written in the loaded file.
+  config = load_pipeline_config(file, {{"include.data=configs/data/own.json"}}, d);
+  EXPECT_TRUE(d.empty()) << d.render();
+  EXPECT_EQ(config.nodes[0].params, json({{"count", 99}}));
+}
+
+TEST(Config, BadPatchesNameTheFileAndPointer) {
+  TempDir dir;
+  const std::string base = dir.write("pipelines/base.json", R"({
+    "version": 1, "name": "base",
+    "nodes": [{"id": "src", "type": "Count"}, {"id": "step", "type": "Delay", "inputs": ["src"]}]})");
+  std::string file = dir.write("pipelines/p.json", R"({"extends": "base.json", "name": "p",
+    "nodes": {"stpe": {"params": {}}, "src": 3, "decode": {}}})");
+  Diagnostics d(file);
+  PipelineConfig config = load_pipeline_config(file, {}, d);
+  EXPECT_EQ(d.render(),
+            file + ":/nodes/decode: no node \"decode\" in the base pipeline " + base +
+                " (nodes: src, step)\n" + file +
+                ":/nodes/src: a node patch is an object merged over the base's node, e.g. "
+                "{\"params\": {\"mode\": \"eager\"}}\n" +
+                file + ":/nodes/stpe: no node \"stpe\" in the base pipeline " + base +
+                "; did you mean \"step\"? (nodes: src, step)\n");
+  EXPECT_EQ(config.nodes.size(), 2u);  // the rest is still checked
+
+  file = dir.write("pipelines/q.json", R"({"extends": "base.json", "name": "q",
+    "nodes": [{"id": "src", "type": "Count"}]})");
+  Diagnostics list(file);
+  load_pipeline_config(file, {}, list);
+  EXPECT_EQ(list.render(), file +
+                               ":/nodes: in a pipeline that extends another, \"nodes\" maps node "
+                               "ids of the base to patches, e.g. {\"step\": {\"params\": "
+                               "{\"mode\": \"eager\"}}}\n");
+}
+
+TEST(Config, MissingBasesCyclesAndBadExtendsAreReported) {
+  TempDir dir;
+  const std::string a = dir.write("pipelines/a.json", R"({"extends": "b.json", "name": "a"})");
+  const std::string b = dir.write("pipelines/b.json", R"({"extends": "./a.json", "name": "b"})");
+  const std::string missing =
+      dir.write("pipelines/m.json", R"({"extends": "../other/none.json", "name": "m"})");
+  const std::string number = dir.write("pipelines/n.json", R"({"extends": 3, "name": "n"})");
+  const std::string plain = dir.write("pipelines/plain.json", R"({"version": 1, "name": "plain",
+    "nodes": [{"id": "src", "type": "Count"}]})");
+  Diagnostics d(a);
+  load_pipeline_config(a, {}, d);
+  load_pipeline_config(missing, {}, d);
+  load_pipeline_config(number, {}, d);
+  load_pipeline_config(plain, {{"extends=a.json"}}, d);
+  EXPECT_EQ(d.render(),
+            b + ":/extends: extends cycle: " + a + " -> " + b + " -> " + a + "\n" + missing +
+                ":/extends: base pipeline " + dir.file("other/none.json") + " does not exist\n" +
+                number +
+                ":/extends: \"extends\" names the pipeline file this one derives from, relative "
+                "to this file's folder, e.g. \"robotwin_online.json\"\n" +
+                plain +
+                ":/extends: \"extends\" is followed before --set overrides apply; write it in "
+                "the pipeline file\n");
+}
+
 TEST(Config, StructuralProblemsAreAllReported) {
   TempDir dir;
   std::string file = dir.write("p.json", R"({
@@ -129,8 +246,9 @@ TEST(Config, StructuralProblemsAreAllReported) {
   Diagnostics d(file);
   load_pipeline_config(file, {}, d);
   EXPECT_EQ(d.render(),
-            file + ":/nmae: unknown top-level key \"nmae\"; did you mean \"name\"? (allowed: "
-                   "version, name, description, include, settings, nodes)\n" +
+            file +
+                ":/nmae: unknown top-level key \"nmae\"; did you mean \"name\"? (allowed: "
+                "version, name, description, include, settings, nodes)\n" +
                 file + ":/version: unsupported version 2; expected 1\n" + file +
                 ":/name: \"name\" must be a non-empty string\n" + file +
                 ":/nodes/0/inputz: unknown node key \"inputz\"; did you mean \"inputs\"? "

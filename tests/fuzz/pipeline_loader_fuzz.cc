@@ -4,9 +4,10 @@
 //   pipeline JSON \0 fragment a \0 fragment b \0 overrides, one `path.to.key=VALUE` per line
 //
 // written to pipelines/p.json, configs/fuzz/a.json and configs/fuzz/b.json of a scratch project
-// root that also holds a copy of the shipped configs/, so the shipped pipelines (the seeds)
-// resolve their includes, and fuzzed ones may include "configs/fuzz/a.json". The pipeline is
-// loaded and validated against the test stages (tests/testing/test_stages.h).
+// root that also holds a copy of the shipped configs/ and pipelines/, so the shipped pipelines (the
+// seeds) resolve their includes and bases, and fuzzed ones may include "configs/fuzz/a.json" or
+// extend "robotwin_online.json". The pipeline is loaded and validated against the test stages
+// (tests/testing/test_stages.h).
 //
 // The oracle: loading returns a pipeline or throws ConfigError whose every diagnostic names a
 // file and says something. Anything else escaping (std::bad_alloc, json::exception,
@@ -32,6 +33,8 @@ const fs::path& scratch_root() {
     fs::path dir = wam::fuzz::make_scratch_dir("wam-fuzz");
     std::error_code ec;
     fs::copy(fs::path(WAM_SOURCE_DIR) / "configs", dir / "configs", fs::copy_options::recursive,
+             ec);
+    fs::copy(fs::path(WAM_SOURCE_DIR) / "pipelines", dir / "pipelines", fs::copy_options::recursive,
              ec);
     fs::create_directories(dir / "configs/fuzz");
     fs::create_directories(dir / "pipelines");

@@ -1,6 +1,6 @@
-// Layer 1: the pipeline file as plain data. Reads the JSON, applies `--set` overrides, loads the
-// included config fragments, expands ${VAR} references and resolves {"$ref": "include/pointer"}
-// values. Problems are collected, never thrown one at a time.
+// Layer 1: the pipeline file as plain data. Reads the JSON, follows "extends", applies `--set`
+// overrides, loads the included config fragments, expands ${VAR} references and resolves {"$ref":
+// "include/pointer"} values. Problems are collected, never thrown one at a time.
 #pragma once
 
 #include <map>
@@ -26,7 +26,7 @@ struct NodeConfig {
   std::string type;
   std::vector<std::string> inputs;
   nlohmann::json params = nlohmann::json::object();  // includes resolved
-  nlohmann::json concurrency;                         // null when not set in the file
+  nlohmann::json concurrency;                        // null when not set in the file
   OnError on_error = OnError::kFail;
   std::string pointer;  // "/nodes/3"
 };
@@ -35,8 +35,8 @@ struct PipelineConfig {
   std::string file;
   std::string name;
   nlohmann::json settings = nlohmann::json::object();
-  std::map<std::string, nlohmann::json> includes;       // name -> fragment content
-  std::map<std::string, std::string> include_files;     // name -> resolved path
+  std::map<std::string, nlohmann::json> includes;    // name -> fragment content
+  std::map<std::string, std::string> include_files;  // name -> resolved path
   std::vector<NodeConfig> nodes;
 };
 
@@ -48,6 +48,19 @@ struct LoadOptions {
 // config with diagnostics must not be used.
 PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& options,
                                     Diagnostics& diagnostics);
+
+// A pipeline file after its "extends" chain is followed, before `--set` overrides apply.
+struct ResolvedDocument {
+  std::optional<nlohmann::json> document;  // nothing when a file of the chain cannot be used
+  std::map<std::string, std::string> include_files;  // include name -> the file that names it
+};
+
+// A pipeline file may derive from another: {"extends": "robotwin_online.json", ...patch}. The base
+// (a path relative to the deriving file's folder) is resolved first, with its own "extends"; the
+// rest of the file is merged over it as a JSON Merge Patch (RFC 7386: objects merge key by key,
+// null removes a key, any other value replaces), except "nodes", which maps node ids of the base
+// to a merge patch of that node. Problems name the deriving file and the pointer of the patch.
+ResolvedDocument resolve_extends(const std::string& file, Diagnostics& diagnostics);
 
 // Reads and parses one JSON file; parse errors are reported as
 // `file:line:col: malformed JSON: ...`.

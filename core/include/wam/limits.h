@@ -24,6 +24,8 @@ constexpr uint64_t kMaxConfigFileBytes = uint64_t{64} << 20;
 constexpr size_t kMaxRefResolutions = 10000;
 // Longest chain of $refs whose values refer to further $refs.
 constexpr size_t kMaxRefChain = 64;
+// Longest chain of pipeline files each extending the next ("extends").
+constexpr size_t kMaxExtendsChain = 16;
 // Most JSON values that $refs copy into one pipeline, all substitutions together.
 constexpr size_t kMaxRefExpandedValues = 1000000;
 // Worker threads per hardware thread at most (settings.threads, --threads).
