@@ -101,7 +101,7 @@ struct EpisodeSamplerParams {
   int64_t rank = -1;
   int64_t world_size = -1;
   Normalization normalization = Normalization::kZScore;
-  // RoboTwin's merger (reference-system.md section 1).
+  // RoboTwin's merger (docs/DESIGN.md section 5.2).
   Layout action_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
   Layout state_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
   double state_noise_std = 0.0;
@@ -219,7 +219,7 @@ struct Normalizer {
   }
 };
 
-// The reference's LiberoRight80NoFrameTransform (reference-system.md section 2: ee 6 -> 9,
+// The reference's LiberoRight80NoFrameTransform (docs/DESIGN.md section 5.2: ee 6 -> 9,
 // gripper 2 -> 1, normalization_passthrough_dims.state.ee [3..8]; its source confirms what the
 // doc leaves open): the ee axis-angle r becomes the column-first 6-D rotation, i.e. the first two
 // columns of R = exp([r]x) one after the other (R00 R10 R20 R01 R11 R21), and the two gripper
