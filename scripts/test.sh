@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The test suite: installs what is missing, checks the format of the changed C++ lines (see
-# scripts/check-format.sh for the base they are compared with), runs the torch-free tests under
-# AddressSanitizer + UBSan and the fuzzers (scripts/fuzz.sh), builds everything, runs every test
-# with ctest.
+# The test suite: installs what is missing, checks the tree's layering (scripts/check-layers.sh)
+# and the format of the changed C++ lines (see scripts/check-format.sh for the base they are
+# compared with), runs the torch-free tests under AddressSanitizer + UBSan and the fuzzers
+# (scripts/fuzz.sh), builds everything, runs every test with ctest.
 #
 # scripts/test.sh --sanitize: the torch-free tests only (ctest label torch_free: core, latent store,
 # the CLI error contract, the fuzz regressions), built with AddressSanitizer and
@@ -21,6 +21,7 @@ if [ "${1:-}" = "--sanitize" ]; then
   exec ctest -L torch_free --output-on-failure -j "$(nproc)" --timeout 600
 fi
 scripts/setup.sh
+scripts/check-layers.sh
 scripts/check-format.sh
 # Hostile input first: the torch-free tests under the sanitizers, then each fuzz target for
 # WAM_FUZZ_SECONDS (default 60) from the corpus of every crash found so far.

@@ -137,6 +137,87 @@ std::vector<std::string> column_problems(const LeRobotDataset& ds, const Episode
   return found;
 }
 
+// One camera's videos over the inspected episodes; what is wrong with them goes to `problems`.
+CameraReport inspect_camera(const LeRobotDataset& ds, const std::string& key,
+                            const std::vector<size_t>& picked, std::vector<std::string>& problems) {
+  const auto& info = ds.info();
+  CameraReport camera;
+  camera.key = key;
+  std::optional<VideoSummary> first;
+  int64_t missing = 0;
+  std::set<std::string> summarized;
+  std::vector<std::string> camera_problems;
+  for (size_t i : picked) {
+    const EpisodeInfo& episode = ds.episodes()[i];
+    const std::string file = ds.video_file(episode.episode_index, key);
+    if (!std::filesystem::exists(file)) {
+      ++missing;
+      continue;
+    }
+    if (!summarized.insert(file).second) continue;  // v3.0: episodes share an mp4
+    VideoSummary v;
+    try {
+      v = summarize_video(file);
+    } catch (const Error& e) {
+      camera_problems.push_back(e.what());
+      continue;
+    }
+    ++camera.videos;
+    camera.frames += v.frames;
+    if (v.max_gap == 0) {
+      ++camera.single_keyframe_videos;
+    } else {
+      camera.min_keyframe_gap =
+          camera.min_keyframe_gap == 0 ? v.min_gap : std::min(camera.min_keyframe_gap, v.min_gap);
+      camera.max_keyframe_gap = std::max(camera.max_keyframe_gap, v.max_gap);
+    }
+    const Feature* feature = info.feature(key);
+    if (feature && feature->shape.size() == 3 &&
+        (feature->shape[0] != v.height || feature->shape[1] != v.width)) {
+      camera_problems.push_back(file + ": " + std::to_string(v.width) + "x" +
+                                std::to_string(v.height) + ", but meta/info.json gives " + key +
+                                " shape " + nlohmann::json(feature->shape).dump() +
+                                " (height, width, channels)");
+    }
+    // A v3.0 mp4 holds several episodes: its frame count is theirs together.
+    if (!ds.is_v3() && v.frames != episode.length) {
+      camera_problems.push_back(file + ": " + std::to_string(v.frames) +
+                                " frames, but meta/episodes.jsonl says " +
+                                std::to_string(episode.length));
+    }
+    if (!first) {
+      first = v;
+    } else if (v.codec != first->codec || v.width != first->width || v.height != first->height) {
+      camera_problems.push_back(file + ": " + v.codec + " " + std::to_string(v.width) + "x" +
+                                std::to_string(v.height) + ", but the camera's first video is " +
+                                first->codec + " " + std::to_string(first->width) + "x" +
+                                std::to_string(first->height));
+    }
+  }
+  if (first) {
+    camera.codec = first->codec;
+    camera.width = first->width;
+    camera.height = first->height;
+    if (missing > 0) {
+      camera_problems.push_back(key + ": " + std::to_string(missing) + " of " +
+                                std::to_string(picked.size()) +
+                                " inspected episodes have no video file");
+    }
+  } else {
+    camera.unreadable = !camera_problems.empty();
+  }
+  // A broken dataset repeats the same fault in every episode: keep a few of each camera's.
+  constexpr size_t kShown = 5;
+  for (size_t i = 0; i < std::min(camera_problems.size(), kShown); ++i) {
+    problems.push_back(camera_problems[i]);
+  }
+  if (camera_problems.size() > kShown) {
+    problems.push_back(key + ": " + std::to_string(camera_problems.size() - kShown) +
+                       " more like these");
+  }
+  return camera;
+}
+
 }  // namespace
 
 DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
@@ -151,9 +232,9 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
   report.tasks = static_cast<int64_t>(ds.tasks().size());
   for (const char* key : {"action", "observation.state"}) {
     if (const Feature* f = info.feature(key)) {
-      report.vectors.emplace_back(std::string(key) == "action" ? "action" : "state",
-                                  f->dtype + "[" +
-                                      std::to_string(f->shape.empty() ? 0 : f->shape[0]) + "]");
+      report.vectors.emplace_back(
+          std::string(key) == "action" ? "action" : "state",
+          f->dtype + "[" + std::to_string(f->shape.empty() ? 0 : f->shape[0]) + "]");
     }
   }
   report.has_episode_stats = ds.has_episode_stats();
@@ -168,82 +249,7 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
   const std::vector<size_t> picked = inspected_episodes(ds.episodes().size(), episode_limit);
   report.inspected_episodes = static_cast<int64_t>(picked.size());
   for (const auto& key : info.video_keys()) {
-    CameraReport camera;
-    camera.key = key;
-    std::optional<VideoSummary> first;
-    int64_t missing = 0;
-    std::set<std::string> summarized;
-    std::vector<std::string> camera_problems;
-    for (size_t i : picked) {
-      const EpisodeInfo& episode = ds.episodes()[i];
-      const std::string file = ds.video_file(episode.episode_index, key);
-      if (!std::filesystem::exists(file)) {
-        ++missing;
-        continue;
-      }
-      if (!summarized.insert(file).second) continue;  // v3.0: episodes share an mp4
-      VideoSummary v;
-      try {
-        v = summarize_video(file);
-      } catch (const Error& e) {
-        camera_problems.push_back(e.what());
-        continue;
-      }
-      ++camera.videos;
-      camera.frames += v.frames;
-      if (v.max_gap == 0) {
-        ++camera.single_keyframe_videos;
-      } else {
-        camera.min_keyframe_gap = camera.min_keyframe_gap == 0
-                                      ? v.min_gap
-                                      : std::min(camera.min_keyframe_gap, v.min_gap);
-        camera.max_keyframe_gap = std::max(camera.max_keyframe_gap, v.max_gap);
-      }
-      const Feature* feature = info.feature(key);
-      if (feature && feature->shape.size() == 3 &&
-          (feature->shape[0] != v.height || feature->shape[1] != v.width)) {
-        camera_problems.push_back(file + ": " + std::to_string(v.width) + "x" +
-                                  std::to_string(v.height) + ", but meta/info.json gives " + key +
-                                  " shape " + nlohmann::json(feature->shape).dump() +
-                                  " (height, width, channels)");
-      }
-      // A v3.0 mp4 holds several episodes: its frame count is theirs together.
-      if (!ds.is_v3() && v.frames != episode.length) {
-        camera_problems.push_back(file + ": " + std::to_string(v.frames) +
-                                  " frames, but meta/episodes.jsonl says " +
-                                  std::to_string(episode.length));
-      }
-      if (!first) {
-        first = v;
-      } else if (v.codec != first->codec || v.width != first->width || v.height != first->height) {
-        camera_problems.push_back(file + ": " + v.codec + " " + std::to_string(v.width) + "x" +
-                                  std::to_string(v.height) + ", but the camera's first video is " +
-                                  first->codec + " " + std::to_string(first->width) + "x" +
-                                  std::to_string(first->height));
-      }
-    }
-    if (first) {
-      camera.codec = first->codec;
-      camera.width = first->width;
-      camera.height = first->height;
-      if (missing > 0) {
-        camera_problems.push_back(key + ": " + std::to_string(missing) + " of " +
-                                  std::to_string(picked.size()) +
-                                  " inspected episodes have no video file");
-      }
-    } else {
-      camera.unreadable = !camera_problems.empty();
-    }
-    // A broken dataset repeats the same fault in every episode: keep a few of each camera's.
-    constexpr size_t kShown = 5;
-    for (size_t i = 0; i < std::min(camera_problems.size(), kShown); ++i) {
-      report.problems.push_back(camera_problems[i]);
-    }
-    if (camera_problems.size() > kShown) {
-      report.problems.push_back(key + ": " + std::to_string(camera_problems.size() - kShown) +
-                                " more like these");
-    }
-    report.cameras.push_back(std::move(camera));
+    report.cameras.push_back(inspect_camera(ds, key, picked, report.problems));
   }
   // A dataset's columns share their quirks: report the first episode's, and any other episode's
   // that differ only in being unreadable.

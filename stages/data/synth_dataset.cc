@@ -113,6 +113,76 @@ Feature scalar_feature(const std::string& key, const std::string& dtype) {
   return {key, dtype, {1}, {}, nullptr};
 }
 
+// Refuses options that cannot make a dataset, before anything is written.
+void check_options(const SynthOptions& o) {
+  if (o.out.empty()) throw Error("dataset synth: --out is required");
+  if (o.episodes < 1) throw Error("dataset synth: --episodes must be >= 1");
+  if (o.frames_per_episode < 1) throw Error("dataset synth: --frames-per-episode must be >= 1");
+  if (o.gop < 1) throw Error("dataset synth: --gop must be >= 1");
+  if (o.codec != "av1" && o.codec != "h264") {
+    throw Error(unknown_with_suggestion("codec", o.codec, {"av1", "h264"}));
+  }
+  if (o.codebase_version != "v2.1" && o.codebase_version != "v3.0") {
+    throw Error(unknown_with_suggestion("codebase version", o.codebase_version, {"v2.1", "v3.0"}));
+  }
+  if ((o.width > 0) != (o.height > 0)) throw Error("dataset synth: give both width and height");
+  if (std::filesystem::exists(o.out + "/meta/info.json")) {
+    throw Error(o.out + "/meta/info.json: already a dataset; choose an empty --out directory");
+  }
+}
+
+DatasetInfo dataset_info(const SynthPreset& preset, const SynthOptions& o, int fps) {
+  DatasetInfo info;
+  info.codebase_version = o.codebase_version;
+  info.robot_type = preset.robot_type;
+  info.fps = fps;
+  for (const auto& camera : preset.cameras) {
+    Feature f{camera.key,
+              "video",
+              {camera.height, camera.width, 3},
+              {"height", "width", "channel"},
+              nlohmann::json{{"video.height", camera.height},
+                             {"video.width", camera.width},
+                             {"video.codec", o.codec},
+                             {"video.pix_fmt", "yuv420p"},
+                             {"video.is_depth_map", false},
+                             {"video.fps", fps},
+                             {"video.channels", 3},
+                             {"has_audio", false}}};
+    info.features.push_back(std::move(f));
+  }
+  info.features.push_back(vector_feature("action", preset.action_names));
+  info.features.push_back(vector_feature("observation.state", preset.state_names));
+  info.features.push_back(scalar_feature("timestamp", "float32"));
+  for (const char* key : {"frame_index", "episode_index", "index", "task_index"}) {
+    info.features.push_back(scalar_feature(key, "int64"));
+  }
+  return info;
+}
+
+// The columns of one episode: smooth random actions, the state they integrate to, timestamps at
+// `fps` and the index columns.
+EpisodeData episode_columns(std::mt19937_64& rng, const SynthPreset& preset, int64_t episode,
+                            int64_t task_index, int64_t frames, int fps) {
+  EpisodeData data;
+  data.floats["action"] =
+      smooth_actions(rng, frames, static_cast<int64_t>(preset.action_names.size()));
+  data.floats["observation.state"] =
+      integrate_state(rng, data.floats["action"], static_cast<int64_t>(preset.state_names.size()));
+  FloatColumn timestamp{frames, 1, std::vector<float>(static_cast<size_t>(frames))};
+  for (int64_t t = 0; t < frames; ++t) timestamp.values[t] = static_cast<float>(t) / fps;
+  data.floats["timestamp"] = std::move(timestamp);
+  auto& frame_index = data.ints["frame_index"];
+  auto& index = data.ints["index"];
+  for (int64_t t = 0; t < frames; ++t) {
+    frame_index.push_back(t);
+    index.push_back(episode * frames + t);
+  }
+  data.ints["episode_index"].assign(static_cast<size_t>(frames), episode);
+  data.ints["task_index"].assign(static_cast<size_t>(frames), task_index);
+  return data;
+}
+
 }  // namespace
 
 SynthPreset synth_preset(const std::string& name) {
@@ -154,20 +224,7 @@ SynthPreset synth_preset(const std::string& name) {
 
 void synthesize_dataset(const SynthOptions& o) {
   SynthPreset preset = synth_preset(o.preset);
-  if (o.out.empty()) throw Error("dataset synth: --out is required");
-  if (o.episodes < 1) throw Error("dataset synth: --episodes must be >= 1");
-  if (o.frames_per_episode < 1) throw Error("dataset synth: --frames-per-episode must be >= 1");
-  if (o.gop < 1) throw Error("dataset synth: --gop must be >= 1");
-  if (o.codec != "av1" && o.codec != "h264") {
-    throw Error(unknown_with_suggestion("codec", o.codec, {"av1", "h264"}));
-  }
-  if (o.codebase_version != "v2.1" && o.codebase_version != "v3.0") {
-    throw Error(unknown_with_suggestion("codebase version", o.codebase_version, {"v2.1", "v3.0"}));
-  }
-  if ((o.width > 0) != (o.height > 0)) throw Error("dataset synth: give both width and height");
-  if (std::filesystem::exists(o.out + "/meta/info.json")) {
-    throw Error(o.out + "/meta/info.json: already a dataset; choose an empty --out directory");
-  }
+  check_options(o);
   if (o.width > 0) {
     for (auto& camera : preset.cameras) {
       camera.width = o.width;
@@ -176,31 +233,7 @@ void synthesize_dataset(const SynthOptions& o) {
   }
   const int fps = o.fps > 0 ? o.fps : preset.fps;
 
-  DatasetInfo info;
-  info.codebase_version = o.codebase_version;
-  info.robot_type = preset.robot_type;
-  info.fps = fps;
-  for (const auto& camera : preset.cameras) {
-    Feature f{camera.key,
-              "video",
-              {camera.height, camera.width, 3},
-              {"height", "width", "channel"},
-              nlohmann::json{{"video.height", camera.height},
-                             {"video.width", camera.width},
-                             {"video.codec", o.codec},
-                             {"video.pix_fmt", "yuv420p"},
-                             {"video.is_depth_map", false},
-                             {"video.fps", fps},
-                             {"video.channels", 3},
-                             {"has_audio", false}}};
-    info.features.push_back(std::move(f));
-  }
-  info.features.push_back(vector_feature("action", preset.action_names));
-  info.features.push_back(vector_feature("observation.state", preset.state_names));
-  info.features.push_back(scalar_feature("timestamp", "float32"));
-  for (const char* key : {"frame_index", "episode_index", "index", "task_index"}) {
-    info.features.push_back(scalar_feature(key, "int64"));
-  }
+  const DatasetInfo info = dataset_info(preset, o, fps);
   std::map<int64_t, std::string> tasks;
   for (size_t i = 0; i < preset.tasks.size(); ++i) tasks[static_cast<int64_t>(i)] = preset.tasks[i];
   LeRobotWriter writer(o.out, info, tasks);
@@ -219,23 +252,7 @@ void synthesize_dataset(const SynthOptions& o) {
   for (int64_t episode = 0; episode < o.episodes; ++episode) {
     std::mt19937_64 rng(seeding::mix_seed(o.seed, static_cast<uint64_t>(episode)));
     const int64_t task_index = episode % static_cast<int64_t>(preset.tasks.size());
-    EpisodeData data;
-    data.floats["action"] =
-        smooth_actions(rng, frames, static_cast<int64_t>(preset.action_names.size()));
-    data.floats["observation.state"] = integrate_state(
-        rng, data.floats["action"], static_cast<int64_t>(preset.state_names.size()));
-    FloatColumn timestamp{frames, 1, std::vector<float>(static_cast<size_t>(frames))};
-    for (int64_t t = 0; t < frames; ++t) timestamp.values[t] = static_cast<float>(t) / fps;
-    data.floats["timestamp"] = std::move(timestamp);
-    auto& frame_index = data.ints["frame_index"];
-    auto& index = data.ints["index"];
-    for (int64_t t = 0; t < frames; ++t) {
-      frame_index.push_back(t);
-      index.push_back(episode * frames + t);
-    }
-    data.ints["episode_index"].assign(static_cast<size_t>(frames), episode);
-    data.ints["task_index"].assign(static_cast<size_t>(frames), task_index);
-
+    EpisodeData data = episode_columns(rng, preset, episode, task_index, frames, fps);
     for (size_t c = 0; c < preset.cameras.size(); ++c) {
       const SynthCamera& camera = preset.cameras[c];
       const auto open_video = [&] {
