@@ -104,12 +104,12 @@ expect "long strings are scanned without regex" 2 \
 # Derived pipelines (extends): the resolved result, and a bad patch named by file and pointer.
 printf '{"extends": "ok.json", "name": "derived", "nodes": {"src": {"params": {"count": 7}}}}\n' \
   >pipelines/derived.json
-expect "validate --print-config shows the patched node" 0 '        "count": 7' \
+expect "validate --print-config shows the patched node" 0 '        "count": 7,' \
   -- "$bin" validate pipelines/derived.json --print-config
-printf '{"extends": "ok.json", "name": "bad", "nodes": {"sorce": {"params": {"count": 7}}}}\n' \
+printf '{"extends": "ok.json", "name": "bad", "nodes": {"srcs": {"params": {"count": 7}}}}\n' \
   >pipelines/bad_patch.json
 expect "a patch naming no node of the base" 2 \
-  'pipelines/bad_patch.json:/nodes/sorce: no node "sorce" in the base pipeline pipelines/ok.json; did you mean "src"? (nodes: src, delay)' \
+  'pipelines/bad_patch.json:/nodes/srcs: no node "srcs" in the base pipeline pipelines/ok.json; did you mean "src"? (nodes: src, delay)' \
   -- "$bin" validate pipelines/bad_patch.json
 printf '{"extends": "missing.json", "name": "m"}\n' >pipelines/no_base.json
 expect "a missing base" 2 \
