@@ -96,11 +96,13 @@ void patch_nodes(json& base, const json& patches, const std::string& file,
     }
     if (!target) {
       const std::string suggestion = closest_match(it.key(), ids);
+      std::vector<std::string> shown;
+      for (const auto& id : ids) shown.push_back(shorten(id));
       diagnostics.error_in(
           file, pointer,
           "no node \"" + shorten(it.key()) + "\" in the base pipeline " + base_file +
               (suggestion.empty() ? "" : "; did you mean \"" + suggestion + "\"?") +
-              " (nodes: " + join(ids, ", ") + ")");
+              " (nodes: " + join(shown, ", ") + ")");
     } else if (!it->is_object()) {
       diagnostics.error_in(file, pointer,
                            "a node patch is an object merged over the base's node, e.g. "
