@@ -141,7 +141,8 @@ for f in files:
                 stack.append("scope")
             elif "(" in header and signature_end_re.search(header):
                 stack.append("function")
-                first = header_start + len(header) - len(header.lstrip())
+                lead = re.match(r"\s*((public|private|protected)\s*:(?!:))?\s*", header)
+                first = header_start + lead.end()
                 function_start = (code.count("\n", 0, first) + 1, header)
             else:
                 stack.append("block")  # an initializer at namespace scope
