@@ -33,7 +33,7 @@ __device__ __forceinline__ void atomic_add4(float* p, float4 v) {
 }
 
 // One row per block: the row is held in registers between the mean, the variance and the store.
-template <class TX, class TO>
+template <class TX, class TO, int kChunks>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_modulate_forward_kernel(const TX* x, const float* scale, const float* shift, TO* out,
                                        float* mean_out, float* rstd_out, ModulationLayout layout,
@@ -43,10 +43,10 @@ __global__ void __launch_bounds__(kThreads)
   const int chunks = static_cast<int>(layout.width / 4);
   const float width = static_cast<float>(layout.width);
   const TX* in = x + row * layout.width;
-  float4 v[kMaxChunks];
+  float4 v[kChunks];
   float sum = 0.f;
 #pragma unroll
-  for (int k = 0; k < kMaxChunks; ++k) {
+  for (int k = 0; k < kChunks; ++k) {
     const int c = threadIdx.x + k * kThreads;
     v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (c < chunks) {
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads)
   const float mean = block_sum<kThreads>(sum, scratch) / width;
   float squares = 0.f;
 #pragma unroll
-  for (int k = 0; k < kMaxChunks; ++k) {
+  for (int k = 0; k < kChunks; ++k) {
     const int c = threadIdx.x + k * kThreads;
     if (c < chunks) {
       const float4 d = make_float4(v[k].x - mean, v[k].y - mean, v[k].z - mean, v[k].w - mean);
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t m = modulation_row(row, layout) * layout.width;
   TO* o = out + row * layout.width;
 #pragma unroll
-  for (int k = 0; k < kMaxChunks; ++k) {
+  for (int k = 0; k < kChunks; ++k) {
     const int c = threadIdx.x + k * kThreads;
     if (c >= chunks) continue;
     const float4 h = make_float4((v[k].x - mean) * rstd, (v[k].y - mean) * rstd,
@@ -83,8 +83,11 @@ __global__ void __launch_bounds__(kThreads)
 
 // Per row: xhat = (x - mean) * rstd, g = grad_out * scale, grad_x = rstd * (g - mean(g) - xhat *
 // mean(g * xhat)); grad_shift[m] += grad_out, grad_scale[m] += grad_out * xhat, summed over the
-// block's rows in registers and flushed when the modulation row changes.
-template <class TX, class TO>
+// block's rows in registers and flushed when the modulation row changes. kChunks: 4-element chunks
+// per thread (the row width in registers, no more: occupancy). The next row's inputs are loaded
+// before this row's block reduction, so that their latency overlaps it (one row after another
+// with nothing in flight ran at a third of the memory bandwidth, docs/KERNELS.md).
+template <class TX, class TO, int kChunks>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_modulate_backward_kernel(const TO* grad_out, const TX* x, const float* scale,
                                         const float* mean, const float* rstd, TX* grad_x,
@@ -93,26 +96,36 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float2 scratch[kThreads / 32];
   const int chunks = static_cast<int>(layout.width / 4);
   const float width = static_cast<float>(layout.width);
-  float4 scale_sum[kMaxChunks], shift_sum[kMaxChunks];
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 scale_sum[kChunks], shift_sum[kChunks], x_next[kChunks], grad_next[kChunks];
   const auto reset = [&] {
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
-      scale_sum[k] = shift_sum[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+    for (int k = 0; k < kChunks; ++k) scale_sum[k] = shift_sum[k] = zero;
   };
   const auto flush = [&](int64_t m) {
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
+    for (int k = 0; k < kChunks; ++k) {
       const int c = threadIdx.x + k * kThreads;
       if (c >= chunks) continue;
       atomic_add4(grad_scale + m * layout.width + 4 * c, scale_sum[k]);
       atomic_add4(grad_shift + m * layout.width + 4 * c, shift_sum[k]);
     }
   };
+  const auto load_row = [&](int64_t row) {
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const int c = threadIdx.x + k * kThreads;
+      x_next[k] = grad_next[k] = zero;
+      if (c >= chunks) continue;
+      x_next[k] = load4(x + row * layout.width + 4 * c);
+      grad_next[k] = load4(grad_out + row * layout.width + 4 * c);
+    }
+  };
   reset();
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kBackwardRows;
   const int64_t last = first + kBackwardRows < layout.rows ? first + kBackwardRows : layout.rows;
   int64_t current = modulation_row(first, layout);
+  load_row(first);
   for (int64_t row = first; row < last; ++row) {
     const int64_t m = modulation_row(row, layout);  // the same for every thread of the block
     if (m != current) {
@@ -120,17 +133,22 @@ __global__ void __launch_bounds__(kThreads)
       reset();
       current = m;
     }
+    float4 h[kChunks], g[kChunks];
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      h[k] = x_next[k];
+      g[k] = grad_next[k];
+    }
     const float mu = mean[row], r = rstd[row];
-    float4 h[kMaxChunks], g[kMaxChunks];
+    if (row + 1 < last) load_row(row + 1);
     float2 sums = make_float2(0.f, 0.f);
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
+    for (int k = 0; k < kChunks; ++k) {
       const int c = threadIdx.x + k * kThreads;
-      h[k] = g[k] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (c >= chunks) continue;
-      const float4 xv = load4(x + row * layout.width + 4 * c);
-      h[k] = make_float4((xv.x - mu) * r, (xv.y - mu) * r, (xv.z - mu) * r, (xv.w - mu) * r);
-      const float4 go = load4(grad_out + row * layout.width + 4 * c);
+      const float4 go = g[k];
+      h[k] =
+          make_float4((h[k].x - mu) * r, (h[k].y - mu) * r, (h[k].z - mu) * r, (h[k].w - mu) * r);
       g[k] = go * load4(scale + m * layout.width + 4 * c);
       shift_sum[k] = shift_sum[k] + go;
       scale_sum[k] = fma4(go, h[k], scale_sum[k]);
@@ -140,7 +158,7 @@ __global__ void __launch_bounds__(kThreads)
     const float2 totals = block_sum<kThreads>(sums, scratch);
     const float mean_g = totals.x / width, mean_gh = totals.y / width;
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
+    for (int k = 0; k < kChunks; ++k) {
       const int c = threadIdx.x + k * kThreads;
       if (c >= chunks) continue;
       const float4 d = make_float4(
@@ -212,6 +230,17 @@ __global__ void __launch_bounds__(kThreads)
   flush(current);
 }
 
+// Calls f with std::integral_constant<int, N>, N the 4-element chunks per thread a row needs.
+template <class F>
+void with_chunks(int64_t width, F&& f) {
+  switch ((width / 4 + kThreads - 1) / kThreads) {
+    case 1: f(std::integral_constant<int, 1>()); break;
+    case 2: f(std::integral_constant<int, 2>()); break;
+    case 3: f(std::integral_constant<int, 3>()); break;
+    default: f(std::integral_constant<int, kMaxChunks>()); break;
+  }
+}
+
 unsigned backward_blocks(const ModulationLayout& layout) {
   return static_cast<unsigned>((layout.rows + kBackwardRows - 1) / kBackwardRows);
 }
@@ -252,8 +281,12 @@ void layer_norm_modulate_forward(const void* x, Precision x_precision, const flo
   dispatch(x_precision, out_precision, [&](auto* tx, auto* to) {
     using TX = std::remove_pointer_t<decltype(tx)>;
     using TO = std::remove_pointer_t<decltype(to)>;
-    layer_norm_modulate_forward_kernel<<<static_cast<unsigned>(layout.rows), kThreads, 0, stream>>>(
-        static_cast<const TX*>(x), scale, shift, static_cast<TO*>(out), mean, rstd, layout, eps);
+    with_chunks(layout.width, [&](auto chunks) {
+      layer_norm_modulate_forward_kernel<TX, TO, decltype(chunks)::value>
+          <<<static_cast<unsigned>(layout.rows), kThreads, 0, stream>>>(
+              static_cast<const TX*>(x), scale, shift, static_cast<TO*>(out), mean, rstd, layout,
+              eps);
+    });
   });
   check_launch("layer_norm_modulate_forward");
 }
@@ -267,9 +300,12 @@ void layer_norm_modulate_backward(const void* grad_out, Precision out_precision,
   dispatch(x_precision, out_precision, [&](auto* tx, auto* to) {
     using TX = std::remove_pointer_t<decltype(tx)>;
     using TO = std::remove_pointer_t<decltype(to)>;
-    layer_norm_modulate_backward_kernel<<<backward_blocks(layout), kThreads, 0, stream>>>(
-        static_cast<const TO*>(grad_out), static_cast<const TX*>(x), scale, mean, rstd,
-        static_cast<TX*>(grad_x), grad_scale, grad_shift, layout);
+    with_chunks(layout.width, [&](auto chunks) {
+      layer_norm_modulate_backward_kernel<TX, TO, decltype(chunks)::value>
+          <<<backward_blocks(layout), kThreads, 0, stream>>>(
+              static_cast<const TO*>(grad_out), static_cast<const TX*>(x), scale, mean, rstd,
+              static_cast<TX*>(grad_x), grad_scale, grad_shift, layout);
+    });
   });
   check_launch("layer_norm_modulate_backward");
 }

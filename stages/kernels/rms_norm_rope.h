@@ -13,10 +13,10 @@ namespace wam::kernels {
 enum class Precision { kFloat32, kBFloat16 };  // of x, out, grad_out and grad_x
 
 struct RmsNormRopeShape {
-  int64_t rows = 0;        // B * N
-  int64_t width = 0;       // H * head_dim, normalised as one vector (the MoT's q/k norm)
-  int64_t head_dim = 0;    // RoPE pairs (2i, 2i+1) within each head
-  int64_t tokens = 0;      // N: row r is token r % N, whose rotation row it reads
+  int64_t rows = 0;          // B * N
+  int64_t width = 0;         // H * head_dim, normalised as one vector (the MoT's q/k norm)
+  int64_t head_dim = 0;      // RoPE pairs (2i, 2i+1) within each head
+  int64_t tokens = 0;        // N: row r is token r % N, whose rotation row it reads
   int64_t x_row_stride = 0;  // elements between rows of x (a column slice of a fused QKV output)
 };
 
@@ -33,7 +33,7 @@ void rms_norm_rope_forward(const void* x, const float* weight, const float* rota
 // (contiguous), with the rstd the forward saved.
 void rms_norm_rope_backward(const void* grad_out, const void* x, const float* weight,
                             const float* rotation, const float* rstd, void* grad_x,
-                            float* grad_weight, const RmsNormRopeShape& shape,
-                            Precision precision, CUstream_st* stream);
+                            float* grad_weight, const RmsNormRopeShape& shape, Precision precision,
+                            CUstream_st* stream);
 
 }  // namespace wam::kernels

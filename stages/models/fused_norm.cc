@@ -198,6 +198,8 @@ bool fused_rms_norm_rope_applies(const at::Tensor& x, int64_t head_dim) {
   if (!x.is_cuda() || x.dim() != 3 || x.size(0) == 0 || x.size(1) == 0) return false;
   if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) return false;
   if (x.stride(2) != 1 || x.stride(0) != x.size(1) * x.stride(1)) return false;
+  // The kernels load element pairs.
+  if (reinterpret_cast<uintptr_t>(x.data_ptr()) % (2 * x.element_size()) != 0) return false;
   return kernels::rms_norm_rope_supports(shape_of(x, head_dim));
 }
 
