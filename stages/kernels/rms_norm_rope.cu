@@ -14,7 +14,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxPairsPerThread = 8;
-constexpr int kBackwardRowsPerBlock = 16;  // rows per block sharing one grad_weight flush
+constexpr int kBackwardRowsPerBlock = 16;  // rows per block sharing one grad_weight partial
 
 __device__ __forceinline__ float load(const float* p) { return *p; }
 __device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
@@ -66,13 +66,14 @@ __global__ void forward_kernel(const T* x, const float* weight, const float* rot
 }
 
 // Per row: dz = rotate back(grad_out), g = dz * weight, xhat = x * rstd,
-// grad_x = rstd * (g - xhat * mean(g * xhat)), grad_weight += dz * xhat. kPairs: pairs per thread
-// (the row in registers, no more: occupancy). The next row's inputs are loaded before this row's
-// block reduction so that their latency overlaps it (docs/KERNELS.md, version 2).
+// grad_x = rstd * (g - xhat * mean(g * xhat)), partial grad_weight += dz * xhat. kPairs: pairs per
+// thread (the row in registers, no more: occupancy). The next row's inputs are loaded before this
+// row's block reduction so that their latency overlaps it (docs/KERNELS.md, version 2).
 template <class T, int kPairs>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const T* grad_out, const T* x, const float* weight, const float* rotation,
-                    const float* rstd, T* grad_x, float* grad_weight, RmsNormRopeShape shape) {
+                    const float* rstd, T* grad_x, float* grad_weight_partials,
+                    RmsNormRopeShape shape) {
   __shared__ float scratch[kThreads / 32];
   const int pairs = static_cast<int>(shape.width / 2),
             half_head = static_cast<int>(shape.head_dim / 2);
@@ -131,8 +132,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 0; k < kPairs; ++k) {
     const int p = threadIdx.x + k * kThreads;
     if (p >= pairs) continue;
-    atomicAdd(grad_weight + 2 * p, dw[k].x);
-    atomicAdd(grad_weight + 2 * p + 1, dw[k].y);
+    store2(grad_weight_partials + static_cast<int64_t>(blockIdx.x) * shape.width + 2 * p, dw[k]);
   }
 }
 
@@ -158,6 +158,10 @@ bool rms_norm_rope_supports(const RmsNormRopeShape& shape) {
          shape.tokens > 0 && shape.x_row_stride >= shape.width && shape.x_row_stride % 2 == 0;
 }
 
+int64_t rms_norm_rope_backward_blocks(const RmsNormRopeShape& shape) {
+  return (shape.rows + kBackwardRowsPerBlock - 1) / kBackwardRowsPerBlock;
+}
+
 void rms_norm_rope_forward(const void* x, const float* weight, const float* rotation, void* out,
                            float* rstd, const RmsNormRopeShape& shape, float eps,
                            Precision precision, CUstream_st* stream) {
@@ -176,22 +180,20 @@ void rms_norm_rope_forward(const void* x, const float* weight, const float* rota
 
 void rms_norm_rope_backward(const void* grad_out, const void* x, const float* weight,
                             const float* rotation, const float* rstd, void* grad_x,
-                            float* grad_weight, const RmsNormRopeShape& shape, Precision precision,
-                            CUstream_st* stream) {
+                            float* grad_weight_partials, const RmsNormRopeShape& shape,
+                            Precision precision, CUstream_st* stream) {
   if (shape.rows == 0) return;
-  const dim3 grid(
-      static_cast<unsigned>((shape.rows + kBackwardRowsPerBlock - 1) / kBackwardRowsPerBlock)),
-      block(kThreads);
+  const dim3 grid(static_cast<unsigned>(rms_norm_rope_backward_blocks(shape))), block(kThreads);
   with_pairs(shape.width, [&](auto pairs) {
     constexpr int kPairs = decltype(pairs)::value;
     if (precision == Precision::kBFloat16) {
       backward_kernel<__nv_bfloat16, kPairs><<<grid, block, 0, stream>>>(
           static_cast<const __nv_bfloat16*>(grad_out), static_cast<const __nv_bfloat16*>(x), weight,
-          rotation, rstd, static_cast<__nv_bfloat16*>(grad_x), grad_weight, shape);
+          rotation, rstd, static_cast<__nv_bfloat16*>(grad_x), grad_weight_partials, shape);
     } else {
       backward_kernel<float, kPairs><<<grid, block, 0, stream>>>(
           static_cast<const float*>(grad_out), static_cast<const float*>(x), weight, rotation, rstd,
-          static_cast<float*>(grad_x), grad_weight, shape);
+          static_cast<float*>(grad_x), grad_weight_partials, shape);
     }
   });
   check_launch("rms_norm_rope_backward");
