@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "common/sha256.h"
 #include "testing/expect_error.h"
 #include "testing/temp_dir.h"
 
