@@ -99,8 +99,8 @@ expect_contains "train 2 steps" 0 "pipeline robotwin_online:" \
   -- "$bin" run pipelines/robotwin_online.json "${tiny[@]}" --steps 2 --set settings.batch_size=2 \
   --stats-out "$work/stats.json"
 grep -q '"stop_reason": "steps"' "$work/stats.json" || { echo "FAIL train: stats"; failures=$((failures + 1)); }
-[ -f "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_2.pt" ] ||
-  { echo "FAIL train: no checkpoint step_2.pt"; failures=$((failures + 1)); }
+[ -f "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_2.safetensors" ] ||
+  { echo "FAIL train: no checkpoint step_2.safetensors"; failures=$((failures + 1)); }
 
 # The cache profile: generate, validate, info, train from the cache; refusals; a build killed
 # midway keeps the published catalog and resumes.
@@ -249,7 +249,7 @@ expect "bench checks its output directory first" 2 "--json: directory $work/miss
   -- "$bin" bench pipelines/robotwin_online.json --json "$work/missing/bench.json"
 expect "bench --trace needs --profile" 2 "--trace requires --profile" \
   -- "$bin" bench pipelines/robotwin_online.json --trace "$work/t.json"
-[ ! -e "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_3.pt" ] ||
+[ ! -e "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_3.safetensors" ] ||
   { echo "FAIL bench wrote a checkpoint"; failures=$((failures + 1)); }
 expect "bench refuses a data graph" 2 \
   "bench: pipelines/robotwin_data_online.json has no host-to-device node (HostToDevice); bench measures training pipelines (for data graphs use \`run --stats-out\`)" \

@@ -190,16 +190,17 @@ TEST(TrainStepTest, ResumeReproducesTheUninterruptedLossCurve) {
                                                {"learning_rate", 1e-3}}),
                                        batches(1, 10), cpu_settings());
   ASSERT_EQ(full.size(), 10u);
-  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step_5.pt"));
-  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step_10.pt"));
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step_5.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step_10.safetensors"));
   std::ifstream latest(ckpt + "/latest");
   std::string pointer;
   latest >> pointer;
-  EXPECT_EQ(pointer, "step_10.pt");
+  EXPECT_EQ(pointer, "step_10.safetensors");
 
   const auto resumed = testing::run_stage(
       "TrainStep",
-      params({{"total_steps", 10}, {"resume", ckpt + "/step_5.pt"}, {"learning_rate", 1e-3}}),
+      params(
+          {{"total_steps", 10}, {"resume", ckpt + "/step_5.safetensors"}, {"learning_rate", 1e-3}}),
       batches(6, 10), cpu_settings());
   ASSERT_EQ(resumed.size(), 5u);
   for (int i = 0; i < 5; ++i) {
@@ -223,9 +224,9 @@ TEST(TrainStepTest, ResumeFromAnotherPresetIsRefused) {
   nlohmann::json p = {{"model", other}, {"total_steps", 1}, {"resume", dir.file("c")}};
   const std::string error = testing::error_of(
       [&] { testing::run_stage("TrainStep", p.dump(), {make_batch(config, 1)}, cpu_settings()); });
-  EXPECT_NE(
-      error.find("resume: checkpoint " + dir.file("c") + "/step_1.pt was written for model config"),
-      std::string::npos)
+  EXPECT_NE(error.find("resume: checkpoint " + dir.file("c") +
+                       "/step_1.safetensors was written for model config"),
+            std::string::npos)
       << error;
   EXPECT_NE(error.find("resume with the same model preset"), std::string::npos);
 }
