@@ -5,8 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <stdexcept>
-#include <string>
+#include "kernels/block_reduce.cuh"
 
 namespace wam::kernels {
 namespace {
@@ -19,20 +18,6 @@ __device__ __forceinline__ float load(const float* p) { return *p; }
 __device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
 __device__ __forceinline__ void store(float* p, float v) { *p = v; }
 __device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
-
-// Sum over the block; every thread gets the total. `scratch` holds one float per warp.
-__device__ float block_sum(float value, float* scratch) {
-  for (int offset = 16; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(0xffffffffu, value, offset);
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();  // scratch may still be read from the previous call
-  if (lane == 0) scratch[warp] = value;
-  __syncthreads();
-  float total = 0.f;
-  for (int w = 0; w < kThreads / 32; ++w) total += scratch[w];
-  return total;
-}
 
 // The (cos, sin) of pair p (counted over the row) of token `token`; (1, 0) without RoPE.
 __device__ __forceinline__ float2 rotation_of(const float* rotation, int64_t token, int p,
@@ -62,7 +47,8 @@ __global__ void forward_kernel(const T* x, const float* weight, const float* rot
       squares += x0[k] * x0[k] + x1[k] * x1[k];
     }
   }
-  const float r = rsqrtf(block_sum(squares, scratch) / static_cast<float>(shape.width) + eps);
+  const float r =
+      rsqrtf(block_sum<kThreads>(squares, scratch) / static_cast<float>(shape.width) + eps);
   if (threadIdx.x == 0) rstd[row] = r;
   const int64_t token = row % shape.tokens;
   T* o = out + row * shape.width;
@@ -112,7 +98,7 @@ __global__ void backward_kernel(const T* grad_out, const T* x, const float* weig
       dw1[k] += dz1 * h1[k];
       dot += g0[k] * h0[k] + g1[k] * h1[k];
     }
-    const float mean_dot = block_sum(dot, scratch) / static_cast<float>(shape.width);
+    const float mean_dot = block_sum<kThreads>(dot, scratch) / static_cast<float>(shape.width);
     T* gx = grad_x + row * shape.width;
 #pragma unroll
     for (int k = 0; k < kMaxPairsPerThread; ++k) {
@@ -128,13 +114,6 @@ __global__ void backward_kernel(const T* grad_out, const T* x, const float* weig
     if (p >= pairs) continue;
     atomicAdd(grad_weight + 2 * p, dw0[k]);
     atomicAdd(grad_weight + 2 * p + 1, dw1[k]);
-  }
-}
-
-void check_launch(const char* what) {
-  const cudaError_t error = cudaGetLastError();
-  if (error != cudaSuccess) {
-    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(error));
   }
 }
 

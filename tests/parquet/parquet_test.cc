@@ -1230,7 +1230,8 @@ void expect_same_as_hyparquet(const ParquetFile& f, const nlohmann::json& theirs
     ASSERT_EQ(static_cast<int64_t>(rows.size()), f.num_rows());
     if (c.type == PhysicalType::kByteArray) {
       const ColumnValues<std::string> ours = f.read_strings(c.name);
-      for (size_t r = 0; r < rows.size(); ++r) ASSERT_EQ(ours.values[r], rows[r]) << r;
+      for (size_t r = 0; r < rows.size(); ++r)
+        ASSERT_EQ(ours.values[r], rows[r].get<std::string>()) << r;
       continue;
     }
     const ColumnValues<double> ours =
