@@ -10,10 +10,10 @@
 // configs/model/*.json fragment, so `--set include.model=configs/model/tiny.json` swaps it.
 //
 // Training-state files (train/training_state.h: checkpoint_dir/step_<N>.pt, written through
-// wam::AtomicFile; checkpoint_dir/latest names the newest) hold the model, the optimizer state, the step
-// count (the schedule's position) and the noise generator's state; `resume` continues the exact
-// loss curve when fed the same batches. The source's position is not reachable from a stage: resume
-// the source separately.
+// wam::AtomicFile; checkpoint_dir/latest names the newest) hold the model, the optimizer state, the
+// step count (the schedule's position) and the noise generator's state; `resume` continues the
+// exact loss curve when fed the same batches. The source's position is not reachable from a stage:
+// resume the source separately.
 //
 // Under a launcher (common/distributed.h: WORLD_SIZE > 1, or 1 with MASTER_ADDR) the step is
 // data-parallel, as DDP: rank 0's initial (or resumed) weights are broadcast, gradients are
@@ -32,7 +32,7 @@
 //         memory_video_recent_is_pad, context, context_mask, vlm_context, vlm_mask, action,
 //         action_is_pad, action_dim_is_pad, proprio (Tensor); epoch (when present, for the log).
 // Writes: step (Int), loss, loss_video, loss_action, loss_future_delta, loss_semantic, lr
-//         (Double); a record replaces the batch.
+//         (Double); a record replaces the batch. Reports: the scalar "loss" per step.
 // Example: {"id": "step", "type": "TrainStep", "inputs": ["h2d"],
 //           "params": {"model": {"$ref": "model"}, "mode": "compiled", "log_every": 10}}
 #include <chrono>
@@ -324,6 +324,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
     record.set("loss_future_delta", loss.future_delta);
     record.set("loss_semantic", loss.semantic);
     record.set("lr", lr);
+    context_->report_scalar("loss", loss.total);
     out.emit(std::move(record));
   }
 

@@ -11,6 +11,7 @@
 #include "testing/temp_dir.h"
 #include "train/optimizer.h"
 #include "train/step_runner.h"
+#include "train/training_step.h"
 #include "wam/tensor.h"
 
 namespace wam {
@@ -257,6 +258,20 @@ TEST(TrainStepTest, CompiledModeOnCpuRunsEagerAndSaysWhyOnce) {
       << ::testing::PrintToString(run.log);
   ASSERT_EQ(run.outputs.size(), 2u);
   EXPECT_TRUE(std::isfinite(run.outputs[1].get_double("loss")));
+}
+
+// The runner's loss series, progress line and report take the loss from here, not from a sample
+// field of that name.
+TEST(TrainStepTest, ReportsEachStepsLossAsTheScalarLoss) {
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  const auto run =
+      run_logged(params({{"total_steps", 2}}), {make_batch(config, 1), make_batch(config, 2)});
+  ASSERT_EQ(run.outputs.size(), 2u);
+  ASSERT_EQ(run.scalars.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(run.scalars[i].name, "loss");
+    EXPECT_EQ(run.scalars[i].value, run.outputs[i].get_double("loss"));
+  }
 }
 
 TEST(TrainStepTest, VlmContextLongerThanThePadIsAnError) {
