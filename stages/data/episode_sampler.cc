@@ -33,6 +33,7 @@
 
 #include "common/distributed.h"
 #include "common/seeding.h"
+#include "data/dataset_sampler.h"
 #include "data/episode_sampler_params.h"
 #include "data/lerobot_dataset.h"
 #include "wam/registry.h"
@@ -222,7 +223,7 @@ struct Episode {
   std::string default_task;
 };
 
-class EpisodeSampler final : public Source {
+class EpisodeSampler final : public Source, public DatasetSampler {
  public:
   static constexpr std::string_view kType = "EpisodeSampler";
   static constexpr std::string_view kSummary =
@@ -231,6 +232,8 @@ class EpisodeSampler final : public Source {
   using Params = EpisodeSamplerParams;
 
   explicit EpisodeSampler(Params p) : p_(std::move(p)) {}
+
+  const std::vector<std::string>& dataset_dirs() const override { return p_.dataset_dirs; }
 
   void declare(Contract& c) const override {
     for (const char* name : {"sample_id", "epoch", "episode_index", "frame_index"}) {

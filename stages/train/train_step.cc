@@ -163,6 +163,11 @@ class TrainStepStage final : public Stage, public TrainingStep {
   using Params = TrainStepParams;
 
   bool compiled() const override { return params_.mode == StepMode::kCompiled; }
+  void disable_training_state() override {
+    params_.training_state_dir.clear();
+    params_.save_every = 0;
+    params_.resume.clear();
+  }
 
   explicit TrainStepStage(Params params) : params_(std::move(params)) {}
 

@@ -1,6 +1,7 @@
 // TrainStep and its machinery (schedule, AdamW, clipping, checkpoints, compiled step) on the tiny
 // preset. CUDA-only checks skip without a GPU.
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 
@@ -272,6 +273,31 @@ TEST(TrainStepTest, ReportsEachStepsLossAsTheScalarLoss) {
     EXPECT_EQ(run.scalars[i].name, "loss");
     EXPECT_EQ(run.scalars[i].value, run.outputs[i].get_double("loss"));
   }
+}
+
+// What bench and compile call through the TrainingStep interface: with the state off, neither the
+// missing resume file is read nor anything saved, whatever the params say.
+TEST(TrainStepTest, DisabledTrainingStateIsNeitherResumedNorSaved) {
+  testing::TempDir dir;
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  std::unique_ptr<StageBase> base =
+      testing::make_stage("TrainStep", params({{"total_steps", 2},
+                                               {"checkpoint_dir", dir.file("state")},
+                                               {"save_every", 1},
+                                               {"resume", dir.file("missing/step_1.pt")}}));
+  auto* step = dynamic_cast<stages::TrainingStep*>(base.get());
+  ASSERT_NE(step, nullptr);
+  step->disable_training_state();
+  const Settings settings = cpu_settings().settings;
+  Context context("step", "TrainStep", settings, nullptr);
+  base->open(context);
+  auto& stage = static_cast<Stage&>(*base);
+  testing::CollectingEmitter out;
+  stage.process(make_batch(config, 1), out);
+  stage.process(make_batch(config, 2), out);
+  stage.close(out);
+  EXPECT_EQ(out.take().size(), 2u);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("state")));
 }
 
 TEST(TrainStepTest, VlmContextLongerThanThePadIsAnError) {
