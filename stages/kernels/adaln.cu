@@ -17,23 +17,16 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxChunks = 4;  // 4-element chunks per thread: rows of up to 4096
 constexpr int64_t kMaxWidth = int64_t{kThreads} * kMaxChunks * 4;
-// Rows per block in the backward kernels: the block's partial sums of the modulation gradients
-// are flushed with one atomic add per column for this many rows.
-constexpr int kBackwardRows = 16;
+// Rows per block in the backward kernels at most (adaln_backward_rows_per_block): each block
+// writes one partial sum per column for them.
+constexpr int64_t kBackwardRows = 16;
 
 __device__ __forceinline__ int64_t modulation_row(int64_t row, const ModulationLayout& layout) {
   return (row / layout.tokens) * layout.sample_stride + (row % layout.tokens) / layout.run;
 }
 
-__device__ __forceinline__ void atomic_add4(float* p, float4 v) {
-  atomicAdd(p, v.x);
-  atomicAdd(p + 1, v.y);
-  atomicAdd(p + 2, v.z);
-  atomicAdd(p + 3, v.w);
-}
-
 // One row per block: the row is held in registers between the mean, the variance and the store.
-template <class TX, class TO>
+template <class TX, class TO, int kChunks>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_modulate_forward_kernel(const TX* x, const float* scale, const float* shift, TO* out,
                                        float* mean_out, float* rstd_out, ModulationLayout layout,
@@ -43,10 +36,10 @@ __global__ void __launch_bounds__(kThreads)
   const int chunks = static_cast<int>(layout.width / 4);
   const float width = static_cast<float>(layout.width);
   const TX* in = x + row * layout.width;
-  float4 v[kMaxChunks];
+  float4 v[kChunks];
   float sum = 0.f;
 #pragma unroll
-  for (int k = 0; k < kMaxChunks; ++k) {
+  for (int k = 0; k < kChunks; ++k) {
     const int c = threadIdx.x + k * kThreads;
     v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (c < chunks) {
@@ -57,7 +50,7 @@ __global__ void __launch_bounds__(kThreads)
   const float mean = block_sum<kThreads>(sum, scratch) / width;
   float squares = 0.f;
 #pragma unroll
-  for (int k = 0; k < kMaxChunks; ++k) {
+  for (int k = 0; k < kChunks; ++k) {
     const int c = threadIdx.x + k * kThreads;
     if (c < chunks) {
       const float4 d = make_float4(v[k].x - mean, v[k].y - mean, v[k].z - mean, v[k].w - mean);
@@ -72,7 +65,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t m = modulation_row(row, layout) * layout.width;
   TO* o = out + row * layout.width;
 #pragma unroll
-  for (int k = 0; k < kMaxChunks; ++k) {
+  for (int k = 0; k < kChunks; ++k) {
     const int c = threadIdx.x + k * kThreads;
     if (c >= chunks) continue;
     const float4 h = make_float4((v[k].x - mean) * rstd, (v[k].y - mean) * rstd,
@@ -82,56 +75,56 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Per row: xhat = (x - mean) * rstd, g = grad_out * scale, grad_x = rstd * (g - mean(g) - xhat *
-// mean(g * xhat)); grad_shift[m] += grad_out, grad_scale[m] += grad_out * xhat, summed over the
-// block's rows in registers and flushed when the modulation row changes.
-template <class TX, class TO>
+// mean(g * xhat)); the block's sums of grad_out * xhat and grad_out over its rows (which share
+// one modulation row) are written as its partials. kChunks: 4-element chunks per thread (the row
+// width in registers, no more: occupancy). The next row's inputs are loaded before this row's
+// block reduction, so that their latency overlaps it (one row after another with nothing in
+// flight ran at a third of the memory bandwidth, docs/KERNELS.md).
+template <class TX, class TO, int kChunks>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_modulate_backward_kernel(const TO* grad_out, const TX* x, const float* scale,
                                         const float* mean, const float* rstd, TX* grad_x,
-                                        float* grad_scale, float* grad_shift,
-                                        ModulationLayout layout) {
+                                        float* scale_partials, float* shift_partials,
+                                        ModulationLayout layout, int64_t rows_per_block) {
   __shared__ float2 scratch[kThreads / 32];
   const int chunks = static_cast<int>(layout.width / 4);
   const float width = static_cast<float>(layout.width);
-  float4 scale_sum[kMaxChunks], shift_sum[kMaxChunks];
-  const auto reset = [&] {
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 scale_sum[kChunks], shift_sum[kChunks], x_next[kChunks], grad_next[kChunks];
+  const auto load_row = [&](int64_t row) {
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
-      scale_sum[k] = shift_sum[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-  };
-  const auto flush = [&](int64_t m) {
-#pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
+    for (int k = 0; k < kChunks; ++k) {
       const int c = threadIdx.x + k * kThreads;
+      x_next[k] = grad_next[k] = zero;
       if (c >= chunks) continue;
-      atomic_add4(grad_scale + m * layout.width + 4 * c, scale_sum[k]);
-      atomic_add4(grad_shift + m * layout.width + 4 * c, shift_sum[k]);
+      x_next[k] = load4(x + row * layout.width + 4 * c);
+      grad_next[k] = load4(grad_out + row * layout.width + 4 * c);
     }
   };
-  reset();
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kBackwardRows;
-  const int64_t last = first + kBackwardRows < layout.rows ? first + kBackwardRows : layout.rows;
-  int64_t current = modulation_row(first, layout);
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) scale_sum[k] = shift_sum[k] = zero;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+  const int64_t last = first + rows_per_block;
+  const float* scale_row = scale + modulation_row(first, layout) * layout.width;
+  load_row(first);
   for (int64_t row = first; row < last; ++row) {
-    const int64_t m = modulation_row(row, layout);  // the same for every thread of the block
-    if (m != current) {
-      flush(current);
-      reset();
-      current = m;
+    float4 h[kChunks], g[kChunks];
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      h[k] = x_next[k];
+      g[k] = grad_next[k];
     }
     const float mu = mean[row], r = rstd[row];
-    float4 h[kMaxChunks], g[kMaxChunks];
+    if (row + 1 < last) load_row(row + 1);
     float2 sums = make_float2(0.f, 0.f);
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
+    for (int k = 0; k < kChunks; ++k) {
       const int c = threadIdx.x + k * kThreads;
-      h[k] = g[k] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (c >= chunks) continue;
-      const float4 xv = load4(x + row * layout.width + 4 * c);
-      h[k] = make_float4((xv.x - mu) * r, (xv.y - mu) * r, (xv.z - mu) * r, (xv.w - mu) * r);
-      const float4 go = load4(grad_out + row * layout.width + 4 * c);
-      g[k] = go * load4(scale + m * layout.width + 4 * c);
+      const float4 go = g[k];
+      h[k] =
+          make_float4((h[k].x - mu) * r, (h[k].y - mu) * r, (h[k].z - mu) * r, (h[k].w - mu) * r);
+      g[k] = go * load4(scale_row + 4 * c);
       shift_sum[k] = shift_sum[k] + go;
       scale_sum[k] = fma4(go, h[k], scale_sum[k]);
       sums.x += sum4(g[k]);
@@ -140,7 +133,7 @@ __global__ void __launch_bounds__(kThreads)
     const float2 totals = block_sum<kThreads>(sums, scratch);
     const float mean_g = totals.x / width, mean_gh = totals.y / width;
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
+    for (int k = 0; k < kChunks; ++k) {
       const int c = threadIdx.x + k * kThreads;
       if (c >= chunks) continue;
       const float4 d = make_float4(
@@ -149,7 +142,14 @@ __global__ void __launch_bounds__(kThreads)
       store4(grad_x + row * layout.width + 4 * c, d);
     }
   }
-  flush(current);
+  const int64_t partial = static_cast<int64_t>(blockIdx.x) * layout.width;
+#pragma unroll
+  for (int k = 0; k < kChunks; ++k) {
+    const int c = threadIdx.x + k * kThreads;
+    if (c >= chunks) continue;
+    store4(scale_partials + partial + 4 * c, scale_sum[k]);
+    store4(shift_partials + partial + 4 * c, shift_sum[k]);
+  }
 }
 
 // One row per block (rows never cross modulation rows inside a block).
@@ -170,34 +170,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// grad_update = grad_out * gate per row; the block's sums of grad_out * update over its rows
+// (which share one modulation row) are written as its partials.
 template <class TR, class TU>
 __global__ void __launch_bounds__(kThreads)
     gated_residual_backward_kernel(const TR* grad_out, const TU* update, const float* gate,
-                                   TU* grad_update, float* grad_gate, ModulationLayout layout) {
+                                   TU* grad_update, float* gate_partials, ModulationLayout layout,
+                                   int64_t rows_per_block) {
   const int chunks = static_cast<int>(layout.width / 4);
   float4 gate_sum[kMaxChunks];
-  const auto reset = [&] {
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) gate_sum[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-  };
-  const auto flush = [&](int64_t m) {
-#pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
-      const int c = threadIdx.x + k * kThreads;
-      if (c < chunks) atomic_add4(grad_gate + m * layout.width + 4 * c, gate_sum[k]);
-    }
-  };
-  reset();
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kBackwardRows;
-  const int64_t last = first + kBackwardRows < layout.rows ? first + kBackwardRows : layout.rows;
-  int64_t current = modulation_row(first, layout);
-  for (int64_t row = first; row < last; ++row) {
-    const int64_t m = modulation_row(row, layout);
-    if (m != current) {
-      flush(current);
-      reset();
-      current = m;
-    }
+  for (int k = 0; k < kMaxChunks; ++k) gate_sum[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+  const float* gate_row = gate + modulation_row(first, layout) * layout.width;
+  for (int64_t row = first; row < first + rows_per_block; ++row) {
     const int64_t base = row * layout.width;
 #pragma unroll
     for (int k = 0; k < kMaxChunks; ++k) {
@@ -205,15 +191,31 @@ __global__ void __launch_bounds__(kThreads)
       if (c >= chunks) continue;
       const float4 go = load4(grad_out + base + 4 * c);
       const float4 u = load4(update + base + 4 * c);
-      store4(grad_update + base + 4 * c, go * load4(gate + m * layout.width + 4 * c));
+      store4(grad_update + base + 4 * c, go * load4(gate_row + 4 * c));
       gate_sum[k] = fma4(go, u, gate_sum[k]);
     }
   }
-  flush(current);
+  const int64_t partial = static_cast<int64_t>(blockIdx.x) * layout.width;
+#pragma unroll
+  for (int k = 0; k < kMaxChunks; ++k) {
+    const int c = threadIdx.x + k * kThreads;
+    if (c < chunks) store4(gate_partials + partial + 4 * c, gate_sum[k]);
+  }
+}
+
+// Calls f with std::integral_constant<int, N>, N the 4-element chunks per thread a row needs.
+template <class F>
+void with_chunks(int64_t width, F&& f) {
+  switch ((width / 4 + kThreads - 1) / kThreads) {
+    case 1: f(std::integral_constant<int, 1>()); break;
+    case 2: f(std::integral_constant<int, 2>()); break;
+    case 3: f(std::integral_constant<int, 3>()); break;
+    default: f(std::integral_constant<int, kMaxChunks>()); break;
+  }
 }
 
 unsigned backward_blocks(const ModulationLayout& layout) {
-  return static_cast<unsigned>((layout.rows + kBackwardRows - 1) / kBackwardRows);
+  return static_cast<unsigned>(adaln_backward_blocks(layout));
 }
 
 // Calls f with a null pointer of the element type of each precision: f(TX*, TY*).
@@ -240,8 +242,18 @@ int64_t ModulationLayout::modulation_rows() const {
 bool adaln_supports(const ModulationLayout& layout) {
   return layout.width > 0 && layout.width % 4 == 0 && layout.width <= kMaxWidth &&
          layout.tokens > 0 && layout.run > 0 && layout.tokens % layout.run == 0 &&
-         layout.rows % layout.tokens == 0 && layout.sample_stride >= 0 &&
-         (layout.sample_stride == 0 || layout.sample_stride >= layout.tokens / layout.run);
+         layout.rows % layout.tokens == 0 &&
+         (layout.sample_stride == 0 || layout.sample_stride == layout.tokens / layout.run);
+}
+
+int64_t adaln_backward_rows_per_block(const ModulationLayout& layout) {
+  int64_t rows = kBackwardRows;
+  while (layout.run % rows != 0) --rows;
+  return rows;
+}
+
+int64_t adaln_backward_blocks(const ModulationLayout& layout) {
+  return layout.rows / adaln_backward_rows_per_block(layout);
 }
 
 void layer_norm_modulate_forward(const void* x, Precision x_precision, const float* scale,
@@ -252,24 +264,32 @@ void layer_norm_modulate_forward(const void* x, Precision x_precision, const flo
   dispatch(x_precision, out_precision, [&](auto* tx, auto* to) {
     using TX = std::remove_pointer_t<decltype(tx)>;
     using TO = std::remove_pointer_t<decltype(to)>;
-    layer_norm_modulate_forward_kernel<<<static_cast<unsigned>(layout.rows), kThreads, 0, stream>>>(
-        static_cast<const TX*>(x), scale, shift, static_cast<TO*>(out), mean, rstd, layout, eps);
+    with_chunks(layout.width, [&](auto chunks) {
+      layer_norm_modulate_forward_kernel<TX, TO, decltype(chunks)::value>
+          <<<static_cast<unsigned>(layout.rows), kThreads, 0, stream>>>(
+              static_cast<const TX*>(x), scale, shift, static_cast<TO*>(out), mean, rstd, layout,
+              eps);
+    });
   });
   check_launch("layer_norm_modulate_forward");
 }
 
 void layer_norm_modulate_backward(const void* grad_out, Precision out_precision, const void* x,
                                   Precision x_precision, const float* scale, const float* mean,
-                                  const float* rstd, void* grad_x, float* grad_scale,
-                                  float* grad_shift, const ModulationLayout& layout,
+                                  const float* rstd, void* grad_x, float* scale_partials,
+                                  float* shift_partials, const ModulationLayout& layout,
                                   CUstream_st* stream) {
   if (layout.rows == 0) return;
   dispatch(x_precision, out_precision, [&](auto* tx, auto* to) {
     using TX = std::remove_pointer_t<decltype(tx)>;
     using TO = std::remove_pointer_t<decltype(to)>;
-    layer_norm_modulate_backward_kernel<<<backward_blocks(layout), kThreads, 0, stream>>>(
-        static_cast<const TO*>(grad_out), static_cast<const TX*>(x), scale, mean, rstd,
-        static_cast<TX*>(grad_x), grad_scale, grad_shift, layout);
+    with_chunks(layout.width, [&](auto chunks) {
+      layer_norm_modulate_backward_kernel<TX, TO, decltype(chunks)::value>
+          <<<backward_blocks(layout), kThreads, 0, stream>>>(
+              static_cast<const TO*>(grad_out), static_cast<const TX*>(x), scale, mean, rstd,
+              static_cast<TX*>(grad_x), scale_partials, shift_partials, layout,
+              adaln_backward_rows_per_block(layout));
+    });
   });
   check_launch("layer_norm_modulate_backward");
 }
@@ -290,7 +310,7 @@ void gated_residual_forward(const void* residual, Precision residual_precision, 
 
 void gated_residual_backward(const void* grad_out, Precision residual_precision, const void* update,
                              Precision update_precision, const float* gate, void* grad_update,
-                             float* grad_gate, const ModulationLayout& layout,
+                             float* gate_partials, const ModulationLayout& layout,
                              CUstream_st* stream) {
   if (layout.rows == 0) return;
   dispatch(residual_precision, update_precision, [&](auto* tr, auto* tu) {
@@ -298,7 +318,8 @@ void gated_residual_backward(const void* grad_out, Precision residual_precision,
     using TU = std::remove_pointer_t<decltype(tu)>;
     gated_residual_backward_kernel<<<backward_blocks(layout), kThreads, 0, stream>>>(
         static_cast<const TR*>(grad_out), static_cast<const TU*>(update), gate,
-        static_cast<TU*>(grad_update), grad_gate, layout);
+        static_cast<TU*>(grad_update), gate_partials, layout,
+        adaln_backward_rows_per_block(layout));
   });
   check_launch("gated_residual_backward");
 }

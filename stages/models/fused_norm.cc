@@ -63,12 +63,13 @@ class FusedRmsNormRope : public torch::autograd::Function<FusedRmsNormRope> {
     const at::Tensor grad_out = grads[0].to(x.scalar_type()).contiguous();
     const kernels::RmsNormRopeShape shape = shape_of(x, ctx->saved_data["head_dim"].toInt());
     at::Tensor grad_x = at::empty({x.size(0), x.size(1), x.size(2)}, x.options());
-    at::Tensor grad_weight = at::zeros_like(weight);
+    at::Tensor partials =
+        at::empty({kernels::rms_norm_rope_backward_blocks(shape), shape.width}, weight.options());
     kernels::rms_norm_rope_backward(grad_out.data_ptr(), x.data_ptr(), weight.data_ptr<float>(),
                                     pairs_or_null(rotation_pairs), rstd.data_ptr<float>(),
-                                    grad_x.data_ptr(), grad_weight.data_ptr<float>(), shape,
+                                    grad_x.data_ptr(), partials.data_ptr<float>(), shape,
                                     precision_of(x), at::cuda::getCurrentCUDAStream().stream());
-    return {grad_x, grad_weight, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_x, partials.sum(0), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -94,6 +95,20 @@ kernels::ModulationLayout layout_of(const at::Tensor& x, int64_t groups, int64_t
 
 kernels::ModulationLayout saved_layout(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
   return layout_of(x, ctx->saved_data["groups"].toInt(), ctx->saved_data["sample_stride"].toInt());
+}
+
+// The backward kernels' per-block partial sums, float [blocks, D].
+at::Tensor partials_for(const kernels::ModulationLayout& layout, const at::Tensor& rows) {
+  return at::empty({kernels::adaln_backward_blocks(layout), layout.width}, rows.options());
+}
+
+// The modulation rows' gradients [modulation_rows, D] from the per-block partials: consecutive
+// blocks share a modulation row, and ATen's sum adds them up in the same order on every run.
+at::Tensor sum_partials(const at::Tensor& partials, const kernels::ModulationLayout& layout) {
+  const int64_t blocks_per_run = layout.run / kernels::adaln_backward_rows_per_block(layout);
+  const at::Tensor per_run = partials.view({-1, blocks_per_run, layout.width}).sum(1);
+  if (layout.sample_stride != 0) return per_run;  // [B * tokens / run, D]
+  return per_run.view({-1, layout.tokens / layout.run, layout.width}).sum(0);
 }
 
 // LayerNorm without affine, then scale_rows and shift_rows (float [M, D]) per `groups` and
@@ -127,14 +142,22 @@ class FusedLayerNormModulate : public torch::autograd::Function<FusedLayerNormMo
     const c10::cuda::CUDAGuard guard(x.device());
     const auto out_dtype = static_cast<at::ScalarType>(ctx->saved_data["out_dtype"].toInt());
     const at::Tensor grad_out = grads[0].to(out_dtype).contiguous();
+    const kernels::ModulationLayout layout = saved_layout(ctx, x);
     at::Tensor grad_x = at::empty_like(x);
-    at::Tensor grad_scale = at::zeros_like(scale_rows), grad_shift = at::zeros_like(scale_rows);
+    at::Tensor scale_partials = partials_for(layout, scale_rows),
+               shift_partials = partials_for(layout, scale_rows);
     kernels::layer_norm_modulate_backward(
         grad_out.data_ptr(), precision_of(grad_out), x.data_ptr(), precision_of(x),
         scale_rows.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
-        grad_x.data_ptr(), grad_scale.data_ptr<float>(), grad_shift.data_ptr<float>(),
-        saved_layout(ctx, x), at::cuda::getCurrentCUDAStream().stream());
-    return {grad_x, grad_scale, grad_shift, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+        grad_x.data_ptr(), scale_partials.data_ptr<float>(), shift_partials.data_ptr<float>(),
+        layout, at::cuda::getCurrentCUDAStream().stream());
+    return {grad_x,
+            sum_partials(scale_partials, layout),
+            sum_partials(shift_partials, layout),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -165,12 +188,14 @@ class FusedAddGated : public torch::autograd::Function<FusedAddGated> {
     const auto residual_dtype =
         static_cast<at::ScalarType>(ctx->saved_data["residual_dtype"].toInt());
     const at::Tensor grad_out = grads[0].to(residual_dtype).contiguous();
-    at::Tensor grad_update = at::empty_like(update), grad_gate = at::zeros_like(gate_rows);
-    kernels::gated_residual_backward(
-        grad_out.data_ptr(), precision_of(grad_out), update.data_ptr(), precision_of(update),
-        gate_rows.data_ptr<float>(), grad_update.data_ptr(), grad_gate.data_ptr<float>(),
-        saved_layout(ctx, grad_out), at::cuda::getCurrentCUDAStream().stream());
-    return {grad_out, grad_update, grad_gate, at::Tensor()};
+    const kernels::ModulationLayout layout = saved_layout(ctx, grad_out);
+    at::Tensor grad_update = at::empty_like(update),
+               gate_partials = partials_for(layout, gate_rows);
+    kernels::gated_residual_backward(grad_out.data_ptr(), precision_of(grad_out), update.data_ptr(),
+                                     precision_of(update), gate_rows.data_ptr<float>(),
+                                     grad_update.data_ptr(), gate_partials.data_ptr<float>(),
+                                     layout, at::cuda::getCurrentCUDAStream().stream());
+    return {grad_out, grad_update, sum_partials(gate_partials, layout), at::Tensor()};
   }
 };
 
@@ -198,6 +223,8 @@ bool fused_rms_norm_rope_applies(const at::Tensor& x, int64_t head_dim) {
   if (!x.is_cuda() || x.dim() != 3 || x.size(0) == 0 || x.size(1) == 0) return false;
   if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) return false;
   if (x.stride(2) != 1 || x.stride(0) != x.size(1) * x.stride(1)) return false;
+  // The kernels load element pairs.
+  if (reinterpret_cast<uintptr_t>(x.data_ptr()) % (2 * x.element_size()) != 0) return false;
   return kernels::rms_norm_rope_supports(shape_of(x, head_dim));
 }
 

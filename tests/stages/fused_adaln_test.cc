@@ -162,6 +162,40 @@ TEST_F(FusedAdaLnCudaTest, AddGatedMatchesResidualPlusGated) {
   }
 }
 
+// The modulation and weight gradients are sums over many blocks of rows: added up in a fixed
+// order, they have the same bits on every run (data-parallel training is checked bit for bit
+// against the plain step, tests/dist).
+TEST_F(FusedAdaLnCudaTest, GradientsHaveTheSameBitsOnEveryRun) {
+  const Shape s = shapes().front();
+  const models::TokenGroups layout = groups_of(s, device_);
+  torch::manual_seed(10);
+  const at::Tensor x0 = at::randn({s.batch, s.tokens, s.width}, floats());
+  const at::Tensor rows0 = at::randn({s.batch, segments_of(s), s.width}, floats());
+  const at::Tensor grad = at::randn({s.batch, s.tokens, s.width}, floats());
+  const at::Tensor weight0 = 1 + 0.1 * at::randn({s.width}, floats());
+  const at::Tensor rotation =
+      at::polar(at::ones({s.tokens, 48}, floats()), at::rand({s.tokens, 48}, floats()) * 6.3);
+  std::vector<std::vector<at::Tensor>> runs;
+  for (int run = 0; run < 2; ++run) {
+    at::Tensor x = leaf(x0), shift = leaf(rows0), scale = leaf(rows0), gate = leaf(rows0);
+    at::Tensor weight = leaf(weight0), bias = leaf(weight0), norm_weight = leaf(weight0);
+    at::Tensor total =
+        (models::fused_norm_modulate(x, shift, scale, layout, at::kBFloat16, kEps).to(at::kFloat) *
+         grad)
+            .sum() +
+        (models::fused_layer_norm(x, weight, bias, at::kBFloat16, kEps).to(at::kFloat) * grad)
+            .sum() +
+        (models::fused_add_gated(x, x.to(at::kBFloat16), gate, layout) * grad).sum() +
+        (models::fused_rms_norm_rope(x, norm_weight, rotation, 96, kEps) * grad).sum();
+    total.backward();
+    runs.push_back(
+        {shift.grad(), scale.grad(), gate.grad(), weight.grad(), bias.grad(), norm_weight.grad()});
+  }
+  for (size_t i = 0; i < runs[0].size(); ++i) {
+    EXPECT_TRUE(torch::equal(runs[0][i], runs[1][i])) << "gradient " << i;
+  }
+}
+
 TEST_F(FusedAdaLnCudaTest, NanInTheInputComesOutAsNan) {
   const Shape s = shapes().front();
   const models::TokenGroups layout = groups_of(s, device_);
