@@ -32,7 +32,7 @@
 //         memory_video_recent_is_pad, context, context_mask, vlm_context, vlm_mask, action,
 //         action_is_pad, action_dim_is_pad, proprio (Tensor); epoch (when present, for the log).
 // Writes: step (Int), loss, loss_video, loss_action, loss_future_delta, loss_semantic, lr
-//         (Double); a record replaces the batch.
+//         (Double); a record replaces the batch. Reports: the scalar "loss" per step.
 // Example: {"id": "step", "type": "TrainStep", "inputs": ["h2d"],
 //           "params": {"model": {"$ref": "model"}, "mode": "compiled", "log_every": 10}}
 #include <chrono>
@@ -164,6 +164,11 @@ class TrainStepStage final : public Stage, public TrainingStep {
   using Params = TrainStepParams;
 
   bool compiled() const override { return params_.mode == StepMode::kCompiled; }
+  void disable_training_state() override {
+    params_.training_state_dir.clear();
+    params_.save_every = 0;
+    params_.resume.clear();
+  }
 
   explicit TrainStepStage(Params params) : params_(std::move(params)) {}
 
@@ -325,6 +330,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
     record.set("loss_future_delta", loss.future_delta);
     record.set("loss_semantic", loss.semantic);
     record.set("lr", lr);
+    context_->report_scalar("loss", loss.total);
     out.emit(std::move(record));
   }
 

@@ -209,6 +209,17 @@ if b["transfer_wait_ms_per_batch"] != 0 or b["transfer_copy_ms_per_batch"] != 0 
 print("FAIL bench json: " + "; ".join(problems) if problems else "ok   bench json")
 sys.exit(1 if problems else 0)
 PY
+# A step stage of one's own is measured the same way: bench finds it by the TrainingStep interface
+# and turns its state off through it, so its state file is never written.
+expect_contains "bench measures a step stage of one's own" 0 "  pipeline efficiency:" \
+  -- "$custom_bin" bench pipelines/robotwin_online.json "${tiny[@]}" "${one_batch_in_flight[@]}" \
+  --set nodes.step.type=MeanStep --set "nodes.step.params={\"state_file\": \"$work/mean_step\"}" \
+  --set settings.device=cpu --steps 2 --warmup 1
+if [ -e "$work/mean_step" ]; then
+  echo "FAIL bench wrote the step's state: $work/mean_step"; failures=$((failures + 1))
+else
+  echo "ok   bench turns the step's state off through its interface"
+fi
 expect_contains "bench --profile lists the longest operators" 0 \
   "  profile of 3 steps: " \
   -- "$bin" bench pipelines/robotwin_online.json "${tiny[@]}" --set settings.batch_size=2 \

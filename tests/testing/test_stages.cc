@@ -310,7 +310,7 @@ struct LossParams {
 };
 
 // A stand-in training step: serial, writes loss = 1 / (1 + value) (value: the Int field, or the
-// first of a batch's "values").
+// first of a batch's "values") and reports it as the scalar "loss", as TrainStep does.
 class LossStage final : public Stage {
  public:
   static constexpr std::string_view kType = "Loss";
@@ -321,17 +321,21 @@ class LossStage final : public Stage {
     c.writes("loss", FieldType::kDouble);
     c.order_sensitive();
   }
+  void open(Context& context) override { context_ = &context; }
   void process(Sample s, Emitter& out) override {
     volatile uint64_t sink = 0;
     for (int64_t k = 0; k < p_.spin; ++k) sink = sink + uint64_t(k) * 2654435761u;
     const int64_t value =
         s.has("values") ? s.get_json("values").at(0).get<int64_t>() : s.get_int("value");
-    s.set("loss", 1.0 / double(1 + value));
+    const double loss = 1.0 / double(1 + value);
+    s.set("loss", loss);
+    context_->report_scalar("loss", loss);
     out.emit(std::move(s));
   }
 
  private:
   Params p_;
+  Context* context_ = nullptr;
 };
 
 struct TraceSpansParams {
