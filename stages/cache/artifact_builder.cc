@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "cache/artifact_builder.h"
@@ -123,6 +124,19 @@ void fsync_path(const std::string& path) {
 }
 
 }  // namespace
+
+BuildLock::BuildLock(const std::string& root) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  lock_ = std::make_unique<internal::FileLock>(root + "/.build.lock", 0.0);
+  if (!lock_->held()) {
+    throw CacheError("another cache build is running on " + root + " (lock " + lock_->path() +
+                     ", held by " + lock_->holder() +
+                     "); wait for it to finish, or build into another cache root");
+  }
+}
+
+BuildLock::~BuildLock() = default;
 
 ArtifactBuilder::ArtifactBuilder(std::string root, json contract, std::string build_id)
     : root_(std::move(root)), contract_(std::move(contract)), build_id_(std::move(build_id)) {
@@ -363,8 +377,14 @@ PublishResult ArtifactBuilder::publish_staged(bool overwrite) {
   const std::string relative_dir = "artifacts/" + id + "/builds/" + build_id_;
   const std::string build_dir = root_ + "/" + relative_dir;
   const std::string replaced = root_ + "/.tmp/" + build_id_ + "/replaced/" + id;
+  std::optional<internal::CatalogLock> lock;
+  try {
+    lock.emplace(root_);
+  } catch (const CacheError& e) {
+    throw CacheError(std::string(e.what()) + ". " + id + " stays staged in " + staging_dir_ +
+                     ": the same command publishes it then, without encoding again");
+  }
   {
-    internal::CatalogLock lock(root_);
     // Another publisher may have got here first.
     check_write_target(root_, {id}, overwrite);
     // Past that check, a build directory of this id is either the published one being
@@ -384,6 +404,7 @@ PublishResult ArtifactBuilder::publish_staged(bool overwrite) {
                                 {"manifest_sha256", sha256_hex(manifest_text)}};
     write_json_atomically(internal::catalog_path(root_), catalog);
   }
+  lock.reset();
 
   fs::remove_all(state_dir_, ec);
   fs::remove_all(replaced, ec);

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 
 #include "cache/cache_spec.h"
 #include "common/distributed.h"
@@ -211,6 +212,7 @@ GenerateResult generate_cache(const GenerateOptions& options) {
   CacheSpec spec;
   DatasetFingerprint dataset;
   bool vae = false, vlm = false;
+  std::optional<BuildLock> build_lock;  // rank 0's, for the whole run
   std::vector<std::unique_ptr<ArtifactBuilder>> builders;
   std::vector<std::string> builder_fields;
   auto make_builders = [&] {
@@ -232,6 +234,7 @@ GenerateResult generate_cache(const GenerateOptions& options) {
                                                           : options.fields);
     spec = checked_spec(*loaded, *cache_node);
     result.root = cache_node->reader->cache_root();
+    if (world.rank() == 0) build_lock.emplace(result.root);
     std::vector<std::string> artifact_ids;
     for (const auto& field : fields) artifact_ids.push_back(field_info(field).artifact_id);
     check_write_target(result.root, artifact_ids, options.overwrite);

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -335,19 +337,17 @@ std::string shard_file(int64_t shard_index) {
 std::string catalog_path(const std::string& root) { return root + "/catalog.json"; }
 
 std::string read_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CacheError("cannot read " + what + " " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::string error;
+  std::optional<std::string> text = read_regular_file(path, kMaxCacheJsonBytes, error);
+  if (!text) throw CacheError("cannot read " + what + " " + path + ": " + error);
+  return std::move(*text);
 }
 
 json parse_json(const std::string& text, const std::string& path) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    throw CacheError(path + ": invalid JSON: " + e.what());
-  }
+  JsonTextError error;
+  std::optional<json> value = parse_json_text(text, error);
+  if (!value) throw CacheError(path + ":" + error.location + ": " + error.message);
+  return std::move(*value);
 }
 
 namespace {
@@ -387,22 +387,80 @@ json load_catalog_or_empty(const std::string& root) {
   return load_catalog(root);
 }
 
-CatalogLock::CatalogLock(const std::string& root) {
-  std::error_code ec;
-  fs::create_directories(root, ec);
-  const std::string path = root + "/.catalog.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+FileLock::FileLock(const std::string& path, double timeout_seconds) : path_(path) {
+  // O_NONBLOCK: a FIFO planted as the lock file must not block the open.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd_ < 0) throw CacheError("cannot open " + path + ": " + errno_text());
-  while (::flock(fd_, LOCK_EX) != 0) {
-    if (errno != EINTR) {
+  struct stat info {};
+  std::string problem =
+      ::fstat(fd_, &info) != 0 ? errno_text() : not_regular_file_reason(info.st_mode);
+  if (!problem.empty()) {
+    ::close(fd_);
+    throw CacheError("cannot use " + path + " as a lock file: " + problem);
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(std::max(timeout_seconds, 0.0));
+  while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) {
       const std::string why = errno_text();
       ::close(fd_);
       throw CacheError("cannot lock " + path + ": " + why);
     }
+    if (std::chrono::steady_clock::now() >= deadline) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  held_ = true;
+  char host[256] = "?";
+  ::gethostname(host, sizeof(host) - 1);
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char since[32];
+  std::strftime(since, sizeof(since), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  const std::string text =
+      "pid " + std::to_string(::getpid()) + " on host " + host + " since " + since + "\n";
+  // Best effort: the lock is held whether or not the note is written.
+  [[maybe_unused]] const bool noted =
+      ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, text.data(), text.size(), 0) > 0;
 }
 
-CatalogLock::~CatalogLock() { ::close(fd_); }
+FileLock::~FileLock() {
+  // Cleared, so that a later holder writing no note is not taken for this process.
+  [[maybe_unused]] const bool cleared = held_ && ::ftruncate(fd_, 0) == 0;
+  ::close(fd_);
+}
+
+std::string FileLock::holder() const {
+  char text[512];
+  const ssize_t n = ::pread(fd_, text, sizeof(text) - 1, 0);
+  std::string note = n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string();
+  while (!note.empty() && (note.back() == '\n' || note.back() == '\0')) note.pop_back();
+  return note.empty() ? "an unknown process" : note;
+}
+
+namespace {
+
+// <root>/.<name>, creating the root first.
+std::string lock_file_under(const std::string& root, const std::string& name) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  return root + "/" + name;
+}
+
+}  // namespace
+
+CatalogLock::CatalogLock(const std::string& root, double timeout_seconds)
+    : lock_(lock_file_under(root, ".catalog.lock"), timeout_seconds) {
+  if (!lock_.held()) {
+    std::ostringstream seconds;
+    seconds << timeout_seconds;
+    throw CacheError("cannot take the cache catalog lock " + lock_.path() + " within " +
+                     seconds.str() + " s: it is held by " + lock_.holder() +
+                     ". A publish holds it for a moment only: that process hangs; stop it, or "
+                     "remove the lock file if no process holds it any more");
+  }
+}
 
 void check_key_coverage(const std::string& artifact_id, const std::vector<int64_t>& ids,
                         int64_t sample_count) {

@@ -13,23 +13,52 @@ namespace wam::cache::internal {
 
 std::string shard_file(int64_t shard_index);  // "shards/shard000003.h5"
 std::string catalog_path(const std::string& root);
+// Largest catalog, manifest, index or record read: an index takes about 70 bytes per sample.
+inline constexpr uint64_t kMaxCacheJsonBytes = uint64_t{2} << 30;
+// A regular file of at most kMaxCacheJsonBytes (a FIFO would block the read): "cannot read <what>
+// <path>: not a regular file (a FIFO)".
 std::string read_file(const std::string& path, const std::string& what);
 nlohmann::json parse_json(const std::string& text, const std::string& path);
 
 // Returns the catalog, or an empty one when `root` has none yet; throws on an incompatible one.
 nlohmann::json load_catalog_or_empty(const std::string& root);
 
-// Holds an exclusive flock on <root>/.catalog.lock, serialising catalog rewrites of concurrent
-// publishers.
-class CatalogLock {
+// An exclusive flock on `path` (created when absent; refused when not a regular file). Its holder
+// writes "pid 12 on host h since 2026-12-02T01:02:03Z" into the file, so that a process waiting
+// for it can say who holds it.
+class FileLock {
  public:
-  explicit CatalogLock(const std::string& root);
-  ~CatalogLock();
-  CatalogLock(const CatalogLock&) = delete;
-  CatalogLock& operator=(const CatalogLock&) = delete;
+  // Tries for up to `timeout_seconds` (0: once); held() says whether it got the lock.
+  FileLock(const std::string& path, double timeout_seconds);
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+  bool held() const { return held_; }
+  const std::string& path() const { return path_; }
+  // What the holder wrote into the file, or "an unknown process" (one that writes nothing).
+  std::string holder() const;
 
  private:
+  std::string path_;
   int fd_ = -1;
+  bool held_ = false;
+};
+
+// How long a publisher waits for the catalog lock: publishers hold it for a rename and a small
+// file's rewrite, so a longer hold is a process that hangs.
+inline constexpr double kCatalogLockTimeoutSeconds = 60;
+
+// Holds an exclusive flock on <root>/.catalog.lock, serialising catalog rewrites of concurrent
+// publishers. Throws CacheError naming the lock file and its holder when it is not free within
+// `timeout_seconds`.
+class CatalogLock {
+ public:
+  explicit CatalogLock(const std::string& root,
+                       double timeout_seconds = kCatalogLockTimeoutSeconds);
+
+ private:
+  FileLock lock_;
 };
 
 struct ShardRecord {

@@ -15,6 +15,7 @@ extern "C" {
 #include "common/ffmpeg.h"
 #include "data/lerobot_dataset.h"
 #include "wam/error.h"
+#include "wam/limits.h"
 
 namespace wam::data {
 namespace {
@@ -29,6 +30,10 @@ struct VideoSummary {
 };
 
 VideoSummary summarize_video(const std::string& path) {
+  // FFmpeg would wait forever for a writer of a FIFO.
+  if (const std::string problem = regular_file_problem(path); !problem.empty()) {
+    throw Error(path + ": " + problem);
+  }
   AVFormatContext* opened = nullptr;
   if (int rc = avformat_open_input(&opened, path.c_str(), nullptr, nullptr); rc < 0) {
     throw Error(path + ": FFmpeg cannot open the video: " + ffmpeg::error_message(rc));

@@ -1,8 +1,10 @@
 #include "cache/artifact_builder.h"
 #include "cache/latent_store.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +17,7 @@
 #include <sstream>
 #include <thread>
 
+#include "cache/store_files.h"
 #include "testing/expect_error.h"
 #include "testing/temp_dir.h"
 
@@ -643,6 +646,87 @@ TEST(LatentStore, BuildKilledMidwayLeavesTheCatalogAndResumes) {
   EXPECT_EQ(new_reader->build_id(), "new");
   for (int64_t id = 0; id < 12; ++id) expect_fixed_sample(*new_reader, id);
   EXPECT_FALSE(fs::exists(root + "/.tmp"));
+}
+
+// A FIFO as catalog.json once blocked every reader and builder in open() (issue 25).
+TEST(LatentStore, ACatalogThatIsNotARegularFileIsRefused) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  fs::create_directories(root);
+  const std::string catalog = root + "/catalog.json";
+  ASSERT_EQ(::mkfifo(catalog.c_str(), 0600), 0);
+  const std::string refusal =
+      "cannot read cache catalog " + catalog + ": not a regular file (a FIFO)";
+  EXPECT_EQ(error_of([&] { open_artifact(root, vae_contract(4)); }), refusal);
+  EXPECT_EQ(error_of([&] { check_write_target(root, {kVae}, false); }), refusal);
+  fs::remove(catalog);
+  write_bytes(catalog, std::string(300, '[') + std::string(300, ']'));
+  EXPECT_EQ(error_of([&] { open_artifact(root, vae_contract(4)); }),
+            catalog + ":1:257: JSON nested deeper than 256 levels");
+}
+
+// Waiting for a held lock is bounded, and the error names the lock file and its holder.
+TEST(LatentStore, CatalogLockWaitsABoundedTimeAndNamesTheHolder) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  const std::string lock_file = root + "/.catalog.lock";
+  const auto timed_out = [&](double seconds) {
+    return error_of([&] { internal::CatalogLock lock(root, seconds); });
+  };
+  {
+    internal::CatalogLock first(root);
+    // flock locks belong to open file descriptions: a second open conflicts, as another
+    // process's would.
+    const std::string error = timed_out(0.1);
+    const std::string prefix = "cannot take the cache catalog lock " + lock_file +
+                               " within 0.1 s: it is held by pid " + std::to_string(::getpid()) +
+                               " on host ";
+    EXPECT_EQ(error.substr(0, prefix.size()), prefix) << error;
+    EXPECT_NE(error.find(" since 20"), std::string::npos) << error;
+    EXPECT_NE(error.find("Z. A publish holds it for a moment only: that process hangs; stop it, "
+                         "or remove the lock file if no process holds it any more"),
+              std::string::npos)
+        << error;
+  }
+  internal::CatalogLock free_again(root, 0);
+}
+
+TEST(LatentStore, AForeignLockHolderIsAnUnknownProcess) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  fs::create_directories(root);
+  const int fd = ::open((root + "/.catalog.lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  EXPECT_EQ(error_of([&] { internal::CatalogLock lock(root, 0); }),
+            "cannot take the cache catalog lock " + root +
+                "/.catalog.lock within 0 s: it is held by an unknown process. A publish holds it "
+                "for a moment only: that process hangs; stop it, or remove the lock file if no "
+                "process holds it any more");
+  ::close(fd);
+}
+
+// A second `cache generate` into the same root once failed late with a raw HDF5 error about a
+// staging file the first had moved away; it now fails at once.
+TEST(LatentStore, ASecondBuildIntoOneRootFailsAtOnce) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  {
+    BuildLock first(root);
+    const std::string error = error_of([&] { BuildLock second(root); });
+    const std::string prefix = "another cache build is running on " + root + " (lock " + root +
+                               "/.build.lock, held by pid " + std::to_string(::getpid()) +
+                               " on host ";
+    const std::string suffix = "); wait for it to finish, or build into another cache root";
+    ASSERT_GT(error.size(), prefix.size() + suffix.size()) << error;
+    EXPECT_EQ(error.substr(0, prefix.size()), prefix);
+    EXPECT_EQ(error.substr(error.size() - suffix.size()), suffix);
+  }
+  BuildLock after_the_first(root);
+  fs::remove(root + "/.build.lock");
+  ASSERT_EQ(::mkfifo((root + "/.x.lock").c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { internal::FileLock lock(root + "/.x.lock", 0); }),
+            "cannot use " + root + "/.x.lock as a lock file: not a regular file (a FIFO)");
 }
 
 // Runs `command` and returns its standard output.

@@ -1,6 +1,7 @@
 #include "data/lerobot_dataset.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -311,6 +312,17 @@ TEST_F(LeRobotDatasetTest, HostileMetaFilesAreNamedErrors) {
   fs::create_directory(other + "/meta/episodes.jsonl");
   EXPECT_ERROR(LeRobotDataset::open(other),
                other + "/meta/episodes.jsonl: not a regular file (a directory)");
+}
+
+// A FIFO in place of a data file once blocked the reader in open() forever (issue 25).
+TEST_F(LeRobotDatasetTest, DataFilesThatAreNotRegularAreRefused) {
+  const std::string root = write_dataset("ds", 10);
+  const std::string file = root + "/data/chunk-000/episode_000001.parquet";
+  fs::remove(file);
+  ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+  const auto ds = LeRobotDataset::open(root);
+  EXPECT_ERROR(ds.read_episode(1), file + ": not a regular file (a FIFO)");
+  EXPECT_EQ(ds.read_episode(0).floats.at("action").rows, 3);
 }
 
 TEST_F(LeRobotDatasetTest, DamagedParquetNamesTheFile) {
