@@ -38,6 +38,9 @@ std::string record_name(int64_t shard_index) {
   return name;
 }
 
+// What a shard record says of its shard's per-row checksums (values/<name>.__crc32).
+constexpr const char* kRowChecksums = "crc32";
+
 bool valid_name(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
 }
@@ -190,9 +193,10 @@ bool ArtifactBuilder::shard_complete(int64_t shard_index) const {
         json::parse(internal::read_file(state_dir_ + "/" + record_name(shard_index), "record"));
     const std::string path = staging_dir_ + "/" + internal::shard_file(shard_index);
     struct stat info {};
+    // Shards staged before rows carried checksums are written again.
     return record.at("file") == internal::shard_file(shard_index) &&
-           ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) &&
-           info.st_size == record.at("bytes").get<int64_t>() &&
+           record.value("row_checksums", "") == kRowChecksums && ::stat(path.c_str(), &info) == 0 &&
+           S_ISREG(info.st_mode) && info.st_size == record.at("bytes").get<int64_t>() &&
            sha256_file_hex(path) == record.at("sha256").get<std::string>();
   } catch (const std::exception&) {
     return false;
@@ -281,6 +285,16 @@ void ArtifactBuilder::write_shard(int64_t shard_index, const std::vector<int64_t
         dims.push_back(static_cast<hsize_t>(value.shape[d]));
       }
       write_value_dataset(group.get(), value, dims, given.data, temporary);
+      std::vector<uint32_t> checksums;
+      const auto* bytes = static_cast<const char*>(given.data);
+      for (int64_t row = 0; row < rows; ++row) {
+        const size_t row_bytes =
+            value.unit_bytes() * static_cast<size_t>(value.ragged() ? given.lengths[row] : 1);
+        checksums.push_back(row_checksum(sample_ids[row], bytes, row_bytes));
+        bytes += row_bytes;
+      }
+      write_dataset(group.get(), value.name + ".__crc32", H5T_STD_U32LE, H5T_NATIVE_UINT32,
+                    {static_cast<hsize_t>(rows)}, checksums.data(), temporary);
     }
   }
   fsync_path(temporary);
@@ -289,11 +303,13 @@ void ArtifactBuilder::write_shard(int64_t shard_index, const std::vector<int64_t
   if (::rename(temporary.c_str(), path.c_str()) != 0) {
     throw CacheError("cannot rename " + temporary + " to " + path + ": " + std::strerror(errno));
   }
-  write_json_atomically(state_dir_ + "/" + record_name(shard_index), {{"file", file},
-                                                                      {"rows", rows},
-                                                                      {"bytes", bytes},
-                                                                      {"sha256", sha256},
-                                                                      {"sample_ids", sample_ids}});
+  write_json_atomically(state_dir_ + "/" + record_name(shard_index),
+                        {{"file", file},
+                         {"rows", rows},
+                         {"bytes", bytes},
+                         {"sha256", sha256},
+                         {"row_checksums", kRowChecksums},
+                         {"sample_ids", sample_ids}});
   ++shards_written_;
 }
 

@@ -6,6 +6,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <array>
@@ -115,6 +116,15 @@ std::string to_hex(const unsigned char* digest, unsigned size) {
 std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
+
+uint32_t row_checksum(int64_t sample_id, const void* data, size_t bytes) {
+  unsigned char id[8];
+  for (int i = 0; i < 8; ++i)
+    id[i] = static_cast<unsigned char>(static_cast<uint64_t>(sample_id) >> (8 * i));
+  uLong crc = crc32_z(0L, id, sizeof(id));
+  if (bytes > 0) crc = crc32_z(crc, static_cast<const Bytef*>(data), bytes);
+  return static_cast<uint32_t>(crc);
+}
 
 std::string sha256_hex(std::string_view bytes) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
@@ -489,6 +499,20 @@ void check_key_coverage(const std::string& artifact_id, const std::vector<int64_
                    std::to_string(sample_count) + " expected)");
 }
 
+std::string key_mismatch(const std::string& artifact_id, const std::string& path, int64_t row,
+                         int64_t stored, int64_t indexed) {
+  return artifact_id + " index/shard key mismatch: " + path + " row " + std::to_string(row) +
+         " holds " + sample_key(stored) + ", the index says " + sample_key(indexed);
+}
+
+std::string row_checksum_mismatch(const std::string& artifact_id, const std::string& path,
+                                  int64_t row, int64_t sample_id, const std::string& value) {
+  return artifact_id + " row checksum mismatch: " + path + " row " + std::to_string(row) + " (" +
+         sample_key(sample_id) + ") value " + value +
+         ": its bytes are not those written; the shard is damaged: rebuild the cache with "
+         "`wam-pipeline cache generate PIPELINE --overwrite`";
+}
+
 namespace {
 
 using hdf5::check;
@@ -526,6 +550,46 @@ int64_t read_int_attribute(hid_t object, const char* name, const std::string& pa
   return value;
 }
 
+// Reads every row of every value with pread and compares it with its stored checksum.
+void check_row_checksums(const std::string& path, const std::string& artifact_id,
+                         const std::vector<ValueSchema>& values, const ShardLayout& shard) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw CacheError("cannot open " + path + ": " + errno_text());
+  std::vector<char> row_bytes;
+  try {
+    for (size_t v = 0; v < values.size(); ++v) {
+      const ValueLayout& layout = shard.values[v];
+      const int64_t unit = static_cast<int64_t>(values[v].unit_bytes());
+      for (size_t row = 0; row < shard.sample_ids.size(); ++row) {
+        const int64_t begin =
+            layout.offsets.empty() ? static_cast<int64_t>(row) * unit : layout.offsets[row] * unit;
+        const int64_t bytes =
+            layout.offsets.empty() ? unit : (layout.offsets[row + 1] - layout.offsets[row]) * unit;
+        row_bytes.resize(static_cast<size_t>(bytes));
+        for (int64_t done = 0; done < bytes;) {
+          const ssize_t n = ::pread(fd, row_bytes.data() + done, static_cast<size_t>(bytes - done),
+                                    layout.data_offset + begin + done);
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) {
+            throw CacheError(artifact_id + " cannot read row " + std::to_string(row) + " of " +
+                             path + ": " + (n == 0 ? "the file ends early" : errno_text()));
+          }
+          done += n;
+        }
+        if (row_checksum(shard.sample_ids[row], row_bytes.data(), row_bytes.size()) !=
+            layout.row_checksums[row]) {
+          throw CacheError(row_checksum_mismatch(artifact_id, path, static_cast<int64_t>(row),
+                                                 shard.sample_ids[row], values[v].name));
+        }
+      }
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+}
+
 std::string dims_text(const std::vector<hsize_t>& dims) {
   std::string text = "[";
   for (size_t i = 0; i < dims.size(); ++i) text += (i ? "," : "") + std::to_string(dims[i]);
@@ -534,10 +598,9 @@ std::string dims_text(const std::vector<hsize_t>& dims) {
 
 }  // namespace
 
-std::vector<ValueLayout> inspect_shard(const std::string& path, const std::string& artifact_id,
-                                       const std::string& build_id,
-                                       const std::vector<ValueSchema>& values, int64_t rows,
-                                       const std::vector<int64_t>* expected_ids) {
+ShardLayout inspect_shard(const std::string& path, const std::string& artifact_id,
+                          const std::string& build_id, const std::vector<ValueSchema>& values,
+                          int64_t rows, const std::vector<int64_t>* expected_ids) {
   // Thread-safe HDF5 keeps an error stack, and its printing setting, per thread.
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const std::string& id = artifact_id;
@@ -601,20 +664,19 @@ std::vector<ValueLayout> inspect_shard(const std::string& path, const std::strin
   Handle ids_dataset(open_dataset("sample_ids"), H5Dclose);
   check_dataset(ids_dataset.get(), "sample_ids", {static_cast<hsize_t>(rows)}, H5T_INTEGER, 8,
                 true);
+  ShardLayout shard;
+  std::vector<int64_t>& ids = shard.sample_ids;
+  ids.resize(static_cast<size_t>(rows));
+  check(H5Dread(ids_dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids.data()),
+        "read", path, "sample_ids");
   if (expected_ids) {
-    std::vector<int64_t> ids(static_cast<size_t>(rows));
-    check(H5Dread(ids_dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids.data()),
-          "read", path, "sample_ids");
     for (int64_t row = 0; row < rows; ++row) {
       if (ids[row] != (*expected_ids)[row]) {
-        throw CacheError(id + " index/shard key mismatch: " + path + " row " + std::to_string(row) +
-                         " holds " + sample_key(ids[row]) + ", the index says " +
-                         sample_key((*expected_ids)[row]));
+        throw CacheError(key_mismatch(id, path, row, ids[row], (*expected_ids)[row]));
       }
     }
   }
 
-  std::vector<ValueLayout> layouts;
   for (const ValueSchema& value : values) {
     const std::string name = "values/" + value.name;
     const bool is_float32 = value.dtype == DType::kFloat32;
@@ -650,9 +712,23 @@ std::vector<ValueLayout> inspect_shard(const std::string& path, const std::strin
                        std::string(dtype_name(value.dtype)) + "\"");
       }
     }
-    layouts.push_back(std::move(layout));
+    const std::string checksums = name + ".__crc32";
+    if (!exists(checksums)) {
+      throw CacheError(id + " shard " + path + " has no row checksums (" + checksums +
+                       "): it was built before reads checked every row; rebuild the cache with "
+                       "`wam-pipeline cache generate PIPELINE --overwrite`");
+    }
+    Handle checksums_dataset(open_dataset(checksums), H5Dclose);
+    check_dataset(checksums_dataset.get(), checksums, {static_cast<hsize_t>(rows)}, H5T_INTEGER, 4,
+                  false);
+    layout.row_checksums.resize(static_cast<size_t>(rows));
+    check(H5Dread(checksums_dataset.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                  layout.row_checksums.data()),
+          "read", path, checksums);
+    shard.values.push_back(std::move(layout));
   }
-  return layouts;
+  if (expected_ids) check_row_checksums(path, id, values, shard);
+  return shard;
 }
 
 namespace {
@@ -890,10 +966,12 @@ class ReaderLoader {
       const internal::ShardRecord& record = build.shards[s];
       ArtifactReader::Shard shard;
       shard.path = build.build_dir + "/" + record.file;
-      shard.layouts = build.layouts.empty()
-                          ? internal::inspect_shard(shard.path, id, build.build_id, build.values,
-                                                    record.rows, nullptr)
-                          : std::move(build.layouts[s]);
+      internal::ShardLayout layout =
+          build.layouts.empty() ? internal::inspect_shard(shard.path, id, build.build_id,
+                                                          build.values, record.rows, nullptr)
+                                : std::move(build.layouts[s]);
+      shard.sample_ids = std::move(layout.sample_ids);
+      shard.layouts = std::move(layout.values);
       shard.fd = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC);
       if (shard.fd < 0) throw CacheError("cannot open " + shard.path + ": " + errno_text());
       reader->shards_.push_back(std::move(shard));
@@ -944,7 +1022,14 @@ const ArtifactReader::Location& ArtifactReader::locate(int64_t sample_id) const 
     throw CacheError(artifact_id_ + " cache is missing requested keys; examples=[" +
                      sample_key(sample_id) + "]");
   }
-  return locations_[sample_id];
+  const Location& location = locations_[sample_id];
+  const Shard& shard = shards_[location.shard];
+  // The index may send a sample to another's row (full validation compares them all at once).
+  if (shard.sample_ids[location.row] != sample_id) {
+    throw CacheError(internal::key_mismatch(artifact_id_, shard.path, location.row,
+                                            shard.sample_ids[location.row], sample_id));
+  }
+  return location;
 }
 
 void ArtifactReader::pread_exactly(const Shard& shard, void* dst, size_t bytes,
@@ -965,6 +1050,14 @@ void ArtifactReader::pread_exactly(const Shard& shard, void* dst, size_t bytes,
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
+void ArtifactReader::check_row(const Shard& shard, int32_t row, int64_t sample_id, int value_index,
+                               const void* data, size_t bytes) const {
+  if (row_checksum(sample_id, data, bytes) != shard.layouts[value_index].row_checksums[row]) {
+    throw CacheError(internal::row_checksum_mismatch(artifact_id_, shard.path, row, sample_id,
+                                                     values_[value_index].name));
+  }
+}
+
 void ArtifactReader::read_fixed(int64_t sample_id, int value_index, void* dst) const {
   const Location& location = locate(sample_id);
   const Shard& shard = shards_[location.shard];
@@ -976,6 +1069,7 @@ void ArtifactReader::read_fixed(int64_t sample_id, int value_index, void* dst) c
   pread_exactly(
       shard, dst, row_bytes,
       shard.layouts[value_index].data_offset + static_cast<int64_t>(row_bytes) * location.row);
+  check_row(shard, location.row, sample_id, value_index, dst, row_bytes);
 }
 
 int64_t ArtifactReader::ragged_length(int64_t sample_id, int value_index) const {
@@ -997,8 +1091,11 @@ void ArtifactReader::read_ragged(int64_t sample_id, int value_index, void* dst) 
   const int64_t unit = static_cast<int64_t>(values_[value_index].unit_bytes());
   const int64_t begin = layout.offsets[location.row];
   const int64_t length = layout.offsets[location.row + 1] - begin;
-  if (length == 0) return;
-  pread_exactly(shard, dst, static_cast<size_t>(length * unit), layout.data_offset + begin * unit);
+  if (length > 0) {
+    pread_exactly(shard, dst, static_cast<size_t>(length * unit),
+                  layout.data_offset + begin * unit);
+  }
+  check_row(shard, location.row, sample_id, value_index, dst, static_cast<size_t>(length * unit));
 }
 
 std::unique_ptr<ArtifactReader> open_artifact(const std::string& root,

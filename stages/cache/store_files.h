@@ -69,6 +69,12 @@ struct ShardRecord {
   std::vector<int64_t> sample_ids;  // per row, from the index
 };
 
+// What a reader keeps of one shard: the sample id of each row and each value's layout.
+struct ShardLayout {
+  std::vector<int64_t> sample_ids;
+  std::vector<ValueLayout> values;
+};
+
 // A build whose manifest, contract, index and key coverage were checked.
 struct CheckedBuild {
   std::string artifact_id;
@@ -79,7 +85,7 @@ struct CheckedBuild {
   int64_t expected_samples = 0;
   int64_t cached_samples = 0;
   std::vector<ShardRecord> shards;
-  std::vector<std::vector<ValueLayout>> layouts;  // per shard, filled by full validation
+  std::vector<ShardLayout> layouts;  // per shard, filled by full validation
 };
 
 // Validates the build in `build_dir` described by `manifest` (read from `manifest_path`). The
@@ -88,13 +94,20 @@ CheckedBuild check_build(const std::string& build_dir, const std::string& manife
                          const nlohmann::json& manifest, const std::string& artifact_id,
                          const nlohmann::json* expected_contract, const OpenOptions& options);
 
-// Opens a shard with HDF5 and returns each value's file layout, after checking the attributes,
-// dataset names, shapes, dtypes, contiguous layout and ragged offsets. With `expected_ids` the
-// sample_ids dataset must equal it.
-std::vector<ValueLayout> inspect_shard(const std::string& path, const std::string& artifact_id,
-                                       const std::string& build_id,
-                                       const std::vector<ValueSchema>& values, int64_t rows,
-                                       const std::vector<int64_t>* expected_ids);
+// Opens a shard with HDF5 and returns its sample ids and each value's file layout and row
+// checksums, after checking the attributes, dataset names, shapes, dtypes, contiguous layout and
+// ragged offsets. With `expected_ids` (full validation) the sample_ids dataset must equal it and
+// every row's bytes must match their checksum.
+ShardLayout inspect_shard(const std::string& path, const std::string& artifact_id,
+                          const std::string& build_id, const std::vector<ValueSchema>& values,
+                          int64_t rows, const std::vector<int64_t>* expected_ids);
+
+// "<id> index/shard key mismatch: <path> row 3 holds sample:4, the index says sample:3"
+std::string key_mismatch(const std::string& artifact_id, const std::string& path, int64_t row,
+                         int64_t stored, int64_t indexed);
+// "<id> row checksum mismatch: <path> row 1 (sample:5) value latent: ..." (rebuild the cache)
+std::string row_checksum_mismatch(const std::string& artifact_id, const std::string& path,
+                                  int64_t row, int64_t sample_id, const std::string& value);
 
 // "<id> key coverage mismatch: ..." when `ids` are not exactly [0, sample_count).
 void check_key_coverage(const std::string& artifact_id, const std::vector<int64_t>& ids,

@@ -1,7 +1,6 @@
 #include "data/dataset_inspect.h"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -105,41 +104,6 @@ std::vector<size_t> inspected_episodes(size_t total, int64_t limit) {
     if (picked.empty() || picked.back() != index) picked.push_back(index);
   }
   return picked;
-}
-
-// Problems of one episode's columns: unreadable, or timestamps that do not run 0, 1/fps, 2/fps...
-// (real datasets start at 1/fps or skip frames; rows still map to video frames by position).
-std::vector<std::string> column_problems(const LeRobotDataset& ds, const EpisodeInfo& episode) {
-  EpisodeData columns;
-  try {
-    columns = ds.read_episode(episode.episode_index);
-  } catch (const Error& e) {
-    return {e.what()};
-  }
-  auto timestamp = columns.floats.find("timestamp");
-  if (timestamp == columns.floats.end() || timestamp->second.rows == 0) return {};
-  const std::vector<float>& t = timestamp->second.values;
-  const double period = 1.0 / ds.info().fps;
-  const std::string where = episode.data_file + " (episode " +
-                            std::to_string(episode.episode_index) + ", column timestamp)";
-  std::vector<std::string> found;
-  if (std::abs(t[0] - period) < 0.25 * period) {
-    found.push_back(where + ": starts at " + std::to_string(t[0]) +
-                    " s = 1/fps, not 0; row k is matched to video frame k");
-  } else if (std::abs(t[0]) >= 0.25 * period) {
-    found.push_back(where + ": starts at " + std::to_string(t[0]) +
-                    " s, not 0; row k is matched to video frame k");
-  }
-  for (size_t r = 1; r < t.size(); ++r) {
-    const double gap = t[r] - t[r - 1];
-    if (std::abs(gap - period) > 0.25 * period) {
-      found.push_back(where + ": irregular: " + std::to_string(gap) + " s between rows " +
-                      std::to_string(r - 1) + " and " + std::to_string(r) + " (1/fps is " +
-                      std::to_string(period) + " s); row k is matched to video frame k");
-      break;
-    }
-  }
-  return found;
 }
 
 }  // namespace
@@ -250,18 +214,11 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
     }
     report.cameras.push_back(std::move(camera));
   }
-  // A dataset's columns share their quirks: report the first episode's, and any other episode's
-  // that differ only in being unreadable.
+  // A dataset's columns share their quirks: report the first episode's, and every episode's
+  // damage (unreadable columns, non-finite values, timestamps running backwards).
   for (size_t k = 0; k < picked.size(); ++k) {
-    std::vector<std::string> found = column_problems(ds, ds.episodes()[picked[k]]);
-    if (k > 0) {
-      found.erase(std::remove_if(found.begin(), found.end(),
-                                 [](const std::string& p) {
-                                   return p.find("(episode ") != std::string::npos &&
-                                          p.find("column timestamp)") != std::string::npos;
-                                 }),
-                  found.end());
-    }
+    const std::vector<std::string> found =
+        episode_column_problems(ds, ds.episodes()[picked[k]], k == 0);
     report.problems.insert(report.problems.end(), found.begin(), found.end());
   }
   return report;
@@ -285,15 +242,10 @@ StatsResult write_dataset_stats(const std::string& dir, bool force) {
       columns.floats.emplace(key, std::move(column));
     }
     for (const auto& [key, column] : columns.floats) {
-      for (size_t k = 0; k < column.values.size(); ++k) {
-        if (!std::isfinite(column.values[k])) {
-          throw Error(episode.data_file + ": column \"" + key + "\" of episode " +
-                      std::to_string(episode.episode_index) + " holds " +
-                      std::to_string(column.values[k]) + " at row " +
-                      std::to_string(static_cast<int64_t>(k) / column.cols) + " (value " +
-                      std::to_string(static_cast<int64_t>(k) % column.cols) +
-                      "); stats need finite values: fix or drop the episode");
-        }
+      if (const std::string bad = describe_non_finite(key, episode.episode_index, column);
+          !bad.empty()) {
+        throw Error(episode.data_file + ": " + bad +
+                    "; stats need finite values: fix or drop the episode");
       }
       stats[episode.episode_index][key] = compute_stats(column);
     }

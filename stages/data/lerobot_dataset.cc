@@ -161,6 +161,19 @@ std::string format_path(const std::string& pattern, int64_t episode_chunk, int64
   return format_path(pattern, fields);
 }
 
+std::string describe_non_finite(const std::string& key, int64_t episode_index,
+                                const FloatColumn& column) {
+  for (size_t k = 0; k < column.values.size(); ++k) {
+    if (std::isfinite(column.values[k])) continue;
+    const int64_t cols = std::max<int64_t>(column.cols, 1);
+    return "column \"" + key + "\" of episode " + std::to_string(episode_index) + " holds " +
+           std::to_string(column.values[k]) + " at row " +
+           std::to_string(static_cast<int64_t>(k) / cols) + " (value " +
+           std::to_string(static_cast<int64_t>(k) % cols) + ")";
+  }
+  return {};
+}
+
 FeatureStats compute_stats(const FloatColumn& column) {
   FeatureStats s;
   const size_t dims = static_cast<size_t>(column.cols);
@@ -828,6 +841,55 @@ std::vector<std::string> LeRobotDataset::problems() const {
   for (const auto& e : episodes_) {
     if (!fs::exists(e.data_file) && reported.insert(e.data_file).second) {
       found.push_back(e.data_file + ": missing episode data file");
+    }
+  }
+  return found;
+}
+
+std::vector<std::string> episode_column_problems(const LeRobotDataset& ds,
+                                                 const EpisodeInfo& episode, bool quirks) {
+  EpisodeData columns;
+  try {
+    columns = ds.read_episode(episode.episode_index);
+  } catch (const Error& e) {
+    return {e.what()};
+  }
+  std::vector<std::string> found;
+  for (const auto& [key, column] : columns.floats) {
+    if (const std::string bad = describe_non_finite(key, episode.episode_index, column);
+        !bad.empty()) {
+      found.push_back(episode.data_file + ": " + bad + "; training refuses it");
+    }
+  }
+  auto timestamp = columns.floats.find("timestamp");
+  if (timestamp == columns.floats.end() || timestamp->second.rows == 0) return found;
+  const std::vector<float>& t = timestamp->second.values;
+  const double period = 1.0 / ds.info().fps;
+  const std::string where = episode.data_file + " (episode " +
+                            std::to_string(episode.episode_index) + ", column timestamp)";
+  for (size_t r = 1; r < t.size(); ++r) {
+    if (t[r] < t[r - 1]) {
+      found.push_back(where + ": runs backwards: " + std::to_string(t[r - 1]) + " s at row " +
+                      std::to_string(r - 1) + ", " + std::to_string(t[r]) + " s at row " +
+                      std::to_string(r) + "; row k is matched to video frame k");
+      break;
+    }
+  }
+  if (!quirks) return found;
+  if (std::abs(t[0] - period) < 0.25 * period) {
+    found.push_back(where + ": starts at " + std::to_string(t[0]) +
+                    " s = 1/fps, not 0; row k is matched to video frame k");
+  } else if (std::abs(t[0]) >= 0.25 * period) {
+    found.push_back(where + ": starts at " + std::to_string(t[0]) +
+                    " s, not 0; row k is matched to video frame k");
+  }
+  for (size_t r = 1; r < t.size(); ++r) {
+    const double gap = t[r] - t[r - 1];
+    if (gap >= 0 && std::abs(gap - period) > 0.25 * period) {
+      found.push_back(where + ": irregular: " + std::to_string(gap) + " s between rows " +
+                      std::to_string(r - 1) + " and " + std::to_string(r) + " (1/fps is " +
+                      std::to_string(period) + " s); row k is matched to video frame k");
+      break;
     }
   }
   return found;

@@ -17,6 +17,8 @@
 #include <sstream>
 #include <thread>
 
+#include <hdf5.h>
+
 #include "cache/store_files.h"
 #include "testing/expect_error.h"
 #include "testing/temp_dir.h"
@@ -427,7 +429,10 @@ TEST_F(PublishedVae, TruncatedShardFailsMetaOnlyValidation) {
                 std::to_string(bytes.size()));
 }
 
-TEST_F(PublishedVae, FlippedByteFailsOnlyFullValidation) {
+// Meta-only validation (the default on read) does not hash the shards; the read of the damaged
+// row does not serve it, since every row's checksum is compared (issue 25: flipped latent bytes
+// once trained silently).
+TEST_F(PublishedVae, FlippedByteFailsTheReadAndFullValidation) {
   // Sample 5 is row 1 of shard 1; flip a bit of its latent.
   const FixedRows row = fixed_rows({5});
   const std::string pattern(reinterpret_cast<const char*>(row.latent.data()), 48);
@@ -439,8 +444,13 @@ TEST_F(PublishedVae, FlippedByteFailsOnlyFullValidation) {
 
   const auto reader = open_artifact(root_, vae_contract(10), {ValidationMode::kMetaOnly, false});
   std::vector<uint16_t> latent(24);
-  reader->read_fixed(5, 0, latent.data());
-  EXPECT_NE(latent, row.latent);
+  EXPECT_EQ(error_of([&] { reader->read_fixed(5, 0, latent.data()); }),
+            "vae_latent.current row checksum mismatch: " + shard1_ +
+                " row 1 (sample:5) value latent: its bytes are not those written; the shard is "
+                "damaged: rebuild the cache with `wam-pipeline cache generate PIPELINE "
+                "--overwrite`");
+  reader->read_fixed(4, 0, latent.data());  // the row beside it is whole
+  EXPECT_EQ(latent, fixed_rows({4}).latent);
   EXPECT_EQ(open_error(ValidationMode::kFull),
             "vae_latent.current shard checksum mismatch: " + shard1_);
   EXPECT_EQ(error_of([&] { validate_cache(root_, ValidationMode::kFull); }),
@@ -521,10 +531,79 @@ TEST_F(PublishedVae, SwappedIndexEntriesFailOnlyFullValidation) {
   edit_index(root_, [](json& index) {
     std::swap(index["entries"]["sample:1"], index["entries"]["sample:2"]);
   });
-  open_artifact(root_, vae_contract(10), {ValidationMode::kMetaOnly, false});
+  const auto reader = open_artifact(root_, vae_contract(10), {ValidationMode::kMetaOnly, false});
   EXPECT_EQ(open_error(ValidationMode::kFull),
             "vae_latent.current index/shard key mismatch: " + shard_path(root_, kVae, "b1", 0) +
                 " row 1 holds sample:1, the index says sample:2");
+  // Reads compare each row's stored sample id with the one asked for (issue 25: swapped rows
+  // once trained silently).
+  std::vector<uint16_t> latent(24);
+  EXPECT_EQ(error_of([&] { reader->read_fixed(1, 0, latent.data()); }),
+            "vae_latent.current index/shard key mismatch: " + shard_path(root_, kVae, "b1", 0) +
+                " row 2 holds sample:2, the index says sample:1");
+  reader->read_fixed(3, 0, latent.data());
+  EXPECT_EQ(latent, fixed_rows({3}).latent);
+}
+
+// Rewrites each shard's bytes and SHA-256 in the manifest and the manifest's in the catalog, so
+// that only the checks of the shards' contents can catch an edit of a shard.
+void resign_shards(const std::string& root) {
+  const std::string build = root + "/artifacts/vae_latent.current/builds/b1";
+  json manifest = json::parse(read_bytes(build + "/manifest.json"));
+  for (json& shard : manifest["shards"]) {
+    const std::string path = build + "/" + shard["file"].get<std::string>();
+    shard["bytes"] = fs::file_size(path);
+    shard["sha256"] = sha256_file_hex(path);
+  }
+  const std::string manifest_text = manifest.dump(2);
+  write_bytes(build + "/manifest.json", manifest_text);
+  json catalog = json::parse(read_bytes(root + "/catalog.json"));
+  catalog["artifacts"][kVae]["manifest_sha256"] = sha256_hex(manifest_text);
+  write_bytes(root + "/catalog.json", catalog.dump(2));
+}
+
+// Two rows' bytes swapped in a shard, every SHA-256 recomputed: each row's checksum covers its
+// sample id, so neither row passes for the other.
+TEST_F(PublishedVae, SwappedRowsFailTheReadAndFullValidation) {
+  const std::string a(reinterpret_cast<const char*>(fixed_rows({4}).latent.data()), 48);
+  const std::string b(reinterpret_cast<const char*>(fixed_rows({5}).latent.data()), 48);
+  std::string bytes = read_bytes(shard1_);
+  const size_t at_a = bytes.find(a), at_b = bytes.find(b);
+  ASSERT_NE(at_a, std::string::npos);
+  ASSERT_NE(at_b, std::string::npos);
+  bytes.replace(at_a, 48, b);
+  bytes.replace(at_b, 48, a);
+  write_bytes(shard1_, bytes);
+  resign_shards(root_);
+  EXPECT_EQ(open_error(ValidationMode::kFull),
+            "vae_latent.current row checksum mismatch: " + shard1_ +
+                " row 0 (sample:4) value latent: its bytes are not those written; the shard is "
+                "damaged: rebuild the cache with `wam-pipeline cache generate PIPELINE "
+                "--overwrite`");
+  const auto reader = open_artifact(root_, vae_contract(10));
+  std::vector<uint16_t> latent(24);
+  EXPECT_NE(error_of([&] {
+              reader->read_fixed(5, 0, latent.data());
+            }).find("row checksum mismatch: " + shard1_ + " row 1 (sample:5) value latent"),
+            std::string::npos);
+  reader->read_fixed(5, 1, std::vector<float>(2).data());  // its other values are whole
+}
+
+// Shards built before rows carried checksums are refused on open, with what to do.
+TEST_F(PublishedVae, ShardsWithoutRowChecksumsAreRefused) {
+  {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    const hid_t file = H5Fopen(shard1_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    ASSERT_GE(H5Ldelete(file, "values/scale.__crc32", H5P_DEFAULT), 0);
+    H5Fclose(file);
+  }
+  resign_shards(root_);
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+            "vae_latent.current shard " + shard1_ +
+                " has no row checksums (values/scale.__crc32): it was built before reads checked "
+                "every row; rebuild the cache with `wam-pipeline cache generate PIPELINE "
+                "--overwrite`");
 }
 
 TEST(LatentStore, PublishChecksExactKeyCoverage) {

@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "testing/expect_error.h"
@@ -312,6 +314,45 @@ TEST_F(LeRobotDatasetTest, HostileMetaFilesAreNamedErrors) {
   fs::create_directory(other + "/meta/episodes.jsonl");
   EXPECT_ERROR(LeRobotDataset::open(other),
                other + "/meta/episodes.jsonl: not a regular file (a directory)");
+}
+
+// NaN in action and +Inf in observation.state once trained silently, and `dataset inspect` said
+// "problems 0" for them and for timestamps running backwards past the first episode (issue 25).
+TEST_F(LeRobotDatasetTest, NonFiniteValuesAndBackwardTimestampsAreProblemsInEveryEpisode) {
+  const std::string root = write_dataset("ds", 10);
+  const auto ds = LeRobotDataset::open(root);
+  const std::string file = root + "/data/chunk-000/episode_000001.parquet";
+  EpisodeData columns = ds.read_episode(1);
+  columns.floats["action"].values[1 * 2 + 1] = std::nanf("");
+  columns.floats["observation.state"].values[0] = std::numeric_limits<float>::infinity();
+  columns.floats["timestamp"] = {2, 1, {0.1f, 0.0f}};
+  write_episode_parquet(file, columns, ds.info());
+  EpisodeData first = ds.read_episode(0);
+  first.floats["timestamp"] = {3, 1, {0.1f, 0.2f, 0.3f}};
+  const std::string first_file = root + "/data/chunk-000/episode_000000.parquet";
+  write_episode_parquet(first_file, first, ds.info());
+
+  const EpisodeData damaged = ds.read_episode(1);
+  EXPECT_EQ(describe_non_finite("action", 1, damaged.floats.at("action")),
+            "column \"action\" of episode 1 holds nan at row 1 (value 1)");
+  EXPECT_EQ(describe_non_finite("observation.state", 1, damaged.floats.at("observation.state")),
+            "column \"observation.state\" of episode 1 holds inf at row 0 (value 0)");
+  EXPECT_EQ(describe_non_finite("action", 0, ds.read_episode(0).floats.at("action")), "");
+
+  EXPECT_EQ(episode_column_problems(ds, ds.episode(1), false),
+            (std::vector<std::string>{
+                file + ": column \"action\" of episode 1 holds nan at row 1 (value 1); training "
+                       "refuses it",
+                file + ": column \"observation.state\" of episode 1 holds inf at row 0 (value 0); "
+                       "training refuses it",
+                file + " (episode 1, column timestamp): runs backwards: 0.100000 s at row 0, "
+                       "0.000000 s at row 1; row k is matched to video frame k"}));
+  // Quirks real datasets share are reported for one episode only: the caller asks once.
+  const std::string quirk = first_file +
+                            " (episode 0, column timestamp): starts at 0.100000 s = 1/fps, not "
+                            "0; row k is matched to video frame k";
+  EXPECT_EQ(episode_column_problems(ds, ds.episode(0), true), std::vector<std::string>{quirk});
+  EXPECT_EQ(episode_column_problems(ds, ds.episode(0), false), std::vector<std::string>{});
 }
 
 // A FIFO in place of a data file once blocked the reader in open() forever (issue 25).
