@@ -20,6 +20,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <unordered_set>
 
 #include "cache/store_files.h"
 #include "common/hdf5.h"
@@ -302,7 +303,33 @@ void compare_contracts(const json& cached, const json& expected, const std::stri
     throw CacheError(id + " sample_count mismatch: cache=" + part(cached, "sample_count").dump() +
                      " expected=" + part(expected, "sample_count").dump());
   }
-  if (differs("keyspace_fingerprint")) throw CacheError(id + " keyspace fingerprint mismatch.");
+  if (differs("keyspace_fingerprint")) {
+    // The keyspace is the datasets' roots and episode lengths (stages/cache/cache_spec.cc): name
+    // the first that differs where the contracts carry them.
+    const auto samples = [](const json& contract) {
+      json datasets = json::array();
+      const json::json_pointer at("/dependencies/dataset/datasets");
+      if (contract.contains(at) && contract.at(at).is_array()) {
+        for (const json& dataset : contract.at(at)) {
+          if (!dataset.is_object()) continue;
+          datasets.push_back({{"root", dataset.value("root", json())},
+                              {"episodes", dataset.value("episodes", json())}});
+        }
+      }
+      return json{{"datasets", datasets}};
+    };
+    const json cached_samples = samples(cached), expected_samples = samples(expected);
+    Path at;
+    if (!first_difference(cached_samples, expected_samples, &at)) {
+      throw CacheError(id + " keyspace fingerprint mismatch.");
+    }
+    throw CacheError(id + " keyspace fingerprint mismatch: the datasets' samples differ at " +
+                     pointer_text(at) + " (episodes are [episode_index, length]): cache=" +
+                     value_at(cached_samples, at) + " expected=" +
+                     value_at(expected_samples, at) +
+                     "; generate the cache for these datasets with `wam-pipeline cache generate "
+                     "PIPELINE --overwrite`");
+  }
   if (differs("key_codec")) {
     throw CacheError(id + " key codec mismatch: cache=" + part(cached, "key_codec").dump() +
                      " expected=" + part(expected, "key_codec").dump());
@@ -346,6 +373,11 @@ std::string shard_file(int64_t shard_index) {
 
 std::string catalog_path(const std::string& root) { return root + "/catalog.json"; }
 
+bool stays_inside(const std::string& relative) {
+  const fs::path normal = fs::path(relative).lexically_normal();
+  return !relative.empty() && !normal.is_absolute() && !normal.empty() && *normal.begin() != "..";
+}
+
 std::string read_file(const std::string& path, const std::string& what) {
   std::string error;
   std::optional<std::string> text = read_regular_file(path, kMaxCacheJsonBytes, error);
@@ -373,6 +405,27 @@ json checked_catalog(const std::string& root, const std::string& text) {
   }
   if (!catalog.contains("artifacts") || !catalog["artifacts"].is_object()) {
     throw CacheError(path + ": catalog has no artifacts object");
+  }
+  const auto kind = [](const json& value) -> std::string {
+    if (value.is_object()) return "an object";
+    if (value.is_array()) return "an array";
+    if (value.is_null()) return "null";
+    return std::string("a ") + value.type_name();
+  };
+  for (const auto& [id, entry] : catalog["artifacts"].items()) {
+    const std::string pointer = "/artifacts/" + id;
+    const std::string fix = "; the catalog is damaged: rebuild the cache with `wam-pipeline cache "
+                            "generate PIPELINE --overwrite`";
+    if (!entry.is_object()) {
+      throw CacheError(path + ": " + pointer + " is " + kind(entry) +
+                       ", expected an object {backend, build_id, manifest, manifest_sha256}" + fix);
+    }
+    for (const char* key : {"backend", "build_id", "manifest", "manifest_sha256"}) {
+      if (entry.contains(key) && !entry[key].is_string()) {
+        throw CacheError(path + ": " + pointer + "/" + key + " is " + kind(entry[key]) +
+                         ", expected a string" + fix);
+      }
+    }
   }
   return catalog;
 }
@@ -475,23 +528,28 @@ CatalogLock::CatalogLock(const std::string& root, double timeout_seconds)
 void check_key_coverage(const std::string& artifact_id, const std::vector<int64_t>& ids,
                         int64_t sample_count) {
   constexpr size_t kExamples = 8;
-  std::vector<char> seen(static_cast<size_t>(std::max<int64_t>(sample_count, 0)), 0);
+  // Memory and time follow the ids listed, not the sample_count a damaged file may claim (2^40).
+  std::unordered_set<int64_t> seen;
+  seen.reserve(ids.size());
   std::vector<std::string> extra;
   size_t extra_count = 0;
   for (int64_t id : ids) {
-    if (id >= 0 && id < sample_count && !seen[id]) {
-      seen[id] = 1;
-    } else if (extra_count++ < kExamples) {
-      extra.push_back(sample_key(id));
-    }
+    if (id >= 0 && id < sample_count && seen.insert(id).second) continue;
+    if (extra_count++ < kExamples) extra.push_back(sample_key(id));
   }
+  std::vector<int64_t> present(seen.begin(), seen.end());
+  std::sort(present.begin(), present.end());
+  const int64_t missing_count = std::max<int64_t>(sample_count, 0) -
+                                static_cast<int64_t>(present.size());
   std::vector<std::string> missing;
-  size_t missing_count = 0;
-  for (int64_t id = 0; id < sample_count; ++id) {
-    if (!seen[id] && missing_count++ < kExamples) missing.push_back(sample_key(id));
+  int64_t next = 0;  // the smallest id not yet known to be present or reported
+  for (size_t i = 0; i <= present.size() && missing.size() < kExamples; ++i) {
+    const int64_t until = i < present.size() ? present[i] : std::max<int64_t>(sample_count, 0);
+    for (; next < until && missing.size() < kExamples; ++next) missing.push_back(sample_key(next));
+    next = until + 1;
   }
   if (missing_count == 0 && extra_count == 0) return;
-  if (missing_count > kExamples) missing.push_back("...");
+  if (missing_count > static_cast<int64_t>(kExamples)) missing.push_back("...");
   if (extra_count > kExamples) extra.push_back("...");
   throw CacheError(artifact_id + " key coverage mismatch: missing=[" + join(missing, ", ") +
                    "] extra=[" + join(extra, ", ") + "] (" + std::to_string(missing_count) +
@@ -798,8 +856,21 @@ CheckedBuild check_build_json(const std::string& build_dir, const std::string& m
     throw CacheError(id + " partial cache is empty: " + manifest_path);
   }
 
+  // What a damaged or hand-edited manifest says is refused naming the file and the JSON pointer.
+  const auto damaged = [&](const std::string& pointer, const std::string& what) {
+    return CacheError(id + " manifest " + manifest_path + ": " + pointer + " " + what +
+                      "; rebuild the cache with `wam-pipeline cache generate PIPELINE "
+                      "--overwrite`");
+  };
+  const auto inside_build = [&](const json& value, const std::string& pointer) {
+    const std::string relative = value.get<std::string>();
+    if (!stays_inside(relative)) {
+      throw damaged(pointer, "\"" + relative + "\" leaves the build directory " + build_dir);
+    }
+    return build_dir + "/" + relative;
+  };
   const std::string index_path =
-      build_dir + "/" + required(manifest, "index_file", id, manifest_path).get<std::string>();
+      inside_build(required(manifest, "index_file", id, manifest_path), "/index_file");
   const std::string index_text = read_file(index_path, id + " index");
   if (sha256_hex(index_text) !=
       required(manifest, "index_sha256", id, manifest_path).get<std::string>()) {
@@ -812,18 +883,31 @@ CheckedBuild check_build_json(const std::string& build_dir, const std::string& m
                      " manifest=" + std::to_string(build.cached_samples));
   }
 
-  for (const json& shard : required(manifest, "shards", id, manifest_path)) {
+  const json& entries = index.at("entries");
+  // Every row of a shard is indexed: no shard holds more rows than the index lists samples.
+  const int64_t indexed = static_cast<int64_t>(entries.size());
+  const json& shards = required(manifest, "shards", id, manifest_path);
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const json& shard = shards[s];
+    const std::string pointer = "/shards/" + std::to_string(s);
     ShardRecord record{shard.at("file").get<std::string>(),
                        shard.at("rows").get<int64_t>(),
                        shard.at("bytes").get<int64_t>(),
                        shard.at("sha256").get<std::string>(),
                        {}};
+    inside_build(shard.at("file"), pointer + "/file");
+    if (record.rows < 1 || record.rows > indexed) {
+      throw damaged(pointer + "/rows", "is " + std::to_string(record.rows) +
+                                           ", outside 1 .. " + std::to_string(indexed) +
+                                           " (the samples " + index_path + " lists)");
+    }
+    if (record.bytes < 0) throw damaged(pointer + "/bytes", "is negative");
     record.sample_ids.assign(static_cast<size_t>(record.rows), -1);
     build.shards.push_back(std::move(record));
   }
   std::vector<int64_t> ids;
-  ids.reserve(static_cast<size_t>(std::max<int64_t>(build.cached_samples, 0)));
-  for (const auto& [key, entry] : index.at("entries").items()) {
+  ids.reserve(static_cast<size_t>(indexed));
+  for (const auto& [key, entry] : entries.items()) {
     std::optional<int64_t> parsed;
     if (key.rfind("sample:", 0) == 0)
       parsed = parse_integer<int64_t>(std::string_view(key).substr(7));
@@ -932,7 +1016,7 @@ class ReaderLoader {
     }
     const std::string relative = entry.value("manifest", std::string());
     const fs::path manifest_relative = fs::path(relative).lexically_normal();
-    if (relative.empty() || manifest_relative.is_absolute() || *manifest_relative.begin() == "..") {
+    if (!internal::stays_inside(relative)) {
       throw CacheError(id + " manifest path leaves the cache root: \"" + relative + "\" in " +
                        catalog_file);
     }

@@ -13,6 +13,8 @@ namespace wam::cache::internal {
 
 std::string shard_file(int64_t shard_index);  // "shards/shard000003.h5"
 std::string catalog_path(const std::string& root);
+// Whether a relative path read from a cache file stays under the directory it is relative to.
+bool stays_inside(const std::string& relative);
 // Largest catalog, manifest, index or record read: an index takes about 70 bytes per sample.
 inline constexpr uint64_t kMaxCacheJsonBytes = uint64_t{2} << 30;
 // A regular file of at most kMaxCacheJsonBytes (a FIFO would block the read): "cannot read <what>

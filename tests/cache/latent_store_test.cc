@@ -340,6 +340,20 @@ TEST(LatentStore, ContractMismatchesNameTheFirstDifferingPart) {
   json expected = cached;
   expected["keyspace_fingerprint"] = "other";
   EXPECT_EQ(mismatch(expected), "vae_latent.current keyspace fingerprint mismatch.");
+  // Where the contracts carry the datasets' roots and episode lengths, the first that differs is
+  // named (issue 25).
+  json with_datasets = cached;
+  with_datasets["dependencies"]["dataset"]["datasets"] = {
+      {{"root", "/data/a"}, {"episodes", {{0, 5}, {1, 5}}}, {"inventory", "x"}}};
+  expected = with_datasets;
+  expected["keyspace_fingerprint"] = "other";
+  expected["dependencies"]["dataset"]["datasets"][0]["episodes"][1] = {1, 4};
+  EXPECT_EQ(
+      error_of([&] { compare_contracts(with_datasets, expected, kVae, false); }),
+      "vae_latent.current keyspace fingerprint mismatch: the datasets' samples differ at "
+      "/datasets/0/episodes/1/1 (episodes are [episode_index, length]): cache=5 expected=4; "
+      "generate the cache for these datasets with `wam-pipeline cache generate PIPELINE "
+      "--overwrite`");
   expected = cached;
   expected["key_codec"] = "sample_str_v2";
   EXPECT_EQ(mismatch(expected),
@@ -518,6 +532,76 @@ void edit_index(const std::string& root, const std::function<void(json&)>& edit)
   json catalog = json::parse(read_bytes(root + "/catalog.json"));
   catalog["artifacts"][kVae]["manifest_sha256"] = sha256_hex(manifest_text);
   write_bytes(root + "/catalog.json", catalog.dump(2));
+}
+
+// Rewrites manifest.json and re-signs it in the catalog.
+void edit_manifest(const std::string& root, const std::function<void(json&)>& edit) {
+  const std::string build = root + "/artifacts/vae_latent.current/builds/b1";
+  json manifest = json::parse(read_bytes(build + "/manifest.json"));
+  edit(manifest);
+  const std::string manifest_text = manifest.dump(2);
+  write_bytes(build + "/manifest.json", manifest_text);
+  json catalog = json::parse(read_bytes(root + "/catalog.json"));
+  catalog["artifacts"][kVae]["manifest_sha256"] = sha256_hex(manifest_text);
+  write_bytes(root + "/catalog.json", catalog.dump(2));
+}
+
+// Counts and paths read from a damaged manifest once ended in std::bad_alloc, a vector length
+// error, or a shard read from outside the cache root (issue 25).
+TEST_F(PublishedVae, ManifestCountsAndPathsAreBoundedAndNamed) {
+  const std::string manifest = root_ + "/artifacts/vae_latent.current/builds/b1/manifest.json";
+  const std::string build = root_ + "/artifacts/vae_latent.current/builds/b1";
+  const std::string fix = "; rebuild the cache with `wam-pipeline cache generate PIPELINE --overwrite`";
+  const std::string original = read_bytes(manifest);
+  for (const int64_t rows : {int64_t{1} << 40, int64_t{-1}}) {
+    write_bytes(manifest, original);
+    edit_manifest(root_, [&](json& m) { m["shards"][1]["rows"] = rows; });
+    EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+              "vae_latent.current manifest " + manifest + ": /shards/1/rows is " +
+                  std::to_string(rows) + ", outside 1 .. 10 (the samples " + build +
+                  "/index.json lists)" + fix);
+  }
+  write_bytes(manifest, original);
+  edit_manifest(root_, [&](json& m) { m["shards"][0]["file"] = "../../../../../../etc/passwd"; });
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+            "vae_latent.current manifest " + manifest +
+                ": /shards/0/file \"../../../../../../etc/passwd\" leaves the build directory " +
+                build + fix);
+  write_bytes(manifest, original);
+  edit_manifest(root_, [&](json& m) { m["index_file"] = "/etc/hostname"; });
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+            "vae_latent.current manifest " + manifest +
+                ": /index_file \"/etc/hostname\" leaves the build directory " + build + fix);
+}
+
+// A catalog entry of the wrong type once surfaced as a raw [json.exception.type_error.306].
+TEST_F(PublishedVae, CatalogEntriesOfTheWrongTypeNameTheCatalog) {
+  const std::string catalog_path = root_ + "/catalog.json";
+  const std::string fix =
+      "; the catalog is damaged: rebuild the cache with `wam-pipeline cache generate PIPELINE "
+      "--overwrite`";
+  json catalog = json::parse(read_bytes(catalog_path));
+  catalog["artifacts"][kVae]["build_id"] = 7;
+  write_bytes(catalog_path, catalog.dump());
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+            catalog_path + ": /artifacts/vae_latent.current/build_id is a number, expected a "
+                           "string" + fix);
+  catalog["artifacts"][kVae] = json::array({1, 2});
+  write_bytes(catalog_path, catalog.dump());
+  const std::string refusal = catalog_path +
+                              ": /artifacts/vae_latent.current is an array, expected an object "
+                              "{backend, build_id, manifest, manifest_sha256}" + fix;
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly), refusal);
+  EXPECT_EQ(error_of([&] { cache_info(root_); }), refusal);
+  EXPECT_EQ(error_of([&] { check_write_target(root_, {kVlm}, false); }), refusal);
+}
+
+TEST(LatentStore, KeyCoverageOfAHugeClaimedKeyspaceIsCheap) {
+  EXPECT_EQ(error_of([&] { internal::check_key_coverage(kVae, {0, 2, 2, -4}, int64_t{1} << 40); }),
+            "vae_latent.current key coverage mismatch: missing=[sample:1, sample:3, sample:4, "
+            "sample:5, sample:6, sample:7, sample:8, sample:9, ...] extra=[sample:2, sample:-4] "
+            "(1099511627774 missing, 2 extra or duplicate, 1099511627776 expected)");
+  internal::check_key_coverage(kVae, {2, 0, 1}, 3);
 }
 
 TEST_F(PublishedVae, IndexWithoutAKeyFailsCoverage) {
