@@ -325,8 +325,7 @@ void compare_contracts(const json& cached, const json& expected, const std::stri
     }
     throw CacheError(id + " keyspace fingerprint mismatch: the datasets' samples differ at " +
                      pointer_text(at) + " (episodes are [episode_index, length]): cache=" +
-                     value_at(cached_samples, at) + " expected=" +
-                     value_at(expected_samples, at) +
+                     value_at(cached_samples, at) + " expected=" + value_at(expected_samples, at) +
                      "; generate the cache for these datasets with `wam-pipeline cache generate "
                      "PIPELINE --overwrite`");
   }
@@ -414,8 +413,9 @@ json checked_catalog(const std::string& root, const std::string& text) {
   };
   for (const auto& [id, entry] : catalog["artifacts"].items()) {
     const std::string pointer = "/artifacts/" + id;
-    const std::string fix = "; the catalog is damaged: rebuild the cache with `wam-pipeline cache "
-                            "generate PIPELINE --overwrite`";
+    const std::string fix =
+        "; the catalog is damaged: rebuild the cache with `wam-pipeline cache "
+        "generate PIPELINE --overwrite`";
     if (!entry.is_object()) {
       throw CacheError(path + ": " + pointer + " is " + kind(entry) +
                        ", expected an object {backend, build_id, manifest, manifest_sha256}" + fix);
@@ -539,8 +539,8 @@ void check_key_coverage(const std::string& artifact_id, const std::vector<int64_
   }
   std::vector<int64_t> present(seen.begin(), seen.end());
   std::sort(present.begin(), present.end());
-  const int64_t missing_count = std::max<int64_t>(sample_count, 0) -
-                                static_cast<int64_t>(present.size());
+  const int64_t missing_count =
+      std::max<int64_t>(sample_count, 0) - static_cast<int64_t>(present.size());
   std::vector<std::string> missing;
   int64_t next = 0;  // the smallest id not yet known to be present or reported
   for (size_t i = 0; i <= present.size() && missing.size() < kExamples; ++i) {
@@ -897,9 +897,9 @@ CheckedBuild check_build_json(const std::string& build_dir, const std::string& m
                        {}};
     inside_build(shard.at("file"), pointer + "/file");
     if (record.rows < 1 || record.rows > indexed) {
-      throw damaged(pointer + "/rows", "is " + std::to_string(record.rows) +
-                                           ", outside 1 .. " + std::to_string(indexed) +
-                                           " (the samples " + index_path + " lists)");
+      throw damaged(pointer + "/rows", "is " + std::to_string(record.rows) + ", outside 1 .. " +
+                                           std::to_string(indexed) + " (the samples " + index_path +
+                                           " lists)");
     }
     if (record.bytes < 0) throw damaged(pointer + "/bytes", "is negative");
     record.sample_ids.assign(static_cast<size_t>(record.rows), -1);

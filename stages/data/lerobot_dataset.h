@@ -164,6 +164,9 @@ class LeRobotDataset {
  private:
   void open_v2();
   void open_v3();
+  // root_ + "/" + relative, refusing a path that leaves the dataset root (the info.json `key`
+  // whose template gave it is named).
+  std::string in_root(const std::string& relative, const char* key) const;
 
   std::string root_;
   DatasetInfo info_;

@@ -348,12 +348,11 @@ TEST(LatentStore, ContractMismatchesNameTheFirstDifferingPart) {
   expected = with_datasets;
   expected["keyspace_fingerprint"] = "other";
   expected["dependencies"]["dataset"]["datasets"][0]["episodes"][1] = {1, 4};
-  EXPECT_EQ(
-      error_of([&] { compare_contracts(with_datasets, expected, kVae, false); }),
-      "vae_latent.current keyspace fingerprint mismatch: the datasets' samples differ at "
-      "/datasets/0/episodes/1/1 (episodes are [episode_index, length]): cache=5 expected=4; "
-      "generate the cache for these datasets with `wam-pipeline cache generate PIPELINE "
-      "--overwrite`");
+  EXPECT_EQ(error_of([&] { compare_contracts(with_datasets, expected, kVae, false); }),
+            "vae_latent.current keyspace fingerprint mismatch: the datasets' samples differ at "
+            "/datasets/0/episodes/1/1 (episodes are [episode_index, length]): cache=5 expected=4; "
+            "generate the cache for these datasets with `wam-pipeline cache generate PIPELINE "
+            "--overwrite`");
   expected = cached;
   expected["key_codec"] = "sample_str_v2";
   EXPECT_EQ(mismatch(expected),
@@ -551,7 +550,8 @@ void edit_manifest(const std::string& root, const std::function<void(json&)>& ed
 TEST_F(PublishedVae, ManifestCountsAndPathsAreBoundedAndNamed) {
   const std::string manifest = root_ + "/artifacts/vae_latent.current/builds/b1/manifest.json";
   const std::string build = root_ + "/artifacts/vae_latent.current/builds/b1";
-  const std::string fix = "; rebuild the cache with `wam-pipeline cache generate PIPELINE --overwrite`";
+  const std::string fix =
+      "; rebuild the cache with `wam-pipeline cache generate PIPELINE --overwrite`";
   const std::string original = read_bytes(manifest);
   for (const int64_t rows : {int64_t{1} << 40, int64_t{-1}}) {
     write_bytes(manifest, original);
@@ -584,20 +584,25 @@ TEST_F(PublishedVae, CatalogEntriesOfTheWrongTypeNameTheCatalog) {
   catalog["artifacts"][kVae]["build_id"] = 7;
   write_bytes(catalog_path, catalog.dump());
   EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
-            catalog_path + ": /artifacts/vae_latent.current/build_id is a number, expected a "
-                           "string" + fix);
+            catalog_path +
+                ": /artifacts/vae_latent.current/build_id is a number, expected a "
+                "string" +
+                fix);
   catalog["artifacts"][kVae] = json::array({1, 2});
   write_bytes(catalog_path, catalog.dump());
   const std::string refusal = catalog_path +
                               ": /artifacts/vae_latent.current is an array, expected an object "
-                              "{backend, build_id, manifest, manifest_sha256}" + fix;
+                              "{backend, build_id, manifest, manifest_sha256}" +
+                              fix;
   EXPECT_EQ(open_error(ValidationMode::kMetaOnly), refusal);
   EXPECT_EQ(error_of([&] { cache_info(root_); }), refusal);
   EXPECT_EQ(error_of([&] { check_write_target(root_, {kVlm}, false); }), refusal);
 }
 
 TEST(LatentStore, KeyCoverageOfAHugeClaimedKeyspaceIsCheap) {
-  EXPECT_EQ(error_of([&] { internal::check_key_coverage(kVae, {0, 2, 2, -4}, int64_t{1} << 40); }),
+  EXPECT_EQ(error_of([&] {
+              internal::check_key_coverage(kVae, {0, 2, 2, -4}, int64_t{1} << 40);
+            }),
             "vae_latent.current key coverage mismatch: missing=[sample:1, sample:3, sample:4, "
             "sample:5, sample:6, sample:7, sample:8, sample:9, ...] extra=[sample:2, sample:-4] "
             "(1099511627774 missing, 2 extra or duplicate, 1099511627776 expected)");

@@ -9,6 +9,7 @@
 #include <limits>
 #include <sstream>
 
+#include "parquet/parquet.h"
 #include "testing/expect_error.h"
 #include "wam/error.h"
 
@@ -353,6 +354,88 @@ TEST_F(LeRobotDatasetTest, NonFiniteValuesAndBackwardTimestampsAreProblemsInEver
                             "0; row k is matched to video frame k";
   EXPECT_EQ(episode_column_problems(ds, ds.episode(0), true), std::vector<std::string>{quirk});
   EXPECT_EQ(episode_column_problems(ds, ds.episode(0), false), std::vector<std::string>{});
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The unclear errors of issue 25, each now naming the file, the field and what to do.
+TEST_F(LeRobotDatasetTest, PathTemplatesLeavingTheRootAreRefused) {
+  const std::string root = write_dataset("ds", 10);
+  auto info = nlohmann::ordered_json::parse(read_text(root + "/meta/info.json"));
+  info["data_path"] = "../outside/episode_{episode_index:06d}.parquet";
+  std::ofstream(root + "/meta/info.json") << info.dump(4);
+  EXPECT_ERROR(LeRobotDataset::open(root),
+               root +
+                   "/meta/info.json: \"data_path\" gives \"../outside/episode_000000.parquet\", "
+                   "which leaves the dataset root " +
+                   root + "; a dataset's files lie inside its directory");
+  info["data_path"] = kDataPath;
+  info["video_path"] = "/etc/{video_key}.mp4";
+  std::ofstream(root + "/meta/info.json") << info.dump(4);
+  const auto ds = LeRobotDataset::open(root);
+  EXPECT_ERROR(ds.video_file(0, "observation.images.top"),
+               root +
+                   "/meta/info.json: \"video_path\" gives \"/etc/observation.images.top.mp4\", "
+                   "which leaves the dataset root " +
+                   root + "; a dataset's files lie inside its directory");
+}
+
+TEST_F(LeRobotDatasetTest, AnEpisodeShorterThanItsFileIsRefusedWithTheNumbers) {
+  const std::string root = write_dataset("ds", 10);
+  std::string episodes = read_text(root + "/meta/episodes.jsonl");
+  const std::string three = "\"length\":3";
+  episodes.replace(episodes.find(three), three.size(), "\"length\":2");
+  std::ofstream(root + "/meta/episodes.jsonl") << episodes;
+  EXPECT_ERROR(LeRobotDataset::open(root).read_episode(0),
+               root +
+                   "/data/chunk-000/episode_000000.parquet: 3 rows, but meta/episodes.jsonl gives "
+                   "episode 0 length 2; fix the length there (or the file), or rows would be "
+                   "dropped");
+}
+
+TEST_F(LeRobotDatasetTest, AnEpisodeListedTwiceNamesTheFileAndLines) {
+  const std::string root = write_dataset("ds", 10);
+  std::string episodes = read_text(root + "/meta/episodes.jsonl");
+  std::ofstream(root + "/meta/episodes.jsonl")
+      << episodes << R"({"episode_index": 0, "tasks": ["pick the cube"], "length": 3})"
+      << "\n";
+  EXPECT_ERROR(LeRobotDataset::open(root),
+               root + "/meta/episodes.jsonl:3: episode 0 is listed twice (first at line 1)");
+}
+
+TEST_F(LeRobotDatasetTest, AColumnOfTheWrongTypeIsNamedAsSuch) {
+  const std::string root = write_dataset("ds", 10);
+  const std::string file = root + "/data/chunk-000/episode_000000.parquet";
+  const auto ds = LeRobotDataset::open(root);
+  EpisodeData columns = ds.read_episode(0);
+  {
+    parquet::ParquetWriter writer(file);
+    writer.add_strings("action", {"a", "b", "c"});
+    writer.add_floats("observation.state", columns.floats.at("observation.state").values, 1);
+    writer.add_ints("frame_index", columns.ints.at("frame_index"));
+    writer.add_ints("task_index", columns.ints.at("task_index"));
+    writer.write();
+  }
+  EXPECT_ERROR(ds.read_episode(0),
+               file +
+                   ": column \"action\" holds BYTE_ARRAY (STRING) values, but meta/info.json "
+                   "declares it float32; rewrite the column as numbers, or fix its dtype in "
+                   "meta/info.json");
+  // Integers where floats are declared are read as floats, not dropped as an integer vector.
+  {
+    parquet::ParquetWriter writer(file);
+    writer.add_ints("action", {1, 2, 3, 4, 5, 6}, 2);
+    writer.add_floats("observation.state", columns.floats.at("observation.state").values, 1);
+    writer.add_ints("frame_index", columns.ints.at("frame_index"));
+    writer.add_ints("task_index", columns.ints.at("task_index"));
+    writer.write();
+  }
+  EXPECT_EQ(ds.read_episode(0).floats.at("action").values, (std::vector<float>{1, 2, 3, 4, 5, 6}));
 }
 
 // A FIFO in place of a data file once blocked the reader in open() forever (issue 25).
