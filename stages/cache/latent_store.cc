@@ -1205,6 +1205,10 @@ ArtifactInfo summarize(const std::string& root, const std::string& id, const jso
   info.artifact_id = id;
   info.build_id = entry.value("build_id", std::string());
   info.manifest = entry.value("manifest", std::string());
+  if (!internal::stays_inside(info.manifest)) {
+    throw CacheError(id + " manifest path leaves the cache root: \"" + info.manifest + "\" in " +
+                     internal::catalog_path(root));
+  }
   const std::string manifest_path = root + "/" + info.manifest;
   const json manifest =
       internal::parse_json(internal::read_file(manifest_path, id + " manifest"), manifest_path);
@@ -1213,8 +1217,12 @@ ArtifactInfo summarize(const std::string& root, const std::string& id, const jso
     ++info.shards;
     info.bytes += shard.value("bytes", int64_t{0});
   }
-  const std::string index_path = fs::path(manifest_path).parent_path().string() + "/" +
-                                 manifest.value("index_file", std::string("index.json"));
+  const std::string index_file = manifest.value("index_file", std::string("index.json"));
+  if (!internal::stays_inside(index_file)) {
+    throw CacheError(id + " manifest " + manifest_path + ": /index_file \"" + index_file +
+                     "\" leaves the build directory");
+  }
+  const std::string index_path = fs::path(manifest_path).parent_path().string() + "/" + index_file;
   const json index =
       internal::parse_json(internal::read_file(index_path, id + " index"), index_path);
   info.samples = static_cast<int64_t>(index.value("entries", json::object()).size());

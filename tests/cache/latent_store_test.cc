@@ -567,11 +567,25 @@ TEST_F(PublishedVae, ManifestCountsAndPathsAreBoundedAndNamed) {
             "vae_latent.current manifest " + manifest +
                 ": /shards/0/file \"../../../../../../etc/passwd\" leaves the build directory " +
                 build + fix);
+  json catalog = json::parse(read_bytes(root_ + "/catalog.json"));
+  catalog["artifacts"][kVae]["manifest"] = "../outside/manifest.json";
+  write_bytes(root_ + "/catalog.json", catalog.dump());
+  const std::string outside =
+      "vae_latent.current manifest path leaves the cache root: "
+      "\"../outside/manifest.json\" in " +
+      root_ + "/catalog.json";
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly), outside);
+  EXPECT_EQ(error_of([&] { cache_info(root_); }), outside);
+  catalog["artifacts"][kVae]["manifest"] = "artifacts/vae_latent.current/builds/b1/manifest.json";
+  write_bytes(root_ + "/catalog.json", catalog.dump());
   write_bytes(manifest, original);
   edit_manifest(root_, [&](json& m) { m["index_file"] = "/etc/hostname"; });
   EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
             "vae_latent.current manifest " + manifest +
                 ": /index_file \"/etc/hostname\" leaves the build directory " + build + fix);
+  EXPECT_EQ(error_of([&] { cache_info(root_); }),
+            "vae_latent.current manifest " + manifest +
+                ": /index_file \"/etc/hostname\" leaves the build directory");
 }
 
 // A catalog entry of the wrong type once surfaced as a raw [json.exception.type_error.306].
