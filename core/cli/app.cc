@@ -14,6 +14,7 @@
 #include "cli/run_view.h"
 #include "cli/validators.h"
 #include "cli/view_commands.h"
+#include "wam/atomic_file.h"
 #include "wam/pipeline.h"
 #include "wam/registry.h"
 #include "wam/runner.h"

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "cli/validators.h"
+#include "wam/atomic_file.h"
 #include "wam/live_view.h"
 #include "wam/metrics.h"
 #include "wam/trace.h"

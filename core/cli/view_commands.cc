@@ -8,6 +8,7 @@
 
 #include "cli/command.h"
 #include "cli/validators.h"
+#include "wam/atomic_file.h"
 #include "wam/error.h"
 #include "wam/graph_view.h"
 #include "wam/metrics.h"

@@ -4,12 +4,8 @@
 //                                           and manifest); renamed into artifacts/<id>/builds/
 // <root>/.tmp/<build_id>/state/<id>/       contract.json and shard%06d.json, the checksum record
 //                                           of each finished shard; what a rerun resumes from
-#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <numeric>
@@ -20,6 +16,8 @@
 #include "cache/latent_store.h"
 #include "cache/store_files.h"
 #include "common/hdf5.h"
+#include "common/sha256.h"
+#include "wam/atomic_file.h"
 #include "wam/limits.h"
 
 namespace wam::cache {
@@ -31,6 +29,8 @@ namespace {
 
 using hdf5::check;
 using hdf5::Handle;
+using hdf5::write_int_attribute;
+using hdf5::write_string_attribute;
 
 std::string record_name(int64_t shard_index) {
   char name[32];
@@ -43,30 +43,6 @@ constexpr const char* kRowChecksums = "crc32";
 
 bool valid_name(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
-}
-
-void write_string_attribute(hid_t object, const char* name, const std::string& value,
-                            const std::string& path) {
-  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.get(), H5T_VARIABLE);
-  H5Tset_cset(type.get(), H5T_CSET_UTF8);
-  Handle space(check(H5Screate(H5S_SCALAR), "create dataspace", path), H5Sclose);
-  Handle attribute(
-      check(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-            "create attribute " + std::string(name), path),
-      H5Aclose);
-  const char* text = value.c_str();
-  check(H5Awrite(attribute.get(), type.get(), &text), "write attribute " + std::string(name), path);
-}
-
-void write_int_attribute(hid_t object, const char* name, int64_t value, const std::string& path) {
-  Handle space(check(H5Screate(H5S_SCALAR), "create dataspace", path), H5Sclose);
-  Handle attribute(
-      check(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-            "create attribute " + std::string(name), path),
-      H5Aclose);
-  check(H5Awrite(attribute.get(), H5T_NATIVE_INT64, &value), "write attribute " + std::string(name),
-        path);
 }
 
 // A contiguous, uncompressed dataset with its storage allocated at creation, so that readers can
@@ -113,17 +89,6 @@ void write_value_dataset(hid_t parent, const ValueSchema& value, const std::vect
   // Raw 16-bit words and bytes: the attribute says how to interpret them.
   Handle dataset(check(H5Dopen2(parent, name.c_str(), H5P_DEFAULT), "open", path, name), H5Dclose);
   write_string_attribute(dataset.get(), "dtype", std::string(dtype_name(value.dtype)), path);
-}
-
-// Files and directories alike: a directory's fsync makes the renames inside it durable.
-void fsync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || ::fsync(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    if (fd >= 0) ::close(fd);
-    throw CacheError("cannot sync " + path + ": " + why);
-  }
-  ::close(fd);
 }
 
 }  // namespace
@@ -253,8 +218,8 @@ void ArtifactBuilder::write_shard(int64_t shard_index, const std::vector<int64_t
 
   std::error_code ec;
   fs::remove(state_dir_ + "/" + record_name(shard_index), ec);
-  const std::string path = staging_dir_ + "/" + file;
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  AtomicFile shard_file(staging_dir_ + "/" + file);
+  const std::string& temporary = shard_file.temporary();
   // Thread-safe HDF5 keeps an error stack, and its printing setting, per thread.
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   {
@@ -297,12 +262,9 @@ void ArtifactBuilder::write_shard(int64_t shard_index, const std::vector<int64_t
                     {static_cast<hsize_t>(rows)}, checksums.data(), temporary);
     }
   }
-  fsync_path(temporary);
   const std::string sha256 = sha256_file_hex(temporary);
   const int64_t bytes = static_cast<int64_t>(fs::file_size(temporary));
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    throw CacheError("cannot rename " + temporary + " to " + path + ": " + std::strerror(errno));
-  }
+  shard_file.publish();
   write_json_atomically(state_dir_ + "/" + record_name(shard_index),
                         {{"file", file},
                          {"rows", rows},
@@ -412,7 +374,7 @@ PublishResult ArtifactBuilder::publish_staged(bool overwrite) {
     }
     fs::create_directories(fs::path(build_dir).parent_path());
     fs::rename(staging_dir_, build_dir);
-    fsync_path(fs::path(build_dir).parent_path().string());
+    sync_path(fs::path(build_dir).parent_path().string());
     json catalog = internal::load_catalog_or_empty(root_);
     catalog["artifacts"][id] = {{"backend", kBackend},
                                 {"build_id", build_id_},

@@ -65,7 +65,7 @@ class ArtifactBuilder {
 
   // The shard file exists and its SHA-256 equals the one recorded when it was written.
   bool shard_complete(int64_t shard_index) const;
-  // Writes shards/shard<index>.h5 (temporary name, then rename), then its checksum record. May be
+  // Writes shards/shard<index>.h5 (through wam::AtomicFile), then its checksum record. May be
   // called from several threads at once for different shard indices.
   void write_shard(int64_t shard_index, const std::vector<int64_t>& sample_ids,
                    const std::vector<ValueRows>& values);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "cache/latent_store.h"
+#include "common/sha256.h"
 #include "data/image_ops.h"
 #include "data/lerobot_dataset.h"
 #include "models/vae.h"

@@ -1,7 +1,6 @@
 #include "cache/latent_store.h"
 
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -9,7 +8,6 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -24,6 +22,8 @@
 
 #include "cache/store_files.h"
 #include "common/hdf5.h"
+#include "common/sha256.h"
+#include "wam/atomic_file.h"
 #include "wam/limits.h"
 
 namespace wam::cache {
@@ -104,16 +104,6 @@ std::vector<ValueSchema> value_schemas(const json& contract) {
 
 namespace {
 
-std::string to_hex(const unsigned char* digest, unsigned size) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string hex;
-  for (unsigned i = 0; i < size; ++i) {
-    hex += kDigits[digest[i] >> 4];
-    hex += kDigits[digest[i] & 15];
-  }
-  return hex;
-}
-
 std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
@@ -127,85 +117,13 @@ uint32_t row_checksum(int64_t sample_id, const void* data, size_t bytes) {
   return static_cast<uint32_t>(crc);
 }
 
-std::string sha256_hex(std::string_view bytes) {
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned size = 0;
-  if (EVP_Digest(bytes.data(), bytes.size(), digest.data(), &size, EVP_sha256(), nullptr) != 1) {
-    throw CacheError("OpenSSL cannot compute a SHA-256 digest");
-  }
-  return to_hex(digest.data(), size);
-}
-
-std::string sha256_file_hex(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw CacheError("cannot open " + path + ": " + errno_text());
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> context(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!context || EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) != 1) {
-    ::close(fd);
-    throw CacheError("OpenSSL cannot compute a SHA-256 digest");
-  }
-  std::vector<char> buffer(1 << 20);
-  while (true) {
-    const ssize_t n = ::read(fd, buffer.data(), buffer.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string why = errno_text();
-      ::close(fd);
-      throw CacheError("cannot read " + path + ": " + why);
-    }
-    if (n == 0) break;
-    EVP_DigestUpdate(context.get(), buffer.data(), static_cast<size_t>(n));
-  }
-  ::close(fd);
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned size = 0;
-  EVP_DigestFinal_ex(context.get(), digest.data(), &size);
-  return to_hex(digest.data(), size);
-}
-
 std::string fingerprint(const json& value) { return sha256_hex(value.dump(-1, ' ', true)); }
 
 std::string sample_key(int64_t sample_id) { return "sample:" + std::to_string(sample_id); }
 
 std::string write_json_atomically(const std::string& path, const json& value) {
-  const fs::path target(path);
-  std::error_code ec;
-  fs::create_directories(target.parent_path(), ec);
-  // Unique per process and call, so that concurrent writers never share a temporary file.
-  static std::atomic<uint64_t> counter{0};
-  const std::string temporary =
-      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   const std::string text = value.dump(2) + "\n";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw CacheError("cannot write " + temporary + ": " + errno_text());
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string why = errno_text();
-      ::close(fd);
-      ::unlink(temporary.c_str());
-      throw CacheError("cannot write " + temporary + ": " + why);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string why = errno_text();
-    ::unlink(temporary.c_str());
-    throw CacheError("cannot write " + temporary + ": " + why);
-  }
-  if (::rename(temporary.c_str(), path.c_str()) != 0) {
-    const std::string why = errno_text();
-    ::unlink(temporary.c_str());
-    throw CacheError("cannot rename " + temporary + " to " + path + ": " + why);
-  }
-  const std::string directory = target.parent_path().empty() ? "." : target.parent_path().string();
-  const int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
+  write_file_atomically(path, text);
   return text;
 }
 
@@ -576,36 +494,9 @@ namespace {
 using hdf5::check;
 using hdf5::Handle;
 
-std::string read_string_attribute(hid_t object, const char* name, const std::string& path) {
-  if (check(H5Aexists(object, name), "check attribute " + std::string(name), path) <= 0) {
-    return "<absent>";
-  }
-  Handle attribute(check(H5Aopen(object, name, H5P_DEFAULT), "open attribute", path), H5Aclose);
-  Handle type(check(H5Aget_type(attribute.get()), "read attribute type", path), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_STRING) return "<not a string>";
-  Handle memory_type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_cset(memory_type.get(), H5Tget_cset(type.get()));
-  if (H5Tis_variable_str(type.get()) > 0) {
-    H5Tset_size(memory_type.get(), H5T_VARIABLE);
-    char* value = nullptr;
-    check(H5Aread(attribute.get(), memory_type.get(), &value), "read attribute", path);
-    std::string text = value ? value : "";
-    H5free_memory(value);
-    return text;
-  }
-  const size_t size = H5Tget_size(type.get());
-  H5Tset_size(memory_type.get(), size);
-  std::string text(size, '\0');
-  check(H5Aread(attribute.get(), memory_type.get(), text.data()), "read attribute", path);
-  return text.substr(0, text.find('\0'));
-}
-
-int64_t read_int_attribute(hid_t object, const char* name, const std::string& path) {
-  if (check(H5Aexists(object, name), "check attribute", path) <= 0) return -1;
-  Handle attribute(check(H5Aopen(object, name, H5P_DEFAULT), "open attribute", path), H5Aclose);
-  int64_t value = -1;
-  check(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value), "read attribute", path);
-  return value;
+// A missing attribute reads as "<absent>" in the shard mismatch message.
+std::string shard_attribute(hid_t object, const char* name, const std::string& path) {
+  return hdf5::read_string_attribute(object, name, path).value_or("<absent>");
 }
 
 // Reads every row of every value with pread and compares it with its stored checksum.
@@ -666,10 +557,11 @@ ShardLayout inspect_shard(const std::string& path, const std::string& artifact_i
     return CacheError(id + " shard shape/dtype mismatch: " + path + ": " + what);
   };
   Handle file(check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "open", path), H5Fclose);
-  const std::string attr_artifact = read_string_attribute(file.get(), "artifact_id", path);
-  const std::string attr_build = read_string_attribute(file.get(), "build_id", path);
-  const std::string attr_codec = read_string_attribute(file.get(), "key_codec", path);
-  const int64_t attr_version = read_int_attribute(file.get(), "schema_version", path);
+  const std::string attr_artifact = shard_attribute(file.get(), "artifact_id", path);
+  const std::string attr_build = shard_attribute(file.get(), "build_id", path);
+  const std::string attr_codec = shard_attribute(file.get(), "key_codec", path);
+  const int64_t attr_version =
+      hdf5::read_int_attribute(file.get(), "schema_version", path).value_or(-1);
   if (attr_artifact != artifact_id || attr_build != build_id || attr_codec != kKeyCodec ||
       attr_version != kSchemaVersion) {
     throw CacheError(id + " shard attribute mismatch: " + path + ": artifact_id=" + attr_artifact +
@@ -764,7 +656,7 @@ ShardLayout inspect_shard(const std::string& path, const std::string& artifact_i
     layout.data_offset =
         check_dataset(dataset.get(), name, dims, type_class, dtype_size(value.dtype), false);
     if (!is_float32) {
-      const std::string dtype = read_string_attribute(dataset.get(), "dtype", path);
+      const std::string dtype = shard_attribute(dataset.get(), "dtype", path);
       if (dtype != dtype_name(value.dtype)) {
         throw mismatch(name + " has dtype attribute \"" + dtype + "\", expected \"" +
                        std::string(dtype_name(value.dtype)) + "\"");

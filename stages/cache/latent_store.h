@@ -57,15 +57,11 @@ std::vector<ValueSchema> value_schemas(const nlohmann::json& contract);
 // row whose bytes changed, or that answers for another sample, is never served.
 uint32_t row_checksum(int64_t sample_id, const void* data, size_t bytes);
 
-std::string sha256_hex(std::string_view bytes);
-std::string sha256_file_hex(const std::string& path);
 // SHA-256 of the canonical JSON text (sorted keys, no spaces, ASCII), as the reference computes it.
 std::string fingerprint(const nlohmann::json& value);
 std::string sample_key(int64_t sample_id);  // "sample:<id>"
 
-// Writes `value.dump(2)` to a temporary file beside `path`, fsyncs it, renames it over `path` and
-// fsyncs the directory, so that readers see the old or the new file, never a torn one. Returns the
-// text written.
+// Writes `value.dump(2)` to `path` through wam::write_file_atomically. Returns the text written.
 std::string write_json_atomically(const std::string& path, const nlohmann::json& value);
 
 // Throws CacheError naming the first part of `cached` that differs from `expected`: sample_count,

@@ -1,9 +1,12 @@
-// Small helpers over HDF5's C API shared by the HDF5 readers and writers (episode data, text
-// cache): errors carry HDF5's own message and the path, handles close themselves.
+// Small helpers over HDF5's C API shared by the HDF5 readers and writers (latent store, text
+// cache): errors carry HDF5's own message and the path, handles close themselves, and scalar
+// attributes are read and written one way.
 #pragma once
 
 #include <hdf5.h>
 
+#include <cstdint>
+#include <optional>
 #include <string>
 
 #include "wam/error.h"
@@ -42,5 +45,19 @@ class Handle {
   hid_t id_;
   herr_t (*close_)(hid_t);
 };
+
+// Scalar attributes of a file, group or dataset. Strings are written in one encoding, variable-
+// length UTF-8 (what h5py writes for a Python str); reading also accepts fixed-length strings,
+// null-padded or null-terminated, which the text cache wrote before, so that files written either
+// way stay readable. Reads return nothing when the attribute is absent and throw wam::Error
+// "<path>: attribute <name> is not a string" (or "not an integer") for another type.
+void write_string_attribute(hid_t object, const std::string& name, const std::string& value,
+                            const std::string& path);
+std::optional<std::string> read_string_attribute(hid_t object, const std::string& name,
+                                                 const std::string& path);
+void write_int_attribute(hid_t object, const std::string& name, int64_t value,
+                         const std::string& path);
+std::optional<int64_t> read_int_attribute(hid_t object, const std::string& name,
+                                          const std::string& path);
 
 }  // namespace wam::hdf5

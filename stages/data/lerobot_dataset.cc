@@ -13,9 +13,9 @@
 #include <type_traits>
 
 #include "parquet/parquet.h"
+#include "wam/atomic_file.h"
 #include "wam/error.h"
 #include "wam/limits.h"
-#include "wam/metrics.h"
 
 namespace wam::data {
 namespace fs = std::filesystem;

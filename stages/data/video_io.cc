@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
+#include <memory>
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -13,6 +13,7 @@ extern "C" {
 }
 
 #include "common/ffmpeg.h"
+#include "wam/atomic_file.h"
 #include "wam/error.h"
 
 namespace wam::video {
@@ -51,7 +52,7 @@ int block_level(const uint8_t* rgb, int width, int block_x, int block_y) {
 
 struct VideoWriter::Impl {
   std::string path;
-  std::string temp_path;
+  std::unique_ptr<AtomicFile> file;  // FFmpeg writes its temporary()
   int width = 0;
   int height = 0;
   ffmpeg::OutputFormat format;
@@ -64,11 +65,7 @@ struct VideoWriter::Impl {
   bool finished = false;
 
   ~Impl() {
-    format.reset();  // closes the temporary before it is removed
-    if (!finished && !temp_path.empty()) {
-      std::error_code ignored;
-      std::filesystem::remove(temp_path, ignored);
-    }
+    format.reset();  // closes the temporary before `file` removes it
   }
 
   [[noreturn]] void fail(const std::string& what, int code) const {
@@ -134,10 +131,11 @@ VideoWriter::VideoWriter(const std::string& path, int width, int height,
                 std::string(encoder_name) + " encoder");
   }
 
-  w.temp_path = path + ".tmp";
+  w.file = std::make_unique<AtomicFile>(path);
+  const std::string& temporary = w.file->temporary();
   // The temporary's extension says nothing, so the container is named explicitly.
   AVFormatContext* muxer = nullptr;
-  int rc = avformat_alloc_output_context2(&muxer, nullptr, "mp4", w.temp_path.c_str());
+  int rc = avformat_alloc_output_context2(&muxer, nullptr, "mp4", temporary.c_str());
   if (rc < 0) w.fail("cannot create the mp4 muxer", rc);
   w.format.reset(muxer);
 
@@ -176,8 +174,8 @@ VideoWriter::VideoWriter(const std::string& path, int width, int height,
   rc = avcodec_parameters_from_context(w.stream->codecpar, w.codec.get());
   if (rc < 0) w.fail("cannot copy the encoder parameters", rc);
 
-  rc = avio_open(&w.format->pb, w.temp_path.c_str(), AVIO_FLAG_WRITE);
-  if (rc < 0) w.fail("cannot open \"" + w.temp_path + "\" for writing", rc);
+  rc = avio_open(&w.format->pb, temporary.c_str(), AVIO_FLAG_WRITE);
+  if (rc < 0) w.fail("cannot open \"" + temporary + "\" for writing", rc);
   AVDictionary* muxer_options = nullptr;
   if (options.faststart) av_dict_set(&muxer_options, "movflags", "+faststart", 0);
   rc = avformat_write_header(w.format.get(), &muxer_options);
@@ -218,12 +216,11 @@ void VideoWriter::finish() {
   int rc = av_write_trailer(w.format.get());
   if (rc < 0) w.fail("cannot write the mp4 trailer", rc);
   rc = avio_closep(&w.format->pb);
-  if (rc < 0) w.fail("cannot close \"" + w.temp_path + "\"", rc);
-  std::error_code error;
-  std::filesystem::rename(w.temp_path, w.path, error);
-  if (error) {
-    throw Error("cannot write video \"" + w.path + "\": renaming \"" + w.temp_path +
-                "\" failed: " + error.message());
+  if (rc < 0) w.fail("cannot close \"" + w.file->temporary() + "\"", rc);
+  try {
+    w.file->publish();
+  } catch (const Error& e) {
+    throw Error("cannot write video \"" + w.path + "\": " + e.what());
   }
   w.finished = true;
 }

@@ -24,8 +24,8 @@ struct EncodeOptions {
 };
 
 // Writes RGB24 frames (H x W x 3, row-major) to an mp4, yuv420p. The file appears atomically:
-// frames go to `<path>.tmp`, renamed on finish(). Errors (wam::Error) name the path and carry
-// FFmpeg's message.
+// frames go to a wam::AtomicFile, published by finish(). Errors (wam::Error) name the path and
+// carry FFmpeg's message.
 class VideoWriter {
  public:
   VideoWriter(const std::string& path, int width, int height, const EncodeOptions& options);

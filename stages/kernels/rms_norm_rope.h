@@ -13,10 +13,10 @@ namespace wam::kernels {
 enum class Precision { kFloat32, kBFloat16 };  // of x, out, grad_out and grad_x
 
 struct RmsNormRopeShape {
-  int64_t rows = 0;        // B * N
-  int64_t width = 0;       // H * head_dim, normalised as one vector (the MoT's q/k norm)
-  int64_t head_dim = 0;    // RoPE pairs (2i, 2i+1) within each head
-  int64_t tokens = 0;      // N: row r is token r % N, whose rotation row it reads
+  int64_t rows = 0;          // B * N
+  int64_t width = 0;         // H * head_dim, normalised as one vector (the MoT's q/k norm)
+  int64_t head_dim = 0;      // RoPE pairs (2i, 2i+1) within each head
+  int64_t tokens = 0;        // N: row r is token r % N, whose rotation row it reads
   int64_t x_row_stride = 0;  // elements between rows of x (a column slice of a fused QKV output)
 };
 
@@ -29,11 +29,16 @@ void rms_norm_rope_forward(const void* x, const float* weight, const float* rota
                            float* rstd, const RmsNormRopeShape& shape, float eps,
                            Precision precision, CUstream_st* stream);
 
-// grad_x (contiguous) and grad_weight (accumulated into: zero it first) from grad_out
-// (contiguous), with the rstd the forward saved.
+// Blocks of the backward kernel: each writes the sum of dz * xhat over its rows as one partial row
+// of grad_weight; the caller adds those up in a fixed order, so that the gradient has the same bits
+// on every run (atomic adds would not).
+int64_t rms_norm_rope_backward_blocks(const RmsNormRopeShape& shape);
+
+// grad_x (contiguous) from grad_out (contiguous), with the rstd the forward saved, and the partial
+// sums of grad_weight, float [rms_norm_rope_backward_blocks, width].
 void rms_norm_rope_backward(const void* grad_out, const void* x, const float* weight,
                             const float* rotation, const float* rstd, void* grad_x,
-                            float* grad_weight, const RmsNormRopeShape& shape,
+                            float* grad_weight_partials, const RmsNormRopeShape& shape,
                             Precision precision, CUstream_st* stream);
 
 }  // namespace wam::kernels

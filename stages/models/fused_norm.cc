@@ -6,6 +6,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include "kernels/adaln.h"
 #include "kernels/rms_norm_rope.h"
 #endif
 
@@ -62,14 +63,157 @@ class FusedRmsNormRope : public torch::autograd::Function<FusedRmsNormRope> {
     const at::Tensor grad_out = grads[0].to(x.scalar_type()).contiguous();
     const kernels::RmsNormRopeShape shape = shape_of(x, ctx->saved_data["head_dim"].toInt());
     at::Tensor grad_x = at::empty({x.size(0), x.size(1), x.size(2)}, x.options());
-    at::Tensor grad_weight = at::zeros_like(weight);
+    at::Tensor partials =
+        at::empty({kernels::rms_norm_rope_backward_blocks(shape), shape.width}, weight.options());
     kernels::rms_norm_rope_backward(grad_out.data_ptr(), x.data_ptr(), weight.data_ptr<float>(),
                                     pairs_or_null(rotation_pairs), rstd.data_ptr<float>(),
-                                    grad_x.data_ptr(), grad_weight.data_ptr<float>(), shape,
+                                    grad_x.data_ptr(), partials.data_ptr<float>(), shape,
                                     precision_of(x), at::cuda::getCurrentCUDAStream().stream());
-    return {grad_x, grad_weight, at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_x, partials.sum(0), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
+
+// The modulation rows of x [B, N, D] under `layout`: the segment rows [B, S, D] picked per group,
+// as float [B * groups, D].
+at::Tensor rows_per_group(const at::Tensor& rows, const TokenGroups& layout) {
+  const at::Tensor grouped =
+      layout.segment_of_group.defined() ? rows.index_select(1, layout.segment_of_group) : rows;
+  return grouped.to(at::kFloat).contiguous().view({-1, grouped.size(2)});
+}
+
+// x [B, N, D], one modulation row per run of N / groups tokens, sample_stride rows per sample
+// (0: rows shared by every sample).
+kernels::ModulationLayout layout_of(const at::Tensor& x, int64_t groups, int64_t sample_stride) {
+  kernels::ModulationLayout layout;
+  layout.rows = x.size(0) * x.size(1);
+  layout.width = x.size(2);
+  layout.tokens = x.size(1);
+  layout.run = x.size(1) / groups;
+  layout.sample_stride = sample_stride;
+  return layout;
+}
+
+kernels::ModulationLayout saved_layout(torch::autograd::AutogradContext* ctx, const at::Tensor& x) {
+  return layout_of(x, ctx->saved_data["groups"].toInt(), ctx->saved_data["sample_stride"].toInt());
+}
+
+// The backward kernels' per-block partial sums, float [blocks, D].
+at::Tensor partials_for(const kernels::ModulationLayout& layout, const at::Tensor& rows) {
+  return at::empty({kernels::adaln_backward_blocks(layout), layout.width}, rows.options());
+}
+
+// The modulation rows' gradients [modulation_rows, D] from the per-block partials: consecutive
+// blocks share a modulation row, and ATen's sum adds them up in the same order on every run.
+at::Tensor sum_partials(const at::Tensor& partials, const kernels::ModulationLayout& layout) {
+  const int64_t blocks_per_run = layout.run / kernels::adaln_backward_rows_per_block(layout);
+  const at::Tensor per_run = partials.view({-1, blocks_per_run, layout.width}).sum(1);
+  if (layout.sample_stride != 0) return per_run;  // [B * tokens / run, D]
+  return per_run.view({-1, layout.tokens / layout.run, layout.width}).sum(0);
+}
+
+// LayerNorm without affine, then scale_rows and shift_rows (float [M, D]) per `groups` and
+// `sample_stride`, written in out_dtype.
+class FusedLayerNormModulate : public torch::autograd::Function<FusedLayerNormModulate> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
+                            const at::Tensor& scale_rows, const at::Tensor& shift_rows,
+                            int64_t groups, int64_t sample_stride, at::ScalarType out_dtype,
+                            double eps) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const kernels::ModulationLayout layout = layout_of(x, groups, sample_stride);
+    at::Tensor out = at::empty(x.sizes(), x.options().dtype(out_dtype));
+    const auto row_options = x.options().dtype(at::kFloat);
+    at::Tensor mean = at::empty({layout.rows}, row_options), rstd = at::empty_like(mean);
+    kernels::layer_norm_modulate_forward(
+        x.data_ptr(), precision_of(x), scale_rows.data_ptr<float>(), shift_rows.data_ptr<float>(),
+        out.data_ptr(), precision_of(out), mean.data_ptr<float>(), rstd.data_ptr<float>(), layout,
+        static_cast<float>(eps), at::cuda::getCurrentCUDAStream().stream());
+    ctx->save_for_backward({x, scale_rows, mean, rstd});
+    ctx->saved_data["groups"] = groups;
+    ctx->saved_data["sample_stride"] = sample_stride;
+    ctx->saved_data["out_dtype"] = static_cast<int64_t>(out_dtype);
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &scale_rows = saved[1], &mean = saved[2], &rstd = saved[3];
+    const c10::cuda::CUDAGuard guard(x.device());
+    const auto out_dtype = static_cast<at::ScalarType>(ctx->saved_data["out_dtype"].toInt());
+    const at::Tensor grad_out = grads[0].to(out_dtype).contiguous();
+    const kernels::ModulationLayout layout = saved_layout(ctx, x);
+    at::Tensor grad_x = at::empty_like(x);
+    at::Tensor scale_partials = partials_for(layout, scale_rows),
+               shift_partials = partials_for(layout, scale_rows);
+    kernels::layer_norm_modulate_backward(
+        grad_out.data_ptr(), precision_of(grad_out), x.data_ptr(), precision_of(x),
+        scale_rows.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
+        grad_x.data_ptr(), scale_partials.data_ptr<float>(), shift_partials.data_ptr<float>(),
+        layout, at::cuda::getCurrentCUDAStream().stream());
+    return {grad_x,
+            sum_partials(scale_partials, layout),
+            sum_partials(shift_partials, layout),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor(),
+            at::Tensor()};
+  }
+};
+
+// residual + update * gate_rows (float [M, D]) per `groups`, in the residual's dtype.
+class FusedAddGated : public torch::autograd::Function<FusedAddGated> {
+ public:
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& residual,
+                            const at::Tensor& update, const at::Tensor& gate_rows, int64_t groups) {
+    const c10::cuda::CUDAGuard guard(residual.device());
+    const int64_t sample_stride = gate_rows.size(0) / residual.size(0);
+    at::Tensor out = at::empty_like(residual);
+    kernels::gated_residual_forward(residual.data_ptr(), precision_of(residual), update.data_ptr(),
+                                    precision_of(update), gate_rows.data_ptr<float>(),
+                                    out.data_ptr(), layout_of(residual, groups, sample_stride),
+                                    at::cuda::getCurrentCUDAStream().stream());
+    ctx->save_for_backward({update, gate_rows});
+    ctx->saved_data["groups"] = groups;
+    ctx->saved_data["sample_stride"] = sample_stride;
+    ctx->saved_data["residual_dtype"] = static_cast<int64_t>(residual.scalar_type());
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &update = saved[0], &gate_rows = saved[1];
+    const c10::cuda::CUDAGuard guard(update.device());
+    const auto residual_dtype =
+        static_cast<at::ScalarType>(ctx->saved_data["residual_dtype"].toInt());
+    const at::Tensor grad_out = grads[0].to(residual_dtype).contiguous();
+    const kernels::ModulationLayout layout = saved_layout(ctx, grad_out);
+    at::Tensor grad_update = at::empty_like(update),
+               gate_partials = partials_for(layout, gate_rows);
+    kernels::gated_residual_backward(grad_out.data_ptr(), precision_of(grad_out), update.data_ptr(),
+                                     precision_of(update), gate_rows.data_ptr<float>(),
+                                     grad_update.data_ptr(), gate_partials.data_ptr<float>(),
+                                     layout, at::cuda::getCurrentCUDAStream().stream());
+    return {grad_out, grad_update, sum_partials(gate_partials, layout), at::Tensor()};
+  }
+};
+
+bool aligned(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+bool float_or_bfloat16(at::ScalarType dtype) {
+  return dtype == at::kFloat || dtype == at::kBFloat16;
+}
+
+// A float32 output may not come from a bfloat16 input (the kernels' pairs, adaln.h).
+bool narrows_or_keeps(at::ScalarType from, at::ScalarType to) {
+  return float_or_bfloat16(from) && float_or_bfloat16(to) &&
+         !(from == at::kBFloat16 && to == at::kFloat);
+}
+
+void require_applies(bool ok, const char* what) {
+  if (!ok) throw Error(std::string(what) + ": unsupported input (check its *_applies function)");
+}
 
 }  // namespace
 
@@ -79,6 +223,8 @@ bool fused_rms_norm_rope_applies(const at::Tensor& x, int64_t head_dim) {
   if (!x.is_cuda() || x.dim() != 3 || x.size(0) == 0 || x.size(1) == 0) return false;
   if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) return false;
   if (x.stride(2) != 1 || x.stride(0) != x.size(1) * x.stride(1)) return false;
+  // The kernels load element pairs.
+  if (reinterpret_cast<uintptr_t>(x.data_ptr()) % (2 * x.element_size()) != 0) return false;
   return kernels::rms_norm_rope_supports(shape_of(x, head_dim));
 }
 
@@ -92,6 +238,47 @@ at::Tensor fused_rms_norm_rope(const at::Tensor& x, const at::Tensor& weight,
   return FusedRmsNormRope::apply(x, weight.contiguous(), pairs, head_dim, eps);
 }
 
+bool fused_norm_modulate_applies(const at::Tensor& x, const TokenGroups& layout,
+                                 at::ScalarType dtype) {
+  if (!x.is_cuda() || x.dim() != 3 || x.numel() == 0 || !x.is_contiguous() || !aligned(x)) {
+    return false;
+  }
+  if (!narrows_or_keeps(x.scalar_type(), dtype) || x.size(1) % layout.groups != 0) return false;
+  return kernels::adaln_supports(layout_of(x, layout.groups, layout.groups));
+}
+
+at::Tensor fused_norm_modulate(const at::Tensor& x, const at::Tensor& shift,
+                               const at::Tensor& scale, const TokenGroups& layout,
+                               at::ScalarType dtype, double eps) {
+  require_applies(fused_norm_modulate_applies(x, layout, dtype), "fused_norm_modulate");
+  return FusedLayerNormModulate::apply(x, rows_per_group(1 + scale, layout),
+                                       rows_per_group(shift, layout), layout.groups, layout.groups,
+                                       dtype, eps);
+}
+
+at::Tensor fused_layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                            at::ScalarType dtype, double eps) {
+  require_applies(fused_norm_modulate_applies(x, TokenGroups{}, dtype) &&
+                      weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat,
+                  "fused_layer_norm");
+  return FusedLayerNormModulate::apply(x, weight.view({1, -1}), bias.view({1, -1}), 1,
+                                       /*sample_stride=*/0, dtype, eps);
+}
+
+bool fused_add_gated_applies(const at::Tensor& residual, const at::Tensor& update,
+                             const TokenGroups& layout) {
+  return residual.sizes() == update.sizes() &&
+         fused_norm_modulate_applies(residual, layout, residual.scalar_type()) &&
+         fused_norm_modulate_applies(update, layout, update.scalar_type()) &&
+         narrows_or_keeps(residual.scalar_type(), update.scalar_type());
+}
+
+at::Tensor fused_add_gated(const at::Tensor& residual, const at::Tensor& update,
+                           const at::Tensor& gate, const TokenGroups& layout) {
+  require_applies(fused_add_gated_applies(residual, update, layout), "fused_add_gated");
+  return FusedAddGated::apply(residual, update, rows_per_group(gate, layout), layout.groups);
+}
+
 #else
 
 bool fused_kernels_built() { return false; }
@@ -101,6 +288,29 @@ bool fused_rms_norm_rope_applies(const at::Tensor&, int64_t) { return false; }
 at::Tensor fused_rms_norm_rope(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
                                double) {
   throw Error("fused_rms_norm_rope: this build has no fused CUDA kernels (no CUDA compiler)");
+}
+
+bool fused_norm_modulate_applies(const at::Tensor&, const TokenGroups&, at::ScalarType) {
+  return false;
+}
+
+bool fused_add_gated_applies(const at::Tensor&, const at::Tensor&, const TokenGroups&) {
+  return false;
+}
+
+at::Tensor fused_norm_modulate(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                               const TokenGroups&, at::ScalarType, double) {
+  throw Error("fused_norm_modulate: this build has no fused CUDA kernels (no CUDA compiler)");
+}
+
+at::Tensor fused_layer_norm(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::ScalarType,
+                            double) {
+  throw Error("fused_layer_norm: this build has no fused CUDA kernels (no CUDA compiler)");
+}
+
+at::Tensor fused_add_gated(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                           const TokenGroups&) {
+  throw Error("fused_add_gated: this build has no fused CUDA kernels (no CUDA compiler)");
 }
 
 #endif

@@ -1,9 +1,12 @@
-// The MoT's q/k RMSNorm (and RoPE) as one fused CUDA kernel each way, with autograd. TrainStep's
-// compiled mode uses it where it applies (the role of the reference's Inductor-compiled layers);
-// eager mode keeps ATen's ops, as the reference's baseline does.
+// The MoT's fused CUDA kernels with autograd: q/k RMSNorm (and RoPE), LayerNorm with AdaLN
+// modulation, and the gated residual add, one kernel each way. TrainStep's compiled mode uses them
+// where they apply (the role of the reference's Inductor-compiled layers); eager mode keeps ATen's
+// ops, as the reference's baseline does.
 #pragma once
 
 #include <torch/torch.h>
+
+#include "models/modulation.h"
 
 namespace wam::models {
 
@@ -19,5 +22,34 @@ bool fused_rms_norm_rope_applies(const at::Tensor& x, int64_t head_dim);
 // dtype; gradients flow to x and weight. Only where fused_rms_norm_rope_applies.
 at::Tensor fused_rms_norm_rope(const at::Tensor& x, const at::Tensor& weight,
                                const at::Tensor& rotation, int64_t head_dim, double eps);
+
+// Whether fused_norm_modulate takes x [B, N, D] with `layout` and output dtype: CUDA, contiguous,
+// 16-byte aligned, float32 or bfloat16 in and out (not bfloat16 in, float32 out), D a multiple of
+// 4 up to 4096, N a multiple of layout.groups, and the kernels built. TokenGroups{} for
+// fused_layer_norm.
+bool fused_norm_modulate_applies(const at::Tensor& x, const TokenGroups& layout,
+                                 at::ScalarType dtype);
+
+// modulate_as(layer_norm(x), shift, scale, layout, dtype) in one kernel forward and one backward:
+// LayerNorm without affine, then each segment row's (1 + scale) and shift. Where
+// fused_norm_modulate_applies.
+at::Tensor fused_norm_modulate(const at::Tensor& x, const at::Tensor& shift,
+                               const at::Tensor& scale, const TokenGroups& layout,
+                               at::ScalarType dtype, double eps);
+
+// layer_norm(x, weight, bias) (weight, bias float32 [D]) written in dtype, one kernel each way.
+// Where fused_norm_modulate_applies(x, {}, dtype).
+at::Tensor fused_layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                            at::ScalarType dtype, double eps);
+
+// Whether fused_add_gated takes these: both as fused_norm_modulate_applies requires of x, the same
+// shape, the update not wider than the residual.
+bool fused_add_gated_applies(const at::Tensor& residual, const at::Tensor& update,
+                             const TokenGroups& layout);
+
+// add_gated(residual, update, gate, layout) in one kernel each way, the result in the residual's
+// dtype. Where fused_add_gated_applies.
+at::Tensor fused_add_gated(const at::Tensor& residual, const at::Tensor& update,
+                           const at::Tensor& gate, const TokenGroups& layout);
 
 }  // namespace wam::models

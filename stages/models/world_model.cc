@@ -103,15 +103,32 @@ at::ScalarType matmul_input_dtype(const at::Tensor& x) {
 // baseline keeps ATen's ops and autocast's cast.
 at::Tensor modulated_norm(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
                           const TokenGroups& layout, bool fused) {
-  const at::Tensor normed = plain_layer_norm(x);
-  return fused ? modulate_as(normed, shift, scale, layout, matmul_input_dtype(x))
-               : modulate(normed, shift, scale, layout);
+  if (!fused) return modulate(plain_layer_norm(x), shift, scale, layout);
+  const at::ScalarType dtype = matmul_input_dtype(x);
+  if (fused_norm_modulate_applies(x, layout, dtype)) {
+    return fused_norm_modulate(x, shift, scale, layout, dtype, kNormEps);
+  }
+  return modulate_as(plain_layer_norm(x), shift, scale, layout, dtype);
 }
 
 // residual + update * gate; `fused` (the compiled step) in one kernel, as add_gated.
 at::Tensor gated_residual(const at::Tensor& residual, const at::Tensor& update,
                           const at::Tensor& gate, const TokenGroups& layout, bool fused) {
-  return fused ? add_gated(residual, update, gate, layout) : residual + gated(update, gate, layout);
+  if (!fused) return residual + gated(update, gate, layout);
+  if (fused_add_gated_applies(residual, update, layout)) {
+    return fused_add_gated(residual, update, gate, layout);
+  }
+  return add_gated(residual, update, gate, layout);
+}
+
+// The cross-attention's LayerNorm; `fused` (the compiled step) writes the next product's input
+// dtype from one kernel each way.
+at::Tensor cross_layer_norm(torch::nn::LayerNorm& norm, const at::Tensor& x, bool fused) {
+  const at::ScalarType dtype = matmul_input_dtype(x);
+  if (fused && fused_norm_modulate_applies(x, TokenGroups{}, dtype)) {
+    return fused_layer_norm(x, norm->weight, norm->bias, dtype, kNormEps);
+  }
+  return norm->forward(x);
 }
 
 // q, k, v [B, N, H, d]; allowed: bool, broadcastable to [B, H, Nq, Nk], true = may attend, or
@@ -347,8 +364,8 @@ class ExpertBlockImpl : public torch::nn::Module {
                             const at::Tensor& context, const at::Tensor& context_allowed,
                             bool fused, const at::Tensor& constant_context = at::Tensor()) {
     x = gated_residual(x, o_->forward(attended), mods[2], layout, fused);
-    x = x +
-        cross_attention(cross_norm_->forward(x), context, context_allowed, fused, constant_context);
+    x = x + cross_attention(cross_layer_norm(cross_norm_, x, fused), context, context_allowed,
+                            fused, constant_context);
     at::Tensor h = modulated_norm(x, mods[3], mods[4], layout, fused);
     at::Tensor ffn = ffn_out_->forward(at::gelu(ffn_in_->forward(h), "tanh"));
     return gated_residual(x, ffn, mods[5], layout, fused);

@@ -117,7 +117,7 @@ struct WriteOptions {
 
 // Builds a file column by column, as Arrow lays it out: flat OPTIONAL columns and 3-level LISTs
 // with OPTIONAL elements. write() checks that every column has the same number of rows and
-// publishes atomically (`<path>.tmp`, then rename).
+// publishes atomically (wam::AtomicFile).
 class ParquetWriter {
  public:
   explicit ParquetWriter(std::string path, WriteOptions options = {});

@@ -1,9 +1,5 @@
 // ParquetWriter: holds the columns until write(), then lays the file out as Arrow does: row group
 // by row group, each column chunk contiguous (dictionary page first), the footer last.
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <limits>
 #include <unordered_map>
@@ -12,6 +8,7 @@
 #include "parquet/encodings.h"
 #include "parquet/parquet.h"
 #include "parquet/parquet_format.h"
+#include "wam/atomic_file.h"
 
 namespace wam::parquet {
 namespace {
@@ -107,47 +104,23 @@ size_t plain_size(int32_t type, const S&) {
   return type == fmt::kInt32 || type == fmt::kFloat ? 4 : type == fmt::kBoolean ? 1 : 8;
 }
 
-// The output file, written at `<path>.tmp` and renamed over `path` by publish().
+// The output file and the offset of its end, which the footer records for each chunk.
 class Sink {
  public:
-  explicit Sink(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp") {
-    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) throw Error(tmp_ + ": cannot create: " + std::strerror(errno));
-  }
-  ~Sink() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!published_) ::unlink(tmp_.c_str());
-  }
+  explicit Sink(std::string path) : file_(std::move(path)) {}
 
   int64_t offset() const { return offset_; }
 
   void write(const std::string& data) {
-    size_t done = 0;
-    while (done < data.size()) {
-      const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) throw Error(tmp_ + ": cannot write: " + std::strerror(errno));
-      done += static_cast<size_t>(n);
-    }
+    file_.write(data);
     offset_ += static_cast<int64_t>(data.size());
   }
 
-  void publish() {
-    const int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) throw Error(tmp_ + ": cannot write: " + std::strerror(errno));
-    if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
-      throw Error(path_ + ": cannot rename " + tmp_ + " to it: " + std::strerror(errno));
-    }
-    published_ = true;
-  }
+  void publish() { file_.publish(); }
 
  private:
-  std::string path_;
-  std::string tmp_;
-  int fd_ = -1;
+  AtomicFile file_;
   int64_t offset_ = 0;
-  bool published_ = false;
 };
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include "cli/validators.h"
 #include "train/bench.h"
 #include "train/bench_table.h"
-#include "wam/metrics.h"
+#include "wam/atomic_file.h"
 
 namespace wam::cli {
 

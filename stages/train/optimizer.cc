@@ -5,6 +5,12 @@
 #include <torch/version.h>
 
 namespace wam::train {
+namespace {
+
+// Added to the norm before dividing by it, as torch::nn::utils::clip_grad_norm_ does.
+constexpr double kClipEpsilon = 1e-6;
+
+}  // namespace
 
 int64_t LrSchedule::warmup_steps() const {
   // The epsilon keeps 0.05 * 100 at 5 despite binary rounding.
@@ -43,24 +49,32 @@ void AdamW::set_lr(double lr) { lr_.fill_(lr); }
 #define WAM_FUSED_ADAMW 1
 #endif
 
+#ifdef WAM_FUSED_ADAMW
+void AdamW::fused_step(const at::Tensor& grad_scale) {
+  std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!params_[i].grad().defined()) continue;
+    params.push_back(params_[i]);
+    grads.push_back(params_[i].grad());
+    exp_avgs.push_back(exp_avg_[i]);
+    exp_avg_sqs.push_back(exp_avg_sq_[i]);
+  }
+  // Every parameter shares the one step count.
+  const std::vector<at::Tensor> steps(params.size(), step_);
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr_,
+                    options_.beta1, options_.beta2, options_.weight_decay, options_.eps,
+                    /*amsgrad=*/false, /*maximize=*/false,
+                    grad_scale.defined() ? c10::optional<at::Tensor>(grad_scale) : c10::nullopt,
+                    /*found_inf=*/c10::nullopt);
+}
+#endif
+
 void AdamW::step() {
   torch::NoGradGuard no_grad;
   step_.add_(1);
 #ifdef WAM_FUSED_ADAMW
   if (step_.is_cuda()) {
-    std::vector<at::Tensor> params, grads, exp_avgs, exp_avg_sqs;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (!params_[i].grad().defined()) continue;
-      params.push_back(params_[i]);
-      grads.push_back(params_[i].grad());
-      exp_avgs.push_back(exp_avg_[i]);
-      exp_avg_sqs.push_back(exp_avg_sq_[i]);
-    }
-    // Every parameter shares the one step count.
-    const std::vector<at::Tensor> steps(params.size(), step_);
-    at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr_,
-                      options_.beta1, options_.beta2, options_.weight_decay, options_.eps,
-                      /*amsgrad=*/false, /*maximize=*/false);
+    fused_step(at::Tensor());
     return;
   }
 #endif
@@ -80,18 +94,53 @@ void AdamW::step() {
   }
 }
 
+at::Tensor AdamW::clip_and_step(double max_norm) {
+#ifdef WAM_FUSED_ADAMW
+  if (step_.is_cuda()) {
+    torch::NoGradGuard no_grad;
+    step_.add_(1);
+    const at::Tensor total = grad_norm(params_);
+    // Dividing by max(1, norm / max_norm) is clip_grad_norm's multiplication by its coefficient.
+    fused_step(torch::clamp_min((total + kClipEpsilon) / max_norm, 1.0).to(at::kFloat));
+    return total;
+  }
+#endif
+  const at::Tensor total = clip_grad_norm(params_, max_norm);
+  step();
+  return total;
+}
+
 int64_t AdamW::step_count() const { return static_cast<int64_t>(step_.item<float>()); }
 
-at::Tensor clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
-  torch::NoGradGuard no_grad;
+namespace {
+
+std::vector<at::Tensor> grads_of(const std::vector<at::Tensor>& params) {
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : params) {
     if (p.grad().defined()) grads.push_back(p.grad());
   }
+  return grads;
+}
+
+// Multi-tensor kernels: a few launches for all gradients instead of one per gradient.
+at::Tensor norm_of(const std::vector<at::Tensor>& grads) {
+  return torch::stack(at::_foreach_norm(grads, 2)).to(at::kFloat).norm(2);
+}
+
+}  // namespace
+
+at::Tensor grad_norm(const std::vector<at::Tensor>& params) {
+  torch::NoGradGuard no_grad;
+  const std::vector<at::Tensor> grads = grads_of(params);
+  return grads.empty() ? torch::zeros({}) : norm_of(grads);
+}
+
+at::Tensor clip_grad_norm(const std::vector<at::Tensor>& params, double max_norm) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> grads = grads_of(params);
   if (grads.empty()) return torch::zeros({});
-  // Multi-tensor kernels: a few launches for all gradients instead of two per gradient.
-  const at::Tensor total = torch::stack(at::_foreach_norm(grads, 2)).to(at::kFloat).norm(2);
-  const at::Tensor coefficient = torch::clamp_max(max_norm / (total + 1e-6), 1.0);
+  const at::Tensor total = norm_of(grads);
+  const at::Tensor coefficient = torch::clamp_max(max_norm / (total + kClipEpsilon), 1.0);
 #if TORCH_VERSION_MAJOR >= 2
   at::_foreach_mul_(grads, coefficient.to(grads.front().scalar_type()));
 #else

@@ -1,13 +1,15 @@
 #include "train/step_profile.h"
 
 #include <algorithm>
-#include <filesystem>
 #include <map>
 #include <set>
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/torch.h>
 #include <torch/version.h>
+
+#include "wam/atomic_file.h"
+#include "wam/error.h"
 
 namespace wam::cli {
 namespace {
@@ -56,16 +58,16 @@ StepProfile profile_steps(const std::function<void()>& body, bool cuda,
             [](const KernelTime& a, const KernelTime& b) { return a.total_ms > b.total_ms; });
 
   if (!trace_path.empty()) {
-    const std::string temporary = trace_path + ".tmp";
     try {
-      result->save(temporary);
-      std::filesystem::rename(temporary, trace_path);
+      AtomicFile trace(trace_path);
+      result->save(trace.temporary());
+      trace.publish();
     } catch (const c10::Error& e) {
       // E.g. Debian's LibTorch, built without Kineto, which alone writes traces. The kernel table
       // is still printed.
       profile.trace_note = std::string("no trace written to ") + trace_path + ": " +
                            e.what_without_backtrace();
-    } catch (const std::filesystem::filesystem_error& e) {
+    } catch (const Error& e) {
       profile.trace_note = std::string("no trace written to ") + trace_path + ": " + e.what();
     }
   }

@@ -24,7 +24,7 @@ struct StepProfile {
 };
 
 // Runs `body` under the profiler (CPU operators, and CUDA kernels with `cuda`). When
-// `trace_path` is not empty, writes the Chrome trace there (through a temporary and a rename).
+// `trace_path` is not empty, writes the Chrome trace there (through wam::AtomicFile).
 StepProfile profile_steps(const std::function<void()>& body, bool cuda,
                           const std::string& trace_path);
 

@@ -161,7 +161,13 @@ models::LossTerms StepRunner::forward_backward(const models::TrainBatch& batch,
   return loss;
 }
 
+// The compiled step clips inside the fused update; eager keeps the separate clipping pass, as the
+// reference's baseline.
 void StepRunner::update() {
+  if (compiled_) {
+    optimizer_.clip_and_step(options_.max_grad_norm);
+    return;
+  }
   clip_grad_norm(optimizer_.params(), options_.max_grad_norm);
   optimizer_.step();
 }

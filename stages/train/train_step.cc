@@ -9,8 +9,8 @@
 // The model preset is the `model` param's object, normally a $ref into an included
 // configs/model/*.json fragment, so `--set include.model=configs/model/tiny.json` swaps it.
 //
-// Training-state files (train/training_state.h: checkpoint_dir/step_<N>.pt, written through a
-// .tmp file; checkpoint_dir/latest names the newest) hold the model, the optimizer state, the step
+// Training-state files (train/training_state.h: checkpoint_dir/step_<N>.pt, written through
+// wam::AtomicFile; checkpoint_dir/latest names the newest) hold the model, the optimizer state, the step
 // count (the schedule's position) and the noise generator's state; `resume` continues the exact
 // loss curve when fed the same batches. The source's position is not reachable from a stage: resume
 // the source separately.

@@ -4,8 +4,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "wam/atomic_file.h"
 #include "wam/error.h"
-#include "wam/metrics.h"
 
 namespace wam::train {
 namespace fs = std::filesystem;
@@ -76,9 +76,9 @@ std::string save_training_state(const std::string& dir, const models::WorldActio
 
   const std::string name = "step_" + std::to_string(progress.step) + ".pt";
   const std::string path = (fs::path(dir) / name).string();
-  const std::string tmp = path + ".tmp";
-  archive.save_to(tmp);
-  fs::rename(tmp, path);
+  AtomicFile file(path);
+  archive.save_to(file.temporary());
+  file.publish();
   write_file_atomically((fs::path(dir) / "latest").string(), name + "\n");
   return path;
 }

@@ -21,8 +21,8 @@ struct TrainProgress {
 };
 
 // Writes model parameters and buffers, optimizer state, progress and the model config to
-// `dir/step_<N>.pt` (through a .tmp file and a rename), then points `dir/latest` at it. Returns
-// the file's path.
+// `dir/step_<N>.pt`, then points `dir/latest` at it, both through wam::AtomicFile (synced before
+// and after the rename). Returns the file's path.
 std::string save_training_state(const std::string& dir, const models::WorldActionModel& model,
                                 const AdamW& optimizer, const TrainProgress& progress);
 

@@ -20,6 +20,7 @@
 #include <hdf5.h>
 
 #include "cache/store_files.h"
+#include "common/sha256.h"
 #include "testing/expect_error.h"
 #include "testing/temp_dir.h"
 

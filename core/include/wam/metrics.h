@@ -148,7 +148,4 @@ struct RunStats {
   std::string table() const;       // the human summary printed at the end of `run`
 };
 
-// Writes `text` to `path` atomically (temporary file, then rename). Throws wam::Error.
-void write_file_atomically(const std::string& path, const std::string& text);
-
 }  // namespace wam

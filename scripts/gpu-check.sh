@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The test suite on the GPU machine: configures and builds every target (tests and benchmarks
+# included) against the image's LibTorch with CUDA and the fused kernels, runs the whole ctest and
+# prints one summary line (the failing tests' output is in $build/ctest.log). From the checkout:
+#   source .gpu/gpu-env.sh && source .gpu-extra/env.sh && scripts/gpu-check.sh
+# (.gpu from ../shared/device/make-gpu-prefix.sh, .gpu-extra from scripts/gpu-extra.sh.)
+# WAM_BUILD_DIR (default /tmp/build-gpu: outside the paths a run carries) and WAM_CTEST_ARGS (e.g.
+# "-R Fused") change where it builds and what it runs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${WAM_BUILD_DIR:-/tmp/build-gpu}
+mkdir -p "$build"
+# Configured every time (seconds when nothing changed): configuring also makes the folders the
+# tests expect that git does not keep (e.g. empty fuzz regression folders, tests/fuzz).
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$build/configure.log" 2>&1 ||
+  { tail -30 "$build/configure.log"; echo "gpu-check: configure failed"; exit 1; }
+grep -E "wam-pipeline: (LibTorch|fused)" "$build/configure.log" || true
+began=$SECONDS
+if ! cmake --build "$build" -j "$(nproc)" >"$build/build.log" 2>&1; then
+  grep -E "error|Error" "$build/build.log" | head -40
+  echo "gpu-check: build failed after $((SECONDS - began)) s (log: $build/build.log)"
+  exit 1
+fi
+built=$((SECONDS - began))
+began=$SECONDS
+# Half the cores: the stage tests share one GPU and each compiles little.
+# shellcheck disable=SC2086  # WAM_CTEST_ARGS holds several arguments
+ctest --test-dir "$build" -j "$(($(nproc) / 2))" --timeout 600 --output-on-failure \
+  ${WAM_CTEST_ARGS:-} >"$build/ctest.log" 2>&1 && status=0 || status=$?
+total=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p' "$build/ctest.log")
+failed=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of.*/\1/p' "$build/ctest.log")
+skipped=$(grep -c "\*\*\*Skipped\| Skipped " "$build/ctest.log" || true)
+grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)" "$build/ctest.log" || true
+echo "gpu-check: built every target in ${built} s; ctest ${total:-?} tests, ${failed:-?} failed," \
+  "${skipped} skipped, in $((SECONDS - began)) s (log: $build/ctest.log)"
+exit "$status"

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# The compiled step of this tree against another source tree, side by side in one call on one GPU
+# (docs/BENCHMARKS.md, "Compiled step"): builds wam-pipeline from both, prepares the synthetic
+# RoboTwin dataset, the text cache and the TunableOp results once, then times
+# `wam-pipeline bench --device-only` (base preset, batch 16) of each build, alternating, for each
+# memory setting, and profiles this tree's step (its kernels grouped by name, longest first).
+#   source .gpu/gpu-env.sh && source .gpu-extra/env.sh && scripts/step-bench.sh [BEFORE_DIR]
+# BEFORE_DIR: a source tree, e.g. `git archive PARENT | tar -x -C DIR`; without it only this tree
+# is timed. WAM_STEP_BENCH_ROUNDS (default 2) rounds; WAM_STEP_BENCH_ROWS picks rows by name
+# (default "shipped recompute"); logs and the trace summary go to ${OUT:-/tmp/step-bench}.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp/step-bench}
+mkdir -p "$out"
+after_build=${WAM_BUILD_DIR:-/tmp/build-gpu}
+before_dir=${1:-}
+build_pipeline() {  # SOURCE BUILD
+  if [ ! -f "$2/build.ninja" ]; then
+    cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$2.configure.log" 2>&1 ||
+      { tail -20 "$2.configure.log"; return 1; }
+  fi
+  cmake --build "$2" -j "$(nproc)" --target wam-pipeline >"$2.build.log" 2>&1 ||
+    { grep -E "error" "$2.build.log" | head -30; return 1; }
+}
+began=$SECONDS
+build_pipeline . "$after_build"
+builds=("after|$after_build/wam-pipeline")
+if [ -n "$before_dir" ]; then
+  build_pipeline "$before_dir" /tmp/build-before
+  builds=("before|/tmp/build-before/wam-pipeline" "${builds[@]}")
+fi
+echo "built in $((SECONDS - began)) s"
+bin=$after_build/wam-pipeline
+root=${WAM_BENCH_ROOT:-/tmp/wam-bench}/robotwin_gpu
+export WAM_CACHE_ROOT=${WAM_CACHE_ROOT:-/tmp/wam-bench/cache}
+if [ ! -f "$root/meta/info.json" ]; then
+  "$bin" dataset synth --preset robotwin --episodes 8 --frames-per-episode 128 --gop 2 \
+    --codec av1 --out "$root" >/dev/null 2>&1
+fi
+export ROBOTWIN_DATA_ROOT=$root
+base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
+"$bin" text-cache build pipelines/robotwin_online.json "${base[@]}" >/dev/null 2>&1
+"$bin" compile pipelines/robotwin_compile.json "${base[@]}" --steps 3 >/dev/null 2>&1
+# name | extra arguments
+rows=(
+  "shipped|"
+  "recompute|--set nodes.step.params.memory_budget=0"
+)
+wanted=" ${WAM_STEP_BENCH_ROWS:-shipped recompute} "
+for round in $(seq "${WAM_STEP_BENCH_ROUNDS:-2}"); do
+  for spec in "${rows[@]}"; do
+    IFS='|' read -r name extra <<<"$spec"
+    [[ "$wanted" == *" $name "* ]] || continue
+    for b in "${builds[@]}"; do
+      IFS='|' read -r which binary <<<"$b"
+      log="$out/bench_${name}_${which}_$round.txt"
+      # shellcheck disable=SC2086  # extra holds several arguments
+      "$binary" bench pipelines/robotwin_compile.json "${base[@]}" $extra --device-only \
+        --steps 12 --warmup 4 >"$log" 2>&1 || { tail -5 "$log"; continue; }
+      step=$(sed -n 's/^ *step: *\([0-9.]*\) ms per batch.*/\1/p' "$log" | head -1)
+      peak=$(sed -n 's/.*peak device memory \(.*\)$/\1/p' "$log" | head -1)
+      echo "round $round  $name  $which: step ${step:-?} ms, peak $peak"
+    done
+  done
+done
+if [ -z "${WAM_STEP_BENCH_NO_PROFILE:-}" ]; then
+  "$bin" bench pipelines/robotwin_compile.json "${base[@]}" --device-only --steps 3 --warmup 4 \
+    --profile --trace "$out/trace.json" >"$out/profile.txt" 2>&1 || tail -5 "$out/profile.txt"
+  python3 - "$out/trace.json" >"$out/kernels.txt" <<'PY'
+import collections, json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+total, calls = collections.Counter(), collections.Counter()
+for e in events:
+    if e.get("cat") == "kernel":
+        total[e["name"][:110]] += e.get("dur", 0) / 1000.0
+        calls[e["name"][:110]] += 1
+steps = 3
+print(f"kernels: {sum(total.values()) / steps:.2f} ms per step")
+for name, ms in total.most_common(45):
+    print(f"{ms / steps:8.2f} ms {calls[name] // steps:6d} calls  {name}")
+PY
+  rm -f "$out/trace.json"
+  head -50 "$out/kernels.txt"
+fi
