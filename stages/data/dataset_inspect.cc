@@ -215,11 +215,23 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
     report.cameras.push_back(std::move(camera));
   }
   // A dataset's columns share their quirks: report the first episode's, and every episode's
-  // damage (unreadable columns, non-finite values, timestamps running backwards).
+  // damage (unreadable columns, non-finite values, timestamps running backwards or irregular),
+  // the first few episodes' in full.
+  constexpr size_t kShownEpisodes = 5;
+  size_t damaged = 0, not_shown = 0;
   for (size_t k = 0; k < picked.size(); ++k) {
     const std::vector<std::string> found =
         episode_column_problems(ds, ds.episodes()[picked[k]], k == 0);
+    if (found.empty()) continue;
+    if (++damaged > kShownEpisodes) {
+      not_shown += found.size();
+      continue;
+    }
     report.problems.insert(report.problems.end(), found.begin(), found.end());
+  }
+  if (not_shown > 0) {
+    report.problems.push_back(std::to_string(not_shown) + " more problems like these in " +
+                              std::to_string(damaged - kShownEpisodes) + " more episodes");
   }
   return report;
 }

@@ -907,25 +907,22 @@ std::vector<std::string> episode_column_problems(const LeRobotDataset& ds,
   const double period = 1.0 / ds.info().fps;
   const std::string where = episode.data_file + " (episode " +
                             std::to_string(episode.episode_index) + ", column timestamp)";
-  for (size_t r = 1; r < t.size(); ++r) {
-    if (t[r] < t[r - 1]) {
-      found.push_back(where + ": runs backwards: " + std::to_string(t[r - 1]) + " s at row " +
-                      std::to_string(r - 1) + ", " + std::to_string(t[r]) + " s at row " +
-                      std::to_string(r) + "; row k is matched to video frame k");
-      break;
-    }
-  }
-  if (!quirks) return found;
-  if (std::abs(t[0] - period) < 0.25 * period) {
+  if (quirks && std::abs(t[0] - period) < 0.25 * period) {
     found.push_back(where + ": starts at " + std::to_string(t[0]) +
                     " s = 1/fps, not 0; row k is matched to video frame k");
-  } else if (std::abs(t[0]) >= 0.25 * period) {
+  } else if (quirks && std::abs(t[0]) >= 0.25 * period) {
     found.push_back(where + ": starts at " + std::to_string(t[0]) +
                     " s, not 0; row k is matched to video frame k");
   }
   for (size_t r = 1; r < t.size(); ++r) {
     const double gap = t[r] - t[r - 1];
-    if (gap >= 0 && std::abs(gap - period) > 0.25 * period) {
+    if (gap < 0) {
+      found.push_back(where + ": runs backwards: " + std::to_string(t[r - 1]) + " s at row " +
+                      std::to_string(r - 1) + ", " + std::to_string(t[r]) + " s at row " +
+                      std::to_string(r) + "; row k is matched to video frame k");
+      break;
+    }
+    if (std::abs(gap - period) > 0.25 * period) {
       found.push_back(where + ": irregular: " + std::to_string(gap) + " s between rows " +
                       std::to_string(r - 1) + " and " + std::to_string(r) + " (1/fps is " +
                       std::to_string(period) + " s); row k is matched to video frame k");

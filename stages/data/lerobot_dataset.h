@@ -181,9 +181,9 @@ class LeRobotDataset {
 };
 
 // What is wrong with one episode's columns, one line each naming its data file and episode: the
-// columns unreadable, a NaN or infinite value in any float column, timestamps that run backwards;
-// with `quirks`, also what real datasets share and reading absorbs (timestamps that start at
-// 1/fps or elsewhere than 0, an irregular step), which is worth reporting once per dataset.
+// columns unreadable, a NaN or infinite value in any float column, the first timestamp step that
+// runs backwards or is irregular; with `quirks`, also the quirk real datasets share and reading
+// absorbs (timestamps that start at 1/fps or elsewhere than 0), worth reporting once per dataset.
 std::vector<std::string> episode_column_problems(const LeRobotDataset& ds,
                                                  const EpisodeInfo& episode, bool quirks);
 

@@ -348,7 +348,16 @@ TEST_F(LeRobotDatasetTest, NonFiniteValuesAndBackwardTimestampsAreProblemsInEver
                        "training refuses it",
                 file + " (episode 1, column timestamp): runs backwards: 0.100000 s at row 0, "
                        "0.000000 s at row 1; row k is matched to video frame k"}));
-  // Quirks real datasets share are reported for one episode only: the caller asks once.
+  // Irregular steps are reported in every episode; the start quirk real datasets share only when
+  // asked (once per dataset).
+  columns.floats["timestamp"] = {2, 1, {0.0f, 0.5f}};
+  columns.floats["action"].values[3] = 0;
+  columns.floats["observation.state"].values[0] = 0;
+  write_episode_parquet(file, columns, ds.info());
+  EXPECT_EQ(episode_column_problems(ds, ds.episode(1), false),
+            std::vector<std::string>{file + " (episode 1, column timestamp): irregular: 0.500000 s "
+                                            "between rows 0 and 1 (1/fps is 0.100000 s); row k is "
+                                            "matched to video frame k"});
   const std::string quirk = first_file +
                             " (episode 0, column timestamp): starts at 0.100000 s = 1/fps, not "
                             "0; row k is matched to video frame k";
