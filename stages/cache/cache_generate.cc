@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 
 #include "cache/cache_spec.h"
 #include "common/distributed.h"
@@ -199,6 +200,7 @@ GenerateResult generate_cache(const GenerateOptions& options) {
   CacheSpec spec;
   DatasetFingerprint dataset;
   bool vae = false, vlm = false;
+  std::optional<BuildLock> build_lock;  // rank 0's, for the whole run
   std::vector<std::unique_ptr<ArtifactBuilder>> builders;
   std::vector<std::string> builder_fields;
   auto make_builders = [&] {
@@ -220,6 +222,7 @@ GenerateResult generate_cache(const GenerateOptions& options) {
                                                           : options.fields);
     spec = cache_node->reader->cache_spec(loaded->settings());
     result.root = cache_node->reader->cache_root();
+    if (world.rank() == 0) build_lock.emplace(result.root);
     std::vector<std::string> artifact_ids;
     for (const auto& field : fields) artifact_ids.push_back(field_info(field).artifact_id);
     check_write_target(result.root, artifact_ids, options.overwrite);
@@ -255,6 +258,9 @@ GenerateResult generate_cache(const GenerateOptions& options) {
   result.shards_resumed = first_missing - block_begin;
   const int64_t first_sample = first_missing * shard_size;
   const int64_t end_sample = std::min(block_end * shard_size, result.samples);
+  if (result.shards_resumed > 0 && options.on_resume) {
+    options.on_resume(first_sample, result.shards_resumed);
+  }
 
   auto encode = [&] {
     if (first_sample < end_sample) {
@@ -341,8 +347,23 @@ GenerateResult generate_cache(const GenerateOptions& options) {
                               end_sample - std::min(block_begin * shard_size, end_sample));
         }
       };
+      run_options.interrupt = options.interrupt;
       RunResult run = run_pipeline(graph, run_options);
       if (run.error) throw *run.error;
+      if (run.stats.stop_reason == "interrupted" && done != end_sample) {
+        // The shard being filled is dropped: shards are whole sample id ranges, the unit of
+        // resume.
+        result.interrupted = true;
+        result.samples_kept =
+            std::min(next_shard * shard_size, end_sample) - block_begin * shard_size;
+        result.samples_encoded = std::min(next_shard * shard_size, end_sample) - first_sample;
+        if (world.distributed()) {
+          throw Error("cache generate: interrupted on rank " + std::to_string(world.rank()) +
+                      " after " + std::to_string(result.samples_kept) +
+                      " samples of its block; the shards written stay staged for a rerun");
+        }
+        return;
+      }
       if (done != end_sample) {
         throw Error("cache generate: the data path produced samples up to " + std::to_string(done) +
                     " of [" + std::to_string(first_sample) + ", " + std::to_string(end_sample) +
@@ -357,7 +378,7 @@ GenerateResult generate_cache(const GenerateOptions& options) {
     on_every_rank(world, "encoding", encode);
   }
   auto publish = [&] {
-    if (world.rank() != 0) return;
+    if (world.rank() != 0 || result.interrupted) return;
     for (auto& builder : builders) result.published.push_back(builder->publish(options.overwrite));
   };
   if (!world.distributed()) {

@@ -1,7 +1,6 @@
 #include "data/dataset_inspect.h"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -15,6 +14,7 @@ extern "C" {
 #include "common/ffmpeg.h"
 #include "data/lerobot_dataset.h"
 #include "wam/error.h"
+#include "wam/limits.h"
 
 namespace wam::data {
 namespace {
@@ -29,6 +29,10 @@ struct VideoSummary {
 };
 
 VideoSummary summarize_video(const std::string& path) {
+  // FFmpeg would wait forever for a writer of a FIFO.
+  if (const std::string problem = regular_file_problem(path); !problem.empty()) {
+    throw Error(path + ": " + problem);
+  }
   AVFormatContext* opened = nullptr;
   if (int rc = avformat_open_input(&opened, path.c_str(), nullptr, nullptr); rc < 0) {
     throw Error(path + ": FFmpeg cannot open the video: " + ffmpeg::error_message(rc));
@@ -100,41 +104,6 @@ std::vector<size_t> inspected_episodes(size_t total, int64_t limit) {
     if (picked.empty() || picked.back() != index) picked.push_back(index);
   }
   return picked;
-}
-
-// Problems of one episode's columns: unreadable, or timestamps that do not run 0, 1/fps, 2/fps...
-// (real datasets start at 1/fps or skip frames; rows still map to video frames by position).
-std::vector<std::string> column_problems(const LeRobotDataset& ds, const EpisodeInfo& episode) {
-  EpisodeData columns;
-  try {
-    columns = ds.read_episode(episode.episode_index);
-  } catch (const Error& e) {
-    return {e.what()};
-  }
-  auto timestamp = columns.floats.find("timestamp");
-  if (timestamp == columns.floats.end() || timestamp->second.rows == 0) return {};
-  const std::vector<float>& t = timestamp->second.values;
-  const double period = 1.0 / ds.info().fps;
-  const std::string where = episode.data_file + " (episode " +
-                            std::to_string(episode.episode_index) + ", column timestamp)";
-  std::vector<std::string> found;
-  if (std::abs(t[0] - period) < 0.25 * period) {
-    found.push_back(where + ": starts at " + std::to_string(t[0]) +
-                    " s = 1/fps, not 0; row k is matched to video frame k");
-  } else if (std::abs(t[0]) >= 0.25 * period) {
-    found.push_back(where + ": starts at " + std::to_string(t[0]) +
-                    " s, not 0; row k is matched to video frame k");
-  }
-  for (size_t r = 1; r < t.size(); ++r) {
-    const double gap = t[r] - t[r - 1];
-    if (std::abs(gap - period) > 0.25 * period) {
-      found.push_back(where + ": irregular: " + std::to_string(gap) + " s between rows " +
-                      std::to_string(r - 1) + " and " + std::to_string(r) + " (1/fps is " +
-                      std::to_string(period) + " s); row k is matched to video frame k");
-      break;
-    }
-  }
-  return found;
 }
 
 }  // namespace
@@ -245,19 +214,24 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
     }
     report.cameras.push_back(std::move(camera));
   }
-  // A dataset's columns share their quirks: report the first episode's, and any other episode's
-  // that differ only in being unreadable.
+  // A dataset's columns share their quirks: report the first episode's, and every episode's
+  // damage (unreadable columns, non-finite values, timestamps running backwards or irregular),
+  // the first few episodes' in full.
+  constexpr size_t kShownEpisodes = 5;
+  size_t damaged = 0, not_shown = 0;
   for (size_t k = 0; k < picked.size(); ++k) {
-    std::vector<std::string> found = column_problems(ds, ds.episodes()[picked[k]]);
-    if (k > 0) {
-      found.erase(std::remove_if(found.begin(), found.end(),
-                                 [](const std::string& p) {
-                                   return p.find("(episode ") != std::string::npos &&
-                                          p.find("column timestamp)") != std::string::npos;
-                                 }),
-                  found.end());
+    const std::vector<std::string> found =
+        episode_column_problems(ds, ds.episodes()[picked[k]], k == 0);
+    if (found.empty()) continue;
+    if (++damaged > kShownEpisodes) {
+      not_shown += found.size();
+      continue;
     }
     report.problems.insert(report.problems.end(), found.begin(), found.end());
+  }
+  if (not_shown > 0) {
+    report.problems.push_back(std::to_string(not_shown) + " more problems like these in " +
+                              std::to_string(damaged - kShownEpisodes) + " more episodes");
   }
   return report;
 }
@@ -280,15 +254,10 @@ StatsResult write_dataset_stats(const std::string& dir, bool force) {
       columns.floats.emplace(key, std::move(column));
     }
     for (const auto& [key, column] : columns.floats) {
-      for (size_t k = 0; k < column.values.size(); ++k) {
-        if (!std::isfinite(column.values[k])) {
-          throw Error(episode.data_file + ": column \"" + key + "\" of episode " +
-                      std::to_string(episode.episode_index) + " holds " +
-                      std::to_string(column.values[k]) + " at row " +
-                      std::to_string(static_cast<int64_t>(k) / column.cols) + " (value " +
-                      std::to_string(static_cast<int64_t>(k) % column.cols) +
-                      "); stats need finite values: fix or drop the episode");
-        }
+      if (const std::string bad = describe_non_finite(key, episode.episode_index, column);
+          !bad.empty()) {
+        throw Error(episode.data_file + ": " + bad +
+                    "; stats need finite values: fix or drop the episode");
       }
       stats[episode.episode_index][key] = compute_stats(column);
     }

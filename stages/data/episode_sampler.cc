@@ -361,6 +361,14 @@ class EpisodeSampler final : public Source, public DatasetSampler {
           if (!columns.floats.count(key)) {
             throw Error(file + ": no \"" + key + "\" column");
           }
+          // Normalised and served, a NaN or an infinity would train silently.
+          if (const std::string bad =
+                  data::describe_non_finite(key, info.episode_index, columns.floats[key]);
+              !bad.empty()) {
+            throw Error(file + ": " + bad +
+                        "; training needs finite values: fix or drop the episode (`wam-pipeline "
+                        "dataset inspect` lists every such episode)");
+          }
         }
         e.action = std::move(columns.floats["action"]);
         e.state = std::move(columns.floats["observation.state"]);

@@ -1,6 +1,8 @@
 #include "testing/test_stages.h"
 
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 namespace wam::testing {
@@ -119,9 +121,12 @@ class DelayStage final : public Stage {
 
 struct FailAtParams {
   int64_t at = 0;
+  std::string message_file;
   template <class V>
   void visit(V& v) {
     v("at", at, "Throw on the sample whose value equals this.");
+    v("message_file", message_file,
+      "Throw this file's bytes as the message instead (error text quoting a damaged file).");
   }
 };
 
@@ -136,6 +141,10 @@ class FailAtStage final : public Stage {
     c.concurrency(Concurrency::unlimited());
   }
   void process(Sample s, Emitter& out) override {
+    if (s.get_int("value") == p_.at && !p_.message_file.empty()) {
+      std::ifstream in(p_.message_file, std::ios::binary);
+      throw Error(std::string(std::istreambuf_iterator<char>(in), {}));
+    }
     if (s.get_int("value") == p_.at) throw Error("corrupt input at value " + std::to_string(p_.at));
     out.emit(std::move(s));
   }
