@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all_targets=(pipeline_loader parquet_file dataset_meta)
+all_targets=(pipeline_loader parquet_file dataset_meta cache_json)
 
 # Directories whose files seed a target's corpus, besides tests/fuzz/seeds/<target> and
 # tests/fuzz/regressions/<target>.

@@ -126,7 +126,9 @@ int cmd_run(const RunArgs& args) {
     if (!result.source_state.is_null()) stats["source_state"] = result.source_state;
     if (result.error) stats["error"] = result.error->what();
     if (signal != 0) stats["signal"] = signal_name(signal);
-    wam::write_file_atomically(stats_out, stats.dump(2) + "\n");
+    // Error text may quote bytes of a damaged file that are not UTF-8: shown as U+FFFD.
+    wam::write_file_atomically(
+        stats_out, stats.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
     std::cerr << "wrote " << stats_out << "\n";
   }
   if (result.error) {

@@ -53,6 +53,13 @@ const char* file_kind(mode_t mode) {
   return "a special file";
 }
 
+std::string open_error_text(int error) {
+  return error == ENOENT    ? "no such file"
+         : error == EACCES  ? "permission denied"
+         : error == ENOTDIR ? "no such file (a parent is not a directory)"
+                            : std::strerror(error);
+}
+
 // Closes the descriptor on every path out.
 struct FileDescriptor {
   int fd;
@@ -63,15 +70,23 @@ struct FileDescriptor {
 
 }  // namespace
 
+std::string not_regular_file_reason(mode_t mode) {
+  if (S_ISREG(mode)) return {};
+  return std::string("not a regular file (") + file_kind(mode) + ")";
+}
+
+std::string regular_file_problem(const std::string& path) {
+  struct stat status {};
+  if (::stat(path.c_str(), &status) != 0) return open_error_text(errno);
+  return not_regular_file_reason(status.st_mode);
+}
+
 std::optional<std::string> read_regular_file(const std::string& path, uint64_t max_bytes,
                                              std::string& error) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
   FileDescriptor file{::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)};
   if (file.fd < 0) {
-    error = errno == ENOENT    ? "no such file"
-            : errno == EACCES  ? "permission denied"
-            : errno == ENOTDIR ? "no such file (a parent is not a directory)"
-                               : std::strerror(errno);
+    error = open_error_text(errno);
     return std::nullopt;
   }
   struct stat status {};
@@ -80,7 +95,7 @@ std::optional<std::string> read_regular_file(const std::string& path, uint64_t m
     return std::nullopt;
   }
   if (!S_ISREG(status.st_mode)) {
-    error = std::string("not a regular file (") + file_kind(status.st_mode) + ")";
+    error = not_regular_file_reason(status.st_mode);
     return std::nullopt;
   }
   const uint64_t size = static_cast<uint64_t>(status.st_size);

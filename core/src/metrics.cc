@@ -128,29 +128,41 @@ void SeriesRecorder::close_bucket(const RunSnapshot& now) {
   while (bucket_end_ <= now.elapsed_s) bucket_end_ += series_.bucket_s;
 }
 
-void SeriesRecorder::add_loss(double t, double loss) {
-  std::lock_guard<std::mutex> lock(loss_mutex_);
-  const int64_t step = ++losses_seen_;
-  if ((step - 1) % loss_stride_ != 0) return;
-  series_.loss_step.push_back(step);
-  series_.loss_t.push_back(t);
-  series_.loss.push_back(loss);
-  if (series_.loss.size() >= max_loss_points_) {
+void SeriesRecorder::add_scalar(const std::string& name, double t, double value) {
+  std::lock_guard<std::mutex> lock(scalars_mutex_);
+  const bool loss = name == "loss";
+  if (loss) latest_loss_ = value;
+  Thinning& thinning = thinning_[name];
+  const int64_t step = ++thinning.seen;
+  if ((step - 1) % thinning.stride != 0) return;
+  RunSeries::Scalar* other = loss ? nullptr : &series_.scalars[name];
+  std::vector<int64_t>& steps = loss ? series_.loss_step : other->step;
+  std::vector<double>& times = loss ? series_.loss_t : other->t;
+  std::vector<double>& values = loss ? series_.loss : other->value;
+  steps.push_back(step);
+  times.push_back(t);
+  values.push_back(value);
+  if (values.size() >= max_loss_points_) {
     // Keep every other point: steps 1, 1 + 2k... with the stride doubled.
-    auto keep_even = [](auto& values) {
-      for (size_t k = 0; 2 * k < values.size(); ++k) values[k] = values[2 * k];
-      values.resize((values.size() + 1) / 2);
+    auto keep_even = [](auto& kept) {
+      for (size_t k = 0; 2 * k < kept.size(); ++k) kept[k] = kept[2 * k];
+      kept.resize((kept.size() + 1) / 2);
     };
-    keep_even(series_.loss_step);
-    keep_even(series_.loss_t);
-    keep_even(series_.loss);
-    loss_stride_ *= 2;
+    keep_even(steps);
+    keep_even(times);
+    keep_even(values);
+    thinning.stride *= 2;
   }
+}
+
+std::optional<double> SeriesRecorder::latest_loss() const {
+  std::lock_guard<std::mutex> lock(scalars_mutex_);
+  return latest_loss_;
 }
 
 RunSeries SeriesRecorder::finish(const RunSnapshot& end) {
   close_bucket(end);
-  std::lock_guard<std::mutex> lock(loss_mutex_);
+  std::lock_guard<std::mutex> lock(scalars_mutex_);
   return series_;
 }
 
@@ -163,10 +175,14 @@ nlohmann::json RunSeries::to_json(const std::vector<std::string>& ids) const {
                           {"queue", nodes[i].queue},
                           {"concurrency", nodes[i].concurrency}};
   }
-  return {{"bucket_s", bucket_s},
-          {"t", t},
-          {"nodes", nodes_json},
-          {"loss", {{"step", loss_step}, {"t", loss_t}, {"value", loss}}}};
+  nlohmann::json json = {{"bucket_s", bucket_s},
+                         {"t", t},
+                         {"nodes", nodes_json},
+                         {"loss", {{"step", loss_step}, {"t", loss_t}, {"value", loss}}}};
+  for (const auto& [name, scalar] : scalars) {
+    json["scalars"][name] = {{"step", scalar.step}, {"t", scalar.t}, {"value", scalar.value}};
+  }
+  return json;
 }
 
 nlohmann::json RunStats::to_json() const {

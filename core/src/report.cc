@@ -165,6 +165,11 @@ std::string html_report(const nlohmann::json& stats, const std::string& graph_sv
       html << svg_line_chart("Loss", "step", "loss", loss["step"].get<std::vector<double>>(),
                              {{"loss", loss["value"].get<std::vector<double>>()}});
     }
+    const nlohmann::json scalars = series.value("scalars", nlohmann::json::object());
+    for (const auto& [name, scalar] : scalars.items()) {
+      html << svg_line_chart(name, "step", name, scalar.at("step").get<std::vector<double>>(),
+                             {{name, scalar.at("value").get<std::vector<double>>()}});
+    }
   } else {
     html << "<p>(These stats carry no time series.)</p>\n";
   }

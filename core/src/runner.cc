@@ -207,8 +207,12 @@ class Run {
           trace_->stage_slice(i, track, name, begin, duration);
         };
       }
-      contexts_.push_back(std::make_unique<Context>(nodes_[i].id, nodes_[i].type,
-                                                    pipeline.settings(), log_, trace_sink));
+      const Context::ScalarSink scalar_sink = [this](const std::string& name, double value) {
+        series_.add_scalar(name, std::chrono::duration<double>(Clock::now() - start_).count(),
+                           value);
+      };
+      contexts_.push_back(std::make_unique<Context>(
+          nodes_[i].id, nodes_[i].type, pipeline.settings(), log_, trace_sink, scalar_sink));
       if (nodes_[i].inputs.size() > 1) joins_.emplace(i, std::make_unique<Join>(nodes_[i].inputs));
       for (size_t k = 0; k < terminal_out_.size(); ++k) terminal_out_[k].store(0);
     }
@@ -383,13 +387,6 @@ class Run {
         const int64_t keep = std::max<int64_t>(0, std::min(size, steps - before));
         output.samples.resize(static_cast<size_t>(keep));
         if (before + size >= steps) request_stop(StopReason::kSteps);
-      }
-      for (const auto& sample : output.samples) {
-        if (sample.has("loss") && sample.type("loss") == FieldType::kDouble) {
-          const double loss = sample.get_double("loss");
-          series_.add_loss(std::chrono::duration<double>(Clock::now() - start_).count(), loss);
-          last_loss_.store(loss);
-        }
       }
       if (options_.on_output) {
         std::lock_guard<std::mutex> lock(output_mutex_);
@@ -693,8 +690,7 @@ class Run {
     snap.elapsed_s = std::chrono::duration<double>(now - start_).count();
     snap.threads = threads_;
     snap.steps_target = pipeline_.settings().steps;
-    const double loss = last_loss_.load();
-    if (!std::isnan(loss)) snap.loss = loss;
+    snap.loss = series_.latest_loss();
     for (size_t i = 0; i < nodes_.size(); ++i) {
       const NodeMetrics& m = metrics_[i];
       NodeSnapshot n;
@@ -885,7 +881,6 @@ class Run {
   std::unique_ptr<TraceRecorder> trace_;
   std::vector<std::unique_ptr<AutoGate>> gates_;  // per node; set for auto nodes
   std::vector<size_t> auto_nodes_;
-  std::atomic<double> last_loss_{std::nan("")};
 
   std::atomic<StopReason> stop_{StopReason::kNone};
   std::mutex error_mutex_;

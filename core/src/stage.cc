@@ -16,12 +16,13 @@ std::string Concurrency::to_string() const {
 }
 
 Context::Context(std::string node_id, std::string type, const Settings& settings,
-                 std::function<void(const std::string&)> log, TraceSink trace)
+                 std::function<void(const std::string&)> log, TraceSink trace, ScalarSink scalars)
     : node_id_(std::move(node_id)),
       type_(std::move(type)),
       settings_(settings),
       log_(std::move(log)),
-      trace_(std::move(trace)) {}
+      trace_(std::move(trace)),
+      scalars_(std::move(scalars)) {}
 
 Counter& Context::counter(const std::string& name) {
   std::lock_guard<std::mutex> lock(counters_mutex_);
@@ -47,6 +48,10 @@ void Context::log(const std::string& message) const {
 void Context::trace_span(const std::string& track, const std::string& name, Clock::time_point begin,
                          Clock::duration duration) const {
   if (trace_) trace_(track, name, begin, duration);
+}
+
+void Context::report_scalar(const std::string& name, double value) const {
+  if (scalars_) scalars_(name, value);
 }
 
 }  // namespace wam

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 
 #include "cache/artifact_builder.h"
@@ -36,6 +37,9 @@ std::string record_name(int64_t shard_index) {
   std::snprintf(name, sizeof(name), "shard%06lld.json", static_cast<long long>(shard_index));
   return name;
 }
+
+// What a shard record says of its shard's per-row checksums (values/<name>.__crc32).
+constexpr const char* kRowChecksums = "crc32";
 
 bool valid_name(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
@@ -89,6 +93,19 @@ void write_value_dataset(hid_t parent, const ValueSchema& value, const std::vect
 
 }  // namespace
 
+BuildLock::BuildLock(const std::string& root) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  lock_ = std::make_unique<internal::FileLock>(root + "/.build.lock", 0.0);
+  if (!lock_->held()) {
+    throw CacheError("another cache build is running on " + root + " (lock " + lock_->path() +
+                     ", held by " + lock_->holder() +
+                     "); wait for it to finish, or build into another cache root");
+  }
+}
+
+BuildLock::~BuildLock() = default;
+
 ArtifactBuilder::ArtifactBuilder(std::string root, json contract, std::string build_id)
     : root_(std::move(root)), contract_(std::move(contract)), build_id_(std::move(build_id)) {
   if (!contract_.is_object() || !contract_.contains("artifact_id") ||
@@ -141,9 +158,10 @@ bool ArtifactBuilder::shard_complete(int64_t shard_index) const {
         json::parse(internal::read_file(state_dir_ + "/" + record_name(shard_index), "record"));
     const std::string path = staging_dir_ + "/" + internal::shard_file(shard_index);
     struct stat info {};
+    // Shards staged before rows carried checksums are written again.
     return record.at("file") == internal::shard_file(shard_index) &&
-           ::stat(path.c_str(), &info) == 0 && S_ISREG(info.st_mode) &&
-           info.st_size == record.at("bytes").get<int64_t>() &&
+           record.value("row_checksums", "") == kRowChecksums && ::stat(path.c_str(), &info) == 0 &&
+           S_ISREG(info.st_mode) && info.st_size == record.at("bytes").get<int64_t>() &&
            sha256_file_hex(path) == record.at("sha256").get<std::string>();
   } catch (const std::exception&) {
     return false;
@@ -232,16 +250,28 @@ void ArtifactBuilder::write_shard(int64_t shard_index, const std::vector<int64_t
         dims.push_back(static_cast<hsize_t>(value.shape[d]));
       }
       write_value_dataset(group.get(), value, dims, given.data, temporary);
+      std::vector<uint32_t> checksums;
+      const auto* bytes = static_cast<const char*>(given.data);
+      for (int64_t row = 0; row < rows; ++row) {
+        const size_t row_bytes =
+            value.unit_bytes() * static_cast<size_t>(value.ragged() ? given.lengths[row] : 1);
+        checksums.push_back(row_checksum(sample_ids[row], bytes, row_bytes));
+        bytes += row_bytes;
+      }
+      write_dataset(group.get(), value.name + ".__crc32", H5T_STD_U32LE, H5T_NATIVE_UINT32,
+                    {static_cast<hsize_t>(rows)}, checksums.data(), temporary);
     }
   }
   const std::string sha256 = sha256_file_hex(temporary);
   const int64_t bytes = static_cast<int64_t>(fs::file_size(temporary));
   shard_file.publish();
-  write_json_atomically(state_dir_ + "/" + record_name(shard_index), {{"file", file},
-                                                                      {"rows", rows},
-                                                                      {"bytes", bytes},
-                                                                      {"sha256", sha256},
-                                                                      {"sample_ids", sample_ids}});
+  write_json_atomically(state_dir_ + "/" + record_name(shard_index),
+                        {{"file", file},
+                         {"rows", rows},
+                         {"bytes", bytes},
+                         {"sha256", sha256},
+                         {"row_checksums", kRowChecksums},
+                         {"sample_ids", sample_ids}});
   ++shards_written_;
 }
 
@@ -325,8 +355,14 @@ PublishResult ArtifactBuilder::publish_staged(bool overwrite) {
   const std::string relative_dir = "artifacts/" + id + "/builds/" + build_id_;
   const std::string build_dir = root_ + "/" + relative_dir;
   const std::string replaced = root_ + "/.tmp/" + build_id_ + "/replaced/" + id;
+  std::optional<internal::CatalogLock> lock;
+  try {
+    lock.emplace(root_);
+  } catch (const CacheError& e) {
+    throw CacheError(std::string(e.what()) + ". " + id + " stays staged in " + staging_dir_ +
+                     ": the same command publishes it then, without encoding again");
+  }
   {
-    internal::CatalogLock lock(root_);
     // Another publisher may have got here first.
     check_write_target(root_, {id}, overwrite);
     // Past that check, a build directory of this id is either the published one being
@@ -346,6 +382,7 @@ PublishResult ArtifactBuilder::publish_staged(bool overwrite) {
                                 {"manifest_sha256", sha256_hex(manifest_text)}};
     write_json_atomically(internal::catalog_path(root_), catalog);
   }
+  lock.reset();
 
   fs::remove_all(state_dir_, ec);
   fs::remove_all(replaced, ec);

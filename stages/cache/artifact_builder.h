@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,9 @@
 #include "cache/latent_store.h"
 
 namespace wam::cache {
+namespace internal {
+class FileLock;
+}
 
 // The rows of one value for the samples of a shard, in sample order. Fixed values: `data` holds
 // rows * row bytes. Ragged values: `data` holds the rows back to back and `lengths` each row's
@@ -21,6 +25,21 @@ struct ValueRows {
   const void* data = nullptr;
   size_t bytes = 0;
   std::vector<int64_t> lengths;
+};
+
+// Held by a process building into a cache root (`cache generate`, rank 0) for its whole run:
+// <root>/.build.lock. A second build into the same root fails at once, before it encodes anything,
+// with "another cache build is running on <root> (lock <root>/.build.lock, held by pid 12 on host
+// h since ...); wait for it to finish, or build into another cache root".
+class BuildLock {
+ public:
+  explicit BuildLock(const std::string& root);
+  ~BuildLock();
+  BuildLock(const BuildLock&) = delete;
+  BuildLock& operator=(const BuildLock&) = delete;
+
+ private:
+  std::unique_ptr<internal::FileLock> lock_;
 };
 
 struct PublishResult {

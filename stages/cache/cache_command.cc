@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -56,6 +58,17 @@ class ProgressBar {
   Clock::time_point last_{};
   std::optional<std::pair<Clock::time_point, int64_t>> first_;
 };
+
+std::atomic<bool> g_interrupted{false};
+std::atomic<int> g_signal{0};  // the first SIGINT or SIGTERM received
+
+// SIGINT and SIGTERM stop `cache generate` between shards: what is written stays staged.
+extern "C" void on_stop_signal(int signal) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, signal);
+  g_interrupted.store(true);
+  std::signal(signal, SIG_DFL);  // a second one ends the process at once
+}
 
 std::string default_root() {
   if (auto root = environment_value("WAM_LATENT_CACHE")) return *root;
@@ -145,9 +158,27 @@ class CacheCommand final : public Command {
     generate_options_.on_progress = [&](int64_t done, int64_t total) {
       progress.update(done, total);
     };
+    generate_options_.on_resume = [](int64_t first_sample, int64_t shards_resumed) {
+      std::cerr << "resuming from sample " << first_sample << ": " << shards_resumed
+                << " shards were already written\n";
+    };
+    generate_options_.interrupt = &g_interrupted;
+    std::signal(SIGINT, on_stop_signal);
+    std::signal(SIGTERM, on_stop_signal);
     const cache::GenerateResult result = cache::generate_cache(generate_options_);
-    if (result.shards_resumed > 0) {
-      std::cerr << "resumed: " << result.shards_resumed << " shards were already written\n";
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    if (result.interrupted) {
+      const int signal = g_signal.load();
+      std::cerr << "\ninterrupted by " << (signal == SIGTERM ? "SIGTERM" : "SIGINT") << "; "
+                << result.samples_kept << " samples kept in whole shards under " << result.root
+                << "/.tmp (the shard being filled was dropped); nothing was published. Resume "
+                   "with the same command: "
+                << (result.samples_kept > 0
+                        ? "it starts at sample " + std::to_string(result.samples_kept)
+                        : std::string("it starts from the beginning"))
+                << "\n";
+      return signal == SIGTERM ? kExitTerminated : kExitInterrupted;
     }
     if (result.world_size > 1) {
       std::cerr << "cache generate: rank " << result.rank << "/" << result.world_size

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 
 #include "cache/cache_spec.h"
 #include "common/distributed.h"
@@ -57,18 +58,6 @@ CacheNode find_cache_node(const ValidatedPipeline& pipeline) {
   return found;
 }
 
-// The spec, refusing random augmentation with the param's JSON pointer.
-CacheSpec checked_spec(const ValidatedPipeline& pipeline, const CacheNode& cache_node) {
-  CacheSpec spec = cache_node.reader->cache_spec(pipeline.settings());
-  if (const std::string random = first_random_augment_param(spec.augment); !random.empty()) {
-    Diagnostics diagnostics(pipeline.file());
-    diagnostics.error(cache_node.node->pointer + "/params/augment/" + random,
-                      random_augment_message(random), cache_node.node->label());
-    throw ConfigError(std::move(diagnostics));
-  }
-  return spec;
-}
-
 // The generation graph: only what the selected fields need, in sample id order.
 PipelineConfig generation_graph(const ValidatedPipeline& pipeline, const CacheSpec& spec, bool vae,
                                 bool vlm, int64_t sample_count, int64_t batch_size) {
@@ -93,13 +82,13 @@ PipelineConfig generation_graph(const ValidatedPipeline& pipeline, const CacheSp
     n.pointer = "/nodes/" + std::to_string(config.nodes.size());
     config.nodes.push_back(std::move(n));
   };
-  nlohmann::json sampler = spec.sampler;
+  nlohmann::json sampler = params_to_json(spec.sampler);
   sampler["shuffle"] = false;
   sampler["max_samples"] = sample_count;
   sampler["rank"] = 0;
   sampler["world_size"] = 1;
   const std::string frames = vae ? "all" : "current";
-  nlohmann::json augment = spec.augment;
+  nlohmann::json augment = params_to_json(spec.augment);
   augment["frames"] = frames;
   node("sampler", "EpisodeSampler", {}, sampler);
   // Samples come in id order: consecutive ones share most frames, kept in a frame cache.
@@ -111,11 +100,11 @@ PipelineConfig generation_graph(const ValidatedPipeline& pipeline, const CacheSp
        {{"mode", "pageable"}, {"video_as_uint8", augment.value("video_dtype", "") == "uint8"}});
   std::string last = "h2d";
   if (vae) {
-    node("vae", "VaeEncode", {last}, spec.vae);
+    node("vae", "VaeEncode", {last}, params_to_json(spec.vae));
     last = "vae";
   }
   if (vlm) {
-    nlohmann::json params = spec.vlm;
+    nlohmann::json params = params_to_json(spec.vlm);
     params["merge_cached"] = false;
     node("vlm", "VlmEncode", {last}, params);
   }
@@ -211,6 +200,7 @@ GenerateResult generate_cache(const GenerateOptions& options) {
   CacheSpec spec;
   DatasetFingerprint dataset;
   bool vae = false, vlm = false;
+  std::optional<BuildLock> build_lock;  // rank 0's, for the whole run
   std::vector<std::unique_ptr<ArtifactBuilder>> builders;
   std::vector<std::string> builder_fields;
   auto make_builders = [&] {
@@ -230,12 +220,13 @@ GenerateResult generate_cache(const GenerateOptions& options) {
     cache_node = &found;
     fields = parse_field_selection(options.fields.empty() ? cache_node->reader->cache_fields()
                                                           : options.fields);
-    spec = checked_spec(*loaded, *cache_node);
+    spec = cache_node->reader->cache_spec(loaded->settings());
     result.root = cache_node->reader->cache_root();
+    if (world.rank() == 0) build_lock.emplace(result.root);
     std::vector<std::string> artifact_ids;
     for (const auto& field : fields) artifact_ids.push_back(field_info(field).artifact_id);
     check_write_target(result.root, artifact_ids, options.overwrite);
-    dataset = fingerprint_dataset(spec.sampler.at("dataset_dirs").get<std::vector<std::string>>());
+    dataset = fingerprint_dataset(spec.sampler.dataset_dirs);
     result.samples = options.max_samples > 0 ? std::min(options.max_samples, dataset.sample_count)
                                              : dataset.sample_count;
     if (world.rank() == 0) make_builders();
@@ -267,6 +258,9 @@ GenerateResult generate_cache(const GenerateOptions& options) {
   result.shards_resumed = first_missing - block_begin;
   const int64_t first_sample = first_missing * shard_size;
   const int64_t end_sample = std::min(block_end * shard_size, result.samples);
+  if (result.shards_resumed > 0 && options.on_resume) {
+    options.on_resume(first_sample, result.shards_resumed);
+  }
 
   auto encode = [&] {
     if (first_sample < end_sample) {
@@ -353,8 +347,23 @@ GenerateResult generate_cache(const GenerateOptions& options) {
                               end_sample - std::min(block_begin * shard_size, end_sample));
         }
       };
+      run_options.interrupt = options.interrupt;
       RunResult run = run_pipeline(graph, run_options);
       if (run.error) throw *run.error;
+      if (run.stats.stop_reason == "interrupted" && done != end_sample) {
+        // The shard being filled is dropped: shards are whole sample id ranges, the unit of
+        // resume.
+        result.interrupted = true;
+        result.samples_kept =
+            std::min(next_shard * shard_size, end_sample) - block_begin * shard_size;
+        result.samples_encoded = std::min(next_shard * shard_size, end_sample) - first_sample;
+        if (world.distributed()) {
+          throw Error("cache generate: interrupted on rank " + std::to_string(world.rank()) +
+                      " after " + std::to_string(result.samples_kept) +
+                      " samples of its block; the shards written stay staged for a rerun");
+        }
+        return;
+      }
       if (done != end_sample) {
         throw Error("cache generate: the data path produced samples up to " + std::to_string(done) +
                     " of [" + std::to_string(first_sample) + ", " + std::to_string(end_sample) +
@@ -369,7 +378,7 @@ GenerateResult generate_cache(const GenerateOptions& options) {
     on_every_rank(world, "encoding", encode);
   }
   auto publish = [&] {
-    if (world.rank() != 0) return;
+    if (world.rank() != 0 || result.interrupted) return;
     for (auto& builder : builders) result.published.push_back(builder->publish(options.overwrite));
   };
   if (!world.distributed()) {
@@ -386,9 +395,8 @@ std::vector<ArtifactReport> validate_pipeline_cache(const std::string& pipeline_
                                                     ValidationMode mode, std::string* root) {
   const ValidatedPipeline pipeline = load_pipeline(pipeline_file, {overrides});
   const CacheNode cache_node = find_cache_node(pipeline);
-  const CacheSpec spec = checked_spec(pipeline, cache_node);
-  const DatasetFingerprint dataset =
-      fingerprint_dataset(spec.sampler.at("dataset_dirs").get<std::vector<std::string>>());
+  const CacheSpec spec = cache_node.reader->cache_spec(pipeline.settings());
+  const DatasetFingerprint dataset = fingerprint_dataset(spec.sampler.dataset_dirs);
   if (root) *root = cache_node.reader->cache_root();
   OpenOptions options;
   options.mode = mode;

@@ -3,6 +3,7 @@
 // validate checks it against that node's contracts.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -22,6 +23,12 @@ struct GenerateOptions {
   int64_t batch_size = 0;  // 0: the pipeline's
   bool overwrite = false;
   std::function<void(int64_t done, int64_t total)> on_progress;
+  // Called before encoding when earlier runs wrote this rank's first shards: the first sample id
+  // to encode and the shards skipped.
+  std::function<void(int64_t first_sample, int64_t shards_resumed)> on_resume;
+  // Set by a signal handler: the encoding stops, the shard being filled is discarded, the shards
+  // written stay staged for a rerun, and nothing is published.
+  const std::atomic<bool>* interrupt = nullptr;
 };
 
 struct GenerateResult {
@@ -32,6 +39,8 @@ struct GenerateResult {
   int64_t samples = 0;          // keyspace of this build
   int64_t samples_encoded = 0;  // by this run (resumed shards excluded)
   int64_t shards_resumed = 0;
+  bool interrupted = false;  // by options.interrupt: nothing was published
+  int64_t samples_kept = 0;  // interrupted: the samples of this rank's shards on disk
   double seconds = 0;
   std::vector<PublishResult> published;  // rank 0 only
 };

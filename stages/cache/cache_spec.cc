@@ -18,17 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Augment params that draw randomness, with the value that turns each off.
-const std::vector<std::pair<std::string, double>>& random_augment_params() {
-  static const std::vector<std::pair<std::string, double>> params = {
-      {"camera_jitter_prob", 0.0},        {"color_jitter_brightness", 0.0},
-      {"color_jitter_contrast", 0.0},     {"color_jitter_saturation", 0.0},
-      {"color_jitter_gamma", 0.0},        {"domain_jitter_rgb_prob", 0.0},
-      {"domain_jitter_shadow_prob", 0.0}, {"sensor_noise_gaussian_prob", 0.0},
-      {"sensor_noise_blur_prob", 0.0},    {"sensor_noise_downsample_prob", 0.0}};
-  return params;
-}
-
 // Params that do not change the images an encoder sees: which frames a node emits and whether the
 // video crosses as uint8 are the graph's business (generation quantises the same way as training
 // when video_dtype says so, and that stays in the contract).
@@ -38,9 +27,7 @@ nlohmann::json without(nlohmann::json params, const std::vector<std::string>& ke
 }
 
 int64_t window_frames(const CacheSpec& spec) {
-  const int64_t num_frames = spec.sampler.at("num_frames").get<int64_t>();
-  const int64_t ratio = spec.sampler.at("action_video_freq_ratio").get<int64_t>();
-  return (num_frames - 1) / ratio + 1;
+  return (spec.sampler.num_frames - 1) / spec.sampler.action_video_freq_ratio + 1;
 }
 
 // The encoder params that decide its weights and outputs (where it runs does not, its precision
@@ -148,16 +135,6 @@ std::vector<std::string> parse_field_selection(const std::vector<std::string>& n
   return ordered;
 }
 
-std::string first_random_augment_param(const nlohmann::json& augment) {
-  if (!augment.is_object() || augment.value("deterministic", false)) return {};
-  for (const auto& [name, off] : random_augment_params()) {
-    if (augment.contains(name) && augment[name].is_number() && augment[name].get<double>() != off) {
-      return name;
-    }
-  }
-  return {};
-}
-
 std::string random_augment_message(const std::string& param) {
   return "Offline encoder artifacts require deterministic images; " + param +
          " is enabled. Set \"deterministic\": true (e.g. include "
@@ -202,31 +179,32 @@ nlohmann::json artifact_contract(const std::string& field, const CacheSpec& spec
                                    {"indices", {{"range", {0, sample_count}}}}};
   nlohmann::json selection = {
       {"field", field},
-      {"cameras", spec.sampler.at("cameras")},
-      {"num_frames", spec.sampler.at("num_frames")},
-      {"action_video_freq_ratio", spec.sampler.at("action_video_freq_ratio")},
-      {"memory_recent_frame_offset", spec.sampler.at("memory_recent_frame_offset")},
+      {"cameras", spec.sampler.cameras},
+      {"num_frames", spec.sampler.num_frames},
+      {"action_video_freq_ratio", spec.sampler.action_video_freq_ratio},
+      {"memory_recent_frame_offset", spec.sampler.memory_recent_frame_offset},
       {"tiled", false}};
   nlohmann::json contract = {{"artifact_id", info.artifact_id},
                              {"sample_count", sample_count},
                              {"keyspace_fingerprint", fingerprint(keyspace)},
                              {"key_codec", kKeyCodec},
                              {"value_codec", kValueCodec}};
-  const nlohmann::json preprocess = without(spec.augment, {"frames"});
+  const nlohmann::json preprocess = without(params_to_json(spec.augment), {"frames"});
   if (info.vae) {
-    contract["dependencies"] = {{"dataset", dataset.dependency},
-                                {"image_preprocess", preprocess},
-                                {"field_selection", selection},
-                                {"producer", producer(spec.vae, spec.vae_dtype, "wan22_vae")}};
+    contract["dependencies"] = {
+        {"dataset", dataset.dependency},
+        {"image_preprocess", preprocess},
+        {"field_selection", selection},
+        {"producer", producer(params_to_json(spec.vae), spec.vae_dtype, "wan22_vae")}};
     contract["values"] = {
         {"latent", {{"dtype", spec.vae_dtype}, {"shape", vae_latent_shape(field, spec)}}}};
   } else {
-    contract["dependencies"] = {{"dataset", dataset.dependency},
-                                {"image_prompt_preprocess", preprocess},
-                                {"field_selection", selection},
-                                {"producer", producer(spec.vlm, spec.vlm_dtype, "qwen_vl")}};
-    const int64_t width = spec.vlm.at("width").get<int64_t>();
-    contract["values"] = {{"context", {{"dtype", spec.vlm_dtype}, {"shape", {-1, width}}}},
+    contract["dependencies"] = {
+        {"dataset", dataset.dependency},
+        {"image_prompt_preprocess", preprocess},
+        {"field_selection", selection},
+        {"producer", producer(params_to_json(spec.vlm), spec.vlm_dtype, "qwen_vl")}};
+    contract["values"] = {{"context", {{"dtype", spec.vlm_dtype}, {"shape", {-1, spec.vlm.width}}}},
                           {"mask", {{"dtype", "bool"}, {"shape", {-1}}}}};
   }
   return contract;

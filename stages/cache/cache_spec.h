@@ -11,6 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "data/augment_params.h"
+#include "data/episode_sampler_params.h"
+#include "encode/vae_encode_params.h"
+#include "encode/vlm_encode_params.h"
 #include "wam/stage.h"
 
 namespace wam::cache {
@@ -31,20 +35,16 @@ const FieldInfo& field_info(const std::string& name);
 // vlm." or "video_latent_cache_fields must select at least one artifact."
 std::vector<std::string> parse_field_selection(const std::vector<std::string>& names);
 
-// The effective (defaults filled in) params the cache is computed from.
+// The params the cache is computed from. Caches hold one encoding per sample, so they refuse
+// augment params that make the images random (stages::first_random_augment_param).
 struct CacheSpec {
-  nlohmann::json sampler;  // EpisodeSampler
-  nlohmann::json augment;  // Augment
-  nlohmann::json vae;      // VaeEncode
-  nlohmann::json vlm;      // VlmEncode
-  std::string vae_dtype;   // the VAE's resolved precision: float32 | bfloat16
-  std::string vlm_dtype;   // the VLM's
+  stages::EpisodeSamplerParams sampler;
+  stages::AugmentParams augment;
+  stages::VaeEncodeParams vae;
+  stages::VlmEncodeParams vlm;
+  std::string vae_dtype;  // the VAE's resolved precision: float32 | bfloat16
+  std::string vlm_dtype;  // the VLM's
 };
-
-// The first Augment param that draws random images (a jitter or noise with a non-zero chance or
-// strength while `deterministic` is false), or "" when the images are deterministic: caches hold
-// one encoding per sample, so they refuse random augmentation.
-std::string first_random_augment_param(const nlohmann::json& augment);
 
 // "Offline encoder artifacts require deterministic images; <param> is enabled. Set ..." (the
 // reference's words, and what to do about it).

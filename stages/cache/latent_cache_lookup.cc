@@ -40,25 +40,14 @@
 namespace wam::stages {
 namespace {
 
-// Reports each problem of `params` as `type` params at `block` (e.g. sampler/num_frames), so that
-// `wam-pipeline validate` sees a bad sampler, augment or encoder block before anything is opened.
-void check_stage_params(ParamChecker& c, const char* type, const nlohmann::json& params,
-                        const std::string& block) {
-  const StageInfo* info = StageRegistry::builtin().find(type);
-  if (!info) return;  // not linked in: reported at open
-  Diagnostics diagnostics;
-  info->create(params, block, diagnostics, "", nullptr);
-  for (const Diagnostic& problem : diagnostics.items()) c.error(problem.location, problem.message);
-}
-
 struct LatentCacheLookupParams {
   std::string root;
   std::vector<std::string> fields = {"all"};
   std::string validation = "meta-only";
-  nlohmann::json sampler = nlohmann::json::object();
-  nlohmann::json augment = nlohmann::json::object();
-  nlohmann::json vae = nlohmann::json::object();
-  nlohmann::json vlm = nlohmann::json::object();
+  EpisodeSamplerParams sampler;
+  AugmentParams augment;
+  VaeEncodeParams vae;
+  VlmEncodeParams vlm;
 
   template <class V>
   void visit(V& v) {
@@ -75,19 +64,14 @@ struct LatentCacheLookupParams {
     v("vlm", vlm, "The VlmEncode params of the model that produced the context rows.");
   }
 
-  // What validation can tell from the params as written; defaults filled in are checked again at
-  // open (an Augment default can be random too).
+  // The nested params have been checked by their own check() rules; these are the cache's.
   void check(ParamChecker& c) const {
     try {
       cache::parse_field_selection(fields);
     } catch (const Error& e) {
       c.error("fields", e.what());
     }
-    check_stage_params(c, "EpisodeSampler", sampler, "sampler");
-    check_stage_params(c, "Augment", augment, "augment");
-    check_stage_params(c, "VaeEncode", vae, "vae");
-    check_stage_params(c, "VlmEncode", vlm, "vlm");
-    if (const std::string random = cache::first_random_augment_param(augment); !random.empty()) {
+    if (const std::string random = first_random_augment_param(augment); !random.empty()) {
       c.error("augment/" + random, cache::random_augment_message(random));
     }
   }
@@ -109,22 +93,6 @@ at::ScalarType scalar_type(cache::DType dtype) {
     case cache::DType::kBool: return at::kBool;
   }
   return at::kFloat;
-}
-
-// Effective params of a stage type: defaults filled in, so that `{}` and the spelled-out defaults
-// give the same contract. Throws naming the param block on invalid params.
-nlohmann::json effective_params(const std::string& type, const nlohmann::json& params,
-                                const std::string& block) {
-  Diagnostics diagnostics("LatentCacheLookup");
-  nlohmann::json effective;
-  const StageInfo* info = StageRegistry::builtin().find(type);
-  if (!info) throw Error("LatentCacheLookup: stage type " + type + " is not linked in");
-  info->create(params, "/" + block, diagnostics, "LatentCacheLookup", &effective);
-  if (diagnostics.size() > 0) {
-    throw Error("LatentCacheLookup: param \"" + block + "\" is not valid " + type +
-                " params: " + diagnostics.render());
-  }
-  return effective;
 }
 
 class LatentCacheLookupStage final : public Stage, public cache::LatentCacheReader {
@@ -162,12 +130,7 @@ class LatentCacheLookupStage final : public Stage, public cache::LatentCacheRead
   void open(Context& context) override {
     const std::vector<std::string> fields = cache_fields();
     const cache::CacheSpec spec = cache_spec(context.settings());
-    if (const std::string random = cache::first_random_augment_param(spec.augment);
-        !random.empty()) {
-      throw Error("param augment: " + cache::random_augment_message(random));
-    }
-    const cache::DatasetFingerprint dataset =
-        cache::fingerprint_dataset(spec.sampler.at("dataset_dirs").get<std::vector<std::string>>());
+    const cache::DatasetFingerprint dataset = cache::fingerprint_dataset(spec.sampler.dataset_dirs);
     cache::OpenOptions options;
     options.mode = params_.validation == "full" ? cache::ValidationMode::kFull
                                                 : cache::ValidationMode::kMetaOnly;
@@ -244,19 +207,18 @@ class LatentCacheLookupStage final : public Stage, public cache::LatentCacheRead
 
   static cache::CacheSpec make_spec(const Params& params, const Settings& settings) {
     cache::CacheSpec spec;
-    spec.sampler = effective_params("EpisodeSampler", params.sampler, "sampler");
-    spec.augment = effective_params("Augment", params.augment, "augment");
-    spec.vae = effective_params("VaeEncode", params.vae, "vae");
-    spec.vlm = effective_params("VlmEncode", params.vlm, "vlm");
+    spec.sampler = params.sampler;
+    spec.augment = params.augment;
+    spec.vae = params.vae;
+    spec.vlm = params.vlm;
     spec.vae_dtype = resolved_dtype(spec.vae, settings);
     spec.vlm_dtype = resolved_dtype(spec.vlm, settings);
     return spec;
   }
 
-  static std::string resolved_dtype(const nlohmann::json& encoder, const Settings& settings) {
+  static std::string resolved_dtype(const PlacedEncoderParams& encoder, const Settings& settings) {
     const models::EncoderPlacement placement =
-        models::resolve_placement(encoder.value("device", "auto"), encoder.value("dtype", "auto"),
-                                  settings, "LatentCacheLookup");
+        models::resolve_placement(encoder.device, encoder.dtype, settings, "LatentCacheLookup");
     return placement.dtype == at::kBFloat16 ? "bfloat16" : "float32";
   }
 

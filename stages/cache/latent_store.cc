@@ -5,16 +5,20 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <ctime>
 #include <exception>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
+#include <unordered_set>
 
 #include "cache/store_files.h"
 #include "common/hdf5.h"
@@ -103,6 +107,15 @@ namespace {
 std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
+
+uint32_t row_checksum(int64_t sample_id, const void* data, size_t bytes) {
+  unsigned char id[8];
+  for (int i = 0; i < 8; ++i)
+    id[i] = static_cast<unsigned char>(static_cast<uint64_t>(sample_id) >> (8 * i));
+  uLong crc = crc32_z(0L, id, sizeof(id));
+  if (bytes > 0) crc = crc32_z(crc, static_cast<const Bytef*>(data), bytes);
+  return static_cast<uint32_t>(crc);
+}
 
 std::string fingerprint(const json& value) { return sha256_hex(value.dump(-1, ' ', true)); }
 
@@ -208,7 +221,32 @@ void compare_contracts(const json& cached, const json& expected, const std::stri
     throw CacheError(id + " sample_count mismatch: cache=" + part(cached, "sample_count").dump() +
                      " expected=" + part(expected, "sample_count").dump());
   }
-  if (differs("keyspace_fingerprint")) throw CacheError(id + " keyspace fingerprint mismatch.");
+  if (differs("keyspace_fingerprint")) {
+    // The keyspace is the datasets' roots and episode lengths (stages/cache/cache_spec.cc): name
+    // the first that differs where the contracts carry them.
+    const auto samples = [](const json& contract) {
+      json datasets = json::array();
+      const json::json_pointer at("/dependencies/dataset/datasets");
+      if (contract.contains(at) && contract.at(at).is_array()) {
+        for (const json& dataset : contract.at(at)) {
+          if (!dataset.is_object()) continue;
+          datasets.push_back({{"root", dataset.value("root", json())},
+                              {"episodes", dataset.value("episodes", json())}});
+        }
+      }
+      return json{{"datasets", datasets}};
+    };
+    const json cached_samples = samples(cached), expected_samples = samples(expected);
+    Path at;
+    if (!first_difference(cached_samples, expected_samples, &at)) {
+      throw CacheError(id + " keyspace fingerprint mismatch.");
+    }
+    throw CacheError(id + " keyspace fingerprint mismatch: the datasets' samples differ at " +
+                     pointer_text(at) + " (episodes are [episode_index, length]): cache=" +
+                     value_at(cached_samples, at) + " expected=" + value_at(expected_samples, at) +
+                     "; generate the cache for these datasets with `wam-pipeline cache generate "
+                     "PIPELINE --overwrite`");
+  }
   if (differs("key_codec")) {
     throw CacheError(id + " key codec mismatch: cache=" + part(cached, "key_codec").dump() +
                      " expected=" + part(expected, "key_codec").dump());
@@ -252,20 +290,23 @@ std::string shard_file(int64_t shard_index) {
 
 std::string catalog_path(const std::string& root) { return root + "/catalog.json"; }
 
+bool stays_inside(const std::string& relative) {
+  const fs::path normal = fs::path(relative).lexically_normal();
+  return !relative.empty() && !normal.is_absolute() && !normal.empty() && *normal.begin() != "..";
+}
+
 std::string read_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CacheError("cannot read " + what + " " + path);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::string error;
+  std::optional<std::string> text = read_regular_file(path, kMaxCacheJsonBytes, error);
+  if (!text) throw CacheError("cannot read " + what + " " + path + ": " + error);
+  return std::move(*text);
 }
 
 json parse_json(const std::string& text, const std::string& path) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    throw CacheError(path + ": invalid JSON: " + e.what());
-  }
+  JsonTextError error;
+  std::optional<json> value = parse_json_text(text, error);
+  if (!value) throw CacheError(path + ":" + error.location + ": " + error.message);
+  return std::move(*value);
 }
 
 namespace {
@@ -281,6 +322,28 @@ json checked_catalog(const std::string& root, const std::string& text) {
   }
   if (!catalog.contains("artifacts") || !catalog["artifacts"].is_object()) {
     throw CacheError(path + ": catalog has no artifacts object");
+  }
+  const auto kind = [](const json& value) -> std::string {
+    if (value.is_object()) return "an object";
+    if (value.is_array()) return "an array";
+    if (value.is_null()) return "null";
+    return std::string("a ") + value.type_name();
+  };
+  for (const auto& [id, entry] : catalog["artifacts"].items()) {
+    const std::string pointer = "/artifacts/" + id;
+    const std::string fix =
+        "; the catalog is damaged: rebuild the cache with `wam-pipeline cache "
+        "generate PIPELINE --overwrite`";
+    if (!entry.is_object()) {
+      throw CacheError(path + ": " + pointer + " is " + kind(entry) +
+                       ", expected an object {backend, build_id, manifest, manifest_sha256}" + fix);
+    }
+    for (const char* key : {"backend", "build_id", "manifest", "manifest_sha256"}) {
+      if (entry.contains(key) && !entry[key].is_string()) {
+        throw CacheError(path + ": " + pointer + "/" + key + " is " + kind(entry[key]) +
+                         ", expected a string" + fix);
+      }
+    }
   }
   return catalog;
 }
@@ -305,48 +368,125 @@ json load_catalog_or_empty(const std::string& root) {
   return load_catalog(root);
 }
 
-CatalogLock::CatalogLock(const std::string& root) {
-  std::error_code ec;
-  fs::create_directories(root, ec);
-  const std::string path = root + "/.catalog.lock";
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+FileLock::FileLock(const std::string& path, double timeout_seconds) : path_(path) {
+  // O_NONBLOCK: a FIFO planted as the lock file must not block the open.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
   if (fd_ < 0) throw CacheError("cannot open " + path + ": " + errno_text());
-  while (::flock(fd_, LOCK_EX) != 0) {
-    if (errno != EINTR) {
+  struct stat info {};
+  std::string problem =
+      ::fstat(fd_, &info) != 0 ? errno_text() : not_regular_file_reason(info.st_mode);
+  if (!problem.empty()) {
+    ::close(fd_);
+    throw CacheError("cannot use " + path + " as a lock file: " + problem);
+  }
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::duration<double>(std::max(timeout_seconds, 0.0));
+  while (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno != EWOULDBLOCK) {
       const std::string why = errno_text();
       ::close(fd_);
       throw CacheError("cannot lock " + path + ": " + why);
     }
+    if (std::chrono::steady_clock::now() >= deadline) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  held_ = true;
+  char host[256] = "?";
+  ::gethostname(host, sizeof(host) - 1);
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char since[32];
+  std::strftime(since, sizeof(since), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  const std::string text =
+      "pid " + std::to_string(::getpid()) + " on host " + host + " since " + since + "\n";
+  // Best effort: the lock is held whether or not the note is written.
+  [[maybe_unused]] const bool noted =
+      ::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, text.data(), text.size(), 0) > 0;
 }
 
-CatalogLock::~CatalogLock() { ::close(fd_); }
+FileLock::~FileLock() {
+  // Cleared, so that a later holder writing no note is not taken for this process.
+  [[maybe_unused]] const bool cleared = held_ && ::ftruncate(fd_, 0) == 0;
+  ::close(fd_);
+}
+
+std::string FileLock::holder() const {
+  char text[512];
+  const ssize_t n = ::pread(fd_, text, sizeof(text) - 1, 0);
+  std::string note = n > 0 ? std::string(text, static_cast<size_t>(n)) : std::string();
+  while (!note.empty() && (note.back() == '\n' || note.back() == '\0')) note.pop_back();
+  return note.empty() ? "an unknown process" : note;
+}
+
+namespace {
+
+// <root>/.<name>, creating the root first.
+std::string lock_file_under(const std::string& root, const std::string& name) {
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  return root + "/" + name;
+}
+
+}  // namespace
+
+CatalogLock::CatalogLock(const std::string& root, double timeout_seconds)
+    : lock_(lock_file_under(root, ".catalog.lock"), timeout_seconds) {
+  if (!lock_.held()) {
+    std::ostringstream seconds;
+    seconds << timeout_seconds;
+    throw CacheError("cannot take the cache catalog lock " + lock_.path() + " within " +
+                     seconds.str() + " s: it is held by " + lock_.holder() +
+                     ". A publish holds it for a moment only: that process hangs; stop it, or "
+                     "remove the lock file if no process holds it any more");
+  }
+}
 
 void check_key_coverage(const std::string& artifact_id, const std::vector<int64_t>& ids,
                         int64_t sample_count) {
   constexpr size_t kExamples = 8;
-  std::vector<char> seen(static_cast<size_t>(std::max<int64_t>(sample_count, 0)), 0);
+  // Memory and time follow the ids listed, not the sample_count a damaged file may claim (2^40).
+  std::unordered_set<int64_t> seen;
+  seen.reserve(ids.size());
   std::vector<std::string> extra;
   size_t extra_count = 0;
   for (int64_t id : ids) {
-    if (id >= 0 && id < sample_count && !seen[id]) {
-      seen[id] = 1;
-    } else if (extra_count++ < kExamples) {
-      extra.push_back(sample_key(id));
-    }
+    if (id >= 0 && id < sample_count && seen.insert(id).second) continue;
+    if (extra_count++ < kExamples) extra.push_back(sample_key(id));
   }
+  std::vector<int64_t> present(seen.begin(), seen.end());
+  std::sort(present.begin(), present.end());
+  const int64_t missing_count =
+      std::max<int64_t>(sample_count, 0) - static_cast<int64_t>(present.size());
   std::vector<std::string> missing;
-  size_t missing_count = 0;
-  for (int64_t id = 0; id < sample_count; ++id) {
-    if (!seen[id] && missing_count++ < kExamples) missing.push_back(sample_key(id));
+  int64_t next = 0;  // the smallest id not yet known to be present or reported
+  for (size_t i = 0; i <= present.size() && missing.size() < kExamples; ++i) {
+    const int64_t until = i < present.size() ? present[i] : std::max<int64_t>(sample_count, 0);
+    for (; next < until && missing.size() < kExamples; ++next) missing.push_back(sample_key(next));
+    next = until + 1;
   }
   if (missing_count == 0 && extra_count == 0) return;
-  if (missing_count > kExamples) missing.push_back("...");
+  if (missing_count > static_cast<int64_t>(kExamples)) missing.push_back("...");
   if (extra_count > kExamples) extra.push_back("...");
   throw CacheError(artifact_id + " key coverage mismatch: missing=[" + join(missing, ", ") +
                    "] extra=[" + join(extra, ", ") + "] (" + std::to_string(missing_count) +
                    " missing, " + std::to_string(extra_count) + " extra or duplicate, " +
                    std::to_string(sample_count) + " expected)");
+}
+
+std::string key_mismatch(const std::string& artifact_id, const std::string& path, int64_t row,
+                         int64_t stored, int64_t indexed) {
+  return artifact_id + " index/shard key mismatch: " + path + " row " + std::to_string(row) +
+         " holds " + sample_key(stored) + ", the index says " + sample_key(indexed);
+}
+
+std::string row_checksum_mismatch(const std::string& artifact_id, const std::string& path,
+                                  int64_t row, int64_t sample_id, const std::string& value) {
+  return artifact_id + " row checksum mismatch: " + path + " row " + std::to_string(row) + " (" +
+         sample_key(sample_id) + ") value " + value +
+         ": its bytes are not those written; the shard is damaged: rebuild the cache with "
+         "`wam-pipeline cache generate PIPELINE --overwrite`";
 }
 
 namespace {
@@ -359,6 +499,46 @@ std::string shard_attribute(hid_t object, const char* name, const std::string& p
   return hdf5::read_string_attribute(object, name, path).value_or("<absent>");
 }
 
+// Reads every row of every value with pread and compares it with its stored checksum.
+void check_row_checksums(const std::string& path, const std::string& artifact_id,
+                         const std::vector<ValueSchema>& values, const ShardLayout& shard) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw CacheError("cannot open " + path + ": " + errno_text());
+  std::vector<char> row_bytes;
+  try {
+    for (size_t v = 0; v < values.size(); ++v) {
+      const ValueLayout& layout = shard.values[v];
+      const int64_t unit = static_cast<int64_t>(values[v].unit_bytes());
+      for (size_t row = 0; row < shard.sample_ids.size(); ++row) {
+        const int64_t begin =
+            layout.offsets.empty() ? static_cast<int64_t>(row) * unit : layout.offsets[row] * unit;
+        const int64_t bytes =
+            layout.offsets.empty() ? unit : (layout.offsets[row + 1] - layout.offsets[row]) * unit;
+        row_bytes.resize(static_cast<size_t>(bytes));
+        for (int64_t done = 0; done < bytes;) {
+          const ssize_t n = ::pread(fd, row_bytes.data() + done, static_cast<size_t>(bytes - done),
+                                    layout.data_offset + begin + done);
+          if (n < 0 && errno == EINTR) continue;
+          if (n <= 0) {
+            throw CacheError(artifact_id + " cannot read row " + std::to_string(row) + " of " +
+                             path + ": " + (n == 0 ? "the file ends early" : errno_text()));
+          }
+          done += n;
+        }
+        if (row_checksum(shard.sample_ids[row], row_bytes.data(), row_bytes.size()) !=
+            layout.row_checksums[row]) {
+          throw CacheError(row_checksum_mismatch(artifact_id, path, static_cast<int64_t>(row),
+                                                 shard.sample_ids[row], values[v].name));
+        }
+      }
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+}
+
 std::string dims_text(const std::vector<hsize_t>& dims) {
   std::string text = "[";
   for (size_t i = 0; i < dims.size(); ++i) text += (i ? "," : "") + std::to_string(dims[i]);
@@ -367,10 +547,9 @@ std::string dims_text(const std::vector<hsize_t>& dims) {
 
 }  // namespace
 
-std::vector<ValueLayout> inspect_shard(const std::string& path, const std::string& artifact_id,
-                                       const std::string& build_id,
-                                       const std::vector<ValueSchema>& values, int64_t rows,
-                                       const std::vector<int64_t>* expected_ids) {
+ShardLayout inspect_shard(const std::string& path, const std::string& artifact_id,
+                          const std::string& build_id, const std::vector<ValueSchema>& values,
+                          int64_t rows, const std::vector<int64_t>* expected_ids) {
   // Thread-safe HDF5 keeps an error stack, and its printing setting, per thread.
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
   const std::string& id = artifact_id;
@@ -435,20 +614,19 @@ std::vector<ValueLayout> inspect_shard(const std::string& path, const std::strin
   Handle ids_dataset(open_dataset("sample_ids"), H5Dclose);
   check_dataset(ids_dataset.get(), "sample_ids", {static_cast<hsize_t>(rows)}, H5T_INTEGER, 8,
                 true);
+  ShardLayout shard;
+  std::vector<int64_t>& ids = shard.sample_ids;
+  ids.resize(static_cast<size_t>(rows));
+  check(H5Dread(ids_dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids.data()),
+        "read", path, "sample_ids");
   if (expected_ids) {
-    std::vector<int64_t> ids(static_cast<size_t>(rows));
-    check(H5Dread(ids_dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ids.data()),
-          "read", path, "sample_ids");
     for (int64_t row = 0; row < rows; ++row) {
       if (ids[row] != (*expected_ids)[row]) {
-        throw CacheError(id + " index/shard key mismatch: " + path + " row " + std::to_string(row) +
-                         " holds " + sample_key(ids[row]) + ", the index says " +
-                         sample_key((*expected_ids)[row]));
+        throw CacheError(key_mismatch(id, path, row, ids[row], (*expected_ids)[row]));
       }
     }
   }
 
-  std::vector<ValueLayout> layouts;
   for (const ValueSchema& value : values) {
     const std::string name = "values/" + value.name;
     const bool is_float32 = value.dtype == DType::kFloat32;
@@ -484,9 +662,23 @@ std::vector<ValueLayout> inspect_shard(const std::string& path, const std::strin
                        std::string(dtype_name(value.dtype)) + "\"");
       }
     }
-    layouts.push_back(std::move(layout));
+    const std::string checksums = name + ".__crc32";
+    if (!exists(checksums)) {
+      throw CacheError(id + " shard " + path + " has no row checksums (" + checksums +
+                       "): it was built before reads checked every row; rebuild the cache with "
+                       "`wam-pipeline cache generate PIPELINE --overwrite`");
+    }
+    Handle checksums_dataset(open_dataset(checksums), H5Dclose);
+    check_dataset(checksums_dataset.get(), checksums, {static_cast<hsize_t>(rows)}, H5T_INTEGER, 4,
+                  false);
+    layout.row_checksums.resize(static_cast<size_t>(rows));
+    check(H5Dread(checksums_dataset.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                  layout.row_checksums.data()),
+          "read", path, checksums);
+    shard.values.push_back(std::move(layout));
   }
-  return layouts;
+  if (expected_ids) check_row_checksums(path, id, values, shard);
+  return shard;
 }
 
 namespace {
@@ -556,8 +748,21 @@ CheckedBuild check_build_json(const std::string& build_dir, const std::string& m
     throw CacheError(id + " partial cache is empty: " + manifest_path);
   }
 
+  // What a damaged or hand-edited manifest says is refused naming the file and the JSON pointer.
+  const auto damaged = [&](const std::string& pointer, const std::string& what) {
+    return CacheError(id + " manifest " + manifest_path + ": " + pointer + " " + what +
+                      "; rebuild the cache with `wam-pipeline cache generate PIPELINE "
+                      "--overwrite`");
+  };
+  const auto inside_build = [&](const json& value, const std::string& pointer) {
+    const std::string relative = value.get<std::string>();
+    if (!stays_inside(relative)) {
+      throw damaged(pointer, "\"" + relative + "\" leaves the build directory " + build_dir);
+    }
+    return build_dir + "/" + relative;
+  };
   const std::string index_path =
-      build_dir + "/" + required(manifest, "index_file", id, manifest_path).get<std::string>();
+      inside_build(required(manifest, "index_file", id, manifest_path), "/index_file");
   const std::string index_text = read_file(index_path, id + " index");
   if (sha256_hex(index_text) !=
       required(manifest, "index_sha256", id, manifest_path).get<std::string>()) {
@@ -570,18 +775,31 @@ CheckedBuild check_build_json(const std::string& build_dir, const std::string& m
                      " manifest=" + std::to_string(build.cached_samples));
   }
 
-  for (const json& shard : required(manifest, "shards", id, manifest_path)) {
+  const json& entries = index.at("entries");
+  // Every row of a shard is indexed: no shard holds more rows than the index lists samples.
+  const int64_t indexed = static_cast<int64_t>(entries.size());
+  const json& shards = required(manifest, "shards", id, manifest_path);
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const json& shard = shards[s];
+    const std::string pointer = "/shards/" + std::to_string(s);
     ShardRecord record{shard.at("file").get<std::string>(),
                        shard.at("rows").get<int64_t>(),
                        shard.at("bytes").get<int64_t>(),
                        shard.at("sha256").get<std::string>(),
                        {}};
+    inside_build(shard.at("file"), pointer + "/file");
+    if (record.rows < 1 || record.rows > indexed) {
+      throw damaged(pointer + "/rows", "is " + std::to_string(record.rows) + ", outside 1 .. " +
+                                           std::to_string(indexed) + " (the samples " + index_path +
+                                           " lists)");
+    }
+    if (record.bytes < 0) throw damaged(pointer + "/bytes", "is negative");
     record.sample_ids.assign(static_cast<size_t>(record.rows), -1);
     build.shards.push_back(std::move(record));
   }
   std::vector<int64_t> ids;
-  ids.reserve(static_cast<size_t>(std::max<int64_t>(build.cached_samples, 0)));
-  for (const auto& [key, entry] : index.at("entries").items()) {
+  ids.reserve(static_cast<size_t>(indexed));
+  for (const auto& [key, entry] : entries.items()) {
     std::optional<int64_t> parsed;
     if (key.rfind("sample:", 0) == 0)
       parsed = parse_integer<int64_t>(std::string_view(key).substr(7));
@@ -690,7 +908,7 @@ class ReaderLoader {
     }
     const std::string relative = entry.value("manifest", std::string());
     const fs::path manifest_relative = fs::path(relative).lexically_normal();
-    if (relative.empty() || manifest_relative.is_absolute() || *manifest_relative.begin() == "..") {
+    if (!internal::stays_inside(relative)) {
       throw CacheError(id + " manifest path leaves the cache root: \"" + relative + "\" in " +
                        catalog_file);
     }
@@ -724,10 +942,12 @@ class ReaderLoader {
       const internal::ShardRecord& record = build.shards[s];
       ArtifactReader::Shard shard;
       shard.path = build.build_dir + "/" + record.file;
-      shard.layouts = build.layouts.empty()
-                          ? internal::inspect_shard(shard.path, id, build.build_id, build.values,
-                                                    record.rows, nullptr)
-                          : std::move(build.layouts[s]);
+      internal::ShardLayout layout =
+          build.layouts.empty() ? internal::inspect_shard(shard.path, id, build.build_id,
+                                                          build.values, record.rows, nullptr)
+                                : std::move(build.layouts[s]);
+      shard.sample_ids = std::move(layout.sample_ids);
+      shard.layouts = std::move(layout.values);
       shard.fd = ::open(shard.path.c_str(), O_RDONLY | O_CLOEXEC);
       if (shard.fd < 0) throw CacheError("cannot open " + shard.path + ": " + errno_text());
       reader->shards_.push_back(std::move(shard));
@@ -778,7 +998,14 @@ const ArtifactReader::Location& ArtifactReader::locate(int64_t sample_id) const 
     throw CacheError(artifact_id_ + " cache is missing requested keys; examples=[" +
                      sample_key(sample_id) + "]");
   }
-  return locations_[sample_id];
+  const Location& location = locations_[sample_id];
+  const Shard& shard = shards_[location.shard];
+  // The index may send a sample to another's row (full validation compares them all at once).
+  if (shard.sample_ids[location.row] != sample_id) {
+    throw CacheError(internal::key_mismatch(artifact_id_, shard.path, location.row,
+                                            shard.sample_ids[location.row], sample_id));
+  }
+  return location;
 }
 
 void ArtifactReader::pread_exactly(const Shard& shard, void* dst, size_t bytes,
@@ -799,6 +1026,14 @@ void ArtifactReader::pread_exactly(const Shard& shard, void* dst, size_t bytes,
   bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
 }
 
+void ArtifactReader::check_row(const Shard& shard, int32_t row, int64_t sample_id, int value_index,
+                               const void* data, size_t bytes) const {
+  if (row_checksum(sample_id, data, bytes) != shard.layouts[value_index].row_checksums[row]) {
+    throw CacheError(internal::row_checksum_mismatch(artifact_id_, shard.path, row, sample_id,
+                                                     values_[value_index].name));
+  }
+}
+
 void ArtifactReader::read_fixed(int64_t sample_id, int value_index, void* dst) const {
   const Location& location = locate(sample_id);
   const Shard& shard = shards_[location.shard];
@@ -810,6 +1045,7 @@ void ArtifactReader::read_fixed(int64_t sample_id, int value_index, void* dst) c
   pread_exactly(
       shard, dst, row_bytes,
       shard.layouts[value_index].data_offset + static_cast<int64_t>(row_bytes) * location.row);
+  check_row(shard, location.row, sample_id, value_index, dst, row_bytes);
 }
 
 int64_t ArtifactReader::ragged_length(int64_t sample_id, int value_index) const {
@@ -831,8 +1067,11 @@ void ArtifactReader::read_ragged(int64_t sample_id, int value_index, void* dst) 
   const int64_t unit = static_cast<int64_t>(values_[value_index].unit_bytes());
   const int64_t begin = layout.offsets[location.row];
   const int64_t length = layout.offsets[location.row + 1] - begin;
-  if (length == 0) return;
-  pread_exactly(shard, dst, static_cast<size_t>(length * unit), layout.data_offset + begin * unit);
+  if (length > 0) {
+    pread_exactly(shard, dst, static_cast<size_t>(length * unit),
+                  layout.data_offset + begin * unit);
+  }
+  check_row(shard, location.row, sample_id, value_index, dst, static_cast<size_t>(length * unit));
 }
 
 std::unique_ptr<ArtifactReader> open_artifact(const std::string& root,
@@ -858,6 +1097,10 @@ ArtifactInfo summarize(const std::string& root, const std::string& id, const jso
   info.artifact_id = id;
   info.build_id = entry.value("build_id", std::string());
   info.manifest = entry.value("manifest", std::string());
+  if (!internal::stays_inside(info.manifest)) {
+    throw CacheError(id + " manifest path leaves the cache root: \"" + info.manifest + "\" in " +
+                     internal::catalog_path(root));
+  }
   const std::string manifest_path = root + "/" + info.manifest;
   const json manifest =
       internal::parse_json(internal::read_file(manifest_path, id + " manifest"), manifest_path);
@@ -866,8 +1109,12 @@ ArtifactInfo summarize(const std::string& root, const std::string& id, const jso
     ++info.shards;
     info.bytes += shard.value("bytes", int64_t{0});
   }
-  const std::string index_path = fs::path(manifest_path).parent_path().string() + "/" +
-                                 manifest.value("index_file", std::string("index.json"));
+  const std::string index_file = manifest.value("index_file", std::string("index.json"));
+  if (!internal::stays_inside(index_file)) {
+    throw CacheError(id + " manifest " + manifest_path + ": /index_file \"" + index_file +
+                     "\" leaves the build directory");
+  }
+  const std::string index_path = fs::path(manifest_path).parent_path().string() + "/" + index_file;
   const json index =
       internal::parse_json(internal::read_file(index_path, id + " index"), index_path);
   info.samples = static_cast<int64_t>(index.value("entries", json::object()).size());

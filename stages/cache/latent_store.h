@@ -52,6 +52,11 @@ struct ValueSchema {
 // value indices in readers and builders.
 std::vector<ValueSchema> value_schemas(const nlohmann::json& contract);
 
+// CRC-32 (zlib's) of the sample id (8 bytes, little-endian) followed by the row's bytes: stored
+// per row and value at build time (values/<name>.__crc32) and compared on every read, so that a
+// row whose bytes changed, or that answers for another sample, is never served.
+uint32_t row_checksum(int64_t sample_id, const void* data, size_t bytes);
+
 // SHA-256 of the canonical JSON text (sorted keys, no spaces, ASCII), as the reference computes it.
 std::string fingerprint(const nlohmann::json& value);
 std::string sample_key(int64_t sample_id);  // "sample:<id>"
@@ -80,6 +85,7 @@ enum class ValidationMode {
 struct ValueLayout {
   int64_t data_offset = 0;       // file offset of the dataset's first byte
   std::vector<int64_t> offsets;  // ragged: row bounds along dim 0, rows + 1 entries
+  std::vector<uint32_t> row_checksums;  // per row, as built (values/<name>.__crc32)
 };
 
 struct OpenOptions {
@@ -129,10 +135,15 @@ class ArtifactReader {
   struct Shard {
     std::string path;
     int fd = -1;
+    std::vector<int64_t> sample_ids;   // per row, as stored in the shard
     std::vector<ValueLayout> layouts;  // per value
   };
+  // The sample's shard and row, after checking that the row holds that sample.
   const Location& locate(int64_t sample_id) const;
   void pread_exactly(const Shard& shard, void* dst, size_t bytes, int64_t offset) const;
+  // Throws unless the bytes read for the sample's row of the value are the bytes built.
+  void check_row(const Shard& shard, int32_t row, int64_t sample_id, int value_index,
+                 const void* data, size_t bytes) const;
 
   std::string artifact_id_;
   std::string build_id_;

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "common/seeding.h"
+#include "data/augment_params.h"
 #include "data/image_ops.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
@@ -48,16 +49,6 @@ constexpr int64_t kAnchorIndex = 0;
 constexpr int64_t kRecentIndex = 1;
 constexpr int64_t kWindowStart = 2;
 
-enum class FrameSet { kAll, kCurrent };
-constexpr auto enum_names(FrameSet) {
-  return std::array{EnumName{FrameSet::kAll, "all"}, EnumName{FrameSet::kCurrent, "current"}};
-}
-enum class VideoDtype { kFloat32, kUint8 };
-constexpr auto enum_names(VideoDtype) {
-  return std::array{EnumName{VideoDtype::kFloat32, "float32"},
-                    EnumName{VideoDtype::kUint8, "uint8"}};
-}
-
 void require_pair(ParamChecker& c, const char* name, const std::vector<int64_t>& value) {
   c.require(value.size() == 2, name,
             "must be [height, width], got " + std::to_string(value.size()) + " values");
@@ -67,142 +58,29 @@ void require_range(ParamChecker& c, const char* name, const std::vector<double>&
             "must be [min, max] with min <= max, got " + nlohmann::json(value).dump());
 }
 
-struct AugmentParams {
-  FrameSet frames = FrameSet::kAll;
-  image_ops::Canvas canvas = image_ops::Canvas::kVertical;
-  std::vector<int64_t> camera_size = {192, 256};
-  bool deterministic = false;
-  VideoDtype video_dtype = VideoDtype::kFloat32;
+}  // namespace
 
-  std::vector<int64_t> camera_jitter_cameras;
-  double camera_jitter_prob = 0.0;
-  std::vector<double> camera_jitter_scale = {1.0, 1.0};
-  double camera_jitter_translate = 0.0;
-  double camera_jitter_rotation = 0.0;
-  bool camera_jitter_random_crop = false;
-
-  double color_jitter_brightness = 0.0;
-  double color_jitter_contrast = 0.0;
-  double color_jitter_saturation = 0.0;
-  double color_jitter_gamma = 0.0;
-
-  double domain_jitter_rgb_prob = 0.0;
-  std::vector<double> domain_jitter_rgb_gain = {0.8, 1.2};
-  double domain_jitter_shadow_prob = 0.0;
-  std::vector<double> domain_jitter_shadow_depth = {0.15, 0.35};
-  std::vector<double> domain_jitter_shadow_sigma = {0.25, 0.6};
-
-  std::vector<int64_t> sensor_noise_cameras;
-  double sensor_noise_gaussian_prob = 0.0;
-  double sensor_noise_gaussian_std = 0.02;
-  double sensor_noise_blur_prob = 0.0;
-  int64_t sensor_noise_blur_kernel_size = 3;
-  double sensor_noise_downsample_prob = 0.0;
-  double sensor_noise_downsample_scale_min = 0.75;
-
-  bool sync_vlm_color_jitter = true;
-  bool sync_vlm_camera_jitter = true;
-  std::string augment_if;
-
-  template <class V>
-  void visit(V& v) {
-    v("frames", frames,
-      "What `frames` holds: all = [anchor, recent, window...] (writes the video canvas), "
-      "current = the current frame only (writes only vlm_current_images).");
-    v("canvas", canvas,
-      "Camera layout on the 384x256 canvas: vertical = cameras stacked in equal rows; robotwin = "
-      "camera 0 at 256x256 on top, cameras 1 and 2 at 128x128 side by side below.");
-    v("camera_size", camera_size, "Per-camera resize [H, W] before jitter and composition.",
-      Min{1});
-    v("deterministic", deterministic,
-      "Turn every random transform off, whatever the jitter params say (latent caches need it).");
-    v("video_dtype", video_dtype,
-      "float32: `video` in [-1, 1]; uint8: the same values as uint8 levels round((x + 1) * 127.5) "
-      "(a quarter of the bytes), quantised here per sample; HostToDevice turns them back into "
-      "float [-1, 1]. The memory frames stay float32.");
-
-    v("camera_jitter_cameras", camera_jitter_cameras, "Camera indices that get camera jitter.",
-      Min{0});
-    v("camera_jitter_prob", camera_jitter_prob, "Chance a selected camera is jittered.", Min{0.0},
-      Max{1.0});
-    v("camera_jitter_scale", camera_jitter_scale,
-      "[min, max] fraction of the field of view kept (zoom in by up to 1/min).", Min{0.01},
-      Max{1.0});
-    v("camera_jitter_translate", camera_jitter_translate,
-      "Largest shift, as a fraction of the camera's width and height.", Min{0.0}, Max{0.5});
-    v("camera_jitter_rotation", camera_jitter_rotation, "Largest rotation in degrees.", Min{0.0},
-      Max{180.0});
-    v("camera_jitter_random_crop", camera_jitter_random_crop,
-      "Place the kept field of view anywhere in the frame instead of at its centre.");
-
-    v("color_jitter_brightness", color_jitter_brightness,
-      "Brightness factor drawn from [1 - b, 1 + b] (0: off).", Min{0.0});
-    v("color_jitter_contrast", color_jitter_contrast,
-      "Contrast factor drawn from [1 - c, 1 + c] (0: off).", Min{0.0});
-    v("color_jitter_saturation", color_jitter_saturation,
-      "Saturation factor drawn from [1 - s, 1 + s] (0: off).", Min{0.0});
-    v("color_jitter_gamma", color_jitter_gamma, "Gamma drawn from [1 - g, 1 + g] (0: off).",
-      Min{0.0}, Max{0.99});
-
-    v("domain_jitter_rgb_prob", domain_jitter_rgb_prob, "Chance of a per-channel RGB gain.",
-      Min{0.0}, Max{1.0});
-    v("domain_jitter_rgb_gain", domain_jitter_rgb_gain, "[min, max] gain of each channel.",
-      Min{0.0});
-    v("domain_jitter_shadow_prob", domain_jitter_shadow_prob, "Chance of a soft shadow.", Min{0.0},
-      Max{1.0});
-    v("domain_jitter_shadow_depth", domain_jitter_shadow_depth,
-      "[min, max] darkening at the shadow's centre.", Min{0.0}, Max{1.0});
-    v("domain_jitter_shadow_sigma", domain_jitter_shadow_sigma,
-      "[min, max] shadow radius (Gaussian sigma) as a fraction of the canvas.", Min{0.01});
-
-    v("sensor_noise_cameras", sensor_noise_cameras, "Camera indices that get sensor noise.",
-      Min{0});
-    v("sensor_noise_gaussian_prob", sensor_noise_gaussian_prob, "Chance of Gaussian pixel noise.",
-      Min{0.0}, Max{1.0});
-    v("sensor_noise_gaussian_std", sensor_noise_gaussian_std,
-      "Standard deviation of the pixel noise (pixel values in [0, 1]).", Min{0.0});
-    v("sensor_noise_blur_prob", sensor_noise_blur_prob, "Chance of a Gaussian blur.", Min{0.0},
-      Max{1.0});
-    v("sensor_noise_blur_kernel_size", sensor_noise_blur_kernel_size,
-      "Blur kernel size (odd); sigma is drawn from [0.1, 2].", Min{1});
-    v("sensor_noise_downsample_prob", sensor_noise_downsample_prob,
-      "Chance of a down- and up-sampling round trip.", Min{0.0}, Max{1.0});
-    v("sensor_noise_downsample_scale_min", sensor_noise_downsample_scale_min,
-      "Smallest down-sampling scale; the scale is drawn from [min, 1].", Min{0.05}, Max{1.0});
-
-    v("sync_vlm_color_jitter", sync_vlm_color_jitter,
-      "Give the VLM's current images the sample's colour jitter (brightness, contrast, "
-      "saturation, gamma; contrast against each image's own mean), as the reference's "
-      "sync_vlm_color_jitter / apply_to_vlm.");
-    v("sync_vlm_camera_jitter", sync_vlm_camera_jitter,
-      "Give each camera's VLM current image that camera's camera jitter (the same motion at the "
-      "raw size), as the reference's sync_vlm_camera_jitter / apply_to_vlm.");
-    v("augment_if", augment_if,
-      "Bool field: augment only samples where it is true, pass the others through unchanged "
-      "(\"\": every sample).");
-  }
-
-  // What the params alone can tell; the camera count of the samples is checked as they come.
-  void check(ParamChecker& c) const {
-    require_pair(c, "camera_size", camera_size);
-    require_range(c, "camera_jitter_scale", camera_jitter_scale);
-    require_range(c, "domain_jitter_rgb_gain", domain_jitter_rgb_gain);
-    require_range(c, "domain_jitter_shadow_depth", domain_jitter_shadow_depth);
-    require_range(c, "domain_jitter_shadow_sigma", domain_jitter_shadow_sigma);
-    c.require(sensor_noise_blur_kernel_size % 2 == 1, "sensor_noise_blur_kernel_size",
-              "must be odd, got " + std::to_string(sensor_noise_blur_kernel_size));
-    if (canvas == image_ops::Canvas::kRobotwin) {
-      for (const auto& [name, list] : {std::pair{"camera_jitter_cameras", &camera_jitter_cameras},
-                                       std::pair{"sensor_noise_cameras", &sensor_noise_cameras}}) {
-        for (int64_t camera : *list) {
-          c.require(camera < image_ops::kRobotwinCameras, name,
-                    "names camera " + std::to_string(camera) + " but canvas \"robotwin\" has " +
-                        std::to_string(image_ops::kRobotwinCameras) + " cameras");
-        }
+void AugmentParams::check(ParamChecker& c) const {
+  require_pair(c, "camera_size", camera_size);
+  require_range(c, "camera_jitter_scale", camera_jitter_scale);
+  require_range(c, "domain_jitter_rgb_gain", domain_jitter_rgb_gain);
+  require_range(c, "domain_jitter_shadow_depth", domain_jitter_shadow_depth);
+  require_range(c, "domain_jitter_shadow_sigma", domain_jitter_shadow_sigma);
+  c.require(sensor_noise_blur_kernel_size % 2 == 1, "sensor_noise_blur_kernel_size",
+            "must be odd, got " + std::to_string(sensor_noise_blur_kernel_size));
+  if (canvas == image_ops::Canvas::kRobotwin) {
+    for (const auto& [name, list] : {std::pair{"camera_jitter_cameras", &camera_jitter_cameras},
+                                     std::pair{"sensor_noise_cameras", &sensor_noise_cameras}}) {
+      for (int64_t camera : *list) {
+        c.require(camera < image_ops::kRobotwinCameras, name,
+                  "names camera " + std::to_string(camera) + " but canvas \"robotwin\" has " +
+                      std::to_string(image_ops::kRobotwinCameras) + " cameras");
       }
     }
   }
-};
+}
+
+namespace {
 
 using seeding::splitmix64;
 

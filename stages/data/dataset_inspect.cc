@@ -1,7 +1,6 @@
 #include "data/dataset_inspect.h"
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -15,6 +14,7 @@ extern "C" {
 #include "common/ffmpeg.h"
 #include "data/lerobot_dataset.h"
 #include "wam/error.h"
+#include "wam/limits.h"
 
 namespace wam::data {
 namespace {
@@ -29,6 +29,10 @@ struct VideoSummary {
 };
 
 VideoSummary summarize_video(const std::string& path) {
+  // FFmpeg would wait forever for a writer of a FIFO.
+  if (const std::string problem = regular_file_problem(path); !problem.empty()) {
+    throw Error(path + ": " + problem);
+  }
   AVFormatContext* opened = nullptr;
   if (int rc = avformat_open_input(&opened, path.c_str(), nullptr, nullptr); rc < 0) {
     throw Error(path + ": FFmpeg cannot open the video: " + ffmpeg::error_message(rc));
@@ -102,122 +106,6 @@ std::vector<size_t> inspected_episodes(size_t total, int64_t limit) {
   return picked;
 }
 
-// Problems of one episode's columns: unreadable, or timestamps that do not run 0, 1/fps, 2/fps...
-// (real datasets start at 1/fps or skip frames; rows still map to video frames by position).
-std::vector<std::string> column_problems(const LeRobotDataset& ds, const EpisodeInfo& episode) {
-  EpisodeData columns;
-  try {
-    columns = ds.read_episode(episode.episode_index);
-  } catch (const Error& e) {
-    return {e.what()};
-  }
-  auto timestamp = columns.floats.find("timestamp");
-  if (timestamp == columns.floats.end() || timestamp->second.rows == 0) return {};
-  const std::vector<float>& t = timestamp->second.values;
-  const double period = 1.0 / ds.info().fps;
-  const std::string where = episode.data_file + " (episode " +
-                            std::to_string(episode.episode_index) + ", column timestamp)";
-  std::vector<std::string> found;
-  if (std::abs(t[0] - period) < 0.25 * period) {
-    found.push_back(where + ": starts at " + std::to_string(t[0]) +
-                    " s = 1/fps, not 0; row k is matched to video frame k");
-  } else if (std::abs(t[0]) >= 0.25 * period) {
-    found.push_back(where + ": starts at " + std::to_string(t[0]) +
-                    " s, not 0; row k is matched to video frame k");
-  }
-  for (size_t r = 1; r < t.size(); ++r) {
-    const double gap = t[r] - t[r - 1];
-    if (std::abs(gap - period) > 0.25 * period) {
-      found.push_back(where + ": irregular: " + std::to_string(gap) + " s between rows " +
-                      std::to_string(r - 1) + " and " + std::to_string(r) + " (1/fps is " +
-                      std::to_string(period) + " s); row k is matched to video frame k");
-      break;
-    }
-  }
-  return found;
-}
-
-// One camera's videos over the inspected episodes; what is wrong with them goes to `problems`.
-CameraReport inspect_camera(const LeRobotDataset& ds, const std::string& key,
-                            const std::vector<size_t>& picked, std::vector<std::string>& problems) {
-  const auto& info = ds.info();
-  CameraReport camera;
-  camera.key = key;
-  std::optional<VideoSummary> first;
-  int64_t missing = 0;
-  std::set<std::string> summarized;
-  std::vector<std::string> camera_problems;
-  for (size_t i : picked) {
-    const EpisodeInfo& episode = ds.episodes()[i];
-    const std::string file = ds.video_file(episode.episode_index, key);
-    if (!std::filesystem::exists(file)) {
-      ++missing;
-      continue;
-    }
-    if (!summarized.insert(file).second) continue;  // v3.0: episodes share an mp4
-    VideoSummary v;
-    try {
-      v = summarize_video(file);
-    } catch (const Error& e) {
-      camera_problems.push_back(e.what());
-      continue;
-    }
-    ++camera.videos;
-    camera.frames += v.frames;
-    if (v.max_gap == 0) {
-      ++camera.single_keyframe_videos;
-    } else {
-      camera.min_keyframe_gap =
-          camera.min_keyframe_gap == 0 ? v.min_gap : std::min(camera.min_keyframe_gap, v.min_gap);
-      camera.max_keyframe_gap = std::max(camera.max_keyframe_gap, v.max_gap);
-    }
-    const Feature* feature = info.feature(key);
-    if (feature && feature->shape.size() == 3 &&
-        (feature->shape[0] != v.height || feature->shape[1] != v.width)) {
-      camera_problems.push_back(file + ": " + std::to_string(v.width) + "x" +
-                                std::to_string(v.height) + ", but meta/info.json gives " + key +
-                                " shape " + nlohmann::json(feature->shape).dump() +
-                                " (height, width, channels)");
-    }
-    // A v3.0 mp4 holds several episodes: its frame count is theirs together.
-    if (!ds.is_v3() && v.frames != episode.length) {
-      camera_problems.push_back(file + ": " + std::to_string(v.frames) +
-                                " frames, but meta/episodes.jsonl says " +
-                                std::to_string(episode.length));
-    }
-    if (!first) {
-      first = v;
-    } else if (v.codec != first->codec || v.width != first->width || v.height != first->height) {
-      camera_problems.push_back(file + ": " + v.codec + " " + std::to_string(v.width) + "x" +
-                                std::to_string(v.height) + ", but the camera's first video is " +
-                                first->codec + " " + std::to_string(first->width) + "x" +
-                                std::to_string(first->height));
-    }
-  }
-  if (first) {
-    camera.codec = first->codec;
-    camera.width = first->width;
-    camera.height = first->height;
-    if (missing > 0) {
-      camera_problems.push_back(key + ": " + std::to_string(missing) + " of " +
-                                std::to_string(picked.size()) +
-                                " inspected episodes have no video file");
-    }
-  } else {
-    camera.unreadable = !camera_problems.empty();
-  }
-  // A broken dataset repeats the same fault in every episode: keep a few of each camera's.
-  constexpr size_t kShown = 5;
-  for (size_t i = 0; i < std::min(camera_problems.size(), kShown); ++i) {
-    problems.push_back(camera_problems[i]);
-  }
-  if (camera_problems.size() > kShown) {
-    problems.push_back(key + ": " + std::to_string(camera_problems.size() - kShown) +
-                       " more like these");
-  }
-  return camera;
-}
-
 }  // namespace
 
 DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
@@ -232,9 +120,9 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
   report.tasks = static_cast<int64_t>(ds.tasks().size());
   for (const char* key : {"action", "observation.state"}) {
     if (const Feature* f = info.feature(key)) {
-      report.vectors.emplace_back(
-          std::string(key) == "action" ? "action" : "state",
-          f->dtype + "[" + std::to_string(f->shape.empty() ? 0 : f->shape[0]) + "]");
+      report.vectors.emplace_back(std::string(key) == "action" ? "action" : "state",
+                                  f->dtype + "[" +
+                                      std::to_string(f->shape.empty() ? 0 : f->shape[0]) + "]");
     }
   }
   report.has_episode_stats = ds.has_episode_stats();
@@ -249,21 +137,101 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
   const std::vector<size_t> picked = inspected_episodes(ds.episodes().size(), episode_limit);
   report.inspected_episodes = static_cast<int64_t>(picked.size());
   for (const auto& key : info.video_keys()) {
-    report.cameras.push_back(inspect_camera(ds, key, picked, report.problems));
+    CameraReport camera;
+    camera.key = key;
+    std::optional<VideoSummary> first;
+    int64_t missing = 0;
+    std::set<std::string> summarized;
+    std::vector<std::string> camera_problems;
+    for (size_t i : picked) {
+      const EpisodeInfo& episode = ds.episodes()[i];
+      const std::string file = ds.video_file(episode.episode_index, key);
+      if (!std::filesystem::exists(file)) {
+        ++missing;
+        continue;
+      }
+      if (!summarized.insert(file).second) continue;  // v3.0: episodes share an mp4
+      VideoSummary v;
+      try {
+        v = summarize_video(file);
+      } catch (const Error& e) {
+        camera_problems.push_back(e.what());
+        continue;
+      }
+      ++camera.videos;
+      camera.frames += v.frames;
+      if (v.max_gap == 0) {
+        ++camera.single_keyframe_videos;
+      } else {
+        camera.min_keyframe_gap = camera.min_keyframe_gap == 0
+                                      ? v.min_gap
+                                      : std::min(camera.min_keyframe_gap, v.min_gap);
+        camera.max_keyframe_gap = std::max(camera.max_keyframe_gap, v.max_gap);
+      }
+      const Feature* feature = info.feature(key);
+      if (feature && feature->shape.size() == 3 &&
+          (feature->shape[0] != v.height || feature->shape[1] != v.width)) {
+        camera_problems.push_back(file + ": " + std::to_string(v.width) + "x" +
+                                  std::to_string(v.height) + ", but meta/info.json gives " + key +
+                                  " shape " + nlohmann::json(feature->shape).dump() +
+                                  " (height, width, channels)");
+      }
+      // A v3.0 mp4 holds several episodes: its frame count is theirs together.
+      if (!ds.is_v3() && v.frames != episode.length) {
+        camera_problems.push_back(file + ": " + std::to_string(v.frames) +
+                                  " frames, but meta/episodes.jsonl says " +
+                                  std::to_string(episode.length));
+      }
+      if (!first) {
+        first = v;
+      } else if (v.codec != first->codec || v.width != first->width || v.height != first->height) {
+        camera_problems.push_back(file + ": " + v.codec + " " + std::to_string(v.width) + "x" +
+                                  std::to_string(v.height) + ", but the camera's first video is " +
+                                  first->codec + " " + std::to_string(first->width) + "x" +
+                                  std::to_string(first->height));
+      }
+    }
+    if (first) {
+      camera.codec = first->codec;
+      camera.width = first->width;
+      camera.height = first->height;
+      if (missing > 0) {
+        camera_problems.push_back(key + ": " + std::to_string(missing) + " of " +
+                                  std::to_string(picked.size()) +
+                                  " inspected episodes have no video file");
+      }
+    } else {
+      camera.unreadable = !camera_problems.empty();
+    }
+    // A broken dataset repeats the same fault in every episode: keep a few of each camera's.
+    constexpr size_t kShown = 5;
+    for (size_t i = 0; i < std::min(camera_problems.size(), kShown); ++i) {
+      report.problems.push_back(camera_problems[i]);
+    }
+    if (camera_problems.size() > kShown) {
+      report.problems.push_back(key + ": " + std::to_string(camera_problems.size() - kShown) +
+                                " more like these");
+    }
+    report.cameras.push_back(std::move(camera));
   }
-  // A dataset's columns share their quirks: report the first episode's, and any other episode's
-  // that differ only in being unreadable.
+  // A dataset's columns share their quirks: report the first episode's, and every episode's
+  // damage (unreadable columns, non-finite values, timestamps running backwards or irregular),
+  // the first few episodes' in full.
+  constexpr size_t kShownEpisodes = 5;
+  size_t damaged = 0, not_shown = 0;
   for (size_t k = 0; k < picked.size(); ++k) {
-    std::vector<std::string> found = column_problems(ds, ds.episodes()[picked[k]]);
-    if (k > 0) {
-      found.erase(std::remove_if(found.begin(), found.end(),
-                                 [](const std::string& p) {
-                                   return p.find("(episode ") != std::string::npos &&
-                                          p.find("column timestamp)") != std::string::npos;
-                                 }),
-                  found.end());
+    const std::vector<std::string> found =
+        episode_column_problems(ds, ds.episodes()[picked[k]], k == 0);
+    if (found.empty()) continue;
+    if (++damaged > kShownEpisodes) {
+      not_shown += found.size();
+      continue;
     }
     report.problems.insert(report.problems.end(), found.begin(), found.end());
+  }
+  if (not_shown > 0) {
+    report.problems.push_back(std::to_string(not_shown) + " more problems like these in " +
+                              std::to_string(damaged - kShownEpisodes) + " more episodes");
   }
   return report;
 }
@@ -286,15 +254,10 @@ StatsResult write_dataset_stats(const std::string& dir, bool force) {
       columns.floats.emplace(key, std::move(column));
     }
     for (const auto& [key, column] : columns.floats) {
-      for (size_t k = 0; k < column.values.size(); ++k) {
-        if (!std::isfinite(column.values[k])) {
-          throw Error(episode.data_file + ": column \"" + key + "\" of episode " +
-                      std::to_string(episode.episode_index) + " holds " +
-                      std::to_string(column.values[k]) + " at row " +
-                      std::to_string(static_cast<int64_t>(k) / column.cols) + " (value " +
-                      std::to_string(static_cast<int64_t>(k) % column.cols) +
-                      "); stats need finite values: fix or drop the episode");
-        }
+      if (const std::string bad = describe_non_finite(key, episode.episode_index, column);
+          !bad.empty()) {
+        throw Error(episode.data_file + ": " + bad +
+                    "; stats need finite values: fix or drop the episode");
       }
       stats[episode.episode_index][key] = compute_stats(column);
     }

@@ -33,6 +33,8 @@
 
 #include "common/distributed.h"
 #include "common/seeding.h"
+#include "data/dataset_sampler.h"
+#include "data/episode_sampler_params.h"
 #include "data/lerobot_dataset.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
@@ -44,20 +46,6 @@ constexpr int64_t kMergedDim = 80;
 constexpr uint64_t kProprioNoiseStream = 0x70726f7072696f;  // "proprio": separates noise from order
 
 using seeding::mix_seed;
-
-enum class Normalization { kMinMax, kZScore };
-constexpr auto enum_names(Normalization) {
-  return std::array{EnumName{Normalization::kMinMax, "min_max"},
-                    EnumName{Normalization::kZScore, "z_score"}};
-}
-enum class StateTransform { kNone, kLiberoEeRot6d };
-constexpr auto enum_names(StateTransform) {
-  return std::array{EnumName{StateTransform::kNone, "none"},
-                    EnumName{StateTransform::kLiberoEeRot6d, "libero_ee_rot6d"}};
-}
-
-// Merges dataset dims into the 80-D layout: [[src_begin, src_end, dst_begin], ...].
-using Layout = std::vector<std::vector<int64_t>>;
 
 // What a layout's params alone decide; its source dims are checked once the dataset is open.
 void check_layout(ParamChecker& c, const char* name, const Layout& layout) {
@@ -90,85 +78,39 @@ void check_layout(ParamChecker& c, const char* name, const Layout& layout) {
   }
 }
 
-struct EpisodeSamplerParams {
-  std::vector<std::string> dataset_dirs;
-  std::vector<std::string> cameras;
-  int64_t num_frames = 33;
-  int64_t action_video_freq_ratio = 4;
-  int64_t memory_recent_frame_offset = 32;
-  bool shuffle = true;
-  int64_t max_samples = 0;
-  int64_t rank = -1;
-  int64_t world_size = -1;
-  Normalization normalization = Normalization::kZScore;
-  // RoboTwin's merger (reference-system.md section 1).
-  Layout action_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
-  Layout state_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
-  double state_noise_std = 0.0;
-  StateTransform state_transform = StateTransform::kNone;
+}  // namespace
 
-  template <class V>
-  void visit(V& v) {
-    v("dataset_dirs", dataset_dirs, "LeRobot dataset directories used together (same fps).",
-      NonEmpty{});
-    v("cameras", cameras, "Video feature keys, in the order of video_files.", NonEmpty{});
-    v("num_frames", num_frames, "Frames spanned by the window (window = every ratio-th).", Min{2});
-    v("action_video_freq_ratio", action_video_freq_ratio, "Actions per RGB window step.", Min{1});
-    v("memory_recent_frame_offset", memory_recent_frame_offset,
-      "How far back the recent memory frame lies.", Min{1});
-    v("shuffle", shuffle, "Seeded shuffle per epoch (else dataset order).");
-    v("max_samples", max_samples, "Samples per epoch before sharding (0: all).", Min{0});
-    v("rank", rank, "This process's shard (-1: the launcher's RANK, else 0).", Min{-1});
-    v("world_size", world_size, "Number of shards (-1: the launcher's WORLD_SIZE, else 1).",
-      Min{-1});
-    v("normalization", normalization,
-      "How action and state are normalised with the dataset stats (LIBERO min_max, RoboTwin "
-      "z_score).");
-    v("action_layout", action_layout,
-      "Merge into 80-D: [[src_begin, src_end, dst_begin], ...] over the action dims.", NonEmpty{});
-    v("state_layout", state_layout,
-      "Merge into 80-D: [[src_begin, src_end, dst_begin], ...] over the state dims (after "
-      "state_transform).",
-      NonEmpty{});
-    v("state_transform", state_transform,
-      "none, or libero_ee_rot6d: LIBERO's 15-D state [joint 7, ee position 3, ee axis-angle 3, "
-      "gripper 2] becomes 17-D [joint 7, ee position 3, ee 6-D rotation, gripper aperture 1], "
-      "as the reference's LiberoRight80NoFrameTransform; the 6-D rotation is not normalised.");
-    v("state_noise_std", state_noise_std,
-      "Gaussian noise on the normalised proprio rows, drawn from (seed, epoch, sample id); LIBERO "
-      "uses 0.01.",
-      Min{0.0});
+void EpisodeSamplerParams::check(ParamChecker& c) const {
+  const int64_t horizon = num_frames - 1;
+  if (horizon % action_video_freq_ratio != 0) {
+    c.error("num_frames",
+            "Action horizon must be divisible by action_video_freq_ratio: "
+            "num_frames-1=" +
+                std::to_string(horizon) +
+                ", action_video_freq_ratio=" + std::to_string(action_video_freq_ratio));
+  } else if ((horizon / action_video_freq_ratio) % 4 != 0) {
+    c.error("num_frames",
+            "The sampled RGB window must satisfy T % 4 == 1 for the Wan VAE: num_frames=" +
+                std::to_string(num_frames) +
+                " and action_video_freq_ratio=" + std::to_string(action_video_freq_ratio) +
+                " give T=" + std::to_string(horizon / action_video_freq_ratio + 1));
   }
+  if ((rank < 0) != (world_size < 0)) {
+    c.error(rank < 0 ? "rank" : "world_size",
+            "set both rank and world_size, or neither (then the launcher's RANK and "
+            "WORLD_SIZE apply)");
+  } else if (world_size == 0) {
+    c.error("world_size", "world_size must be >= 1, or -1 for the launcher's WORLD_SIZE");
+  } else if (rank >= 0) {
+    c.require(
+        rank < world_size, "rank",
+        "rank " + std::to_string(rank) + " must be < world_size " + std::to_string(world_size));
+  }
+  check_layout(c, "action_layout", action_layout);
+  check_layout(c, "state_layout", state_layout);
+}
 
-  void check(ParamChecker& c) const {
-    const int64_t horizon = num_frames - 1;
-    if (horizon % action_video_freq_ratio != 0) {
-      c.error("num_frames", "Action horizon must be divisible by action_video_freq_ratio: "
-                            "num_frames-1=" + std::to_string(horizon) +
-                                ", action_video_freq_ratio=" +
-                                std::to_string(action_video_freq_ratio));
-    } else if ((horizon / action_video_freq_ratio) % 4 != 0) {
-      c.error("num_frames",
-              "The sampled RGB window must satisfy T % 4 == 1 for the Wan VAE: num_frames=" +
-                  std::to_string(num_frames) +
-                  " and action_video_freq_ratio=" + std::to_string(action_video_freq_ratio) +
-                  " give T=" + std::to_string(horizon / action_video_freq_ratio + 1));
-    }
-    if ((rank < 0) != (world_size < 0)) {
-      c.error(rank < 0 ? "rank" : "world_size",
-              "set both rank and world_size, or neither (then the launcher's RANK and "
-              "WORLD_SIZE apply)");
-    } else if (world_size == 0) {
-      c.error("world_size", "world_size must be >= 1, or -1 for the launcher's WORLD_SIZE");
-    } else if (rank >= 0) {
-      c.require(
-          rank < world_size, "rank",
-          "rank " + std::to_string(rank) + " must be < world_size " + std::to_string(world_size));
-    }
-    check_layout(c, "action_layout", action_layout);
-    check_layout(c, "state_layout", state_layout);
-  }
-};
+namespace {
 
 struct Range {
   int64_t src_begin, src_end, dst_begin;
@@ -281,7 +223,7 @@ struct Episode {
   std::string default_task;
 };
 
-class EpisodeSampler final : public Source {
+class EpisodeSampler final : public Source, public DatasetSampler {
  public:
   static constexpr std::string_view kType = "EpisodeSampler";
   static constexpr std::string_view kSummary =
@@ -290,6 +232,8 @@ class EpisodeSampler final : public Source {
   using Params = EpisodeSamplerParams;
 
   explicit EpisodeSampler(Params p) : p_(std::move(p)) {}
+
+  const std::vector<std::string>& dataset_dirs() const override { return p_.dataset_dirs; }
 
   void declare(Contract& c) const override {
     for (const char* name : {"sample_id", "epoch", "episode_index", "frame_index"}) {
@@ -416,6 +360,14 @@ class EpisodeSampler final : public Source {
         for (const char* key : {"action", "observation.state"}) {
           if (!columns.floats.count(key)) {
             throw Error(file + ": no \"" + key + "\" column");
+          }
+          // Normalised and served, a NaN or an infinity would train silently.
+          if (const std::string bad =
+                  data::describe_non_finite(key, info.episode_index, columns.floats[key]);
+              !bad.empty()) {
+            throw Error(file + ": " + bad +
+                        "; training needs finite values: fix or drop the episode (`wam-pipeline "
+                        "dataset inspect` lists every such episode)");
           }
         }
         e.action = std::move(columns.floats["action"]);

@@ -161,6 +161,19 @@ std::string format_path(const std::string& pattern, int64_t episode_chunk, int64
   return format_path(pattern, fields);
 }
 
+std::string describe_non_finite(const std::string& key, int64_t episode_index,
+                                const FloatColumn& column) {
+  for (size_t k = 0; k < column.values.size(); ++k) {
+    if (std::isfinite(column.values[k])) continue;
+    const int64_t cols = std::max<int64_t>(column.cols, 1);
+    return "column \"" + key + "\" of episode " + std::to_string(episode_index) + " holds " +
+           std::to_string(column.values[k]) + " at row " +
+           std::to_string(static_cast<int64_t>(k) / cols) + " (value " +
+           std::to_string(static_cast<int64_t>(k) % cols) + ")";
+  }
+  return {};
+}
+
 FeatureStats compute_stats(const FloatColumn& column) {
   FeatureStats s;
   const size_t dims = static_cast<size_t>(column.cols);
@@ -380,11 +393,9 @@ LeRobotDataset LeRobotDataset::open(const std::string& root) {
                 "\" is not supported (supported: v2.0, v2.1, v3.0); convert the dataset with "
                 "LeRobot's conversion scripts");
   }
+  // open_v2 and open_v3 refuse an episode listed twice, naming both places.
   for (size_t k = 0; k < ds.episodes_.size(); ++k) {
-    if (!ds.position_.emplace(ds.episodes_[k].episode_index, k).second) {
-      throw Error(ds.root_ + "/meta: episode " + std::to_string(ds.episodes_[k].episode_index) +
-                  " is listed twice");
-    }
+    ds.position_.emplace(ds.episodes_[k].episode_index, k);
   }
 
   const std::string stats_path = ds.stats_path();
@@ -403,10 +414,15 @@ LeRobotDataset LeRobotDataset::open(const std::string& root) {
 void LeRobotDataset::open_v2() {
   const std::string episodes_path = root_ + "/meta/episodes.jsonl";
   int64_t line = 0;
+  std::map<int64_t, int64_t> line_of;  // episode_index -> line
   for (const auto& row : read_jsonl_file(episodes_path)) {
     std::string where = episodes_path + ":" + std::to_string(++line);
     EpisodeInfo e;
     e.episode_index = field<int64_t>(row, "episode_index", where);
+    if (auto [first, added] = line_of.emplace(e.episode_index, line); !added) {
+      throw Error(where + ": episode " + std::to_string(e.episode_index) +
+                  " is listed twice (first at line " + std::to_string(first->second) + ")");
+    }
     e.tasks = field<std::vector<std::string>>(row, "tasks", where);
     e.length = field<int64_t>(row, "length", where);
     if (e.length <= 0 || e.length > kMaxEpisodeRows) {
@@ -415,8 +431,8 @@ void LeRobotDataset::open_v2() {
     }
     if (e.episode_index < 0) throw Error(where + ": field \"episode_index\" must be >= 0");
     e.data_file =
-        root_ + "/" +
-        format_path(info_.data_path, e.episode_index / info_.chunks_size, e.episode_index);
+        in_root(format_path(info_.data_path, e.episode_index / info_.chunks_size, e.episode_index),
+                "data_path");
     episodes_.push_back(std::move(e));
   }
   if (episodes_.empty()) throw Error(episodes_path + ": no episodes");
@@ -458,6 +474,7 @@ void LeRobotDataset::open_v3() {
   // dataset_from_index among its episodes.
   std::map<std::string, int64_t> file_first_index;
   std::vector<int64_t> from_index;
+  std::map<int64_t, std::string> listed_at;  // episode_index -> "<file> (row r)"
   for (const std::string& path : episode_files) {
     const auto file = parquet::ParquetFile::open(path);
     const auto ints = [&](const std::string& name) { return file.read_ints(name).values; };
@@ -497,6 +514,10 @@ void LeRobotDataset::open_v3() {
       const std::string where = path + " (row " + std::to_string(r) + ")";
       EpisodeInfo e;
       e.episode_index = episode_index[r];
+      if (auto [first, added] = listed_at.emplace(e.episode_index, where); !added) {
+        throw Error(where + ": episode " + std::to_string(e.episode_index) +
+                    " is listed twice (first at " + first->second + ")");
+      }
       e.length = length[r];
       e.tasks.assign(tasks.values.begin() + tasks.offsets[r],
                      tasks.values.begin() + tasks.offsets[r + 1]);
@@ -511,7 +532,7 @@ void LeRobotDataset::open_v3() {
       PathFields data_fields;
       data_fields.chunk_index = data_chunk[r];
       data_fields.file_index = data_file[r];
-      e.data_file = root_ + "/" + format_path(info_.data_path, data_fields);
+      e.data_file = in_root(format_path(info_.data_path, data_fields), "data_path");
       auto [first, inserted] = file_first_index.emplace(e.data_file, from[r]);
       if (!inserted) first->second = std::min(first->second, from[r]);
       from_index.push_back(from[r]);
@@ -520,7 +541,8 @@ void LeRobotDataset::open_v3() {
         fields.chunk_index = chunks[r];
         fields.file_index = video_file[key][r];
         fields.video_key = key;
-        e.videos[key] = {root_ + "/" + format_path(info_.video_path, fields), video_from[key][r]};
+        e.videos[key] = {in_root(format_path(info_.video_path, fields), "video_path"),
+                         video_from[key][r]};
       }
       EpisodeStats episode_stats;
       for (const auto& [key, s] : stats) {
@@ -563,6 +585,16 @@ void LeRobotDataset::open_v3() {
 }
 
 bool LeRobotDataset::is_v3() const { return info_.codebase_version == "v3.0"; }
+
+std::string LeRobotDataset::in_root(const std::string& relative, const char* key) const {
+  const fs::path normal = fs::path(relative).lexically_normal();
+  if (relative.empty() || normal.is_absolute() || normal.empty() || *normal.begin() == "..") {
+    throw Error(root_ + "/meta/info.json: \"" + key + "\" gives \"" + relative +
+                "\", which leaves the dataset root " + root_ +
+                "; a dataset's files lie inside its directory");
+  }
+  return root_ + "/" + relative;
+}
 
 // The last few data files read, shared by copies of the dataset and by threads.
 struct LeRobotDataset::OpenFiles {
@@ -667,9 +699,9 @@ VideoSegment LeRobotDataset::video_segment(int64_t episode_index,
     throw Error(root_ + "/meta/info.json: no \"video_path\", so camera " + video_key +
                 " has no video files");
   }
-  return {root_ + "/" +
-              format_path(info_.video_path, episode_index / info_.chunks_size, episode_index,
-                          video_key),
+  return {in_root(format_path(info_.video_path, episode_index / info_.chunks_size, episode_index,
+                              video_key),
+                  "video_path"),
           0.0};
 }
 
@@ -698,6 +730,13 @@ EpisodeData LeRobotDataset::read_episode(int64_t episode_index) const {
                 ".." + std::to_string(e.first_row + e.length - 1) + " (length " +
                 std::to_string(e.length) + " in the episode metadata)");
   }
+  // v2.x: the file is the episode; rows past the length would be dropped without a word.
+  if (!is_v3() && file.num_rows() != e.length) {
+    throw Error(path + ": " + std::to_string(file.num_rows()) +
+                " rows, but meta/episodes.jsonl gives episode " + std::to_string(episode_index) +
+                " length " + std::to_string(e.length) +
+                "; fix the length there (or the file), or rows would be dropped");
+  }
   // Widths of declared features are checked against meta/info.json's shape.
   auto check = [&](const std::string& key, int64_t rows_read, int64_t width, int64_t expected) {
     if (rows_read != e.length) {
@@ -714,11 +753,25 @@ EpisodeData LeRobotDataset::read_episode(int64_t episode_index) const {
   EpisodeData data;
   for (const parquet::ColumnInfo& column : file.columns()) {
     const Feature* feature = info_.feature(column.name);
-    if (column.type == parquet::PhysicalType::kByteArray) continue;  // strings
-    if (feature && !is_float_dtype(feature->dtype) && !is_int_dtype(feature->dtype)) continue;
+    const bool numeric =
+        feature && (is_float_dtype(feature->dtype) || is_int_dtype(feature->dtype));
+    if (column.type == parquet::PhysicalType::kByteArray) {
+      if (numeric) {
+        throw Error(path + ": column \"" + column.name + "\" holds " +
+                    parquet::name_of(column.type) +
+                    (column.logical_type.empty() ? "" : " (" + column.logical_type + ")") +
+                    " values, but meta/info.json declares it " + feature->dtype +
+                    "; rewrite the column as numbers, or fix its dtype in meta/info.json");
+      }
+      continue;  // strings
+    }
+    if (feature && !numeric) continue;
     const int64_t expected_width = feature ? feature_width(*feature) : -1;
-    if (column.type == parquet::PhysicalType::kFloat ||
-        column.type == parquet::PhysicalType::kDouble) {
+    // A declared float feature is read as floats whatever its stored number type (integers
+    // convert), so that it is never dropped as an integer vector.
+    if (feature ? is_float_dtype(feature->dtype)
+                : column.type == parquet::PhysicalType::kFloat ||
+                      column.type == parquet::PhysicalType::kDouble) {
       auto values = file.read_floats(column.name, rows);
       check(column.name, values.rows, values.width,
             expected_width < 0 ? values.width : expected_width);
@@ -828,6 +881,52 @@ std::vector<std::string> LeRobotDataset::problems() const {
   for (const auto& e : episodes_) {
     if (!fs::exists(e.data_file) && reported.insert(e.data_file).second) {
       found.push_back(e.data_file + ": missing episode data file");
+    }
+  }
+  return found;
+}
+
+std::vector<std::string> episode_column_problems(const LeRobotDataset& ds,
+                                                 const EpisodeInfo& episode, bool quirks) {
+  EpisodeData columns;
+  try {
+    columns = ds.read_episode(episode.episode_index);
+  } catch (const Error& e) {
+    return {e.what()};
+  }
+  std::vector<std::string> found;
+  for (const auto& [key, column] : columns.floats) {
+    if (const std::string bad = describe_non_finite(key, episode.episode_index, column);
+        !bad.empty()) {
+      found.push_back(episode.data_file + ": " + bad + "; training refuses it");
+    }
+  }
+  auto timestamp = columns.floats.find("timestamp");
+  if (timestamp == columns.floats.end() || timestamp->second.rows == 0) return found;
+  const std::vector<float>& t = timestamp->second.values;
+  const double period = 1.0 / ds.info().fps;
+  const std::string where = episode.data_file + " (episode " +
+                            std::to_string(episode.episode_index) + ", column timestamp)";
+  if (quirks && std::abs(t[0] - period) < 0.25 * period) {
+    found.push_back(where + ": starts at " + std::to_string(t[0]) +
+                    " s = 1/fps, not 0; row k is matched to video frame k");
+  } else if (quirks && std::abs(t[0]) >= 0.25 * period) {
+    found.push_back(where + ": starts at " + std::to_string(t[0]) +
+                    " s, not 0; row k is matched to video frame k");
+  }
+  for (size_t r = 1; r < t.size(); ++r) {
+    const double gap = t[r] - t[r - 1];
+    if (gap < 0) {
+      found.push_back(where + ": runs backwards: " + std::to_string(t[r - 1]) + " s at row " +
+                      std::to_string(r - 1) + ", " + std::to_string(t[r]) + " s at row " +
+                      std::to_string(r) + "; row k is matched to video frame k");
+      break;
+    }
+    if (std::abs(gap - period) > 0.25 * period) {
+      found.push_back(where + ": irregular: " + std::to_string(gap) + " s between rows " +
+                      std::to_string(r - 1) + " and " + std::to_string(r) + " (1/fps is " +
+                      std::to_string(period) + " s); row k is matched to video frame k");
+      break;
     }
   }
   return found;

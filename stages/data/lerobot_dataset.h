@@ -94,6 +94,12 @@ struct EpisodeData {
       ints;  // frame_index, episode_index, index, task_index
 };
 
+// "column \"action\" of episode 1 holds nan at row 2 (value 3)" for the first NaN or infinite
+// value of the episode's column `key` (row within the episode), or empty when every value is
+// finite. What refuses such data (stats, the sampler) names the file and says why.
+std::string describe_non_finite(const std::string& key, int64_t episode_index,
+                                const FloatColumn& column);
+
 // Normalisation statistics of one feature, per dimension.
 struct FeatureStats {
   std::vector<double> min, max, mean, std;
@@ -158,6 +164,9 @@ class LeRobotDataset {
  private:
   void open_v2();
   void open_v3();
+  // root_ + "/" + relative, refusing a path that leaves the dataset root (the info.json `key`
+  // whose template gave it is named).
+  std::string in_root(const std::string& relative, const char* key) const;
 
   std::string root_;
   DatasetInfo info_;
@@ -170,6 +179,13 @@ class LeRobotDataset {
   struct OpenFiles;
   std::shared_ptr<OpenFiles> open_files_;
 };
+
+// What is wrong with one episode's columns, one line each naming its data file and episode: the
+// columns unreadable, a NaN or infinite value in any float column, the first timestamp step that
+// runs backwards or is irregular; with `quirks`, also the quirk real datasets share and reading
+// absorbs (timestamps that start at 1/fps or elsewhere than 0), worth reporting once per dataset.
+std::vector<std::string> episode_column_problems(const LeRobotDataset& ds,
+                                                 const EpisodeInfo& episode, bool quirks);
 
 // Opens several dataset directories that are used together; all must share fps.
 std::vector<LeRobotDataset> open_datasets(const std::vector<std::string>& roots);

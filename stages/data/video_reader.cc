@@ -20,6 +20,7 @@ extern "C" {
 
 #include "common/ffmpeg.h"
 #include "wam/error.h"
+#include "wam/limits.h"
 
 namespace wam::video {
 namespace {
@@ -72,6 +73,10 @@ struct VideoReader::Impl {
   }
 
   void open() {
+    // FFmpeg would wait forever for a writer of a FIFO.
+    if (const std::string problem = regular_file_problem(path); !problem.empty()) {
+      throw Error("cannot open video \"" + path + "\": " + problem);
+    }
     AVFormatContext* opened = nullptr;
     int rc = avformat_open_input(&opened, path.c_str(), nullptr, nullptr);
     if (rc < 0) throw Error("cannot open video \"" + path + "\": " + ffmpeg::error_message(rc));

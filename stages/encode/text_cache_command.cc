@@ -11,22 +11,25 @@
 #include <set>
 
 #include "common/distributed.h"
+#include "data/dataset_sampler.h"
 #include "data/lerobot_dataset.h"
+#include "encode/text_cache_user.h"
 #include "models/text_encoder.h"
 #include "wam/pipeline.h"
 
 namespace wam::cli {
 namespace {
 
-// The T5 prompt of every task the pipeline's EpisodeSampler nodes can emit, sorted.
+// The T5 prompt of every task the pipeline's dataset samplers can emit, sorted.
 std::vector<std::string> pipeline_prompts(const ValidatedPipeline& pipeline) {
   std::set<std::string> prompts;
   bool has_sampler = false;
   for (const ValidatedNode& node : pipeline.nodes()) {
-    if (node.type != "EpisodeSampler") continue;
+    const auto* sampler = dynamic_cast<const stages::DatasetSampler*>(node.stage.get());
+    if (!sampler) continue;
     has_sampler = true;
-    for (const auto& dir : node.params.at("dataset_dirs")) {
-      const data::LeRobotDataset dataset = data::LeRobotDataset::open(dir.get<std::string>());
+    for (const std::string& dir : sampler->dataset_dirs()) {
+      const data::LeRobotDataset dataset = data::LeRobotDataset::open(dir);
       for (const auto& [index, task] : dataset.tasks()) {
         prompts.insert(data::instruction_prompt(task));
       }
@@ -87,19 +90,18 @@ int TextCacheCommand::run() {
 
 int TextCacheCommand::build() {
   const ValidatedPipeline pipeline = load_pipeline(pipeline_, {overrides_});
-  std::vector<const ValidatedNode*> text_nodes;
+  std::vector<std::pair<const ValidatedNode*, const stages::TextCacheUser*>> text_nodes;
   for (const ValidatedNode& node : pipeline.nodes()) {
-    if (node.type == "TextEmbed") text_nodes.push_back(&node);
+    if (auto* user = dynamic_cast<const stages::TextCacheUser*>(node.stage.get())) {
+      text_nodes.emplace_back(&node, user);
+    }
   }
   if (text_nodes.empty()) {
     throw Error(pipeline_ + ": no TextEmbed node, so no text cache to build");
   }
   const std::vector<std::string> prompts = pipeline_prompts(pipeline);
-  for (const ValidatedNode* node : text_nodes) {
-    Diagnostics diagnostics(pipeline_);
-    const auto params = parse_params<models::TextCacheParams>(
-        node->params, node->pointer + "/params", diagnostics, node->label());
-    if (!diagnostics.empty()) throw ConfigError(std::move(diagnostics));
+  for (const auto& [node, user] : text_nodes) {
+    const models::TextCacheParams& params = user->text_cache();
     std::cerr << "text-cache: " << node->label() << ": " << prompts.size() << " prompts -> "
               << params.cache << " (" << params.encoder << " encoder, text_dim " << params.text_dim
               << ")\n";

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "common/lru_cache.h"
+#include "encode/text_cache_user.h"
 #include "models/text_encoder.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
@@ -18,7 +19,7 @@
 namespace wam::stages {
 namespace {
 
-class TextEmbedStage final : public Stage {
+class TextEmbedStage final : public Stage, public TextCacheUser {
  public:
   static constexpr std::string_view kType = "TextEmbed";
   static constexpr std::string_view kSummary =
@@ -27,6 +28,8 @@ class TextEmbedStage final : public Stage {
 
   explicit TextEmbedStage(Params params)
       : params_(std::move(params)), memory_(static_cast<size_t>(params_.memory_entries)) {}
+
+  const models::TextCacheParams& text_cache() const override { return params_; }
 
   void declare(Contract& contract) const override {
     contract.reads("prompt", FieldType::kJson);

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "common/encoder_params.h"
+#include "encode/vae_encode_params.h"
 #include "models/vae.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
@@ -41,23 +41,6 @@ void check_float_video(const at::Tensor& video, const std::string& field) {
               "uint8) become float in HostToDevice: put one before VaeEncode, or set Augment's "
               "video_dtype to float32");
 }
-
-struct VaeEncodeParams : PlacedEncoderParams {
-  int64_t width = 32;
-  bool deduplicate_identical_anchor_batch = true;
-
-  template <class V>
-  void visit(V& v) {
-    visit_encoder_params(
-        v,
-        "builtin: a Wan2.2-shaped causal 3-D conv stand-in with seeded random weights; "
-        "torchscript: the file at `path`, forward(video [B,3,T,H,W] in [-1,1]) -> latent mean "
-        "[B,48,(T-1)/4+1,H/16,W/16].");
-    v("width", width, "Built-in stand-in: channels of the first stage (doubled twice).", Min{1});
-    v("deduplicate_identical_anchor_batch", deduplicate_identical_anchor_batch,
-      "Encode the anchor frame once when every row of the batch has the same one.");
-  }
-};
 
 class VaeEncodeStage final : public Stage {
  public:

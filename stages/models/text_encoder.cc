@@ -3,7 +3,6 @@
 #include "common/hdf5.h"
 
 #include <hdf5.h>
-#include <openssl/evp.h>
 
 #include <array>
 #include <filesystem>
@@ -11,7 +10,9 @@
 #include <map>
 #include <set>
 
+#include "common/sha256.h"
 #include "models/frozen_encoder.h"
+#include "wam/atomic_file.h"
 #include "wam/error.h"
 
 namespace wam::models {
@@ -25,36 +26,6 @@ constexpr int64_t kByteVocab = 256 + kByteOffset;
 constexpr size_t kEncodeChunk = 16;
 
 std::string rebuild_hint() { return "run wam-pipeline text-cache build PIPELINE"; }
-
-// ---- SHA-256 ----------------------------------------------------------------------------------
-
-std::string to_hex(const unsigned char* bytes, unsigned int size) {
-  static const char* kDigits = "0123456789abcdef";
-  std::string hex;
-  for (unsigned int i = 0; i < size; ++i) {
-    hex += kDigits[bytes[i] >> 4];
-    hex += kDigits[bytes[i] & 15];
-  }
-  return hex;
-}
-
-// Streams the file through the digest: TorchScript exports of real encoders are gigabytes.
-std::string sha256_file_hex(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error("cannot read " + path + " to fingerprint the text encoder");
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> context(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  if (!context || EVP_DigestInit_ex(context.get(), EVP_sha256(), nullptr) != 1) {
-    throw Error("OpenSSL cannot start a SHA-256 digest");
-  }
-  std::vector<char> buffer(1 << 20);
-  while (in.read(buffer.data(), static_cast<std::streamsize>(buffer.size())) || in.gcount() > 0) {
-    EVP_DigestUpdate(context.get(), buffer.data(), static_cast<size_t>(in.gcount()));
-  }
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned int size = 0;
-  EVP_DigestFinal_ex(context.get(), digest.data(), &size);
-  return to_hex(digest.data(), size);
-}
 
 // ---- HDF5 -------------------------------------------------------------------------------------
 
@@ -70,53 +41,23 @@ hid_t open_for_reading(const std::string& path) {
   return h5_check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "open the text cache", path);
 }
 
-void write_string_attribute(hid_t object, const char* name, const std::string& value,
-                            const std::string& path) {
-  H5Handle type(h5_check(H5Tcopy(H5T_C_S1), "copy a string type", path), H5Tclose);
-  h5_check(H5Tset_size(type.get(), std::max<size_t>(1, value.size())), "size a string", path);
-  h5_check(H5Tset_strpad(type.get(), H5T_STR_NULLPAD), "pad a string", path);
-  H5Handle space(h5_check(H5Screate(H5S_SCALAR), "create a dataspace", path), H5Sclose);
-  H5Handle attribute(
-      h5_check(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
-               std::string("create attribute ") + name, path),
-      H5Aclose);
-  const std::string padded = value.empty() ? std::string(1, '\0') : value;
-  h5_check(H5Awrite(attribute.get(), type.get(), padded.data()),
-           std::string("write attribute ") + name, path);
-}
-
-std::string read_string_attribute(hid_t object, const char* name, const std::string& path) {
-  H5Handle attribute(
-      h5_check(H5Aopen(object, name, H5P_DEFAULT), std::string("open attribute ") + name, path),
-      H5Aclose);
-  H5Handle type(h5_check(H5Aget_type(attribute.get()), "read an attribute type", path), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_STRING || H5Tis_variable_str(type.get()) > 0) {
-    throw Error(path + ": attribute " + name + " is not a fixed-length string");
+// The cache's own attributes, required: a file without them was not written by text-cache build.
+int64_t required_int_attribute(hid_t object, const char* name, const std::string& path) {
+  const std::optional<int64_t> value = hdf5::read_int_attribute(object, name, path);
+  if (!value) {
+    throw Error("TextEmbed: text cache " + path + " has no attribute " + name + ": " +
+                rebuild_hint());
   }
-  std::string value(H5Tget_size(type.get()), '\0');
-  h5_check(H5Aread(attribute.get(), type.get(), value.data()),
-           std::string("read attribute ") + name, path);
-  return value.substr(0, value.find('\0'));
+  return *value;
 }
 
-void write_int_attribute(hid_t object, const char* name, int64_t value, const std::string& path) {
-  H5Handle space(h5_check(H5Screate(H5S_SCALAR), "create a dataspace", path), H5Sclose);
-  H5Handle attribute(
-      h5_check(H5Acreate2(object, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
-               std::string("create attribute ") + name, path),
-      H5Aclose);
-  h5_check(H5Awrite(attribute.get(), H5T_NATIVE_INT64, &value),
-           std::string("write attribute ") + name, path);
-}
-
-int64_t read_int_attribute(hid_t object, const char* name, const std::string& path) {
-  H5Handle attribute(
-      h5_check(H5Aopen(object, name, H5P_DEFAULT), std::string("open attribute ") + name, path),
-      H5Aclose);
-  int64_t value = 0;
-  h5_check(H5Aread(attribute.get(), H5T_NATIVE_INT64, &value),
-           std::string("read attribute ") + name, path);
-  return value;
+std::string required_string_attribute(hid_t object, const char* name, const std::string& path) {
+  const std::optional<std::string> value = hdf5::read_string_attribute(object, name, path);
+  if (!value) {
+    throw Error("TextEmbed: text cache " + path + " has no attribute " + name + ": " +
+                rebuild_hint());
+  }
+  return *value;
 }
 
 void write_array(hid_t group, const char* name, hid_t file_type, hid_t memory_type,
@@ -248,15 +189,6 @@ class ScriptedTextEncoder final : public TextEncoder {
 
 }  // namespace
 
-std::string sha256_hex(const std::string& text) {
-  std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
-  unsigned int size = 0;
-  if (EVP_Digest(text.data(), text.size(), digest.data(), &size, EVP_sha256(), nullptr) != 1) {
-    throw Error("OpenSSL cannot compute a SHA-256 digest");
-  }
-  return to_hex(digest.data(), size);
-}
-
 std::string encoder_id(const TextCacheParams& params) {
   if (params.encoder == "torchscript") {
     if (!fs::is_regular_file(params.path)) {
@@ -300,12 +232,12 @@ TextCacheReader::TextCacheReader(const TextCacheParams& params)
     throw Error("TextEmbed: text cache " + path_ + " does not exist: " + rebuild_hint());
   }
   file_ = open_for_reading(path_);
-  const int64_t stored_dim = read_int_attribute(file_, "text_dim", path_);
+  const int64_t stored_dim = required_int_attribute(file_, "text_dim", path_);
   if (stored_dim != text_dim_) {
     throw Error("TextEmbed: text cache " + path_ + " holds text_dim " + std::to_string(stored_dim) +
                 " but param text_dim is " + std::to_string(text_dim_) + ": " + rebuild_hint());
   }
-  const std::string stored_encoder = read_string_attribute(file_, "encoder", path_);
+  const std::string stored_encoder = required_string_attribute(file_, "encoder", path_);
   const std::string expected_encoder = encoder_id(params);
   if (stored_encoder != expected_encoder) {
     throw Error("TextEmbed: text cache " + path_ + " was built by encoder " + stored_encoder +
@@ -353,8 +285,8 @@ TextCacheBuildResult build_text_cache(const TextCacheParams& params,
   std::set<std::string> kept;
   if (fs::is_regular_file(path)) {
     old_file.emplace(open_for_reading(path), H5Fclose);
-    if (read_int_attribute(old_file->get(), "text_dim", path) == params.text_dim &&
-        read_string_attribute(old_file->get(), "encoder", path) == id) {
+    if (hdf5::read_int_attribute(old_file->get(), "text_dim", path) == params.text_dim &&
+        hdf5::read_string_attribute(old_file->get(), "encoder", path) == id) {
       for (auto& name : list_entries(old_file->get(), path)) kept.insert(std::move(name));
     } else {
       progress(path + " was built by another encoder or text_dim: rebuilding every entry");
@@ -365,19 +297,17 @@ TextCacheBuildResult build_text_cache(const TextCacheParams& params,
     if (!kept.count(sha256_hex(prompt))) to_encode.push_back(prompt);
   }
 
-  if (fs::path parent = fs::path(path).parent_path(); !parent.empty()) {
-    fs::create_directories(parent);
-  }
-  const std::string tmp = path + ".tmp";
-  try {
+  AtomicFile out(path);  // HDF5 writes its temporary; removed unless published
+  const std::string& tmp = out.temporary();
+  {
     std::unique_ptr<TextEncoder> encoder;
     if (!to_encode.empty()) encoder = make_text_encoder(params);
     hdf5::silence_errors();
     H5Handle file(h5_check(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
                            "create the file", tmp),
                   H5Fclose);
-    write_int_attribute(file.get(), "text_dim", params.text_dim, tmp);
-    write_string_attribute(file.get(), "encoder", id, tmp);
+    hdf5::write_int_attribute(file.get(), "text_dim", params.text_dim, tmp);
+    hdf5::write_string_attribute(file.get(), "encoder", id, tmp);
     for (const auto& name : kept) {
       h5_check(H5Ocopy(old_file->get(), name.c_str(), file.get(), name.c_str(), H5P_DEFAULT,
                        H5P_DEFAULT),
@@ -396,7 +326,7 @@ TextCacheBuildResult build_text_cache(const TextCacheParams& params,
             h5_check(H5Gcreate2(file.get(), key.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                      "create entry " + key, tmp),
             H5Gclose);
-        write_string_attribute(group.get(), "prompt", chunk[i], tmp);
+        hdf5::write_string_attribute(group.get(), "prompt", chunk[i], tmp);
         const auto row = static_cast<int64_t>(i);
         const hsize_t tokens = kTextTokens, width = static_cast<hsize_t>(params.text_dim);
         write_array(group.get(), "context", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {tokens, width},
@@ -408,13 +338,9 @@ TextCacheBuildResult build_text_cache(const TextCacheParams& params,
       progress("encoded " + std::to_string(end) + "/" + std::to_string(to_encode.size()) +
                " prompts");
     }
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove(tmp, ignored);
-    throw;
   }
   old_file.reset();
-  fs::rename(tmp, path);
+  out.publish();
   return result;
 }
 

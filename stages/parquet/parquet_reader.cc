@@ -17,6 +17,7 @@
 #include "parquet/encodings.h"
 #include "parquet/parquet.h"
 #include "parquet/parquet_format.h"
+#include "wam/limits.h"
 
 namespace wam::parquet {
 namespace {
@@ -44,11 +45,23 @@ std::string refusal(const std::string& feature, const std::string& detail, const
          "); rewrite the file " + fix;
 }
 
-// A file descriptor opened for one read_* call or open(); closed on every path out.
+// A file descriptor opened for one read_* call or open(); closed on every path out. Only regular
+// files: O_NONBLOCK keeps the open of a FIFO from waiting for a writer, and fstat refuses it.
 class File {
  public:
-  explicit File(const std::string& path) : fd_(::open(path.c_str(), O_RDONLY | O_CLOEXEC)) {
+  explicit File(const std::string& path)
+      : fd_(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)) {
     if (fd_ < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd_);
+      throw Error(path + ": cannot stat: " + why);
+    }
+    if (const std::string reason = not_regular_file_reason(st.st_mode); !reason.empty()) {
+      ::close(fd_);
+      throw Error(path + ": " + reason);
+    }
   }
   ~File() { ::close(fd_); }
   File(const File&) = delete;

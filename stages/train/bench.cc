@@ -10,7 +10,6 @@
 
 #include "common/device.h"
 #include "device/transfer_timing.h"
-#include "train/step_overrides.h"
 #include "train/step_profile.h"
 #include "train/training_step.h"
 #include "wam/pipeline.h"
@@ -166,6 +165,7 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
   const int64_t extra_steps = profile ? 2 * kProfileSteps : kProfileSteps;
   step_options.overrides.push_back("settings.steps=" + std::to_string(total + extra_steps));
   ValidatedPipeline pipeline = load_pipeline(file, step_options);
+  stages::disable_training_state(pipeline);
   std::deque<Context> contexts;  // deque: stable addresses, stages keep pointers to them
   std::vector<Stage*> chain;
   const bool cuda = trains_on_cuda(pipeline.settings());
@@ -259,6 +259,7 @@ GraphResult run_whole_graph(const std::string& file, const LoadOptions& options,
   LoadOptions graph_options = options;
   graph_options.overrides.push_back("settings.steps=" + std::to_string(total));
   ValidatedPipeline pipeline = load_pipeline(file, graph_options);
+  stages::disable_training_state(pipeline);
   const std::vector<ValidatedNode>& nodes = pipeline.nodes();
   size_t feed = 0;  // the node feeding the transfer: one item per batch
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -371,9 +372,9 @@ BenchReport run_bench(const BenchOptions& options) {
   }
   const std::string& file = options.pipeline_file;
   const ValidatedPipeline probe = load_pipeline(file, load_options);
+  // The runs below leave no training-state files behind and start from fresh weights: each turns
+  // its training step's state off (stages::disable_training_state).
   const DevicePart part = find_device_part(probe);
-  // A benchmark leaves no training-state files behind and starts from fresh weights.
-  add_no_training_state_overrides(part.chain.back(), load_options.overrides);
   const int64_t total = options.warmup + options.steps;
 
   BenchReport report;

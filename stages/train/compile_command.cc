@@ -11,7 +11,6 @@
 #include "common/device.h"
 #include "common/distributed.h"
 #include "models/world_model.h"
-#include "train/step_overrides.h"
 #include "train/training_step.h"
 #include "train/tunableop.h"
 #include "wam/pipeline.h"
@@ -109,8 +108,8 @@ int CompileCommand::prepare() {
       train::tunableop_results_path(at::cuda::getDeviceProperties(device.index())->name, config);
 
   options.overrides.push_back("settings.steps=" + std::to_string(steps_));
-  add_no_training_state_overrides(step->id, options.overrides);
   ValidatedPipeline pipeline = load_pipeline(file_, options);
+  stages::disable_training_state(pipeline);
   std::cerr << "compile: running " << steps_ << " steps of " << pipeline.name()
             << " (no training state saved or resumed)\n";
   RunResult result = run_pipeline(pipeline);

@@ -9,11 +9,11 @@
 // The model preset is the `model` param's object, normally a $ref into an included
 // configs/model/*.json fragment, so `--set include.model=configs/model/tiny.json` swaps it.
 //
-// Training-state files (train/training_state.h: checkpoint_dir/step_<N>.pt, written through
-// wam::AtomicFile; checkpoint_dir/latest names the newest) hold the model, the optimizer state, the step
-// count (the schedule's position) and the noise generator's state; `resume` continues the exact
-// loss curve when fed the same batches. The source's position is not reachable from a stage: resume
-// the source separately.
+// Training-state files (train/training_state.h: checkpoint_dir/step_<N>.safetensors, written
+// through wam::AtomicFile; checkpoint_dir/latest names the newest) hold the model, the optimizer
+// state, the step count (the schedule's position) and the noise generator's state; `resume`
+// continues the exact loss curve when fed the same batches. The source's position is not reachable
+// from a stage: resume the source separately.
 //
 // Under a launcher (common/distributed.h: WORLD_SIZE > 1, or 1 with MASTER_ADDR) the step is
 // data-parallel, as DDP: rank 0's initial (or resumed) weights are broadcast, gradients are
@@ -32,7 +32,7 @@
 //         memory_video_recent_is_pad, context, context_mask, vlm_context, vlm_mask, action,
 //         action_is_pad, action_dim_is_pad, proprio (Tensor); epoch (when present, for the log).
 // Writes: step (Int), loss, loss_video, loss_action, loss_future_delta, loss_semantic, lr
-//         (Double); a record replaces the batch.
+//         (Double); a record replaces the batch. Reports: the scalar "loss" per step.
 // Example: {"id": "step", "type": "TrainStep", "inputs": ["h2d"],
 //           "params": {"model": {"$ref": "model"}, "mode": "compiled", "log_every": 10}}
 #include <chrono>
@@ -117,7 +117,8 @@ struct TrainStepParams {
     v("max_grad_norm", max_grad_norm, "Clip the global gradient L2 norm to this.", Min{0.0});
     v("total_steps", total_steps, "Schedule length (0: settings.steps).", Min{0});
     v("log_every", log_every, "Log a [train] line every N steps.", Min{1});
-    v("checkpoint_dir", training_state_dir, "Where step_<N>.pt and `latest` go (\"\": none).");
+    v("checkpoint_dir", training_state_dir,
+      "Where step_<N>.safetensors and `latest` go (\"\": none).");
     v("save_every", save_every,
       "Save the training state every N steps (0: only at the end of the run).", Min{0});
     v("resume", resume, "Training-state file or directory to continue from (\"\": start fresh).");
@@ -163,6 +164,11 @@ class TrainStepStage final : public Stage, public TrainingStep {
   using Params = TrainStepParams;
 
   bool compiled() const override { return params_.mode == StepMode::kCompiled; }
+  void disable_training_state() override {
+    params_.training_state_dir.clear();
+    params_.save_every = 0;
+    params_.resume.clear();
+  }
 
   explicit TrainStepStage(Params params) : params_(std::move(params)) {}
 
@@ -324,6 +330,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
     record.set("loss_future_delta", loss.future_delta);
     record.set("loss_semantic", loss.semantic);
     record.set("lr", lr);
+    context_->report_scalar("loss", loss.total);
     out.emit(std::move(record));
   }
 

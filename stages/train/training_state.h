@@ -20,15 +20,17 @@ struct TrainProgress {
   at::Tensor noise_rng_state;  // uint8, from at::Generator::get_state()
 };
 
-// Writes model parameters and buffers, optimizer state, progress and the model config to
-// `dir/step_<N>.pt`, then points `dir/latest` at it, both through wam::AtomicFile (synced before
-// and after the rename). Returns the file's path.
+// Writes model parameters and buffers ("model.<name>"), optimizer state, progress and the model
+// config to the safetensors file `dir/step_<N>.safetensors`, then points `dir/latest` at it, both
+// through wam::AtomicFile (synced before and after the rename). Returns the file's path. The model
+// part loads into a model as published weights do (models::load_module_weights, prefix "model.").
 std::string save_training_state(const std::string& dir, const models::WorldActionModel& model,
                                 const AdamW& optimizer, const TrainProgress& progress);
 
 // Loads a file written by save_training_state into the model and optimizer (copied into their
-// existing tensors, so captured graphs stay valid). `path` is a step_<N>.pt file or a directory
-// of them (then its `latest` pointer is followed). Throws wam::Error when the file is missing or
+// existing tensors, so captured graphs stay valid). `path` is a step_<N>.safetensors file (or a
+// step_<N>.pt of the earlier LibTorch-archive format) or a directory of them (then its `latest`
+// pointer is followed). Throws wam::Error when the file is missing or
 // was written for another model config.
 TrainProgress load_training_state(const std::string& path, models::WorldActionModel& model,
                                   AdamW& optimizer);

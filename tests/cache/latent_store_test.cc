@@ -1,8 +1,10 @@
 #include "cache/artifact_builder.h"
 #include "cache/latent_store.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +17,9 @@
 #include <sstream>
 #include <thread>
 
+#include <hdf5.h>
+
+#include "cache/store_files.h"
 #include "common/sha256.h"
 #include "testing/expect_error.h"
 #include "testing/temp_dir.h"
@@ -336,6 +341,19 @@ TEST(LatentStore, ContractMismatchesNameTheFirstDifferingPart) {
   json expected = cached;
   expected["keyspace_fingerprint"] = "other";
   EXPECT_EQ(mismatch(expected), "vae_latent.current keyspace fingerprint mismatch.");
+  // Where the contracts carry the datasets' roots and episode lengths, the first that differs is
+  // named (issue 25).
+  json with_datasets = cached;
+  with_datasets["dependencies"]["dataset"]["datasets"] = {
+      {{"root", "/data/a"}, {"episodes", {{0, 5}, {1, 5}}}, {"inventory", "x"}}};
+  expected = with_datasets;
+  expected["keyspace_fingerprint"] = "other";
+  expected["dependencies"]["dataset"]["datasets"][0]["episodes"][1] = {1, 4};
+  EXPECT_EQ(error_of([&] { compare_contracts(with_datasets, expected, kVae, false); }),
+            "vae_latent.current keyspace fingerprint mismatch: the datasets' samples differ at "
+            "/datasets/0/episodes/1/1 (episodes are [episode_index, length]): cache=5 expected=4; "
+            "generate the cache for these datasets with `wam-pipeline cache generate PIPELINE "
+            "--overwrite`");
   expected = cached;
   expected["key_codec"] = "sample_str_v2";
   EXPECT_EQ(mismatch(expected),
@@ -425,7 +443,10 @@ TEST_F(PublishedVae, TruncatedShardFailsMetaOnlyValidation) {
                 std::to_string(bytes.size()));
 }
 
-TEST_F(PublishedVae, FlippedByteFailsOnlyFullValidation) {
+// Meta-only validation (the default on read) does not hash the shards; the read of the damaged
+// row does not serve it, since every row's checksum is compared (issue 25: flipped latent bytes
+// once trained silently).
+TEST_F(PublishedVae, FlippedByteFailsTheReadAndFullValidation) {
   // Sample 5 is row 1 of shard 1; flip a bit of its latent.
   const FixedRows row = fixed_rows({5});
   const std::string pattern(reinterpret_cast<const char*>(row.latent.data()), 48);
@@ -437,8 +458,13 @@ TEST_F(PublishedVae, FlippedByteFailsOnlyFullValidation) {
 
   const auto reader = open_artifact(root_, vae_contract(10), {ValidationMode::kMetaOnly, false});
   std::vector<uint16_t> latent(24);
-  reader->read_fixed(5, 0, latent.data());
-  EXPECT_NE(latent, row.latent);
+  EXPECT_EQ(error_of([&] { reader->read_fixed(5, 0, latent.data()); }),
+            "vae_latent.current row checksum mismatch: " + shard1_ +
+                " row 1 (sample:5) value latent: its bytes are not those written; the shard is "
+                "damaged: rebuild the cache with `wam-pipeline cache generate PIPELINE "
+                "--overwrite`");
+  reader->read_fixed(4, 0, latent.data());  // the row beside it is whole
+  EXPECT_EQ(latent, fixed_rows({4}).latent);
   EXPECT_EQ(open_error(ValidationMode::kFull),
             "vae_latent.current shard checksum mismatch: " + shard1_);
   EXPECT_EQ(error_of([&] { validate_cache(root_, ValidationMode::kFull); }),
@@ -508,6 +534,96 @@ void edit_index(const std::string& root, const std::function<void(json&)>& edit)
   write_bytes(root + "/catalog.json", catalog.dump(2));
 }
 
+// Rewrites manifest.json and re-signs it in the catalog.
+void edit_manifest(const std::string& root, const std::function<void(json&)>& edit) {
+  const std::string build = root + "/artifacts/vae_latent.current/builds/b1";
+  json manifest = json::parse(read_bytes(build + "/manifest.json"));
+  edit(manifest);
+  const std::string manifest_text = manifest.dump(2);
+  write_bytes(build + "/manifest.json", manifest_text);
+  json catalog = json::parse(read_bytes(root + "/catalog.json"));
+  catalog["artifacts"][kVae]["manifest_sha256"] = sha256_hex(manifest_text);
+  write_bytes(root + "/catalog.json", catalog.dump(2));
+}
+
+// Counts and paths read from a damaged manifest once ended in std::bad_alloc, a vector length
+// error, or a shard read from outside the cache root (issue 25).
+TEST_F(PublishedVae, ManifestCountsAndPathsAreBoundedAndNamed) {
+  const std::string manifest = root_ + "/artifacts/vae_latent.current/builds/b1/manifest.json";
+  const std::string build = root_ + "/artifacts/vae_latent.current/builds/b1";
+  const std::string fix =
+      "; rebuild the cache with `wam-pipeline cache generate PIPELINE --overwrite`";
+  const std::string original = read_bytes(manifest);
+  for (const int64_t rows : {int64_t{1} << 40, int64_t{-1}}) {
+    write_bytes(manifest, original);
+    edit_manifest(root_, [&](json& m) { m["shards"][1]["rows"] = rows; });
+    EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+              "vae_latent.current manifest " + manifest + ": /shards/1/rows is " +
+                  std::to_string(rows) + ", outside 1 .. 10 (the samples " + build +
+                  "/index.json lists)" + fix);
+  }
+  write_bytes(manifest, original);
+  edit_manifest(root_, [&](json& m) { m["shards"][0]["file"] = "../../../../../../etc/passwd"; });
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+            "vae_latent.current manifest " + manifest +
+                ": /shards/0/file \"../../../../../../etc/passwd\" leaves the build directory " +
+                build + fix);
+  json catalog = json::parse(read_bytes(root_ + "/catalog.json"));
+  catalog["artifacts"][kVae]["manifest"] = "../outside/manifest.json";
+  write_bytes(root_ + "/catalog.json", catalog.dump());
+  const std::string outside =
+      "vae_latent.current manifest path leaves the cache root: "
+      "\"../outside/manifest.json\" in " +
+      root_ + "/catalog.json";
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly), outside);
+  EXPECT_EQ(error_of([&] { cache_info(root_); }), outside);
+  catalog["artifacts"][kVae]["manifest"] = "artifacts/vae_latent.current/builds/b1/manifest.json";
+  write_bytes(root_ + "/catalog.json", catalog.dump());
+  write_bytes(manifest, original);
+  edit_manifest(root_, [&](json& m) { m["index_file"] = "/etc/hostname"; });
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+            "vae_latent.current manifest " + manifest +
+                ": /index_file \"/etc/hostname\" leaves the build directory " + build + fix);
+  EXPECT_EQ(error_of([&] { cache_info(root_); }),
+            "vae_latent.current manifest " + manifest +
+                ": /index_file \"/etc/hostname\" leaves the build directory");
+}
+
+// A catalog entry of the wrong type once surfaced as a raw [json.exception.type_error.306].
+TEST_F(PublishedVae, CatalogEntriesOfTheWrongTypeNameTheCatalog) {
+  const std::string catalog_path = root_ + "/catalog.json";
+  const std::string fix =
+      "; the catalog is damaged: rebuild the cache with `wam-pipeline cache generate PIPELINE "
+      "--overwrite`";
+  json catalog = json::parse(read_bytes(catalog_path));
+  catalog["artifacts"][kVae]["build_id"] = 7;
+  write_bytes(catalog_path, catalog.dump());
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+            catalog_path +
+                ": /artifacts/vae_latent.current/build_id is a number, expected a "
+                "string" +
+                fix);
+  catalog["artifacts"][kVae] = json::array({1, 2});
+  write_bytes(catalog_path, catalog.dump());
+  const std::string refusal = catalog_path +
+                              ": /artifacts/vae_latent.current is an array, expected an object "
+                              "{backend, build_id, manifest, manifest_sha256}" +
+                              fix;
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly), refusal);
+  EXPECT_EQ(error_of([&] { cache_info(root_); }), refusal);
+  EXPECT_EQ(error_of([&] { check_write_target(root_, {kVlm}, false); }), refusal);
+}
+
+TEST(LatentStore, KeyCoverageOfAHugeClaimedKeyspaceIsCheap) {
+  EXPECT_EQ(error_of([&] {
+              internal::check_key_coverage(kVae, {0, 2, 2, -4}, int64_t{1} << 40);
+            }),
+            "vae_latent.current key coverage mismatch: missing=[sample:1, sample:3, sample:4, "
+            "sample:5, sample:6, sample:7, sample:8, sample:9, ...] extra=[sample:2, sample:-4] "
+            "(1099511627774 missing, 2 extra or duplicate, 1099511627776 expected)");
+  internal::check_key_coverage(kVae, {2, 0, 1}, 3);
+}
+
 TEST_F(PublishedVae, IndexWithoutAKeyFailsCoverage) {
   edit_index(root_, [](json& index) { index["entries"].erase("sample:3"); });
   EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
@@ -519,10 +635,79 @@ TEST_F(PublishedVae, SwappedIndexEntriesFailOnlyFullValidation) {
   edit_index(root_, [](json& index) {
     std::swap(index["entries"]["sample:1"], index["entries"]["sample:2"]);
   });
-  open_artifact(root_, vae_contract(10), {ValidationMode::kMetaOnly, false});
+  const auto reader = open_artifact(root_, vae_contract(10), {ValidationMode::kMetaOnly, false});
   EXPECT_EQ(open_error(ValidationMode::kFull),
             "vae_latent.current index/shard key mismatch: " + shard_path(root_, kVae, "b1", 0) +
                 " row 1 holds sample:1, the index says sample:2");
+  // Reads compare each row's stored sample id with the one asked for (issue 25: swapped rows
+  // once trained silently).
+  std::vector<uint16_t> latent(24);
+  EXPECT_EQ(error_of([&] { reader->read_fixed(1, 0, latent.data()); }),
+            "vae_latent.current index/shard key mismatch: " + shard_path(root_, kVae, "b1", 0) +
+                " row 2 holds sample:2, the index says sample:1");
+  reader->read_fixed(3, 0, latent.data());
+  EXPECT_EQ(latent, fixed_rows({3}).latent);
+}
+
+// Rewrites each shard's bytes and SHA-256 in the manifest and the manifest's in the catalog, so
+// that only the checks of the shards' contents can catch an edit of a shard.
+void resign_shards(const std::string& root) {
+  const std::string build = root + "/artifacts/vae_latent.current/builds/b1";
+  json manifest = json::parse(read_bytes(build + "/manifest.json"));
+  for (json& shard : manifest["shards"]) {
+    const std::string path = build + "/" + shard["file"].get<std::string>();
+    shard["bytes"] = fs::file_size(path);
+    shard["sha256"] = sha256_file_hex(path);
+  }
+  const std::string manifest_text = manifest.dump(2);
+  write_bytes(build + "/manifest.json", manifest_text);
+  json catalog = json::parse(read_bytes(root + "/catalog.json"));
+  catalog["artifacts"][kVae]["manifest_sha256"] = sha256_hex(manifest_text);
+  write_bytes(root + "/catalog.json", catalog.dump(2));
+}
+
+// Two rows' bytes swapped in a shard, every SHA-256 recomputed: each row's checksum covers its
+// sample id, so neither row passes for the other.
+TEST_F(PublishedVae, SwappedRowsFailTheReadAndFullValidation) {
+  const std::string a(reinterpret_cast<const char*>(fixed_rows({4}).latent.data()), 48);
+  const std::string b(reinterpret_cast<const char*>(fixed_rows({5}).latent.data()), 48);
+  std::string bytes = read_bytes(shard1_);
+  const size_t at_a = bytes.find(a), at_b = bytes.find(b);
+  ASSERT_NE(at_a, std::string::npos);
+  ASSERT_NE(at_b, std::string::npos);
+  bytes.replace(at_a, 48, b);
+  bytes.replace(at_b, 48, a);
+  write_bytes(shard1_, bytes);
+  resign_shards(root_);
+  EXPECT_EQ(open_error(ValidationMode::kFull),
+            "vae_latent.current row checksum mismatch: " + shard1_ +
+                " row 0 (sample:4) value latent: its bytes are not those written; the shard is "
+                "damaged: rebuild the cache with `wam-pipeline cache generate PIPELINE "
+                "--overwrite`");
+  const auto reader = open_artifact(root_, vae_contract(10));
+  std::vector<uint16_t> latent(24);
+  EXPECT_NE(error_of([&] {
+              reader->read_fixed(5, 0, latent.data());
+            }).find("row checksum mismatch: " + shard1_ + " row 1 (sample:5) value latent"),
+            std::string::npos);
+  reader->read_fixed(5, 1, std::vector<float>(2).data());  // its other values are whole
+}
+
+// Shards built before rows carried checksums are refused on open, with what to do.
+TEST_F(PublishedVae, ShardsWithoutRowChecksumsAreRefused) {
+  {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    const hid_t file = H5Fopen(shard1_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(file, 0);
+    ASSERT_GE(H5Ldelete(file, "values/scale.__crc32", H5P_DEFAULT), 0);
+    H5Fclose(file);
+  }
+  resign_shards(root_);
+  EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
+            "vae_latent.current shard " + shard1_ +
+                " has no row checksums (values/scale.__crc32): it was built before reads checked "
+                "every row; rebuild the cache with `wam-pipeline cache generate PIPELINE "
+                "--overwrite`");
 }
 
 TEST(LatentStore, PublishChecksExactKeyCoverage) {
@@ -644,6 +829,87 @@ TEST(LatentStore, BuildKilledMidwayLeavesTheCatalogAndResumes) {
   EXPECT_EQ(new_reader->build_id(), "new");
   for (int64_t id = 0; id < 12; ++id) expect_fixed_sample(*new_reader, id);
   EXPECT_FALSE(fs::exists(root + "/.tmp"));
+}
+
+// A FIFO as catalog.json once blocked every reader and builder in open() (issue 25).
+TEST(LatentStore, ACatalogThatIsNotARegularFileIsRefused) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  fs::create_directories(root);
+  const std::string catalog = root + "/catalog.json";
+  ASSERT_EQ(::mkfifo(catalog.c_str(), 0600), 0);
+  const std::string refusal =
+      "cannot read cache catalog " + catalog + ": not a regular file (a FIFO)";
+  EXPECT_EQ(error_of([&] { open_artifact(root, vae_contract(4)); }), refusal);
+  EXPECT_EQ(error_of([&] { check_write_target(root, {kVae}, false); }), refusal);
+  fs::remove(catalog);
+  write_bytes(catalog, std::string(300, '[') + std::string(300, ']'));
+  EXPECT_EQ(error_of([&] { open_artifact(root, vae_contract(4)); }),
+            catalog + ":1:257: JSON nested deeper than 256 levels");
+}
+
+// Waiting for a held lock is bounded, and the error names the lock file and its holder.
+TEST(LatentStore, CatalogLockWaitsABoundedTimeAndNamesTheHolder) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  const std::string lock_file = root + "/.catalog.lock";
+  const auto timed_out = [&](double seconds) {
+    return error_of([&] { internal::CatalogLock lock(root, seconds); });
+  };
+  {
+    internal::CatalogLock first(root);
+    // flock locks belong to open file descriptions: a second open conflicts, as another
+    // process's would.
+    const std::string error = timed_out(0.1);
+    const std::string prefix = "cannot take the cache catalog lock " + lock_file +
+                               " within 0.1 s: it is held by pid " + std::to_string(::getpid()) +
+                               " on host ";
+    EXPECT_EQ(error.substr(0, prefix.size()), prefix) << error;
+    EXPECT_NE(error.find(" since 20"), std::string::npos) << error;
+    EXPECT_NE(error.find("Z. A publish holds it for a moment only: that process hangs; stop it, "
+                         "or remove the lock file if no process holds it any more"),
+              std::string::npos)
+        << error;
+  }
+  internal::CatalogLock free_again(root, 0);
+}
+
+TEST(LatentStore, AForeignLockHolderIsAnUnknownProcess) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  fs::create_directories(root);
+  const int fd = ::open((root + "/.catalog.lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX), 0);
+  EXPECT_EQ(error_of([&] { internal::CatalogLock lock(root, 0); }),
+            "cannot take the cache catalog lock " + root +
+                "/.catalog.lock within 0 s: it is held by an unknown process. A publish holds it "
+                "for a moment only: that process hangs; stop it, or remove the lock file if no "
+                "process holds it any more");
+  ::close(fd);
+}
+
+// A second `cache generate` into the same root once failed late with a raw HDF5 error about a
+// staging file the first had moved away; it now fails at once.
+TEST(LatentStore, ASecondBuildIntoOneRootFailsAtOnce) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  {
+    BuildLock first(root);
+    const std::string error = error_of([&] { BuildLock second(root); });
+    const std::string prefix = "another cache build is running on " + root + " (lock " + root +
+                               "/.build.lock, held by pid " + std::to_string(::getpid()) +
+                               " on host ";
+    const std::string suffix = "); wait for it to finish, or build into another cache root";
+    ASSERT_GT(error.size(), prefix.size() + suffix.size()) << error;
+    EXPECT_EQ(error.substr(0, prefix.size()), prefix);
+    EXPECT_EQ(error.substr(error.size() - suffix.size()), suffix);
+  }
+  BuildLock after_the_first(root);
+  fs::remove(root + "/.build.lock");
+  ASSERT_EQ(::mkfifo((root + "/.x.lock").c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { internal::FileLock lock(root + "/.x.lock", 0); }),
+            "cannot use " + root + "/.x.lock as a lock file: not a regular file (a FIFO)");
 }
 
 // Runs `command` and returns its standard output.

@@ -99,8 +99,8 @@ expect_contains "train 2 steps" 0 "pipeline robotwin_online:" \
   -- "$bin" run pipelines/robotwin_online.json "${tiny[@]}" --steps 2 --set settings.batch_size=2 \
   --stats-out "$work/stats.json"
 grep -q '"stop_reason": "steps"' "$work/stats.json" || { echo "FAIL train: stats"; failures=$((failures + 1)); }
-[ -f "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_2.pt" ] ||
-  { echo "FAIL train: no checkpoint step_2.pt"; failures=$((failures + 1)); }
+[ -f "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_2.safetensors" ] ||
+  { echo "FAIL train: no checkpoint step_2.safetensors"; failures=$((failures + 1)); }
 
 # The cache profile: generate, validate, info, train from the cache; refusals; a build killed
 # midway keeps the published catalog and resumes.
@@ -209,6 +209,17 @@ if b["transfer_wait_ms_per_batch"] != 0 or b["transfer_copy_ms_per_batch"] != 0 
 print("FAIL bench json: " + "; ".join(problems) if problems else "ok   bench json")
 sys.exit(1 if problems else 0)
 PY
+# A step stage of one's own is measured the same way: bench finds it by the TrainingStep interface
+# and turns its state off through it, so its state file is never written.
+expect_contains "bench measures a step stage of one's own" 0 "  pipeline efficiency:" \
+  -- "$custom_bin" bench pipelines/robotwin_online.json "${tiny[@]}" "${one_batch_in_flight[@]}" \
+  --set nodes.step.type=MeanStep --set "nodes.step.params={\"state_file\": \"$work/mean_step\"}" \
+  --set settings.device=cpu --steps 2 --warmup 1
+if [ -e "$work/mean_step" ]; then
+  echo "FAIL bench wrote the step's state: $work/mean_step"; failures=$((failures + 1))
+else
+  echo "ok   bench turns the step's state off through its interface"
+fi
 expect_contains "bench --profile lists the longest operators" 0 \
   "  profile of 3 steps: " \
   -- "$bin" bench pipelines/robotwin_online.json "${tiny[@]}" --set settings.batch_size=2 \
@@ -249,7 +260,7 @@ expect "bench checks its output directory first" 2 "--json: directory $work/miss
   -- "$bin" bench pipelines/robotwin_online.json --json "$work/missing/bench.json"
 expect "bench --trace needs --profile" 2 "--trace requires --profile" \
   -- "$bin" bench pipelines/robotwin_online.json --trace "$work/t.json"
-[ ! -e "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_3.pt" ] ||
+[ ! -e "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_3.safetensors" ] ||
   { echo "FAIL bench wrote a checkpoint"; failures=$((failures + 1)); }
 expect "bench refuses a data graph" 2 \
   "bench: pipelines/robotwin_data_online.json has no host-to-device node (HostToDevice); bench measures training pipelines (for data graphs use \`run --stats-out\`)" \

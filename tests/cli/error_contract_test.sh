@@ -120,6 +120,16 @@ expect "a missing base" 2 \
 expect "a failing stage is exit 1" 1 \
   'error: [fail: FailAt] process item:3: corrupt input at value 3' \
   -- "$bin" run pipelines/ok.json --set 'nodes=[{"id": "src", "type": "Count"}, {"id": "fail", "type": "FailAt", "inputs": ["src"], "params": {"at": 3}}]'
+# Error text quoting bytes that are not UTF-8 (a garbage cache catalog) once made --stats-out throw
+# a raw JSON library error; they are written as U+FFFD.
+printf 'damaged \377 catalog' >"$work/bytes.txt"
+expect "an error that is not UTF-8 still writes --stats-out" 1 "wrote $work/bytes.json" \
+  -- "$bin" run pipelines/ok.json --stats-out "$work/bytes.json" --set 'nodes=[{"id": "src", "type": "Count"}, {"id": "fail", "type": "FailAt", "inputs": ["src"], "params": {"at": 3, "message_file": "'"$work"'/bytes.txt"}}]'
+if /usr/bin/python3 -c "import json,sys; sys.exit(0 if json.load(open(sys.argv[1]))['error'] == '[fail: FailAt] process item:3: damaged \ufffd catalog' else 1)" "$work/bytes.json"; then
+  echo "ok   the stats file shows the bytes as U+FFFD"
+else
+  echo "FAIL the stats file shows the bytes as U+FFFD"; cat "$work/bytes.json"; failures=$((failures + 1))
+fi
 pipeline pipelines/slow.json '{"count": 1000000000}'
 sed -i 's/"type": "Delay"/"type": "Delay", "params": {"max_us": 2000}/' pipelines/slow.json
 for signal in INT TERM; do

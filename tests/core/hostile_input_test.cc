@@ -322,5 +322,15 @@ TEST(HostileInput, ReadRegularFileReadsProcFilesAndCapsThem) {
   EXPECT_EQ(error, "no such file");
 }
 
+TEST(HostileInput, RegularFileProblemDoesNotOpenTheFile) {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(regular_file_problem(fifo), "not a regular file (a FIFO)");  // returns: no open()
+  EXPECT_EQ(regular_file_problem(dir.path().string()), "not a regular file (a directory)");
+  EXPECT_EQ(regular_file_problem(dir.file("absent")), "no such file");
+  EXPECT_EQ(regular_file_problem(dir.write("x.json", "{}")), "");
+}
+
 }  // namespace
 }  // namespace wam

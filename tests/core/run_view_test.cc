@@ -79,6 +79,56 @@ TEST_P(RunView, SeriesSumToTheTotalsAndCarryEveryStepsLoss) {
   EXPECT_EQ(stats["series"]["loss"]["value"][0], 1.0 / 1001.0);
 }
 
+// Reports the Int field "value" as the scalar "value_seen", and writes a Double field "loss" that
+// it does not report: the runner reads scalars from Context::report_scalar only.
+struct NoParams {
+  template <class V>
+  void visit(V&) {}
+};
+class ReportValue final : public Stage {
+ public:
+  static constexpr std::string_view kType = "ReportValue";
+  static constexpr std::string_view kSummary = "Test stage: reports the value as a scalar.";
+  using Params = NoParams;
+  explicit ReportValue(Params) {}
+  void declare(Contract& c) const override {
+    c.reads("value", FieldType::kInt);
+    c.writes("loss", FieldType::kDouble);
+    c.order_sensitive();
+  }
+  void open(Context& context) override { context_ = &context; }
+  void process(Sample s, Emitter& out) override {
+    context_->report_scalar("value_seen", double(s.get_int("value")));
+    s.set("loss", 0.5);
+    out.emit(std::move(s));
+  }
+
+ private:
+  Context* context_ = nullptr;
+};
+
+TEST_P(RunView, StagesReportScalarsByNameAndSampleFieldsAreNotScalars) {
+  StageRegistry registry = testing::test_registry();
+  registry.add<ReportValue>();
+  TempDir dir;
+  ValidatedPipeline pipeline = load_pipeline(dir.write("p.json", R"({"version": 1, "name": "r",
+    "nodes": [{"id": "source", "type": "Count", "params": {"count": 5}},
+              {"id": "report", "type": "ReportValue", "inputs": ["source"]}]})"),
+                                             {{threads()}}, registry);
+  RunOptions options;
+  options.log = [](const std::string&) {};
+  const RunResult r = run_pipeline(pipeline, options);
+  ASSERT_FALSE(r.error) << r.error->what();
+  EXPECT_TRUE(r.stats.series.loss.empty());
+  ASSERT_EQ(r.stats.series.scalars.count("value_seen"), 1u);
+  const RunSeries::Scalar& seen = r.stats.series.scalars.at("value_seen");
+  EXPECT_EQ(seen.step, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(seen.value, (std::vector<double>{0, 1, 2, 3, 4}));
+  const json stats = r.stats.to_json();
+  EXPECT_EQ(stats["series"]["scalars"]["value_seen"]["value"], json({0, 1, 2, 3, 4}));
+  EXPECT_EQ(stats["series"]["loss"]["value"], json::array());
+}
+
 TEST_P(RunView, TraceHasATrackPerNodeStepSlicesAndCounters) {
   RunOptions options;
   options.trace = TraceOptions{};

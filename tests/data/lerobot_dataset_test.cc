@@ -1,11 +1,15 @@
 #include "data/lerobot_dataset.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
+#include "parquet/parquet.h"
 #include "testing/expect_error.h"
 #include "wam/error.h"
 
@@ -311,6 +315,147 @@ TEST_F(LeRobotDatasetTest, HostileMetaFilesAreNamedErrors) {
   fs::create_directory(other + "/meta/episodes.jsonl");
   EXPECT_ERROR(LeRobotDataset::open(other),
                other + "/meta/episodes.jsonl: not a regular file (a directory)");
+}
+
+// NaN in action and +Inf in observation.state once trained silently, and `dataset inspect` said
+// "problems 0" for them and for timestamps running backwards past the first episode (issue 25).
+TEST_F(LeRobotDatasetTest, NonFiniteValuesAndBackwardTimestampsAreProblemsInEveryEpisode) {
+  const std::string root = write_dataset("ds", 10);
+  const auto ds = LeRobotDataset::open(root);
+  const std::string file = root + "/data/chunk-000/episode_000001.parquet";
+  EpisodeData columns = ds.read_episode(1);
+  columns.floats["action"].values[1 * 2 + 1] = std::nanf("");
+  columns.floats["observation.state"].values[0] = std::numeric_limits<float>::infinity();
+  columns.floats["timestamp"] = {2, 1, {0.1f, 0.0f}};
+  write_episode_parquet(file, columns, ds.info());
+  EpisodeData first = ds.read_episode(0);
+  first.floats["timestamp"] = {3, 1, {0.1f, 0.2f, 0.3f}};
+  const std::string first_file = root + "/data/chunk-000/episode_000000.parquet";
+  write_episode_parquet(first_file, first, ds.info());
+
+  const EpisodeData damaged = ds.read_episode(1);
+  EXPECT_EQ(describe_non_finite("action", 1, damaged.floats.at("action")),
+            "column \"action\" of episode 1 holds nan at row 1 (value 1)");
+  EXPECT_EQ(describe_non_finite("observation.state", 1, damaged.floats.at("observation.state")),
+            "column \"observation.state\" of episode 1 holds inf at row 0 (value 0)");
+  EXPECT_EQ(describe_non_finite("action", 0, ds.read_episode(0).floats.at("action")), "");
+
+  EXPECT_EQ(episode_column_problems(ds, ds.episode(1), false),
+            (std::vector<std::string>{
+                file + ": column \"action\" of episode 1 holds nan at row 1 (value 1); training "
+                       "refuses it",
+                file + ": column \"observation.state\" of episode 1 holds inf at row 0 (value 0); "
+                       "training refuses it",
+                file + " (episode 1, column timestamp): runs backwards: 0.100000 s at row 0, "
+                       "0.000000 s at row 1; row k is matched to video frame k"}));
+  // Irregular steps are reported in every episode; the start quirk real datasets share only when
+  // asked (once per dataset).
+  columns.floats["timestamp"] = {2, 1, {0.0f, 0.5f}};
+  columns.floats["action"].values[3] = 0;
+  columns.floats["observation.state"].values[0] = 0;
+  write_episode_parquet(file, columns, ds.info());
+  EXPECT_EQ(episode_column_problems(ds, ds.episode(1), false),
+            std::vector<std::string>{file + " (episode 1, column timestamp): irregular: 0.500000 s "
+                                            "between rows 0 and 1 (1/fps is 0.100000 s); row k is "
+                                            "matched to video frame k"});
+  const std::string quirk = first_file +
+                            " (episode 0, column timestamp): starts at 0.100000 s = 1/fps, not "
+                            "0; row k is matched to video frame k";
+  EXPECT_EQ(episode_column_problems(ds, ds.episode(0), true), std::vector<std::string>{quirk});
+  EXPECT_EQ(episode_column_problems(ds, ds.episode(0), false), std::vector<std::string>{});
+}
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The unclear errors of issue 25, each now naming the file, the field and what to do.
+TEST_F(LeRobotDatasetTest, PathTemplatesLeavingTheRootAreRefused) {
+  const std::string root = write_dataset("ds", 10);
+  auto info = nlohmann::ordered_json::parse(read_text(root + "/meta/info.json"));
+  info["data_path"] = "../outside/episode_{episode_index:06d}.parquet";
+  std::ofstream(root + "/meta/info.json") << info.dump(4);
+  EXPECT_ERROR(LeRobotDataset::open(root),
+               root +
+                   "/meta/info.json: \"data_path\" gives \"../outside/episode_000000.parquet\", "
+                   "which leaves the dataset root " +
+                   root + "; a dataset's files lie inside its directory");
+  info["data_path"] = kDataPath;
+  info["video_path"] = "/etc/{video_key}.mp4";
+  std::ofstream(root + "/meta/info.json") << info.dump(4);
+  const auto ds = LeRobotDataset::open(root);
+  EXPECT_ERROR(ds.video_file(0, "observation.images.top"),
+               root +
+                   "/meta/info.json: \"video_path\" gives \"/etc/observation.images.top.mp4\", "
+                   "which leaves the dataset root " +
+                   root + "; a dataset's files lie inside its directory");
+}
+
+TEST_F(LeRobotDatasetTest, AnEpisodeShorterThanItsFileIsRefusedWithTheNumbers) {
+  const std::string root = write_dataset("ds", 10);
+  std::string episodes = read_text(root + "/meta/episodes.jsonl");
+  const std::string three = "\"length\":3";
+  episodes.replace(episodes.find(three), three.size(), "\"length\":2");
+  std::ofstream(root + "/meta/episodes.jsonl") << episodes;
+  EXPECT_ERROR(LeRobotDataset::open(root).read_episode(0),
+               root +
+                   "/data/chunk-000/episode_000000.parquet: 3 rows, but meta/episodes.jsonl gives "
+                   "episode 0 length 2; fix the length there (or the file), or rows would be "
+                   "dropped");
+}
+
+TEST_F(LeRobotDatasetTest, AnEpisodeListedTwiceNamesTheFileAndLines) {
+  const std::string root = write_dataset("ds", 10);
+  std::string episodes = read_text(root + "/meta/episodes.jsonl");
+  std::ofstream(root + "/meta/episodes.jsonl")
+      << episodes << R"({"episode_index": 0, "tasks": ["pick the cube"], "length": 3})"
+      << "\n";
+  EXPECT_ERROR(LeRobotDataset::open(root),
+               root + "/meta/episodes.jsonl:3: episode 0 is listed twice (first at line 1)");
+}
+
+TEST_F(LeRobotDatasetTest, AColumnOfTheWrongTypeIsNamedAsSuch) {
+  const std::string root = write_dataset("ds", 10);
+  const std::string file = root + "/data/chunk-000/episode_000000.parquet";
+  const auto ds = LeRobotDataset::open(root);
+  EpisodeData columns = ds.read_episode(0);
+  {
+    parquet::ParquetWriter writer(file);
+    writer.add_strings("action", {"a", "b", "c"});
+    writer.add_floats("observation.state", columns.floats.at("observation.state").values, 1);
+    writer.add_ints("frame_index", columns.ints.at("frame_index"));
+    writer.add_ints("task_index", columns.ints.at("task_index"));
+    writer.write();
+  }
+  EXPECT_ERROR(ds.read_episode(0),
+               file +
+                   ": column \"action\" holds BYTE_ARRAY (STRING) values, but meta/info.json "
+                   "declares it float32; rewrite the column as numbers, or fix its dtype in "
+                   "meta/info.json");
+  // Integers where floats are declared are read as floats, not dropped as an integer vector.
+  {
+    parquet::ParquetWriter writer(file);
+    writer.add_ints("action", {1, 2, 3, 4, 5, 6}, 2);
+    writer.add_floats("observation.state", columns.floats.at("observation.state").values, 1);
+    writer.add_ints("frame_index", columns.ints.at("frame_index"));
+    writer.add_ints("task_index", columns.ints.at("task_index"));
+    writer.write();
+  }
+  EXPECT_EQ(ds.read_episode(0).floats.at("action").values, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+}
+
+// A FIFO in place of a data file once blocked the reader in open() forever (issue 25).
+TEST_F(LeRobotDatasetTest, DataFilesThatAreNotRegularAreRefused) {
+  const std::string root = write_dataset("ds", 10);
+  const std::string file = root + "/data/chunk-000/episode_000001.parquet";
+  fs::remove(file);
+  ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+  const auto ds = LeRobotDataset::open(root);
+  EXPECT_ERROR(ds.read_episode(1), file + ": not a regular file (a FIFO)");
+  EXPECT_EQ(ds.read_episode(0).floats.at("action").rows, 3);
 }
 
 TEST_F(LeRobotDatasetTest, DamagedParquetNamesTheFile) {

@@ -126,7 +126,7 @@ two_ranks train -- "$bin" run pipelines/robotwin_cache.json "${args[@]}" --steps
   grep -qF "data-parallel rank 0/2" "$work/train.0" &&
   grep -qF "[train] epoch=0 step=2/2" "$work/train.0" &&
   ! grep -qF "[train]" "$work/train.1" &&
-  [ -f "$WAM_OUTPUT_ROOT/robotwin_cache/checkpoints/step_2.pt" ] &&
+  [ -f "$WAM_OUTPUT_ROOT/robotwin_cache/checkpoints/step_2.safetensors" ] &&
   ! grep -qF "TrainStep: saved" "$work/train.1"
 check "train on two ranks" $? "$work/train.0" "$work/train.1"
 # ... and resumed by one process.

@@ -5,6 +5,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -1032,6 +1033,17 @@ TEST_F(ParquetTest, WrongMagic) {
                                       "least 12)");
   EXPECT_EQ(open_and_read_all(file("absent.parquet")),
             file("absent.parquet") + ": cannot open: No such file or directory");
+}
+
+// A FIFO once blocked the open forever (issue 25); it, a directory and a device are refused.
+TEST_F(ParquetTest, OnlyRegularFilesAreOpened) {
+  const std::string fifo = file("fifo.parquet");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(open_and_read_all(fifo), fifo + ": not a regular file (a FIFO)");
+  fs::create_directories(file("dir.parquet"));
+  EXPECT_EQ(open_and_read_all(file("dir.parquet")),
+            file("dir.parquet") + ": not a regular file (a directory)");
+  EXPECT_EQ(open_and_read_all("/dev/zero"), "/dev/zero: not a regular file (a character device)");
 }
 
 TEST_F(ParquetTest, TruncatedAnywhere) {

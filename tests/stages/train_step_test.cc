@@ -1,6 +1,7 @@
 // TrainStep and its machinery (schedule, AdamW, clipping, checkpoints, compiled step) on the tiny
 // preset. CUDA-only checks skip without a GPU.
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 
@@ -11,6 +12,7 @@
 #include "testing/temp_dir.h"
 #include "train/optimizer.h"
 #include "train/step_runner.h"
+#include "train/training_step.h"
 #include "wam/tensor.h"
 
 namespace wam {
@@ -190,16 +192,17 @@ TEST(TrainStepTest, ResumeReproducesTheUninterruptedLossCurve) {
                                                {"learning_rate", 1e-3}}),
                                        batches(1, 10), cpu_settings());
   ASSERT_EQ(full.size(), 10u);
-  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step_5.pt"));
-  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step_10.pt"));
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step_5.safetensors"));
+  EXPECT_TRUE(std::filesystem::exists(ckpt + "/step_10.safetensors"));
   std::ifstream latest(ckpt + "/latest");
   std::string pointer;
   latest >> pointer;
-  EXPECT_EQ(pointer, "step_10.pt");
+  EXPECT_EQ(pointer, "step_10.safetensors");
 
   const auto resumed = testing::run_stage(
       "TrainStep",
-      params({{"total_steps", 10}, {"resume", ckpt + "/step_5.pt"}, {"learning_rate", 1e-3}}),
+      params(
+          {{"total_steps", 10}, {"resume", ckpt + "/step_5.safetensors"}, {"learning_rate", 1e-3}}),
       batches(6, 10), cpu_settings());
   ASSERT_EQ(resumed.size(), 5u);
   for (int i = 0; i < 5; ++i) {
@@ -223,9 +226,9 @@ TEST(TrainStepTest, ResumeFromAnotherPresetIsRefused) {
   nlohmann::json p = {{"model", other}, {"total_steps", 1}, {"resume", dir.file("c")}};
   const std::string error = testing::error_of(
       [&] { testing::run_stage("TrainStep", p.dump(), {make_batch(config, 1)}, cpu_settings()); });
-  EXPECT_NE(
-      error.find("resume: checkpoint " + dir.file("c") + "/step_1.pt was written for model config"),
-      std::string::npos)
+  EXPECT_NE(error.find("resume: checkpoint " + dir.file("c") +
+                       "/step_1.safetensors was written for model config"),
+            std::string::npos)
       << error;
   EXPECT_NE(error.find("resume with the same model preset"), std::string::npos);
 }
@@ -257,6 +260,45 @@ TEST(TrainStepTest, CompiledModeOnCpuRunsEagerAndSaysWhyOnce) {
       << ::testing::PrintToString(run.log);
   ASSERT_EQ(run.outputs.size(), 2u);
   EXPECT_TRUE(std::isfinite(run.outputs[1].get_double("loss")));
+}
+
+// The runner's loss series, progress line and report take the loss from here, not from a sample
+// field of that name.
+TEST(TrainStepTest, ReportsEachStepsLossAsTheScalarLoss) {
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  const auto run =
+      run_logged(params({{"total_steps", 2}}), {make_batch(config, 1), make_batch(config, 2)});
+  ASSERT_EQ(run.outputs.size(), 2u);
+  ASSERT_EQ(run.scalars.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(run.scalars[i].name, "loss");
+    EXPECT_EQ(run.scalars[i].value, run.outputs[i].get_double("loss"));
+  }
+}
+
+// What bench and compile call through the TrainingStep interface: with the state off, neither the
+// missing resume file is read nor anything saved, whatever the params say.
+TEST(TrainStepTest, DisabledTrainingStateIsNeitherResumedNorSaved) {
+  testing::TempDir dir;
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  std::unique_ptr<StageBase> base =
+      testing::make_stage("TrainStep", params({{"total_steps", 2},
+                                               {"checkpoint_dir", dir.file("state")},
+                                               {"save_every", 1},
+                                               {"resume", dir.file("missing/step_1.pt")}}));
+  auto* step = dynamic_cast<stages::TrainingStep*>(base.get());
+  ASSERT_NE(step, nullptr);
+  step->disable_training_state();
+  const Settings settings = cpu_settings().settings;
+  Context context("step", "TrainStep", settings, nullptr);
+  base->open(context);
+  auto& stage = static_cast<Stage&>(*base);
+  testing::CollectingEmitter out;
+  stage.process(make_batch(config, 1), out);
+  stage.process(make_batch(config, 2), out);
+  stage.close(out);
+  EXPECT_EQ(out.take().size(), 2u);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("state")));
 }
 
 TEST(TrainStepTest, VlmContextLongerThanThePadIsAnError) {

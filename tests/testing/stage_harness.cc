@@ -123,11 +123,17 @@ SteppedStage::SteppedStage(const std::string& type, const std::string& params_js
       check_(type, *base_, options.passes_some_through) {
   stage_ = dynamic_cast<Stage*>(base_.get());
   if (!stage_) throw Error(type + " is a source; use drain_source");
-  context_ =
-      std::make_unique<Context>(options.node_id, type, settings_, [this](const std::string& line) {
+  context_ = std::make_unique<Context>(
+      options.node_id, type, settings_,
+      [this](const std::string& line) {
         std::lock_guard<std::mutex> lock(log_mutex_);
         std::cerr << line << "\n";
         log_.push_back(line);
+      },
+      nullptr,
+      [this](const std::string& name, double value) {
+        std::lock_guard<std::mutex> lock(log_mutex_);
+        scalars_.push_back({name, value});
       });
   stage_->open(*context_);
 }
@@ -171,6 +177,11 @@ std::map<std::string, int64_t> SteppedStage::counters() const {
   return out;
 }
 
+std::vector<ReportedScalar> SteppedStage::scalars() const {
+  std::lock_guard<std::mutex> lock(log_mutex_);
+  return scalars_;
+}
+
 StageRun run_stage_counted(const std::string& type, const std::string& params_json,
                            std::vector<Sample> inputs, const HarnessOptions& options) {
   SteppedStage stage(type, params_json, options);
@@ -180,6 +191,7 @@ StageRun run_stage_counted(const std::string& type, const std::string& params_js
   }
   for (auto& output : stage.close()) run.outputs.push_back(std::move(output));
   run.counters = stage.counters();
+  run.scalars = stage.scalars();
   run.log = stage.log();
   return run;
 }

@@ -60,10 +60,17 @@ class ContractCheck {
   bool output_since_input_ = false;
 };
 
-// What a stage emitted, the counters it reported and the lines it logged.
+// A value a stage reported through Context::report_scalar.
+struct ReportedScalar {
+  std::string name;
+  double value;
+};
+
+// What a stage emitted, the counters and scalars it reported and the lines it logged.
 struct StageRun {
   std::vector<Sample> outputs;
   std::map<std::string, int64_t> counters;
+  std::vector<ReportedScalar> scalars;  // in the order reported
   std::vector<std::string> log;
 };
 
@@ -87,6 +94,8 @@ class SteppedStage {
   std::map<std::string, int64_t> counters() const;
   // The stage's log lines, each prefixed with "[<node id>] ".
   const std::vector<std::string>& log() const { return log_; }
+  // What it reported through Context::report_scalar, in order.
+  std::vector<ReportedScalar> scalars() const;
   Stage& stage() { return *stage_; }
 
  private:
@@ -95,8 +104,9 @@ class SteppedStage {
   std::unique_ptr<StageBase> base_;
   Stage* stage_ = nullptr;
   Settings settings_;
-  std::mutex log_mutex_;  // stage() may be called from several threads
+  mutable std::mutex log_mutex_;  // stage() may be called from several threads; guards scalars_
   std::vector<std::string> log_;
+  std::vector<ReportedScalar> scalars_;
   std::unique_ptr<Context> context_;
   ContractCheck check_;
   CollectingEmitter emitter_;

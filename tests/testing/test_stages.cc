@@ -1,6 +1,8 @@
 #include "testing/test_stages.h"
 
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <thread>
 
 namespace wam::testing {
@@ -119,9 +121,12 @@ class DelayStage final : public Stage {
 
 struct FailAtParams {
   int64_t at = 0;
+  std::string message_file;
   template <class V>
   void visit(V& v) {
     v("at", at, "Throw on the sample whose value equals this.");
+    v("message_file", message_file,
+      "Throw this file's bytes as the message instead (error text quoting a damaged file).");
   }
 };
 
@@ -136,6 +141,10 @@ class FailAtStage final : public Stage {
     c.concurrency(Concurrency::unlimited());
   }
   void process(Sample s, Emitter& out) override {
+    if (s.get_int("value") == p_.at && !p_.message_file.empty()) {
+      std::ifstream in(p_.message_file, std::ios::binary);
+      throw Error(std::string(std::istreambuf_iterator<char>(in), {}));
+    }
     if (s.get_int("value") == p_.at) throw Error("corrupt input at value " + std::to_string(p_.at));
     out.emit(std::move(s));
   }
@@ -310,7 +319,7 @@ struct LossParams {
 };
 
 // A stand-in training step: serial, writes loss = 1 / (1 + value) (value: the Int field, or the
-// first of a batch's "values").
+// first of a batch's "values") and reports it as the scalar "loss", as TrainStep does.
 class LossStage final : public Stage {
  public:
   static constexpr std::string_view kType = "Loss";
@@ -321,17 +330,21 @@ class LossStage final : public Stage {
     c.writes("loss", FieldType::kDouble);
     c.order_sensitive();
   }
+  void open(Context& context) override { context_ = &context; }
   void process(Sample s, Emitter& out) override {
     volatile uint64_t sink = 0;
     for (int64_t k = 0; k < p_.spin; ++k) sink = sink + uint64_t(k) * 2654435761u;
     const int64_t value =
         s.has("values") ? s.get_json("values").at(0).get<int64_t>() : s.get_int("value");
-    s.set("loss", 1.0 / double(1 + value));
+    const double loss = 1.0 / double(1 + value);
+    s.set("loss", loss);
+    context_->report_scalar("loss", loss);
     out.emit(std::move(s));
   }
 
  private:
   Params p_;
+  Context* context_ = nullptr;
 };
 
 struct TraceSpansParams {

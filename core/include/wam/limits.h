@@ -3,6 +3,8 @@
 // the numbers typed on the command line. The limits are listed in docs/RELIABILITY.md.
 #pragma once
 
+#include <sys/types.h>
+
 #include <charconv>
 #include <cstdint>
 #include <optional>
@@ -49,6 +51,14 @@ std::optional<T> parse_integer(std::string_view text) {
 
 // The whole text as a finite number, or nothing.
 std::optional<double> parse_number(std::string_view text);
+
+// The one wording of every refusal of a file that is not a regular one, for a file's st_mode:
+// "not a regular file (a FIFO)", "... (a directory)", ...; empty for a regular file.
+std::string not_regular_file_reason(mode_t mode);
+// Empty when `path` is a regular file (links followed); else why it may not be opened as one,
+// without opening it (opening a FIFO blocks): "no such file", "not a regular file (a FIFO)", ...
+// For libraries that open files themselves (FFmpeg); open() then fstat() where the code opens.
+std::string regular_file_problem(const std::string& path);
 
 // Reads a whole regular file of at most `max_bytes`. Refuses FIFOs, devices and directories
 // (reading them blocks or never ends). On failure returns nothing and sets `error`, e.g.

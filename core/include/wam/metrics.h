@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -84,13 +85,13 @@ struct RunSnapshot {
   int64_t threads = 1;
   int64_t steps = 0;           // items that left the terminal nodes
   int64_t steps_target = 0;    // settings.steps; 0: until the source is exhausted
-  std::optional<double> loss;  // the `loss` of the last terminal item that had one
+  std::optional<double> loss;  // the last value of the scalar "loss" a stage reported
   std::vector<NodeSnapshot> nodes;
 };
 
 // Per-node time series in buckets of bucket_s seconds (1 s; doubled, merging pairs, whenever a
-// long run would exceed kMaxBuckets), and the terminal items' Double field `loss` per step
-// (every 2nd, 4th... kept once a run has more than kMaxLossPoints steps).
+// long run would exceed kMaxBuckets), and the scalars that stages report (Context::report_scalar)
+// one value per step (every 2nd, 4th... kept once a scalar has more than kMaxLossPoints steps).
 struct NodeSeries {
   std::vector<int64_t> items;        // items the node emitted in the bucket
   std::vector<double> busy_s;        // busy time of its items finished in the bucket
@@ -105,14 +106,21 @@ struct RunSeries {
   double bucket_s = 1.0;
   std::vector<double> t;  // end of each bucket, seconds since the start; the last may be partial
   std::vector<NodeSeries> nodes;   // as RunStats::nodes
-  std::vector<int64_t> loss_step;  // 1-based index of the terminal item
+  // The scalar "loss", which the progress line and the report show.
+  std::vector<int64_t> loss_step;  // 1-based count of the values reported
   std::vector<double> loss_t, loss;
+  // Every other reported scalar, by name; in the stats under series.scalars.<name>.
+  struct Scalar {
+    std::vector<int64_t> step;
+    std::vector<double> t, value;
+  };
+  std::map<std::string, Scalar> scalars;
 
   nlohmann::json to_json(const std::vector<std::string>& ids) const;
 };
 
 // Builds a RunSeries from cumulative snapshots taken as the run goes. Not thread-safe except
-// add_loss, which may be called from any thread.
+// add_scalar, add_loss and latest_loss, which may be called from any thread.
 class SeriesRecorder {
  public:
   explicit SeriesRecorder(size_t nodes, double bucket_s = 1.0,
@@ -120,7 +128,10 @@ class SeriesRecorder {
                           size_t max_loss_points = RunSeries::kMaxLossPoints);
   // A snapshot taken at any rate; closes the current bucket once its end has passed.
   void sample(const RunSnapshot& now);
-  void add_loss(double t, double loss);
+  // A value of the scalar `name` reported `t` seconds into the run.
+  void add_scalar(const std::string& name, double t, double value);
+  void add_loss(double t, double loss) { add_scalar("loss", t, loss); }
+  std::optional<double> latest_loss() const;
   // Closes the last (partial) bucket with the final figures: the series sum to the totals.
   RunSeries finish(const RunSnapshot& end);
 
@@ -132,8 +143,13 @@ class SeriesRecorder {
   std::vector<int64_t> last_out_;
   std::vector<double> last_busy_, last_starved_, queue_sum_;
   int64_t queue_samples_ = 0;
-  std::mutex loss_mutex_;
-  int64_t losses_seen_ = 0, loss_stride_ = 1;
+  // Per scalar name: values reported so far, and every how many one is kept.
+  struct Thinning {
+    int64_t seen = 0, stride = 1;
+  };
+  mutable std::mutex scalars_mutex_;
+  std::map<std::string, Thinning> thinning_;
+  std::optional<double> latest_loss_;
 };
 
 struct RunStats {

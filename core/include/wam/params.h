@@ -97,6 +97,12 @@ struct OneOf {
   std::vector<std::string> values;
 };
 struct NonEmpty {};
+// Marks a number param that draws randomness unless it equals `off` (a jitter's chance or
+// strength). It constrains nothing and `describe` does not show it; what must be deterministic (a
+// latent cache) asks first_random_param() instead of keeping its own list of such params.
+struct RandomUnless {
+  double off;
+};
 
 // Type names shown in diagnostics and `describe`.
 template <class T>
@@ -241,10 +247,22 @@ std::optional<std::string> check(const T& value, const NonEmpty&) {
   return std::nullopt;
 }
 
+template <class T>
+std::optional<std::string> check(const T&, const RandomUnless&) {
+  static_assert(std::is_arithmetic_v<T> && !std::is_same_v<T, bool>,
+                "RandomUnless applies to numbers");
+  return std::nullopt;
+}
+
 inline std::string describe_constraint(const Min& c) { return ">= " + format_number(c.value); }
 inline std::string describe_constraint(const Max& c) { return "<= " + format_number(c.value); }
 inline std::string describe_constraint(const OneOf& c) { return "one of " + join(c.values, "|"); }
 inline std::string describe_constraint(const NonEmpty&) { return "non-empty"; }
+
+template <class C>
+void add_constraint_description(std::vector<std::string>& parts, const C& c) {
+  if constexpr (!std::is_same_v<C, RandomUnless>) parts.push_back(describe_constraint(c));
+}
 
 template <class... Constraints>
 constexpr bool has_non_empty() {
@@ -376,7 +394,7 @@ class ParamDescriber {
   void operator()(const char* name, T& value, const char* doc, const Constraints&... cs) {
     std::vector<std::string> parts;
     if constexpr (ParamEnum<T>) parts.push_back("one of " + join(enum_strings<T>(), "|"));
-    (parts.push_back(detail::describe_constraint(cs)), ...);
+    (detail::add_constraint_description(parts, cs), ...);
     const std::string full_name = prefix_ + name;
     if constexpr (ParamStruct<T>) {
       rows.push_back({full_name, "object", nullptr, join(parts, ", "), doc});
@@ -393,6 +411,45 @@ class ParamDescriber {
  private:
   std::string prefix_;
 };
+
+// Finds the first param tagged RandomUnless whose value is not its `off` value, in visit() order;
+// a nested struct's params are named "outer/inner".
+class RandomParamFinder {
+ public:
+  explicit RandomParamFinder(std::string prefix = {}) : prefix_(std::move(prefix)) {}
+
+  template <class T, class... Constraints>
+  void operator()(const char* name, T& value, const char*, const Constraints&... cs) {
+    if (!found.empty()) return;
+    if constexpr (ParamStruct<T>) {
+      RandomParamFinder nested(prefix_ + name + "/");
+      value.visit(nested);
+      found = nested.found;
+    } else {
+      (consider(name, value, cs), ...);
+    }
+  }
+  std::string found;
+
+ private:
+  template <class T, class C>
+  void consider(const char* name, const T& value, const C& c) {
+    if constexpr (std::is_same_v<C, RandomUnless>) {
+      if (found.empty() && static_cast<double>(value) != c.off) found = prefix_ + name;
+    }
+  }
+  std::string prefix_;
+};
+
+// The first param of `params` that draws randomness with its current value (see RandomUnless), or
+// "" when none does.
+template <class P>
+std::string first_random_param(const P& params) {
+  P copy = params;
+  RandomParamFinder finder;
+  copy.visit(finder);
+  return finder.found;
+}
 
 // Parses params and, once every field (nested ones included) is valid, runs the struct's check()
 // rules, which may then read any field. A null `object` leaves every default.

@@ -128,8 +128,12 @@ class Context {
   using TraceSink = std::function<void(const std::string& track, const std::string& name,
                                        Clock::time_point begin, Clock::duration duration)>;
 
+  // Receives report_scalar()'s values: set by the runtime.
+  using ScalarSink = std::function<void(const std::string& name, double value)>;
+
   Context(std::string node_id, std::string type, const Settings& settings,
-          std::function<void(const std::string&)> log, TraceSink trace = nullptr);
+          std::function<void(const std::string&)> log, TraceSink trace = nullptr,
+          ScalarSink scalars = nullptr);
 
   const std::string& node_id() const { return node_id_; }
   const std::string& type() const { return type_; }
@@ -144,12 +148,18 @@ class Context {
   // node's own slices; at most TraceRecorder::kMaxStageTracks track names per node.
   void trace_span(const std::string& track, const std::string& name, Clock::time_point begin,
                   Clock::duration duration) const;
+  // Adds `value` to the run's series of the scalar `name`, e.g. a training step's "loss" once per
+  // step: the series lie in the run's stats (`series.<name>`: step, t, value), and the "loss" is
+  // also shown by the progress line and the report. A no-op when the runtime records no scalars
+  // (e.g. a test harness). Thread-safe.
+  void report_scalar(const std::string& name, double value) const;
 
  private:
   std::string node_id_, type_;
   const Settings& settings_;
   std::function<void(const std::string&)> log_;
   TraceSink trace_;
+  ScalarSink scalars_;
   mutable std::mutex counters_mutex_;
   std::deque<std::pair<std::string, Counter>> counters_;  // deque: stable addresses
 };

@@ -1,0 +1,121 @@
+// The cache contract (stages/cache/cache_spec.h) asks Augment's params which of them make the
+// images random, and the contracts of the shipped cache pipelines stay those that existing caches
+// were built with.
+#include "cache/cache_spec.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "cache/latent_store.h"
+#include "wam/pipeline.h"
+
+namespace wam::cache {
+namespace {
+
+// A copy of Augment's params with one more jitter, declared as a new Augment param would be.
+struct AugmentWithMotionBlur : stages::AugmentParams {
+  double motion_blur_prob = 0.0;
+
+  template <class V>
+  void visit(V& v) {
+    stages::AugmentParams::visit(v);
+    v("motion_blur_prob", motion_blur_prob, "Chance of a motion blur.", Min{0.0}, Max{1.0},
+      RandomUnless{0.0});
+  }
+};
+
+// The params of a struct that carry a RandomUnless tag, in visit() order.
+struct RandomTags {
+  std::vector<std::string> names;
+  template <class T, class... Constraints>
+  void operator()(const char* name, T&, const char*, const Constraints&...) {
+    if ((std::is_same_v<Constraints, RandomUnless> || ...)) names.push_back(name);
+  }
+};
+
+TEST(CacheContract, AsksAugmentWhichParamsAreRandom) {
+  AugmentWithMotionBlur params;  // every jitter off by default
+  EXPECT_EQ(stages::first_random_augment_param(params), "");
+  params.motion_blur_prob = 0.5;
+  EXPECT_EQ(stages::first_random_augment_param(params), "motion_blur_prob");
+  params.deterministic = true;
+  EXPECT_EQ(stages::first_random_augment_param(params), "");
+  params.deterministic = false;
+  params.color_jitter_gamma = 0.1;  // the first random param in visit() order is named
+  EXPECT_EQ(stages::first_random_augment_param(params), "color_jitter_gamma");
+}
+
+TEST(CacheContract, AugmentsRandomParamsAreItsJittersAndNoises) {
+  stages::AugmentParams params;
+  RandomTags tags;
+  params.visit(tags);
+  EXPECT_EQ(tags.names,
+            (std::vector<std::string>{"camera_jitter_prob", "color_jitter_brightness",
+                                      "color_jitter_contrast", "color_jitter_saturation",
+                                      "color_jitter_gamma", "domain_jitter_rgb_prob",
+                                      "domain_jitter_shadow_prob", "sensor_noise_gaussian_prob",
+                                      "sensor_noise_blur_prob", "sensor_noise_downsample_prob"}));
+  for (const std::string& name : tags.names) {
+    Diagnostics diagnostics;
+    const auto parsed = parse_params<stages::AugmentParams>({{name, 0.5}}, "/augment", diagnostics);
+    ASSERT_TRUE(diagnostics.empty()) << diagnostics.render();
+    EXPECT_EQ(stages::first_random_augment_param(parsed), name);
+  }
+  // Strengths and ranges of a transform whose chance is 0 draw nothing.
+  params.sensor_noise_gaussian_std = 0.5;
+  params.camera_jitter_scale = {0.5, 0.9};
+  EXPECT_EQ(stages::first_random_augment_param(params), "");
+}
+
+// The contract of every field of the shipped cache pipelines, over a fixed dataset, as caches
+// built before typed params were computed: a change here turns every existing cache away.
+TEST(CacheContract, ShippedPipelinesKeepTheirContracts) {
+  const DatasetFingerprint dataset{
+      {{"datasets",
+        {{{"root", "/data/task"},
+          {"episodes", {{0, 60}, {1, 40}}},
+          {"inventory",
+           {{"meta_sha256", {{"info.json", "ab"}}},
+            {"files",
+             {{"data/chunk-000/episode_000000.parquet", {{"bytes", 1}, {"mtime_ns", 2}}}}}}}}}},
+       {"sample_count", 100}},
+      100};
+  // Computed by the cache contract code before typed params (main at 1a6c67b).
+  const std::map<std::string, std::string> expected = {
+      {"libero_cache current", "7cfbebe8ece1c5e93c9ff2d6e059142998146fa35ba7341673b8ba1962719d33"},
+      {"libero_cache memory_anchor",
+       "fdee609192271e50fc18b25d0d808c3a0c90e63c8a3e9a3068f27806c43209d3"},
+      {"libero_cache memory_recent",
+       "e42d4a3ce2e79174c930b794d9407cd2f6e1927bda194308ed4870ca4a52e5a1"},
+      {"libero_cache vlm", "1b1df668e84a49fe653f19e2451a4d51693546ef31d8d3561ad70e0736dea262"},
+      {"robotwin_cache current",
+       "577c83551916e38c64a8f6b7f211f498476cd294373cf0262e753f1c622a4774"},
+      {"robotwin_cache memory_anchor",
+       "94af11e703dbf128de0b071171c55b07c58b471f4079026cf9dfe07f6719db73"},
+      {"robotwin_cache memory_recent",
+       "daf586ea4a833c8da06b9231daa1f808559ec31eada87f8e6e69ce35e154bde3"},
+      {"robotwin_cache vlm", "0944344fc52aae76999c91c7339f2bffd081d8f9c38677b685b335a24d7acc20"}};
+  std::map<std::string, std::string> actual;
+  for (const char* name : {"libero_cache", "robotwin_cache"}) {
+    const ValidatedPipeline pipeline = load_pipeline(
+        std::string(WAM_SOURCE_DIR) + "/pipelines/" + name + ".json", {{"settings.device=cpu"}});
+    const LatentCacheReader* reader = nullptr;
+    for (const ValidatedNode& node : pipeline.nodes()) {
+      if (auto* found = dynamic_cast<const LatentCacheReader*>(node.stage.get())) reader = found;
+    }
+    ASSERT_NE(reader, nullptr) << name;
+    const CacheSpec spec = reader->cache_spec(pipeline.settings());
+    for (const FieldInfo& field : all_fields()) {
+      actual[std::string(name) + " " + field.name] =
+          fingerprint(artifact_contract(field.name, spec, dataset, 100));
+    }
+  }
+  EXPECT_EQ(actual, expected);
+}
+
+}  // namespace
+}  // namespace wam::cache
