@@ -7,11 +7,13 @@
 #include <fstream>
 #include <iomanip>
 #include <iostream>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 
 #include "cli/command.h"
 #include "cli/run_view.h"
+#include "cli/stop_signals.h"
 #include "cli/validators.h"
 #include "cli/view_commands.h"
 #include "wam/atomic_file.h"
@@ -22,24 +24,8 @@
 namespace {
 
 using wam::cli::kExitFailed;
-using wam::cli::kExitInterrupted;
 using wam::cli::kExitInvalid;
 using wam::cli::kExitOk;
-using wam::cli::kExitTerminated;
-
-std::atomic<bool> g_interrupted{false};
-std::atomic<int> g_signal{0};  // the first SIGINT or SIGTERM received
-
-// SIGINT (Ctrl-C) and SIGTERM (what Slurm and Kubernetes send before killing) both stop the run
-// cleanly: summary and --stats-out are still written; the exit status is 128 + the signal.
-extern "C" void on_stop_signal(int signal) {
-  int none = 0;
-  g_signal.compare_exchange_strong(none, signal);
-  g_interrupted.store(true);
-  std::signal(signal, SIG_DFL);  // a second one ends the process at once
-}
-
-const char* signal_name(int signal) { return signal == SIGTERM ? "SIGTERM" : "SIGINT"; }
 
 struct PipelineArgs {
   std::string file;
@@ -106,18 +92,16 @@ int cmd_run(const RunArgs& args) {
   std::cerr << "running " << pipeline.name() << " (" << pipeline.nodes().size() << " nodes"
             << (stop_after.empty() ? "" : ", stopping after " + stop_after) << ")\n";
 
-  std::signal(SIGINT, on_stop_signal);
-  std::signal(SIGTERM, on_stop_signal);
+  std::optional<wam::cli::StopSignals> stop_signals(std::in_place);
   wam::RunOptions run_options;
   run_options.report_every_s = args.report_every;
-  run_options.interrupt = &g_interrupted;
+  run_options.interrupt = stop_signals->flag();
   wam::cli::RunView view(args.view, pipeline.name(), args.report_every,
                          wam::cli::RunView::stdout_is_terminal());
   view.configure(run_options);
   wam::RunResult result = wam::run_pipeline(pipeline, run_options);
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
-  const int signal = g_signal.load();
+  const int signal = stop_signals->signal();
+  stop_signals.reset();  // from here a signal ends the process at once
   view.finish(result);
 
   std::cout << result.stats.table();
@@ -125,7 +109,7 @@ int cmd_run(const RunArgs& args) {
     nlohmann::json stats = result.stats.to_json();
     if (!result.source_state.is_null()) stats["source_state"] = result.source_state;
     if (result.error) stats["error"] = result.error->what();
-    if (signal != 0) stats["signal"] = signal_name(signal);
+    if (signal != 0) stats["signal"] = wam::cli::StopSignals::name(signal);
     // Error text may quote bytes of a damaged file that are not UTF-8: shown as U+FFFD.
     wam::write_file_atomically(
         stats_out, stats.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
@@ -136,8 +120,8 @@ int cmd_run(const RunArgs& args) {
     return kExitFailed;
   }
   if (result.stats.stop_reason == "interrupted") {
-    std::cerr << "stopped by " << signal_name(signal) << "\n";
-    return signal == SIGTERM ? kExitTerminated : kExitInterrupted;
+    std::cerr << "stopped by " << wam::cli::StopSignals::name(signal) << "\n";
+    return wam::cli::StopSignals::exit_status(signal);
   }
   return kExitOk;
 }

@@ -13,6 +13,7 @@
 
 #include "cache/cache_generate.h"
 #include "cli/command.h"
+#include "cli/stop_signals.h"
 #include "cli/validators.h"
 #include "wam/config.h"
 #include "wam/live_view.h"
@@ -58,17 +59,6 @@ class ProgressBar {
   Clock::time_point last_{};
   std::optional<std::pair<Clock::time_point, int64_t>> first_;
 };
-
-std::atomic<bool> g_interrupted{false};
-std::atomic<int> g_signal{0};  // the first SIGINT or SIGTERM received
-
-// SIGINT and SIGTERM stop `cache generate` between shards: what is written stays staged.
-extern "C" void on_stop_signal(int signal) {
-  int none = 0;
-  g_signal.compare_exchange_strong(none, signal);
-  g_interrupted.store(true);
-  std::signal(signal, SIG_DFL);  // a second one ends the process at once
-}
 
 std::string default_root() {
   if (auto root = environment_value("WAM_LATENT_CACHE")) return *root;
@@ -162,23 +152,21 @@ class CacheCommand final : public Command {
       std::cerr << "resuming from sample " << first_sample << ": " << shards_resumed
                 << " shards were already written\n";
     };
-    generate_options_.interrupt = &g_interrupted;
-    std::signal(SIGINT, on_stop_signal);
-    std::signal(SIGTERM, on_stop_signal);
+    std::optional<StopSignals> stop_signals(std::in_place);
+    generate_options_.interrupt = stop_signals->flag();
     const cache::GenerateResult result = cache::generate_cache(generate_options_);
-    std::signal(SIGINT, SIG_DFL);
-    std::signal(SIGTERM, SIG_DFL);
+    const int signal = stop_signals->signal();
+    stop_signals.reset();  // from here a signal ends the process at once
     if (result.interrupted) {
-      const int signal = g_signal.load();
-      std::cerr << "\ninterrupted by " << (signal == SIGTERM ? "SIGTERM" : "SIGINT") << "; "
-                << result.samples_kept << " samples kept in whole shards under " << result.root
+      std::cerr << "\ninterrupted by " << StopSignals::name(signal) << "; " << result.samples_kept
+                << " samples kept in whole shards under " << result.root
                 << "/.tmp (the shard being filled was dropped); nothing was published. Resume "
                    "with the same command: "
                 << (result.samples_kept > 0
                         ? "it starts at sample " + std::to_string(result.samples_kept)
                         : std::string("it starts from the beginning"))
                 << "\n";
-      return signal == SIGTERM ? kExitTerminated : kExitInterrupted;
+      return StopSignals::exit_status(signal);
     }
     if (result.world_size > 1) {
       std::cerr << "cache generate: rank " << result.rank << "/" << result.world_size

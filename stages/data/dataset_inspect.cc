@@ -120,9 +120,9 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
   report.tasks = static_cast<int64_t>(ds.tasks().size());
   for (const char* key : {"action", "observation.state"}) {
     if (const Feature* f = info.feature(key)) {
-      report.vectors.emplace_back(std::string(key) == "action" ? "action" : "state",
-                                  f->dtype + "[" +
-                                      std::to_string(f->shape.empty() ? 0 : f->shape[0]) + "]");
+      report.vectors.emplace_back(
+          std::string(key) == "action" ? "action" : "state",
+          f->dtype + "[" + std::to_string(f->shape.empty() ? 0 : f->shape[0]) + "]");
     }
   }
   report.has_episode_stats = ds.has_episode_stats();
@@ -163,9 +163,8 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
       if (v.max_gap == 0) {
         ++camera.single_keyframe_videos;
       } else {
-        camera.min_keyframe_gap = camera.min_keyframe_gap == 0
-                                      ? v.min_gap
-                                      : std::min(camera.min_keyframe_gap, v.min_gap);
+        camera.min_keyframe_gap =
+            camera.min_keyframe_gap == 0 ? v.min_gap : std::min(camera.min_keyframe_gap, v.min_gap);
         camera.max_keyframe_gap = std::max(camera.max_keyframe_gap, v.max_gap);
       }
       const Feature* feature = info.feature(key);
