@@ -56,9 +56,6 @@ struct TextCacheParams : FrozenEncoderParams {
   }
 };
 
-// Lower-case hex SHA-256 of the UTF-8 bytes (OpenSSL).
-std::string sha256_hex(const std::string& text);
-
 // What produced a cache's entries: "builtin:width=512,layers=2,heads=8,seed=0" or
 // "torchscript:sha256=<hex of the file>". Entries from another encoder are not reused.
 std::string encoder_id(const TextCacheParams& params);

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "common/sha256.h"
 #include "data/lerobot_dataset.h"
 #include "models/text_encoder.h"
 #include "testing/expect_error.h"
@@ -49,7 +50,7 @@ class TextEmbedTest : public ::testing::Test {
 };
 
 TEST_F(TextEmbedTest, Sha256AndBytesTokensAreTheDocumentedOnes) {
-  EXPECT_EQ(models::sha256_hex("abc"),
+  EXPECT_EQ(sha256_hex("abc"),  // the cache keys (common/sha256.h)
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   const at::Tensor ids = models::text_byte_tokens({"ab", std::string(200, 'x')});
   EXPECT_EQ(ids.sizes(), (std::vector<int64_t>{2, 128}));
