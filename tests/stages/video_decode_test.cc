@@ -163,7 +163,7 @@ TEST_F(VideoDecodeTest, MissingAndTruncatedFilesNameTheFile) {
   EXPECT_EQ(testing::error_of([&] {
               testing::run_stage("VideoDecode", "{}", {make_sample({av1_, missing}, kPlan)});
             }),
-            "cannot open video \"" + missing + "\": No such file or directory");
+            "cannot open video \"" + missing + "\": no such file");
   std::string cut = encode(dir.file("cut.mp4"), {"av1", kFps, 2, false, 30});
   fs::resize_file(cut, fs::file_size(cut) / 2);
   EXPECT_EQ(testing::error_of([&] {

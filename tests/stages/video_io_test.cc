@@ -237,7 +237,7 @@ TEST(VideoReaderErrorTest, MissingFile) {
   TempDir dir;
   std::string path = dir.file("missing.mp4");
   EXPECT_EQ(testing::error_of([&] { VideoReader reader(path); }),
-            "cannot open video \"" + path + "\": No such file or directory");
+            "cannot open video \"" + path + "\": no such file");
 }
 
 TEST(VideoReaderErrorTest, TruncatedFile) {
