@@ -137,15 +137,16 @@ constexpr int64_t kTransferRepeats = 5;
 struct DeviceResult {
   DevicePartFigures figures;
   std::optional<StepProfile> profile;
+  int64_t profiled_steps = 0;
 };
 
 // Captures one host batch where it enters HostToDevice, times that node alone on it, then replays
 // the device batch through the device chain.
-// With `profile`, kProfileSteps more steps run under the profiler (traced to `trace_path` unless
-// it is empty).
+// With `options.profile`, kProfileSteps more steps run under the profiler (traced to its
+// trace_path unless that is empty), or with `profile_first` the first step does.
 DeviceResult run_device_part(const std::string& file, const LoadOptions& options,
-                             const DevicePart& part, int64_t warmup, int64_t total, bool profile,
-                             const std::string& trace_path) {
+                             const DevicePart& part, const BenchOptions& bench, int64_t total) {
+  const bool profile = bench.profile, profile_first = bench.profile && bench.profile_first;
   std::optional<Sample> batch;
   {
     LoadOptions capture_options = options;
@@ -162,7 +163,7 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
   }
 
   LoadOptions step_options = options;
-  const int64_t extra_steps = profile ? 2 * kProfileSteps : kProfileSteps;
+  const int64_t extra_steps = profile && !profile_first ? 2 * kProfileSteps : kProfileSteps;
   step_options.overrides.push_back("settings.steps=" + std::to_string(total + extra_steps));
   ValidatedPipeline pipeline = load_pipeline(file, step_options);
   stages::disable_training_state(pipeline);
@@ -195,9 +196,9 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
   batch = transfer_once();
   const Clock::time_point transfers_start = Clock::now();
   for (int64_t i = 0; i < kTransferRepeats; ++i) transfer_once();
-  const double transfer_ms =
-      1e3 * std::chrono::duration<double>(Clock::now() - transfers_start).count() /
-      static_cast<double>(kTransferRepeats);
+  const double transfer_ms = 1e3 *
+                             std::chrono::duration<double>(Clock::now() - transfers_start).count() /
+                             static_cast<double>(kTransferRepeats);
   // After the transfers: CUDA is initialised (its statistics throw before) and the pinned pool,
   // allocated by now, still counts in the peak.
   reset_peak_device_bytes(cuda);
@@ -217,13 +218,19 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
     synchronize_device(cuda);
   };
   // The rate: nodes overlap as in the graph (one synchronisation per step).
+  DeviceResult result;
   std::vector<Clock::time_point> step_ends;
   for (int64_t step = 0; step < total; ++step) {
-    run_step(nullptr);
+    if (step == 0 && profile_first) {
+      result.profile = profile_steps([&] { run_step(nullptr); }, cuda, bench.trace_path);
+      result.profiled_steps = 1;
+    } else {
+      run_step(nullptr);
+    }
     step_ends.push_back(Clock::now());
   }
-  DeviceResult result;
-  result.figures.samples_per_s = steady_rate(step_ends, warmup, pipeline.settings().batch_size);
+  result.figures.samples_per_s =
+      steady_rate(step_ends, bench.warmup, pipeline.settings().batch_size);
   result.figures.transfer_ms_per_batch = transfer_ms;
   result.figures.peak_bytes = peak_device_bytes(cuda);
   // Then a few more steps with a synchronisation after each node, so its kernels count for it.
@@ -233,12 +240,13 @@ DeviceResult run_device_part(const std::string& file, const LoadOptions& options
     result.figures.node_ms_per_batch.emplace_back(part.chain[i],
                                                   1e3 * node_seconds[i] / kProfileSteps);
   }
-  if (profile) {
+  if (profile && !profile_first) {
     result.profile = profile_steps(
         [&] {
           for (int64_t step = 0; step < kProfileSteps; ++step) run_step(nullptr);
         },
-        cuda, trace_path);
+        cuda, bench.trace_path);
+    result.profiled_steps = kProfileSteps;
   }
   return result;
 }
@@ -334,19 +342,20 @@ GraphFigures graph_figures(const GraphResult& graph, double device_samples_per_s
 }
 
 // The profiled steps' longest kernels (or CPU operators), per step, with their share.
-BenchProfile profile_figures(const StepProfile& profile, const std::string& trace_path) {
+BenchProfile profile_figures(const StepProfile& profile, int64_t profiled_steps,
+                             const std::string& trace_path) {
   BenchProfile figures;
-  figures.steps = kProfileSteps;
+  figures.steps = profiled_steps;
   figures.device_kernels = profile.kernels;
   double total_ms = 0;
   for (const KernelTime& kernel : profile.longest) total_ms += kernel.total_ms;
-  const double steps = static_cast<double>(kProfileSteps);
+  const double steps = static_cast<double>(profiled_steps);
   figures.ms_per_step = total_ms / steps;
   for (size_t i = 0; i < std::min(profile.longest.size(), kListedKernels); ++i) {
     const KernelTime& kernel = profile.longest[i];
     figures.longest.push_back({kernel.name, kernel.total_ms / steps,
                                total_ms > 0 ? 100 * kernel.total_ms / total_ms : 0.0,
-                               kernel.calls / kProfileSteps});
+                               kernel.calls / profiled_steps});
   }
   figures.trace_path = trace_path;
   figures.trace_note = profile.trace_note;
@@ -390,10 +399,11 @@ BenchReport run_bench(const BenchOptions& options) {
   progress("bench: " + probe.name() + ": device part (" + part.transfer_id + " -> " + chain +
            ") on one device-resident batch, " + std::to_string(options.warmup) + " + " +
            std::to_string(options.steps) + " steps");
-  DeviceResult device = run_device_part(file, load_options, part, options.warmup, total,
-                                        options.profile, options.trace_path);
+  DeviceResult device = run_device_part(file, load_options, part, options, total);
   report.device_part = std::move(device.figures);
-  if (device.profile) report.profile = profile_figures(*device.profile, options.trace_path);
+  if (device.profile) {
+    report.profile = profile_figures(*device.profile, device.profiled_steps, options.trace_path);
+  }
   if (!options.device_only) {
     progress("bench: " + probe.name() + ": whole graph, " + std::to_string(options.warmup) + " + " +
              std::to_string(options.steps) + " steps");

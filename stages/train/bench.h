@@ -32,6 +32,10 @@ struct BenchOptions {
   bool device_only = false;  // measure only the device part (no whole-graph phase)
   bool profile = false;      // also profile a few steps of the device part
   std::string trace_path;    // with `profile`: where to write their Chrome trace ("" for none)
+  // With `profile`: the first step instead of steps after the timed ones. For a captured step that
+  // is the eager warm-up and the capture, whose trace links each kernel to the operator (and the
+  // autograd node) that launched it; replays of a CUDA graph show kernels alone.
+  bool profile_first = false;
   // Receives a line as each phase starts; unset, progress goes nowhere.
   std::function<void(const std::string&)> on_progress;
 };

@@ -58,6 +58,11 @@ BenchCommand::BenchCommand(CLI::App& app) {
                    "With --profile: write the Chrome trace of those steps (ui.perfetto.dev)")
       ->needs("--profile")
       ->check(in_existing_directory());
+  bench_
+      ->add_flag("--profile-first", options_.profile_first,
+                 "With --profile: profile the first step instead; for a compiled step that is its "
+                 "eager warm-up and capture, whose trace names the operator behind each kernel")
+      ->needs("--profile");
   bench_->add_flag("--device-only", options_.device_only,
                    "Measure only the device part (step speed and peak memory, e.g. for sweeps)");
 }

@@ -28,7 +28,9 @@ StepProfile profile_steps(const std::function<void()>& body, bool cuda,
                           const std::string& trace_path) {
   namespace profiler = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;
-  const profiler::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO);
+  // Input shapes and dtypes recorded: a trace then tells a mixed-dtype kernel from its neighbours.
+  const profiler::ProfilerConfig config(torch::profiler::impl::ProfilerState::KINETO,
+                                        /*report_input_shapes=*/true);
   std::set<ActivityType> activities{ActivityType::CPU};
   if (cuda) activities.insert(ActivityType::CUDA);
   profiler::prepareProfiler(config, activities);
@@ -65,8 +67,8 @@ StepProfile profile_steps(const std::function<void()>& body, bool cuda,
     } catch (const c10::Error& e) {
       // E.g. Debian's LibTorch, built without Kineto, which alone writes traces. The kernel table
       // is still printed.
-      profile.trace_note = std::string("no trace written to ") + trace_path + ": " +
-                           e.what_without_backtrace();
+      profile.trace_note =
+          std::string("no trace written to ") + trace_path + ": " + e.what_without_backtrace();
     } catch (const Error& e) {
       profile.trace_note = std::string("no trace written to ") + trace_path + ": " + e.what();
     }

@@ -238,6 +238,12 @@ if [k["ms_per_step"] for k in p["longest"]] != sorted((k["ms_per_step"] for k in
 print("FAIL bench profile: " + "; ".join(problems) if problems else "ok   bench profile")
 sys.exit(1 if problems else 0)
 PY
+expect_contains "bench --profile-first profiles the first step alone" 0 \
+  "  profile of 1 steps: " \
+  -- "$bin" bench pipelines/robotwin_online.json "${tiny[@]}" --set settings.batch_size=2 \
+  --set settings.device=cpu --steps 1 --warmup 1 --device-only --profile --profile-first
+expect "bench --profile-first needs --profile" 2 "--profile-first requires --profile" \
+  -- "$bin" bench pipelines/robotwin_online.json --profile-first
 # Several pipelines: each measured, then one table side by side against the first.
 "$bin" bench pipelines/robotwin_online.json pipelines/robotwin_online.json "${tiny[@]}" \
   "${one_batch_in_flight[@]}" --set settings.device=cpu --steps 2 --warmup 1 \
