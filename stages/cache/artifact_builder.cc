@@ -38,8 +38,8 @@ std::string record_name(int64_t shard_index) {
   return name;
 }
 
-// What a shard record says of its shard's per-row checksums (values/<name>.__crc32).
-constexpr const char* kRowChecksums = "crc32";
+// What a shard record says of its shard's per-row checksums (values/<name>.__xxh3).
+constexpr const char* kRowChecksums = "xxh3";
 
 bool valid_name(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
@@ -250,7 +250,7 @@ void ArtifactBuilder::write_shard(int64_t shard_index, const std::vector<int64_t
         dims.push_back(static_cast<hsize_t>(value.shape[d]));
       }
       write_value_dataset(group.get(), value, dims, given.data, temporary);
-      std::vector<uint32_t> checksums;
+      std::vector<uint64_t> checksums;
       const auto* bytes = static_cast<const char*>(given.data);
       for (int64_t row = 0; row < rows; ++row) {
         const size_t row_bytes =
@@ -258,7 +258,7 @@ void ArtifactBuilder::write_shard(int64_t shard_index, const std::vector<int64_t
         checksums.push_back(row_checksum(sample_ids[row], bytes, row_bytes));
         bytes += row_bytes;
       }
-      write_dataset(group.get(), value.name + ".__crc32", H5T_STD_U32LE, H5T_NATIVE_UINT32,
+      write_dataset(group.get(), value.name + ".__xxh3", H5T_STD_U64LE, H5T_NATIVE_UINT64,
                     {static_cast<hsize_t>(rows)}, checksums.data(), temporary);
     }
   }

@@ -5,7 +5,9 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
+// Debian's libxxhash picks XXH3's widest vector code (SSE2, AVX2, AVX-512) at run time: the row
+// check then runs at about twice the speed of the baseline SSE2 code a portable build would get.
+#include <xxh_x86dispatch.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -108,13 +110,8 @@ std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
 
-uint32_t row_checksum(int64_t sample_id, const void* data, size_t bytes) {
-  unsigned char id[8];
-  for (int i = 0; i < 8; ++i)
-    id[i] = static_cast<unsigned char>(static_cast<uint64_t>(sample_id) >> (8 * i));
-  uLong crc = crc32_z(0L, id, sizeof(id));
-  if (bytes > 0) crc = crc32_z(crc, static_cast<const Bytef*>(data), bytes);
-  return static_cast<uint32_t>(crc);
+uint64_t row_checksum(int64_t sample_id, const void* data, size_t bytes) {
+  return XXH3_64bits_withSeed_dispatch(data, bytes, static_cast<XXH64_hash_t>(sample_id));
 }
 
 std::string fingerprint(const json& value) { return sha256_hex(value.dump(-1, ' ', true)); }
@@ -662,17 +659,17 @@ ShardLayout inspect_shard(const std::string& path, const std::string& artifact_i
                        std::string(dtype_name(value.dtype)) + "\"");
       }
     }
-    const std::string checksums = name + ".__crc32";
+    const std::string checksums = name + ".__xxh3";
     if (!exists(checksums)) {
       throw CacheError(id + " shard " + path + " has no row checksums (" + checksums +
-                       "): it was built before reads checked every row; rebuild the cache with "
+                       "): it was built by an earlier wam-pipeline; rebuild the cache with "
                        "`wam-pipeline cache generate PIPELINE --overwrite`");
     }
     Handle checksums_dataset(open_dataset(checksums), H5Dclose);
-    check_dataset(checksums_dataset.get(), checksums, {static_cast<hsize_t>(rows)}, H5T_INTEGER, 4,
+    check_dataset(checksums_dataset.get(), checksums, {static_cast<hsize_t>(rows)}, H5T_INTEGER, 8,
                   false);
     layout.row_checksums.resize(static_cast<size_t>(rows));
-    check(H5Dread(checksums_dataset.get(), H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+    check(H5Dread(checksums_dataset.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
                   layout.row_checksums.data()),
           "read", path, checksums);
     shard.values.push_back(std::move(layout));

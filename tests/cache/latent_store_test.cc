@@ -693,20 +693,20 @@ TEST_F(PublishedVae, SwappedRowsFailTheReadAndFullValidation) {
   reader->read_fixed(5, 1, std::vector<float>(2).data());  // its other values are whole
 }
 
-// Shards built before rows carried checksums are refused on open, with what to do.
+// Shards built before rows carried XXH3 checksums are refused on open, with what to do.
 TEST_F(PublishedVae, ShardsWithoutRowChecksumsAreRefused) {
   {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     const hid_t file = H5Fopen(shard1_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     ASSERT_GE(file, 0);
-    ASSERT_GE(H5Ldelete(file, "values/scale.__crc32", H5P_DEFAULT), 0);
+    ASSERT_GE(H5Ldelete(file, "values/scale.__xxh3", H5P_DEFAULT), 0);
     H5Fclose(file);
   }
   resign_shards(root_);
   EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
             "vae_latent.current shard " + shard1_ +
-                " has no row checksums (values/scale.__crc32): it was built before reads checked "
-                "every row; rebuild the cache with `wam-pipeline cache generate PIPELINE "
+                " has no row checksums (values/scale.__xxh3): it was built by an earlier "
+                "wam-pipeline; rebuild the cache with `wam-pipeline cache generate PIPELINE "
                 "--overwrite`");
 }
 
