@@ -19,8 +19,8 @@ struct GenerateOptions {
   std::vector<std::string> overrides;
   std::vector<std::string> fields;  // empty: the lookup node's
   int64_t max_samples = 0;          // 0: every sample
-  int64_t shard_size = 256;
-  int64_t batch_size = 0;  // 0: the pipeline's
+  int64_t shard_size = 64;          // samples per shard, the unit of resume (docs/RELIABILITY.md)
+  int64_t batch_size = 0;           // 0: the pipeline's
   bool overwrite = false;
   std::function<void(int64_t done, int64_t total)> on_progress;
   // Called before encoding when earlier runs wrote this rank's first shards: the first sample id

@@ -179,6 +179,28 @@ if command -v script >/dev/null; then
 else
   expect_contains "a rerun resumes the killed build" 0 "shards were already written" -- "${resume[@]}"
 fi
+# SIGINT while generating: exit 130, nothing published, a summary naming where a rerun starts, and
+# the rerun starting there (docs/RELIABILITY.md, "Signals").
+catalog_before=$(sha256sum "$work/latents/catalog.json")
+"${resume[@]}" >"$work/interrupted.log" 2>&1 &
+generating=$!
+for _ in $(seq 600); do
+  [ -n "$(find "$work/latents/.tmp" -name 'shard*.json' 2>/dev/null | head -1)" ] && break
+  sleep 0.1
+done
+kill -INT "$generating"
+wait "$generating"
+status=$?
+kept=$(sed -n 's/^interrupted by SIGINT; \([0-9]*\) samples kept in whole shards under .*nothing was published\. Resume with the same command: it starts at sample \1$/\1/p' "$work/interrupted.log")
+if [ "$status" -eq 130 ] && [ -n "$kept" ] && [ "$kept" -gt 0 ] &&
+  [ "$(sha256sum "$work/latents/catalog.json")" = "$catalog_before" ]; then
+  echo "ok   SIGINT stops cache generate: exit 130, $kept samples kept, nothing published"
+  expect_contains "the rerun after SIGINT starts where the summary said" 0 \
+    "resuming from sample $kept: $((kept / 2)) shards were already written" -- "${resume[@]}"
+else
+  echo "FAIL SIGINT during cache generate: exit $status"; cat "$work/interrupted.log"
+  failures=$((failures + 1))
+fi
 
 # One batch in the graph at a time (max_in_flight = batch size): the batch of the last timed step
 # enters after the warm-up step ends, so the data path side is measured, not covered by prefetch.
