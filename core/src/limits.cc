@@ -1,6 +1,7 @@
 #include "wam/limits.h"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,12 @@ using nlohmann::json;
 int64_t max_threads() {
   const int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
   return kMaxThreadsPerCore * cores;
+}
+
+int64_t peak_rss_bytes() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<int64_t>(usage.ru_maxrss) * 1024;  // Linux reports kibibytes
 }
 
 std::string check_thread_count(int64_t threads) {

@@ -210,15 +210,21 @@ nlohmann::json RunStats::to_json() const {
   }
   std::vector<std::string> ids;
   for (const auto& n : nodes) ids.push_back(n.id);
-  return {{"pipeline", pipeline},       {"wall_s", wall_s},    {"threads", threads},
-          {"stop_reason", stop_reason}, {"nodes", nodes_json}, {"series", series.to_json(ids)}};
+  return {{"pipeline", pipeline},
+          {"wall_s", wall_s},
+          {"threads", threads},
+          {"stop_reason", stop_reason},
+          {"peak_rss_bytes", peak_rss_bytes},
+          {"nodes", nodes_json},
+          {"series", series.to_json(ids)}};
 }
 
 std::string RunStats::table() const {
   std::ostringstream out;
   auto pct = [&](double seconds) { return wall_s > 0 ? 100.0 * seconds / wall_s : 0.0; };
   out << "pipeline " << pipeline << ": " << std::fixed << std::setprecision(2) << wall_s << " s, "
-      << threads << " threads, stopped: " << stop_reason << "\n";
+      << threads << " threads, stopped: " << stop_reason << ", peak memory "
+      << static_cast<double>(peak_rss_bytes) / (1 << 30) << " GiB\n";
   out << std::left << std::setw(16) << "node" << std::setw(18) << "type" << std::right
       << std::setw(8) << "in" << std::setw(8) << "out" << std::setw(10) << "out/s" << std::setw(9)
       << "busy s" << std::setw(7) << "util%" << std::setw(9) << "starved%" << std::setw(9)

@@ -829,6 +829,7 @@ class Run {
     stats.pipeline = pipeline_.name();
     stats.wall_s = std::chrono::duration<double>(end - start_).count();
     stats.threads = threads;
+    stats.peak_rss_bytes = peak_rss_bytes();
     switch (stop_reason()) {
       case StopReason::kNone: stats.stop_reason = "exhausted"; break;
       case StopReason::kSteps: stats.stop_reason = "steps"; break;

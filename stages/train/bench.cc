@@ -140,6 +140,24 @@ struct DeviceResult {
   int64_t profiled_steps = 0;
 };
 
+// The first host batch where it enters the transfer node: the data path alone, run once.
+Sample capture_host_batch(const std::string& file, const LoadOptions& options,
+                          const DevicePart& part) {
+  std::optional<Sample> batch;
+  LoadOptions capture_options = options;
+  capture_options.overrides.push_back("settings.steps=1");
+  ValidatedPipeline capture = load_pipeline(file, capture_options);
+  capture.keep_upstream_of(part.feed_id);
+  RunOptions run_options;
+  run_options.on_output = [&](const Sample& sample) {
+    if (!batch) batch = sample;
+  };
+  RunResult result = run_pipeline(capture, run_options);
+  if (result.error) throw *result.error;
+  if (!batch) throw Error("bench: the data path of " + file + " produced no batch");
+  return std::move(*batch);
+}
+
 // Captures one host batch where it enters HostToDevice, times that node alone on it, then replays
 // the device batch through the device chain.
 // With `options.profile`, kProfileSteps more steps run under the profiler (traced to its
@@ -147,20 +165,7 @@ struct DeviceResult {
 DeviceResult run_device_part(const std::string& file, const LoadOptions& options,
                              const DevicePart& part, const BenchOptions& bench, int64_t total) {
   const bool profile = bench.profile, profile_first = bench.profile && bench.profile_first;
-  std::optional<Sample> batch;
-  {
-    LoadOptions capture_options = options;
-    capture_options.overrides.push_back("settings.steps=1");
-    ValidatedPipeline capture = load_pipeline(file, capture_options);
-    capture.keep_upstream_of(part.feed_id);
-    RunOptions run_options;
-    run_options.on_output = [&](const Sample& sample) {
-      if (!batch) batch = sample;
-    };
-    RunResult result = run_pipeline(capture, run_options);
-    if (result.error) throw *result.error;
-    if (!batch) throw Error("bench: the data path of " + file + " produced no batch");
-  }
+  std::optional<Sample> batch = capture_host_batch(file, options, part);
 
   LoadOptions step_options = options;
   const int64_t extra_steps = profile && !profile_first ? 2 * kProfileSteps : kProfileSteps;

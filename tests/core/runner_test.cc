@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "testing/temp_dir.h"
 #include "testing/test_stages.h"
 
@@ -289,6 +291,14 @@ TEST(RunStats, JsonAndTableNameEveryNode) {
   EXPECT_NE(table.find("pipeline chain:"), std::string::npos);
   EXPECT_NE(table.find("delay"), std::string::npos);
   EXPECT_NE(table.find("starved%"), std::string::npos);
+  // The process's peak memory: this test binary holds at least a few MiB, and less than a terabyte.
+  const int64_t peak = stats["peak_rss_bytes"].get<int64_t>();
+  EXPECT_GT(peak, int64_t{1} << 20);
+  EXPECT_LT(peak, int64_t{1} << 40);
+  char expected[64];
+  std::snprintf(expected, sizeof(expected), ", peak memory %.2f GiB\n",
+                static_cast<double>(peak) / (1 << 30));
+  EXPECT_NE(table.find(expected), std::string::npos) << table;
 }
 
 // Busy time counts when an item ends: an item longer than the report interval must not show as

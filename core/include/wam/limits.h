@@ -37,6 +37,8 @@ constexpr int64_t kMaxThreadsPerCore = 4;
 int64_t max_threads();
 // "must be between 0 and 8 (4 x the 2 hardware threads), got 100000" (empty when ok).
 std::string check_thread_count(int64_t threads);
+// This process's peak resident set size so far, in bytes (getrusage's ru_maxrss).
+int64_t peak_rss_bytes();
 
 // The whole text as a base-10 integer of type T, or nothing when it is not one or out of range.
 template <class T>

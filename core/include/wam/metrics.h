@@ -105,7 +105,7 @@ struct RunSeries {
   static constexpr size_t kMaxLossPoints = 8192;
   double bucket_s = 1.0;
   std::vector<double> t;  // end of each bucket, seconds since the start; the last may be partial
-  std::vector<NodeSeries> nodes;   // as RunStats::nodes
+  std::vector<NodeSeries> nodes;  // as RunStats::nodes
   // The scalar "loss", which the progress line and the report show.
   std::vector<int64_t> loss_step;  // 1-based count of the values reported
   std::vector<double> loss_t, loss;
@@ -157,6 +157,9 @@ struct RunStats {
   double wall_s = 0;
   int64_t threads = 0;
   std::string stop_reason;  // "exhausted", "steps", "interrupted", "failed"
+  // The process's peak resident memory when the run ended (getrusage), loading and start-up
+  // included: what a machine must hold to run this pipeline.
+  int64_t peak_rss_bytes = 0;
   std::vector<NodeStats> nodes;
   RunSeries series;
 
