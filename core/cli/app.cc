@@ -42,7 +42,7 @@ void add_pipeline_args(CLI::App& command, PipelineArgs& args) {
 
 const char* const kPrintConfigHelp =
     "Print the effective pipeline: \"extends\", --set, includes and $refs resolved, defaults "
-    "filled in";
+    "filled in; and on stderr the environment variables with project defaults, resolved";
 
 struct RunArgs {
   PipelineArgs pipeline;
@@ -88,7 +88,10 @@ int cmd_run(const RunArgs& args) {
   wam::ValidatedPipeline pipeline = wam::load_pipeline(args.pipeline.file, options);
   const std::string& stop_after = args.stop_after;
   if (!stop_after.empty()) pipeline.keep_upstream_of(stop_after);
-  if (args.print_config) std::cout << pipeline.effective_config().dump(2) << "\n";
+  if (args.print_config) {
+    std::cout << pipeline.effective_config().dump(2) << "\n";
+    std::cerr << wam::describe_environment();  // stdout stays one JSON document
+  }
   std::cerr << "running " << pipeline.name() << " (" << pipeline.nodes().size() << " nodes"
             << (stop_after.empty() ? "" : ", stopping after " + stop_after) << ")\n";
 
@@ -129,6 +132,7 @@ int cmd_run(const RunArgs& args) {
 int cmd_validate(const std::vector<std::string>& files, const std::vector<std::string>& overrides,
                  bool print_config) {
   int status = kExitOk;
+  if (print_config) std::cerr << wam::describe_environment();
   for (const auto& file : files) {
     try {
       wam::ValidatedPipeline pipeline = wam::load_pipeline(file, {overrides});

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "wam/limits.h"
 #include "wam/params.h"
@@ -199,18 +200,46 @@ ResolvedDocument resolve_extends(const std::string& file, Diagnostics& diagnosti
   return resolved;
 }
 
+namespace {
+
+// The variables with project defaults, as the reference sets them (docs/DESIGN.md section 5.8): a
+// default is `base`'s value (when named) followed by `tail`.
+struct KnownVariable {
+  const char* name;
+  const char* base;
+  const char* tail;
+};
+constexpr KnownVariable kKnownVariables[] = {
+    {"WAM_DATA_ROOT", nullptr, "data"},
+    {"LIBERO_DATA_ROOT", "WAM_DATA_ROOT", "/libero"},
+    {"ROBOTWIN_DATA_ROOT", "WAM_DATA_ROOT", "/robotwin"},
+    {"WAM_CACHE_ROOT", nullptr, ".cache/wam"},
+    {"WAM_LATENT_CACHE", "WAM_CACHE_ROOT", "/latents"},
+    {"WAM_COMPILE_CACHE", "WAM_CACHE_ROOT", "/torch_compile"},
+    {"WAM_OUTPUT_ROOT", nullptr, "runs"},
+    {"WAM_CHECKPOINT_ROOT", nullptr, "checkpoints"},
+};
+
+}  // namespace
+
 std::optional<std::string> environment_value(const std::string& name) {
   if (const char* value = std::getenv(name.c_str()); value && *value) return std::string(value);
-  // Project defaults, as the reference sets them (docs/DESIGN.md section 5.8).
-  if (name == "WAM_DATA_ROOT") return std::string("data");
-  if (name == "WAM_CACHE_ROOT") return std::string(".cache/wam");
-  if (name == "WAM_LATENT_CACHE") return *environment_value("WAM_CACHE_ROOT") + "/latents";
-  if (name == "WAM_COMPILE_CACHE") return *environment_value("WAM_CACHE_ROOT") + "/torch_compile";
-  if (name == "WAM_OUTPUT_ROOT") return std::string("runs");
-  if (name == "WAM_CHECKPOINT_ROOT") return std::string("checkpoints");
-  if (name == "LIBERO_DATA_ROOT") return *environment_value("WAM_DATA_ROOT") + "/libero";
-  if (name == "ROBOTWIN_DATA_ROOT") return *environment_value("WAM_DATA_ROOT") + "/robotwin";
+  for (const KnownVariable& known : kKnownVariables) {
+    if (name == known.name) {
+      return (known.base ? *environment_value(known.base) : std::string()) + known.tail;
+    }
+  }
   return std::nullopt;
+}
+
+std::string describe_environment() {
+  std::string out = "environment (${VAR} in pipeline and config files):\n";
+  for (const KnownVariable& known : kKnownVariables) {
+    const char* set = std::getenv(known.name);
+    out += "  " + std::string(known.name) + "=" + *environment_value(known.name) +
+           (set && *set ? "\n" : "  (default)\n");
+  }
+  return out;
 }
 
 namespace {
@@ -263,6 +292,10 @@ std::string expand_string(const std::string& text, const std::string& file,
 // What resolving the $refs of one pipeline has used so far, and the chain being resolved.
 struct RefResolution {
   std::vector<std::string> chain;  // targets ("include/pointer") whose values are being resolved
+  // Includes named but not loaded (already reported): a $ref into one leaves the node's params
+  // incomplete instead of adding an error per reference and per param it would have filled.
+  std::set<std::string> unloaded_includes;
+  bool incomplete = false;  // the params being resolved reference an unloaded include
   size_t resolutions = 0;
   size_t values = 0;     // JSON values copied in from fragments
   bool stopped = false;  // a limit was reported: resolve nothing more
@@ -319,6 +352,10 @@ void resolve_refs(json& value, const PipelineConfig& config, const std::string& 
   const std::string include = target.substr(0, target.find('/'));
   const std::string inner = target.size() > include.size() ? target.substr(include.size()) : "";
   auto fragment = config.includes.find(include);
+  if (state.unloaded_includes.count(include)) {
+    state.incomplete = true;
+    return;
+  }
   if (fragment == config.includes.end()) {
     std::vector<std::string> names;
     for (const auto& [name, content] : config.includes) names.push_back(name);
@@ -382,8 +419,9 @@ void resolve_refs(json& value, const PipelineConfig& config, const std::string& 
   value = std::move(resolved);
 }
 
-// Include paths are relative to the project root: the nearest ancestor of the pipeline file that
-// has a configs/ folder (else the working directory), so pipelines/ and configs/ stay siblings.
+// Include paths written in a pipeline file are relative to its project root: the nearest ancestor
+// of the file that has a configs/ folder (else the working directory), so pipelines/ and configs/
+// stay siblings.
 fs::path include_root(const std::string& file) {
   fs::path dir = fs::absolute(file).parent_path();
   for (fs::path p = dir; !p.empty(); p = p.parent_path()) {
@@ -547,54 +585,70 @@ void check_top_level(const json& document, PipelineConfig& config, Diagnostics& 
   }
 }
 
-// Reads one include, `named` in `written_in` (the pipeline file whose text names it), into
-// `config`. Problems are reported at /include/<name> of that file.
-void load_include(const std::string& name, const json& named, const std::string& written_in,
+// Where an include's path was written: in a pipeline file (relative to that file's project root,
+// problems at its /include/<name>) or in a `--set include.<name>=PATH` (relative to the working
+// directory, as a shell user expects; problems name the option).
+struct IncludeOrigin {
+  std::string file;  // the pipeline file that names it; the loaded file for --set
+  bool command_line = false;
+};
+
+// Reads one include, `named` where `origin` says, into `config`. False when it was not loaded
+// (the problem is reported).
+bool load_include(const std::string& name, const json& named, const IncludeOrigin& origin,
                   PipelineConfig& config, Diagnostics& diagnostics) {
-  const std::string pointer = pointer_append("/include", name);
+  const std::string where =
+      origin.command_line
+          ? "--set include." + name + "=" +
+                shorten(printable(named.is_string() ? named.get<std::string>() : named.dump()))
+          : origin.file;
+  const std::string pointer = origin.command_line ? "" : pointer_append("/include", name);
   if (!named.is_string()) {
-    diagnostics.error_in(written_in, pointer, "expected a file path string");
-    return;
+    diagnostics.error_in(where, pointer, "expected a file path string");
+    return false;
   }
   const std::string& text_path = named.get_ref<const std::string&>();
   if (text_path.empty() || text_path.find('\0') != std::string::npos) {
-    diagnostics.error_in(written_in, pointer,
+    diagnostics.error_in(where, pointer,
                          "expected a file path, got \"" +
                              std::string(text_path.empty() ? "" : "...\\u0000...") + "\"");
-    return;
+    return false;
   }
   fs::path path = text_path;
-  if (path.is_relative()) path = include_root(written_in) / path;
   std::error_code ec;
+  if (path.is_relative()) {
+    path = (origin.command_line ? fs::current_path(ec) : include_root(origin.file)) / path;
+  }
   // As written when absolute, else relative to the working directory.
   std::string shown =
       fs::path(text_path).is_absolute() ? text_path : fs::relative(path, ec).string();
   if (ec || shown.empty()) shown = path.string();
   if (!fs::exists(path, ec)) {
-    diagnostics.error_in(written_in, pointer, "included file " + shown + " does not exist");
-    return;
+    diagnostics.error_in(where, pointer, "included file " + shown + " does not exist");
+    return false;
   }
-  if (fs::equivalent(path, written_in, ec)) {
-    diagnostics.error_in(written_in, pointer,
+  if (fs::equivalent(path, origin.file, ec)) {
+    diagnostics.error_in(where, pointer,
                          "the pipeline includes itself; include config fragments "
                          "(configs/...), which hold values, not pipelines");
-    return;
+    return false;
   }
   std::string error;
   auto text = read_regular_file(path.string(), kMaxConfigFileBytes, error);
   if (!text) {
-    diagnostics.error_in(written_in, pointer, "cannot read included file " + shown + ": " + error);
-    return;
+    diagnostics.error_in(where, pointer, "cannot read included file " + shown + ": " + error);
+    return false;
   }
   JsonTextError parse_error;
   auto fragment = parse_json_text(*text, parse_error);
   if (!fragment) {
     diagnostics.error_in(shown, parse_error.location, parse_error.message);
-    return;
+    return false;
   }
   expand_environment(*fragment, shown, "", diagnostics);
   config.includes[name] = std::move(*fragment);
   config.include_files[name] = shown;
+  return true;
 }
 
 // One element of "nodes", with its params' $refs resolved.
@@ -642,7 +696,9 @@ std::optional<NodeConfig> parse_node(const json& node, const std::string& pointe
   }
   if (auto params = node.find("params"); params != node.end()) {
     nc.params = *params;
+    refs.incomplete = false;
     resolve_refs(nc.params, config, pointer + "/params", diagnostics, refs, 1);
+    nc.params_incomplete = refs.incomplete;
   }
   if (auto concurrency = node.find("concurrency"); concurrency != node.end()) {
     nc.concurrency = *concurrency;
@@ -674,11 +730,13 @@ PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& 
                               " levels once --set overrides are applied");
     return config;
   }
-  // An include that --set names is relative to the loaded file's project, as if written there.
+  // Each include with where its path was written: a pipeline file of the extends chain, or --set.
+  std::map<std::string, IncludeOrigin> origins;
+  for (const auto& [name, written_in] : resolved.include_files) origins[name] = {written_in};
   if (auto include = document.find("include"); include != document.end() && include->is_object()) {
     for (auto it = include->begin(); it != include->end(); ++it) {
       if (!includes_as_written.is_object() || includes_as_written.value(it.key(), json()) != *it) {
-        resolved.include_files[it.key()] = file;
+        origins[it.key()] = {file, true};
       }
     }
   }
@@ -688,6 +746,7 @@ PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& 
     config.settings = *settings;
   }
 
+  RefResolution refs;
   if (auto include = document.find("include"); include != document.end()) {
     if (!include->is_object()) {
       diagnostics.error("/include",
@@ -695,10 +754,12 @@ PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& 
                         "{\"data\": \"configs/data/robotwin.json\"}");
     } else {
       for (auto it = include->begin(); it != include->end(); ++it) {
-        auto written_in = resolved.include_files.find(it.key());
-        load_include(it.key(), it.value(),
-                     written_in == resolved.include_files.end() ? file : written_in->second, config,
-                     diagnostics);
+        auto origin = origins.find(it.key());
+        if (!load_include(it.key(), it.value(),
+                          origin == origins.end() ? IncludeOrigin{file} : origin->second, config,
+                          diagnostics)) {
+          refs.unloaded_includes.insert(it.key());
+        }
       }
     }
   }
@@ -708,7 +769,6 @@ PipelineConfig load_pipeline_config(const std::string& file, const LoadOptions& 
     diagnostics.error("/nodes", "\"nodes\" must be a non-empty array of stage nodes");
     return config;
   }
-  RefResolution refs;
   for (size_t i = 0; i < nodes.size(); ++i) {
     auto node = parse_node(nodes[i], "/nodes/" + std::to_string(i), config, refs, diagnostics);
     if (node) config.nodes.push_back(std::move(*node));

@@ -163,7 +163,12 @@ std::optional<double> SeriesRecorder::latest_loss() const {
 RunSeries SeriesRecorder::finish(const RunSnapshot& end) {
   close_bucket(end);
   std::lock_guard<std::mutex> lock(scalars_mutex_);
-  return series_;
+  RunSeries series = series_;
+  if (auto loss = thinning_.find("loss"); loss != thinning_.end()) {
+    series.loss_count = loss->second.seen;
+    series.loss_last = latest_loss_.value_or(0);
+  }
+  return series;
 }
 
 nlohmann::json RunSeries::to_json(const std::vector<std::string>& ids) const {
@@ -225,6 +230,13 @@ std::string RunStats::table() const {
   out << "pipeline " << pipeline << ": " << std::fixed << std::setprecision(2) << wall_s << " s, "
       << threads << " threads, stopped: " << stop_reason << ", peak memory "
       << static_cast<double>(peak_rss_bytes) / (1 << 30) << " GiB\n";
+  // Thinning always keeps the first value; the last is kept apart.
+  out << steps << (steps == 1 ? " step" : " steps");
+  if (series.loss_count > 0) {
+    out << std::setprecision(4) << "; loss first " << series.loss.front() << ", last "
+        << series.loss_last;
+  }
+  out << "\n";
   out << std::left << std::setw(16) << "node" << std::setw(18) << "type" << std::right
       << std::setw(8) << "in" << std::setw(8) << "out" << std::setw(10) << "out/s" << std::setw(9)
       << "busy s" << std::setw(7) << "util%" << std::setw(9) << "starved%" << std::setw(9)

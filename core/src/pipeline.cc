@@ -134,6 +134,7 @@ void build_stages(Validation& v) {
       continue;
     }
     node.kind = info->kind;
+    if (nc.params_incomplete) continue;  // its include's problem is reported; no stage is built
     // A stage's constructor, check() or declare() that throws is a problem with its params, not a
     // crash of validation: it is reported at them like any other.
     try {
@@ -344,7 +345,12 @@ ValidatedPipeline ValidatedPipeline::from_config(const PipelineConfig& config,
   order_topologically(validation);
   // Field flow needs a complete order; a cycle is already reported.
   if (validation.order.size() == validation.count) check_field_flow(validation);
-  if (!diagnostics.empty()) throw ConfigError(std::move(diagnostics));
+  // A node with incomplete params has no stage: its include's error is in the diagnostics of
+  // load_pipeline_config, which the caller holds and reports with these.
+  const bool incomplete =
+      std::any_of(config.nodes.begin(), config.nodes.end(),
+                  [](const NodeConfig& node) { return node.params_incomplete; });
+  if (!diagnostics.empty() || incomplete) throw ConfigError(std::move(diagnostics));
 
   pipeline.nodes_ = in_topological_order(validation);
   return pipeline;

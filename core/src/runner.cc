@@ -269,6 +269,7 @@ class Run {
     RunResult result;
     const RunSnapshot last = snapshot(end);
     result.stats = collect_stats(end, threads);
+    result.stats.steps = last.steps;
     result.stats.series = series_.finish(last);
     if (options_.on_tick) options_.on_tick(last);
     if (trace_) {

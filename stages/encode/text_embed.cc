@@ -6,7 +6,7 @@
 // Reads:  prompt (Json array of B strings)
 // Writes: context (float32 [B, 128, text_dim]), context_mask (bool [B, 128], all true)
 // Example: {"id": "text", "type": "TextEmbed", "inputs": ["vlm"],
-//           "params": {"cache": "${WAM_CACHE_ROOT}/text_embed/robotwin.h5", "text_dim": 4096}}
+//           "params": {"cache": {"$ref": "data/text_cache"}, "text_dim": 4096}}
 #include <memory>
 #include <string>
 

@@ -39,6 +39,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <variant>
 
 #include "common/device.h"
 #include "common/distributed.h"
@@ -116,7 +117,7 @@ struct TrainStepParams {
       Max{1.0});
     v("max_grad_norm", max_grad_norm, "Clip the global gradient L2 norm to this.", Min{0.0});
     v("total_steps", total_steps, "Schedule length (0: settings.steps).", Min{0});
-    v("log_every", log_every, "Log a [train] line every N steps.", Min{1});
+    v("log_every", log_every, "Log a [train] line every N steps, and the last step's.", Min{1});
     v("checkpoint_dir", training_state_dir,
       "Where step_<N>.safetensors and `latest` go (\"\": none).");
     v("save_every", save_every,
@@ -277,15 +278,18 @@ class TrainStepStage final : public Stage, public TrainingStep {
 
     context.log(
         "TrainStep: " + std::to_string(model_->parameter_count()) + " parameters on " +
-        device_.str() + ", mode " + std::string(enum_name(params_.mode)) + ", checkpoint_group " +
-        std::to_string(config_.activation_checkpoint_group) + ", " + std::to_string(total) +
-        " steps" +
+        device_.str() + ", mode " +
+        (compiled && !graph_capture ? std::string("eager (\"compiled\" without CUDA graphs)")
+                                    : std::string(enum_name(params_.mode))) +
+        ", checkpoint_group " + std::to_string(config_.activation_checkpoint_group) + ", " +
+        std::to_string(total) + " steps" +
         (params_.resume.empty() ? std::string() : ", resumed at step " + std::to_string(step_)) +
         (world_->distributed()
              ? ", data-parallel " + world_->describe() + " (" +
                    std::to_string(averager_->bucket_count()) + " gradient buckets)"
              : std::string()));
     saved_step_ = step_;
+    last_logged_step_ = step_;  // a resumed run logs only the steps it does
     start_ = std::chrono::steady_clock::now();
   }
 
@@ -315,7 +319,8 @@ class TrainStepStage final : public Stage, public TrainingStep {
       recompute_logged_ = true;
     }
 
-    if (step_ % params_.log_every == 0 && world_->rank() == 0) log_progress(sample, rows, loss, lr);
+    last_ = {epoch_of(sample), rows, loss, lr};
+    if (step_ % params_.log_every == 0 && world_->rank() == 0) log_progress();
     if (!params_.training_state_dir.empty() && params_.save_every > 0 &&
         step_ % params_.save_every == 0) {
       save();
@@ -335,6 +340,8 @@ class TrainStepStage final : public Stage, public TrainingStep {
   }
 
   void close(Emitter&) override {
+    // The last step is logged whatever log_every is: a short run shows its loss.
+    if (step_ > 0 && step_ != last_logged_step_ && world_->rank() == 0) log_progress();
     if (!params_.training_state_dir.empty() && step_ != saved_step_ && runner_) save();
   }
 
@@ -377,14 +384,20 @@ class TrainStepStage final : public Stage, public TrainingStep {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
 
-  void log_progress(const Sample& sample, int64_t batch_size, const train::Losses& loss,
-                    double lr) const {
-    int64_t epoch = 0;
-    if (sample.has("epoch")) {
-      epoch = sample.type("epoch") == FieldType::kTensor
-                  ? sample.tensor("epoch").reshape({-1})[0].item<int64_t>()
-                  : sample.get_int("epoch");
-    }
+  // Kept as the sample holds it: a tensor is read only when a line is logged.
+  static std::variant<int64_t, at::Tensor> epoch_of(const Sample& sample) {
+    if (!sample.has("epoch")) return int64_t{0};
+    if (sample.type("epoch") == FieldType::kTensor) return sample.tensor("epoch");
+    return sample.get_int("epoch");
+  }
+
+  // A [train] line for the step just done (last_).
+  void log_progress() {
+    const auto& [epoch_field, batch_size, loss, lr] = last_;
+    const int64_t epoch = std::holds_alternative<int64_t>(epoch_field)
+                              ? std::get<int64_t>(epoch_field)
+                              : std::get<at::Tensor>(epoch_field).reshape({-1})[0].item<int64_t>();
+    last_logged_step_ = step_;
     const double steps_per_second = speed_.steps_per_second();
     const double eta = steps_per_second > 0
                            ? static_cast<double>(schedule_.total_steps - step_) / steps_per_second
@@ -434,6 +447,15 @@ class TrainStepStage final : public Stage, public TrainingStep {
   std::chrono::steady_clock::time_point start_;
   int64_t step_ = 0;
   int64_t saved_step_ = 0;
+  // What the [train] line of the step just done shows, and the last step logged.
+  struct LoggedStep {
+    std::variant<int64_t, at::Tensor> epoch = int64_t{0};
+    int64_t rows = 0;
+    train::Losses loss;
+    double lr = 0;
+  };
+  LoggedStep last_;
+  int64_t last_logged_step_ = 0;
   bool recompute_logged_ = false;
 };
 

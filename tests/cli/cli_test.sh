@@ -99,6 +99,21 @@ expect_contains "train 2 steps" 0 "pipeline robotwin_online:" \
   -- "$bin" run pipelines/robotwin_online.json "${tiny[@]}" --steps 2 --set settings.batch_size=2 \
   --stats-out "$work/stats.json"
 grep -q '"stop_reason": "steps"' "$work/stats.json" || { echo "FAIL train: stats"; failures=$((failures + 1)); }
+# 3 steps with log_every 10: the last step's [train] line, and the summary's first and last loss
+# (the first as the stats' loss series has it, the last as the [train] line shows it).
+expect_contains "a short run shows its loss" 0 "[train] epoch=0 step=3/3 loss=" \
+  -- "$bin" run pipelines/robotwin_online.json "${tiny[@]}" --steps 3 --set settings.batch_size=2 \
+  --set settings.device=cpu --stats-out "$work/stats3.json"
+/usr/bin/python3 - "$work/out" "$work/stats3.json" <<'PY' || failures=$((failures + 1))
+import json, re, sys
+out = open(sys.argv[1]).read()
+first = json.load(open(sys.argv[2]))["series"]["loss"]["value"][0]
+last = re.search(r"\[train\] epoch=\d+ step=3/3 loss=(\d+\.\d{4}) ", out).group(1)
+expected = f"3 steps; loss first {first:.4f}, last {last}"
+ok = expected in out.splitlines() and len(re.findall(r"\[train\]", out)) == 1
+print(("ok   " if ok else "FAIL ") + "the summary shows the steps and the first and last loss: " + expected)
+sys.exit(0 if ok else 1)
+PY
 [ -f "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_2.safetensors" ] ||
   { echo "FAIL train: no checkpoint step_2.safetensors"; failures=$((failures + 1)); }
 
@@ -122,6 +137,13 @@ expect_contains "cache info" 0 "  vae_latent.memory_recent" -- "$bin" cache info
 expect_contains "train the cache profile" 0 "pipeline robotwin_cache:" \
   -- "$bin" run pipelines/robotwin_cache.json "${cache_args[@]}" --steps 2 \
   --stats-out "$work/cache_stats.json"
+# On a CPU the compiled step runs eager: both start-up lines say so.
+if grep -qF 'TrainStep: mode "compiled" needs CUDA graphs and a CUDA device; the training device is cpu, so the step runs eager.' "$work/out" &&
+  grep -qE '^\[step\] TrainStep: [0-9]+ parameters on cpu, mode eager \("compiled" without CUDA graphs\), checkpoint_group 3, 2 steps$' "$work/out"; then
+  echo "ok   the compiled step on a CPU says it runs eager, twice alike"
+else
+  echo "FAIL the compiled step on a CPU says it runs eager"; cat "$work/out"; failures=$((failures + 1))
+fi
 /usr/bin/python3 - "$work/cache_stats.json" <<'PY' || failures=$((failures + 1))
 import json, sys
 nodes = {n["id"]: n for n in json.load(open(sys.argv[1]))["nodes"]}
@@ -313,6 +335,27 @@ if [ -d "$gr00t_root" ]; then
     "configs/data/gr00t_picknplace_deterministic.json:/sampler/dataset_dirs/0: environment variable GR00T_DATA_ROOT is not set; export it or write \${GR00T_DATA_ROOT:-default}" \
     -- env -u GR00T_DATA_ROOT "$bin" validate pipelines/libero_cache.json "${gr00t[@]}"
   export GR00T_DATA_ROOT=$gr00t_root
+  # A --set include path is relative to the current directory; a missing one is one error.
+  expect "a missing --set include is one error" 2 \
+    "--set include.data=../newcomer/g1_deterministic.json: included file ../newcomer/g1_deterministic.json does not exist" \
+    -- "$bin" validate pipelines/libero_cache.json --set include.data=../newcomer/g1_deterministic.json
+  [ "$(wc -l <"$work/out")" -eq 2 ] && grep -qxF "pipelines/libero_cache.json: 1 error" "$work/out" ||
+    { echo "FAIL a missing include: more than its one error"; cat "$work/out"; failures=$((failures + 1)); }
+  mkdir -p "$work/newcomer"
+  cp configs/data/gr00t_picknplace_deterministic.json "$work/newcomer/g1.json"
+  src=$PWD
+  expect "a --set include relative to the current directory" 0 \
+    "ok: $src/pipelines/libero_cache.json (libero_cache, 9 nodes)" \
+    -- bash -c 'cd "$1/newcomer" && "$2" validate "$3/pipelines/libero_cache.json" --set include.data=g1.json' \
+    _ "$work" "$bin" "$src"
+  expect "--print-config shows the environment resolved" 0 "  WAM_OUTPUT_ROOT=$WAM_OUTPUT_ROOT" \
+    -- "$bin" validate pipelines/libero_cache.json "${gr00t[@]}" --print-config
+  expect "--print-config marks defaults" 0 "  WAM_CHECKPOINT_ROOT=checkpoints  (default)" \
+    -- env -u WAM_CHECKPOINT_ROOT "$bin" validate pipelines/libero_cache.json "${gr00t[@]}" --print-config
+  # The text cache is named after the dataset, not the pipeline's default.
+  expect_contains "the text cache is named after the dataset" 0 \
+    "wrote $WAM_CACHE_ROOT/text_embed/gr00t_picknplace.h5" \
+    -- "$bin" text-cache build pipelines/libero_cache.json "${gr00t[@]}" "${tiny[@]}"
   expect "validate the cache graph on one's own dataset" 0 "" \
     -- "$bin" validate pipelines/libero_cache.json pipelines/libero_online.json "${gr00t[@]}"
   expect_contains "the data path on one's own dataset" 0 "pipeline libero_data_online:" \

@@ -53,6 +53,29 @@ TEST(Config, EnvironmentExpansionWithDefaults) {
             "it or write ${WAM_TEST_UNSET:-default}\n");
 }
 
+// What --print-config shows: each variable with a project default, resolved, set ones unmarked.
+TEST(Config, DescribeEnvironmentResolvesEachKnownVariable) {
+  for (const char* name :
+       {"WAM_DATA_ROOT", "LIBERO_DATA_ROOT", "ROBOTWIN_DATA_ROOT", "WAM_LATENT_CACHE",
+        "WAM_COMPILE_CACHE", "WAM_OUTPUT_ROOT", "WAM_CHECKPOINT_ROOT"}) {
+    unsetenv(name);
+  }
+  setenv("WAM_CACHE_ROOT", "/fast/cache", 1);
+  setenv("ROBOTWIN_DATA_ROOT", "/datasets/robotwin", 1);
+  EXPECT_EQ(describe_environment(),
+            "environment (${VAR} in pipeline and config files):\n"
+            "  WAM_DATA_ROOT=data  (default)\n"
+            "  LIBERO_DATA_ROOT=data/libero  (default)\n"
+            "  ROBOTWIN_DATA_ROOT=/datasets/robotwin\n"
+            "  WAM_CACHE_ROOT=/fast/cache\n"
+            "  WAM_LATENT_CACHE=/fast/cache/latents  (default)\n"
+            "  WAM_COMPILE_CACHE=/fast/cache/torch_compile  (default)\n"
+            "  WAM_OUTPUT_ROOT=runs  (default)\n"
+            "  WAM_CHECKPOINT_ROOT=checkpoints  (default)\n");
+  unsetenv("WAM_CACHE_ROOT");
+  unsetenv("ROBOTWIN_DATA_ROOT");
+}
+
 TEST(Config, OverridesAddressKeysIndicesAndNodeIds) {
   json doc = json::parse(R"({"settings": {"batch_size": 16},
     "nodes": [{"id": "src", "params": {}}, {"id": "decode", "params": {"mode": "sparse"}}]})");
@@ -119,7 +142,8 @@ TEST(Config, OverrideSwapsAWholeInclude) {
     "version": 1, "name": "p", "include": {"model": "configs/model/small.json"},
     "nodes": [{"id": "s", "type": "Count", "params": {"width": {"$ref": "model/width"}}}]})");
   Diagnostics d(file);
-  auto config = load_pipeline_config(file, {{"include.model=configs/model/tiny.json"}}, d);
+  auto config =
+      load_pipeline_config(file, {{"include.model=" + dir.file("configs/model/tiny.json")}}, d);
   EXPECT_TRUE(d.empty()) << d.render();
   EXPECT_EQ(config.nodes[0].params["width"], 64);
 }
@@ -179,10 +203,69 @@ TEST(Config, ABaseIncludesRelativeToItsOwnProject) {
   EXPECT_TRUE(d.empty()) << d.render();
   EXPECT_EQ(config.nodes[0].params, json({{"count", 4}}));
 
-  // --set names a path as if written in the loaded file.
-  config = load_pipeline_config(file, {{"include.data=configs/data/own.json"}}, d);
+  // --set names a path relative to the working directory, as a shell user expects.
+  config = load_pipeline_config(file, {{"include.data=" + own.file("configs/data/own.json")}}, d);
   EXPECT_TRUE(d.empty()) << d.render();
   EXPECT_EQ(config.nodes[0].params, json({{"count", 99}}));
+}
+
+// The working directory for the scope of one test.
+class InDirectory {
+ public:
+  explicit InDirectory(const std::filesystem::path& dir)
+      : previous_(std::filesystem::current_path()) {
+    std::filesystem::current_path(dir);
+  }
+  ~InDirectory() { std::filesystem::current_path(previous_); }
+
+ private:
+  std::filesystem::path previous_;
+};
+
+// A path given with --set resolves against the working directory; one written in a pipeline file
+// against that file's project.
+TEST(Config, SetIncludePathsAreRelativeToTheWorkingDirectory) {
+  TempDir project, elsewhere;
+  project.write("configs/data/a.json", R"({"n": 1})");
+  const std::string file = project.write("pipelines/p.json", R"({
+    "version": 1, "name": "p", "include": {"data": "configs/data/a.json"},
+    "nodes": [{"id": "src", "type": "Count", "params": {"count": {"$ref": "data/n"}}}]})");
+  elsewhere.write("mine/g1.json", R"({"n": 7})");
+  InDirectory cwd(elsewhere.file("mine"));
+  Diagnostics d(file);
+  PipelineConfig config = load_pipeline_config(file, {{"include.data=g1.json"}}, d);
+  EXPECT_TRUE(d.empty()) << d.render();
+  EXPECT_EQ(config.nodes[0].params, json({{"count", 7}}));
+  EXPECT_EQ(config.include_files.at("data"), "g1.json");
+
+  config = load_pipeline_config(file, {}, d);
+  EXPECT_TRUE(d.empty()) << d.render();
+  EXPECT_EQ(config.nodes[0].params, json({{"count", 1}}));
+}
+
+// A missing include is one error, named at the --set that gave it; the $refs into it are not
+// reported again and leave their nodes' params marked incomplete.
+TEST(Config, AMissingIncludeIsOneError) {
+  TempDir dir;
+  const std::string file = dir.write("pipelines/p.json", R"({
+    "version": 1, "name": "p", "include": {"data": "configs/data/a.json"},
+    "nodes": [{"id": "src", "type": "Count", "params": {"count": {"$ref": "data/n"}}},
+              {"id": "sink", "type": "Delay", "inputs": ["src"],
+               "params": {"ms": {"$ref": "data/ms"}, "jitter": 1}}]})");
+  InDirectory cwd(dir.path());
+  Diagnostics d(file);
+  PipelineConfig config = load_pipeline_config(file, {{"include.data=../newcomer/g1.json"}}, d);
+  EXPECT_EQ(d.render(),
+            "--set include.data=../newcomer/g1.json: included file "
+            "../newcomer/g1.json does not exist\n");
+  ASSERT_EQ(config.nodes.size(), 2u);
+  EXPECT_TRUE(config.nodes[0].params_incomplete);
+  EXPECT_TRUE(config.nodes[1].params_incomplete);
+
+  Diagnostics written(file);
+  config = load_pipeline_config(file, {}, written);
+  EXPECT_EQ(written.render(),
+            file + ":/include/data: included file configs/data/a.json does not exist\n");
 }
 
 TEST(Config, BadPatchesNameTheFileAndPointer) {

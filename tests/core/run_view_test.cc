@@ -326,6 +326,15 @@ TEST(SeriesRecorder, KeepsEveryOtherLossPointPastTheLimit) {
   RunSeries series = recorder.finish(at(1.0, {0}, {0.0}, {0}));
   EXPECT_EQ(series.loss_step, (std::vector<int64_t>{1, 5, 9}));
   EXPECT_EQ(series.loss, (std::vector<double>{1.0, 0.2, 1.0 / 9}));
+  EXPECT_EQ(series.loss_count, 9);
+  EXPECT_EQ(series.loss_last, 1.0 / 9);
+
+  // The last value thinning leaves out is kept apart for the summary.
+  recorder.add_loss(1.0, 0.1);
+  series = recorder.finish(at(1.0, {0}, {0.0}, {0}));
+  EXPECT_EQ(series.loss_step, (std::vector<int64_t>{1, 5, 9}));
+  EXPECT_EQ(series.loss_count, 10);
+  EXPECT_EQ(series.loss_last, 0.1);
 }
 
 RunSnapshot live_snapshot(double t, int64_t steps, int64_t decoded, double decode_busy,

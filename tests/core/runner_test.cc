@@ -301,6 +301,25 @@ TEST(RunStats, JsonAndTableNameEveryNode) {
   EXPECT_NE(table.find(expected), std::string::npos) << table;
 }
 
+// The summary's second line: the steps done and the first and last reported loss, whatever the
+// training step's log interval.
+TEST(RunStats, TableShowsTheStepsAndTheFirstAndLastLoss) {
+  Outcome o =
+      run_json(R"({"version": 1, "name": "train", "settings": {"steps": 3, "threads": 1}, "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 10}},
+    {"id": "step", "type": "Loss", "inputs": ["source"]}]})");
+  ASSERT_FALSE(o.result.error);
+  const std::string table = o.result.stats.table();
+  const std::string second_line = table.substr(table.find('\n') + 1);
+  EXPECT_EQ(second_line.substr(0, second_line.find('\n')),
+            "3 steps; loss first 1.0000, last 0.3333");
+
+  // A graph without a loss: the steps alone.
+  o = run_json(kChain, {"settings.steps=2"});
+  ASSERT_FALSE(o.result.error);
+  EXPECT_NE(o.result.stats.table().find(" stopped: steps\n2 steps\n"), std::string::npos);
+}
+
 // Busy time counts when an item ends: an item longer than the report interval must not show as
 // more than 100% busy in the progress line where it ends.
 TEST(RunProgress, BusyShareIsAtMostOneHundredPercent) {

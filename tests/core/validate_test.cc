@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "testing/expect_error.h"
+#include "testing/temp_dir.h"
 #include "testing/test_stages.h"
 #include "wam/pipeline.h"
 
@@ -58,6 +59,25 @@ TEST(Validate, ANodeWithBadParamsDoesNotCascadeIntoFieldErrors) {
   ASSERT_TRUE(error);
   EXPECT_EQ(error->diagnostics().render(),
             "inline.json:/nodes/0/params/count [source: Count]: must be >= 0, got -1\n");
+}
+
+// A node whose params $ref an include that could not be loaded is not validated: the include's
+// one error stands alone, without "unknown param \"$ref\"" or its readers' field errors.
+TEST(Validate, AMissingIncludeIsTheOnlyError) {
+  testing::TempDir dir;
+  dir.write("configs/model/m.json", "{}");  // makes dir the project root of include paths
+  const std::string file = dir.write("pipelines/p.json", R"({
+    "version": 1, "name": "p", "include": {"data": "configs/data/missing.json"},
+    "nodes": [{"id": "source", "type": "Count", "params": {"$ref": "data/source"}},
+              {"id": "probe", "type": "Probe", "inputs": ["source"],
+               "params": {"reads": {"value": "Int"}, "extra": {"$ref": "data/probe"}}}]})");
+  const auto error =
+      testing::caught<ConfigError>([&] { load_pipeline(file, {}, testing::test_registry()); });
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->diagnostics().render(),
+            file + ":/include/data: included file " +
+                std::filesystem::relative(dir.file("configs/data/missing.json")).string() +
+                " does not exist\n");
 }
 
 TEST(Validate, ValidPipelineIsTopologicallyOrderedWithEffectiveParams) {

@@ -322,8 +322,11 @@ TEST(AugmentTest, DataConfigsHoldValidSamplerAndAugmentBlocks) {
     const auto config = nlohmann::json::parse(file);
     std::vector<std::string> keys;
     for (const auto& [key, value] : config.items()) keys.push_back(key);
-    EXPECT_EQ(keys, (std::vector<std::string>{"augment", "notes", "sampler"}));
+    EXPECT_EQ(keys, (std::vector<std::string>{"augment", "notes", "sampler", "text_cache"}));
     const bool deterministic = name.find("_deterministic") != std::string::npos;
+    // The text cache is named after the dataset: a deterministic variant shares its prompts.
+    const std::string dataset = name.substr(0, name.find(deterministic ? "_deterministic" : "."));
+    EXPECT_EQ(config.at("text_cache"), "${WAM_CACHE_ROOT}/text_embed/" + dataset + ".h5");
     const auto& augment = config.at("augment");
     EXPECT_EQ(augment.at("deterministic").get<bool>(), deterministic);
     EXPECT_EQ(config.at("sampler").at("state_noise_std").get<double>() == 0.0,

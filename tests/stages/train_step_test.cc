@@ -1,6 +1,7 @@
 // TrainStep and its machinery (schedule, AdamW, clipping, checkpoints, compiled step) on the tiny
 // preset. CUDA-only checks skip without a GPU.
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -249,6 +250,23 @@ TEST(TrainStepTest, LogsInTheReferenceFormat) {
   EXPECT_TRUE(std::regex_match(train_lines[0], format)) << train_lines[0];
 }
 
+// A run shorter than log_every still shows its loss: the last step is logged at close.
+TEST(TrainStepTest, LogsTheLastStepWhateverLogEvery) {
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  const auto run =
+      run_logged(params({{"total_steps", 3}, {"log_every", 10}}),
+                 {make_batch(config, 1), make_batch(config, 2), make_batch(config, 3)});
+  std::vector<std::string> train_lines;
+  for (const auto& line : run.log) {
+    if (line.rfind("[step] [train]", 0) == 0) train_lines.push_back(line.substr(7));
+  }
+  ASSERT_EQ(train_lines.size(), 1u) << ::testing::PrintToString(run.log);
+  char loss[32];
+  std::snprintf(loss, sizeof(loss), "%.4f", run.outputs.at(2).get_double("loss"));
+  EXPECT_EQ(train_lines[0].rfind("[train] epoch=0 step=3/3 loss=" + std::string(loss) + " ", 0), 0u)
+      << train_lines[0];
+}
+
 TEST(TrainStepTest, CompiledModeOnCpuRunsEagerAndSaysWhyOnce) {
   const auto config = models::MoTConfig::from_json(tiny_preset());
   const auto run = run_logged(params({{"total_steps", 2}, {"mode", "compiled"}}),
@@ -257,6 +275,14 @@ TEST(TrainStepTest, CompiledModeOnCpuRunsEagerAndSaysWhyOnce) {
       "[step] TrainStep: mode \"compiled\" needs CUDA graphs and a CUDA device; the training "
       "device is cpu, so the step runs eager.";
   EXPECT_EQ(std::count(run.log.begin(), run.log.end(), expected), 1)
+      << ::testing::PrintToString(run.log);
+  // The start-up line names the mode that runs, not the one asked for.
+  const std::regex startup(
+      R"(\[step\] TrainStep: \d+ parameters on cpu, mode eager \("compiled" without CUDA )"
+      R"(graphs\), checkpoint_group 3, 2 steps)");
+  EXPECT_EQ(std::count_if(run.log.begin(), run.log.end(),
+                          [&](const std::string& line) { return std::regex_match(line, startup); }),
+            1)
       << ::testing::PrintToString(run.log);
   ASSERT_EQ(run.outputs.size(), 2u);
   EXPECT_TRUE(std::isfinite(run.outputs[1].get_double("loss")));

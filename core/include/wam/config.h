@@ -29,6 +29,9 @@ struct NodeConfig {
   nlohmann::json concurrency;                        // null when not set in the file
   OnError on_error = OnError::kFail;
   std::string pointer;  // "/nodes/3"
+  // A $ref in params names an include that could not be loaded (reported once, at the include):
+  // the params are not validated, as every param it would have filled would be reported again.
+  bool params_incomplete = false;
 };
 
 struct PipelineConfig {
@@ -72,6 +75,9 @@ void expand_environment(nlohmann::json& value, const std::string& file, const st
                         Diagnostics& diagnostics);
 // The value of a variable with the project's defaults applied; empty when unset and unknown.
 std::optional<std::string> environment_value(const std::string& name);
+// One line per variable with a project default, as ${VAR} expands now: `  NAME=VALUE`, followed
+// by `  (default)` when it is not set (what `--print-config` shows).
+std::string describe_environment();
 
 // Applies one `path.to.key=VALUE` override. Array elements are addressed by index or, for arrays
 // of objects with an "id", by that id (`nodes.decode.params.mode=sparse`).

@@ -109,6 +109,9 @@ struct RunSeries {
   // The scalar "loss", which the progress line and the report show.
   std::vector<int64_t> loss_step;  // 1-based count of the values reported
   std::vector<double> loss_t, loss;
+  // Every "loss" value reported and the last one, which thinning may have left out of `loss`.
+  int64_t loss_count = 0;
+  double loss_last = 0;
   // Every other reported scalar, by name; in the stats under series.scalars.<name>.
   struct Scalar {
     std::vector<int64_t> step;
@@ -160,11 +163,15 @@ struct RunStats {
   // The process's peak resident memory when the run ended (getrusage), loading and start-up
   // included: what a machine must hold to run this pipeline.
   int64_t peak_rss_bytes = 0;
+  int64_t steps = 0;  // items that left the terminal nodes
   std::vector<NodeStats> nodes;
   RunSeries series;
 
   nlohmann::json to_json() const;  // the totals, and the series under "series"
-  std::string table() const;       // the human summary printed at the end of `run`
+  // The human summary printed at the end of `run`: a line with the wall time and the stop reason,
+  // one with the steps done and the first and last reported "loss" (`3 steps; loss first
+  // 1.2345, last 1.1000`), then the per-node table.
+  std::string table() const;
 };
 
 }  // namespace wam

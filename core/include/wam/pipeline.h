@@ -34,7 +34,8 @@ struct ValidatedNode {
 
 class ValidatedPipeline {
  public:
-  // Throws ConfigError with every problem found.
+  // Throws ConfigError with every problem found; also when a node's params are incomplete (their
+  // include's problem is among the diagnostics of load_pipeline_config).
   static ValidatedPipeline from_config(const PipelineConfig& config, const StageRegistry& registry);
 
   const std::string& file() const { return file_; }
