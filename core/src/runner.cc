@@ -32,6 +32,11 @@
 namespace wam {
 namespace {
 
+// settings.threads, or one per core when it is 0.
+int64_t worker_threads(const Settings& settings) {
+  return settings.threads > 0 ? settings.threads : oneapi::tbb::info::default_concurrency();
+}
+
 namespace flow = oneapi::tbb::flow;
 
 struct Packet {
@@ -193,8 +198,8 @@ class Run {
         options_(options),
         metrics_(nodes_.size()),
         terminal_out_(nodes_.size()),
-        ledger_(pipeline.settings().max_in_flight, pipeline.file() + ":/settings/max_in_flight",
-                count_terminals(nodes_)),
+        ledger_(pipeline.settings().in_flight_limit(worker_threads(pipeline.settings())),
+                pipeline.file() + ":/settings/max_in_flight", count_terminals(nodes_)),
         series_(nodes_.size()) {
     log_ = options.log ? options.log : [](const std::string& line) { std::cerr << line << "\n"; };
     for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -224,9 +229,7 @@ class Run {
     if (std::string error = check_thread_count(pipeline_.settings().threads); !error.empty()) {
       throw Error(pipeline_.file() + ":/settings/threads: " + error);
     }
-    const int64_t threads = pipeline_.settings().threads > 0
-                                ? pipeline_.settings().threads
-                                : oneapi::tbb::info::default_concurrency();
+    const int64_t threads = worker_threads(pipeline_.settings());
     oneapi::tbb::global_control parallelism(oneapi::tbb::global_control::max_allowed_parallelism,
                                             static_cast<size_t>(threads));
     threads_ = threads;
@@ -425,8 +428,8 @@ class Run {
     graph_ = &graph;
     flow::input_node<PacketPtr> input(
         graph, [this](oneapi::tbb::flow_control& control) { return next_packet(control); });
-    flow::limiter_node<PacketPtr> limiter(graph,
-                                          static_cast<size_t>(pipeline_.settings().max_in_flight));
+    flow::limiter_node<PacketPtr> limiter(
+        graph, static_cast<size_t>(pipeline_.settings().in_flight_limit(threads_)));
     limiter_ = &limiter;
     flow::make_edge(input, limiter);
     FlowNodes flow_nodes(nodes_.size());

@@ -8,6 +8,15 @@ void Settings::check(ParamChecker& c) const {
   if (std::string error = check_thread_count(threads); !error.empty()) c.error("threads", error);
 }
 
+int64_t Settings::in_flight_limit(int64_t worker_threads) const {
+  if (max_in_flight > 0) return max_in_flight;
+  // Auto, by Little's law: the device side holds up to four batches at once (one being collated,
+  // encoded, transferred and stepped), and the data path keeps every worker busy with one sample in
+  // hand and one queued. A fixed 256 let a short run on 2 cores decode six times the samples it
+  // trained on, each holding its frames in host memory.
+  return 4 * batch_size + 2 * std::max<int64_t>(1, worker_threads);
+}
+
 std::string Concurrency::to_string() const {
   if (limit == kUnlimited) return "unlimited";
   if (limit == kAuto) return "auto";

@@ -65,13 +65,16 @@ PipelineConfig generation_graph(const ValidatedPipeline& pipeline, const CacheSp
   config.file = pipeline.file() + " (cache generate)";
   config.name = pipeline.name() + "_cache_generate";
   const Settings& settings = pipeline.settings();
-  config.settings = {{"seed", settings.seed},
-                     {"batch_size", batch_size},
-                     {"max_in_flight", std::max<int64_t>(settings.max_in_flight, 2 * batch_size)},
-                     {"ordered", true},
-                     {"epochs", 1},
-                     {"threads", settings.threads},
-                     {"device", settings.device}};
+  config.settings = {
+      {"seed", settings.seed},
+      {"batch_size", batch_size},
+      {"max_in_flight", settings.max_in_flight > 0
+                            ? std::max<int64_t>(settings.max_in_flight, 2 * batch_size)
+                            : 0},  // auto
+      {"ordered", true},
+      {"epochs", 1},
+      {"threads", settings.threads},
+      {"device", settings.device}};
   auto node = [&](std::string id, std::string type, std::vector<std::string> inputs,
                   nlohmann::json params) {
     NodeConfig n;

@@ -34,7 +34,8 @@ ExampleParams parse(const std::string& text, Diagnostics& d) {
 TEST(Params, ReadsEveryTypeAndKeepsDefaults) {
   Diagnostics d("p.json");
   auto p = parse(R"({"canvas": "robotwin", "brightness": 0.5, "workers": 8.0,
-                     "cameras": ["a", "b"]})", d);
+                     "cameras": ["a", "b"]})",
+                 d);
   EXPECT_TRUE(d.empty()) << d.render();
   EXPECT_EQ(p.canvas, "robotwin");
   EXPECT_DOUBLE_EQ(p.brightness, 0.5);
@@ -47,7 +48,8 @@ TEST(Params, ReadsEveryTypeAndKeepsDefaults) {
 TEST(Params, ReportsEveryProblemWithPointer) {
   Diagnostics d("p.json");
   parse(R"({"canvas": "diagonal", "brightness": 2, "workers": 0.5, "deterministic": "yes",
-            "cameras": [], "scale": [1.0, 0.25], "brightnes": 1})", d);
+            "cameras": [], "scale": [1.0, 0.25], "brightnes": 1})",
+        d);
   EXPECT_EQ(d.render(),
             "p.json:/nodes/2/params/canvas [augment: Augment]: unknown value \"diagonal\" "
             "(allowed: vertical, robotwin)\n"
@@ -103,12 +105,22 @@ TEST(Params, EffectiveConfigRoundTrips) {
 
 TEST(Params, SettingsRejectOutOfRangeValues) {
   Diagnostics d("p.json");
-  parse_params<Settings>(nlohmann::json::parse(R"({"max_in_flight": 0, "device": "tpu"})"),
+  parse_params<Settings>(nlohmann::json::parse(R"({"max_in_flight": -1, "device": "tpu"})"),
                          "/settings", d);
   EXPECT_EQ(d.render(),
-            "p.json:/settings/max_in_flight: must be >= 1, got 0\n"
+            "p.json:/settings/max_in_flight: must be >= 0, got -1\n"
             "p.json:/settings/device: unknown value \"tpu\"; did you mean \"cpu\"? (allowed: auto, "
             "cpu, cuda)\n");
+}
+
+TEST(Params, AutoMaxInFlightIsFourBatchesAndTwoSamplesPerWorker) {
+  Settings settings;
+  settings.batch_size = 16;
+  EXPECT_EQ(settings.max_in_flight, 0);  // auto is the default
+  EXPECT_EQ(settings.in_flight_limit(2), 4 * 16 + 2 * 2);
+  EXPECT_EQ(settings.in_flight_limit(16), 4 * 16 + 2 * 16);
+  settings.max_in_flight = 5;  // a value set is kept as it is
+  EXPECT_EQ(settings.in_flight_limit(16), 5);
 }
 
 enum class Layout { kVertical, kRobotwin };
@@ -126,8 +138,9 @@ struct RangeParams {
     v("high", high, "Upper end.", Max{10.0});
   }
   void check(ParamChecker& c) const {
-    c.require(low <= high, "high", "must be >= low (" + detail::format_number(low) + "), got " +
-                                       detail::format_number(high));
+    c.require(
+        low <= high, "high",
+        "must be >= low (" + detail::format_number(low) + "), got " + detail::format_number(high));
   }
 };
 
@@ -147,8 +160,8 @@ struct LayeredParams {
   }
   void check(ParamChecker& c) const {
     c.require(depth % 2 == 0, "depth", "must be even, got " + std::to_string(depth));
-    c.require(width >= depth, "width", "must be >= depth (" + std::to_string(depth) + "), got " +
-                                           std::to_string(width));
+    c.require(width >= depth, "width",
+              "must be >= depth (" + std::to_string(depth) + "), got " + std::to_string(width));
   }
 };
 

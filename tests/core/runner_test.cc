@@ -160,6 +160,21 @@ TEST_P(Runner, InFlightItemsStayWithinMaxInFlight) {
   EXPECT_LE(o.node("delay").queue_max, 3);
 }
 
+TEST_P(Runner, AutoMaxInFlightBoundsTheGraphByBatchAndThreads) {
+  testing::InFlightProbe::reset();
+  Outcome o = run_json(R"({"version": 1, "name": "auto_bound",
+    "settings": {"batch_size": 2},
+    "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 300, "track_in_flight": true}},
+    {"id": "delay", "type": "Delay", "inputs": ["source"], "params": {"max_us": 100}},
+    {"id": "exit", "type": "InFlightExit", "inputs": ["delay"]}]})",
+                       {threads()});
+  ASSERT_FALSE(o.result.error);
+  EXPECT_EQ(o.node("exit").out, 300);
+  // 4 batches of 2 and 2 per worker thread, plus the one the input node holds ready.
+  EXPECT_LE(testing::InFlightProbe::max_live.load(), 4 * 2 + 2 * GetParam() + 1);
+}
+
 TEST_P(Runner, BatchedItemsKeepTheirCreditsUntilTheBatchLeavesTheGraph) {
   // Items absorbed into a batch are still inside the graph: the bound counts them until the
   // batch is retired, so a slow consumer cannot pile up max_in_flight whole batches.
@@ -317,7 +332,7 @@ TEST(RunStats, TableShowsTheStepsAndTheFirstAndLastLoss) {
   // A graph without a loss: the steps alone.
   o = run_json(kChain, {"settings.steps=2"});
   ASSERT_FALSE(o.result.error);
-  EXPECT_NE(o.result.stats.table().find(" stopped: steps\n2 steps\n"), std::string::npos);
+  EXPECT_NE(o.result.stats.table().find(" GiB\n2 steps\n"), std::string::npos);
 }
 
 // Busy time counts when an item ends: an item longer than the report interval must not show as

@@ -25,8 +25,8 @@ struct Settings {
   int64_t steps = 0;  // items leaving the terminal node before the run stops; 0 = until exhausted
   int64_t epochs = 1;
   int64_t batch_size = 16;
-  int64_t threads = 0;  // worker threads; 0 = one per core
-  int64_t max_in_flight = 64;
+  int64_t threads = 0;        // worker threads; 0 = one per core
+  int64_t max_in_flight = 0;  // 0: auto, see in_flight_limit()
   bool ordered = true;
   std::string device = "auto";
 
@@ -41,8 +41,9 @@ struct Settings {
     v("threads", threads, "Worker threads (0: one per core).", Min{0});
     v("max_in_flight", max_in_flight,
       "Most source samples inside the graph at once, those batched included until their batch "
-      "leaves it: bounds every queue (at least the batch size).",
-      Min{1});
+      "leaves it: bounds every queue (at least the batch size). 0: auto, 4 batches plus 2 samples "
+      "per worker thread.",
+      Min{0});
     v("ordered", ordered,
       "Restore source order before order-sensitive nodes: serial and parallel runs give the same "
       "result.");
@@ -53,6 +54,8 @@ struct Settings {
   }
   // Threads beyond a small multiple of the cores only exhaust the process (pthread_create aborts).
   void check(ParamChecker& c) const;
+  // max_in_flight as the runner applies it, `worker_threads` the run's thread count.
+  int64_t in_flight_limit(int64_t worker_threads) const;
 };
 
 // How many calls of process() may run at once.
