@@ -5,8 +5,8 @@
 
 #include <algorithm>
 #include <iomanip>
-#include <map>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "cli/validators.h"
