@@ -49,6 +49,17 @@ std::string stats_source(const LeRobotDataset& ds) {
   return "none";
 }
 
+// Datasets may declare a camera whose videos were never published (the GR00T demo does): the
+// first episode's file is looked for, not opened. "" when it is there.
+std::string missing_video(const LeRobotDataset& ds, const std::string& camera) {
+  try {
+    const std::string file = ds.video_segment(ds.episodes().front().episode_index, camera).file;
+    return std::filesystem::exists(file) ? std::string() : file + " is missing";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
 struct Vector {
   const char* feature;  // "action", "observation.state"
   const char* layout_name;
@@ -151,6 +162,11 @@ std::vector<std::optional<FrameSize>> check_sampler_data(const stages::EpisodeSa
         result.diagnostics.error(camera_pointer,
                                  info_path + ": feature \"" + p.cameras[j] + "\" is " +
                                      feature->dtype + ", not a video (" + video_keys + ")",
+                                 node);
+      } else if (const std::string missing = missing_video(ds, p.cameras[j]); !missing.empty()) {
+        result.diagnostics.error(camera_pointer,
+                                 "camera \"" + p.cameras[j] + "\" is a video feature of " +
+                                     info_path + " but has no video files (" + missing + ")",
                                  node);
       } else if (!sizes[j]) {
         sizes[j] = video_frame_size(*feature);

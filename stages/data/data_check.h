@@ -23,7 +23,8 @@ struct FrameSize {
 std::optional<FrameSize> video_frame_size(const Feature& feature);
 
 // Checks a sampler's params (effective, at `pointer` of the pipeline file, in node `node`) against
-// its datasets' meta files: each opens, they share fps, every camera is a video feature, the
+// its datasets' meta files: each opens, they share fps, every camera is a video feature with a
+// video file for the first episode (looked for, not opened), the
 // action and state layouts read only dims the dataset has (state after state_transform), the
 // normalisation stats of action and state exist. Problems go to result.diagnostics at the
 // param's pointer, naming the dataset's file; a note per dataset says what was found. Returns the

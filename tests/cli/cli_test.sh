@@ -328,10 +328,10 @@ if [ -d "$gr00t_root" ]; then
   expect "validate --data on one's own dataset" 0 \
     "[cache: LatentCacheLookup] observation.images.ego_view: 256x256 -> slot 256x384 at (0, 0) of the canvas: stretch, scale 1 x 1.5 (stretched 1.5x taller; resize \"fit\" or \"fill\" keeps the aspect ratio)" \
     -- "$bin" validate --data pipelines/libero_cache.json "${gr00t[@]}"
-  expect "validate --data: a camera of one's own dataset that has no video" 2 \
-    "pipelines/libero_online.json:/nodes/0/params/cameras/0 [sampler: EpisodeSampler]: $gr00t_meta/info.json has no feature \"observation.images.front\" (video features: observation.images.egoview, observation.images.ego_view)" \
+  expect "validate --data: a declared camera of one's own dataset that has no video" 2 \
+    "pipelines/libero_online.json:/nodes/0/params/cameras/0 [sampler: EpisodeSampler]: camera \"observation.images.egoview\" is a video feature of $gr00t_meta/info.json but has no video files (${gr00t_meta%/meta}/videos/chunk-000/observation.images.egoview/episode_000000.mp4 is missing)" \
     -- "$bin" validate --data pipelines/libero_online.json "${gr00t[@]}" \
-    --set 'nodes.sampler.params.cameras=["observation.images.front"]'
+    --set 'nodes.sampler.params.cameras=["observation.images.egoview"]'
   expect_contains "the data path on one's own dataset" 0 "pipeline libero_data_online:" \
     -- "$bin" run pipelines/libero_data_online.json "${gr00t[@]}" --steps 2 \
     --set settings.batch_size=2 --stats-out "$work/gr00t_stats.json"

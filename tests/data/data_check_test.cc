@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "data/canvas_layout.h"
 #include "data/lerobot_dataset.h"
@@ -34,8 +35,8 @@ class DataCheckTest : public ::testing::Test {
     fs::remove_all(root_ + "_b");
   }
 
-  // One episode of 4 frames at `fps`: a 640x480 camera (no video files: only meta/ is read),
-  // 26-D action and state, per-episode stats.
+  // One episode of 4 frames at `fps`: a 640x480 camera (an empty video file: only meta/ is read,
+  // and the video looked for), 26-D action and state, per-episode stats.
   static void write_dataset(const std::string& root, double fps) {
     DatasetInfo info;
     info.fps = fps;
@@ -58,6 +59,9 @@ class DataCheckTest : public ::testing::Test {
     }
     writer.write_episode({0, {"fold the towel"}, 4}, data);
     writer.finish();
+    const fs::path video = root + "/" + format_path(kVideoPath, 0, 0, "observation.images.front");
+    fs::create_directories(video.parent_path());
+    std::ofstream(video.string()).put('\0');
   }
 
   stages::EpisodeSamplerParams sampler() const {
@@ -100,6 +104,8 @@ TEST_F(DataCheckTest, AFittingSamplerPassesWithWhatWasFound) {
 }
 
 TEST_F(DataCheckTest, EachProblemNamesItsPointerAndTheDatasetFile) {
+  const std::string video = root_ + "/" + format_path(kVideoPath, 0, 0, "observation.images.front");
+  fs::remove(video);
   fs::remove(root_ + "/meta/episodes_stats.jsonl");
   fs::remove(root_ + "/meta/stats.json");
   write_dataset(root_ + "_b", 10);
@@ -117,6 +123,9 @@ TEST_F(DataCheckTest, EachProblemNamesItsPointerAndTheDatasetFile) {
   EXPECT_EQ(
       rendered(result),
       (std::vector<std::string>{
+          "p.json:/nodes/0/params/cameras/0 [sampler: EpisodeSampler]: camera "
+          "\"observation.images.front\" is a video feature of " +
+              info + " but has no video files (" + video + " is missing)",
           "p.json:/nodes/0/params/cameras/1 [sampler: EpisodeSampler]: " + info +
               " has no feature \"observation.images.wrist\"" + video_keys,
           "p.json:/nodes/0/params/cameras/2 [sampler: EpisodeSampler]: " + info +
