@@ -74,10 +74,10 @@ struct AugmentParams {
       Min{1});
     v("resize", resize,
       "How a camera's frame is resized to camera_size and then to its canvas slot: stretch = "
-      "each axis on its own (the reference's Resize; a 640x480 camera in a 384x256 slot is "
-      "squeezed), fit = keep the aspect ratio and letterbox (bars of resize_fill), fill = keep "
-      "the aspect ratio and cut the centre (centre crop, then scale). `dataset inspect` and "
-      "`validate --data` show each camera's mapping.");
+      "each axis on its own (the reference's Resize; a 640x480 camera in the one-camera slot, "
+      "256 wide and 384 high, is squeezed), fit = keep the aspect ratio and letterbox (bars of "
+      "resize_fill), fill = keep the aspect ratio and cut the centre (centre crop, then "
+      "scale). `dataset inspect` and `validate --data` show each camera's mapping.");
     v("resize_fill", resize_fill,
       "Level 0-255 of the bars that resize \"fit\" leaves (0: black, i.e. -1 after "
       "normalisation).",
