@@ -17,6 +17,7 @@
 #include "cli/validators.h"
 #include "cli/view_commands.h"
 #include "wam/atomic_file.h"
+#include "wam/data_check.h"
 #include "wam/pipeline.h"
 #include "wam/registry.h"
 #include "wam/runner.h"
@@ -129,20 +130,40 @@ int cmd_run(const RunArgs& args) {
   return kExitOk;
 }
 
+void print_error_count(const std::string& file, size_t errors, const char* what) {
+  std::cerr << file << ": " << errors << " " << what << (errors == 1 ? "" : "s") << "\n";
+}
+
+// With `data`, the registered data checks (wam/data_check.h) run on each pipeline that is valid:
+// they open the datasets' meta files, which `validate` alone never does, so that it stays a check
+// of the files that works where the data is not (CI, a laptop), and a run's data is checked
+// before its start-up when asked.
 int cmd_validate(const std::vector<std::string>& files, const std::vector<std::string>& overrides,
-                 bool print_config) {
+                 bool print_config, bool data) {
   int status = kExitOk;
   if (print_config) std::cerr << wam::describe_environment();
   for (const auto& file : files) {
     try {
       wam::ValidatedPipeline pipeline = wam::load_pipeline(file, {overrides});
       if (print_config) std::cout << pipeline.effective_config().dump(2) << "\n";
+      if (!data) {
+        std::cout << "ok: " << file << " (" << pipeline.name() << ", " << pipeline.nodes().size()
+                  << " nodes)\n";
+        continue;
+      }
+      const wam::DataCheckResult checked = wam::DataCheckRegistry::builtin().run(pipeline);
+      for (const auto& note : checked.notes) std::cout << note << "\n";
+      if (!checked.diagnostics.empty()) {
+        std::cerr << checked.diagnostics.render();
+        print_error_count(file, checked.diagnostics.size(), "data error");
+        status = kExitInvalid;
+        continue;
+      }
       std::cout << "ok: " << file << " (" << pipeline.name() << ", " << pipeline.nodes().size()
-                << " nodes)\n";
+                << " nodes, data checked)\n";
     } catch (const wam::ConfigError& e) {
       std::cerr << e.what() << "\n";
-      std::cerr << file << ": " << e.diagnostics().size() << " error"
-                << (e.diagnostics().size() == 1 ? "" : "s") << "\n";
+      print_error_count(file, e.diagnostics().size(), "error");
       status = kExitInvalid;
     }
   }
@@ -253,6 +274,11 @@ int run_cli(int argc, char** argv) {
   validate->add_option("--set", validate_overrides, "Override a value (path.to.key=VALUE)");
   bool validate_print_config = false;
   validate->add_flag("--print-config", validate_print_config, kPrintConfigHelp);
+  bool validate_data = false;
+  validate->add_flag("--data", validate_data,
+                     "Also check the pipelines against their data, reading only the datasets' "
+                     "meta files: camera keys, action/state dims against the layouts, "
+                     "normalisation stats; show how each camera maps onto its canvas slot");
 
   app.add_subcommand("stages", "List the registered stage types");
 
@@ -283,7 +309,8 @@ int run_cli(int argc, char** argv) {
 
   try {
     if (*run) return cmd_run(run_args);
-    if (*validate) return cmd_validate(validate_files, validate_overrides, validate_print_config);
+    if (*validate)
+      return cmd_validate(validate_files, validate_overrides, validate_print_config, validate_data);
     if (app.got_subcommand("stages")) return cmd_stages();
     if (*describe) return cmd_describe(describe_type);
     if (*graph) return cmd_graph(graph_args, graph_stats, graph_out);

@@ -189,7 +189,11 @@ nlohmann::json artifact_contract(const std::string& field, const CacheSpec& spec
                              {"keyspace_fingerprint", fingerprint(keyspace)},
                              {"key_codec", kKeyCodec},
                              {"value_codec", kValueCodec}};
-  const nlohmann::json preprocess = without(params_to_json(spec.augment), {"frames"});
+  nlohmann::json preprocess = without(params_to_json(spec.augment), {"frames"});
+  // resize and resize_fill came after the first caches, which were all stretched: they enter the
+  // contract only when they change the images, so that those caches keep their contracts.
+  if (spec.augment.resize != image_ops::ResizeMode::kFit) preprocess.erase("resize_fill");
+  if (spec.augment.resize == image_ops::ResizeMode::kStretch) preprocess.erase("resize");
   if (info.vae) {
     contract["dependencies"] = {
         {"dataset", dataset.dependency},

@@ -95,7 +95,9 @@ at::ScalarType scalar_type(cache::DType dtype) {
   return at::kFloat;
 }
 
-class LatentCacheLookupStage final : public Stage, public cache::LatentCacheReader {
+class LatentCacheLookupStage final : public Stage,
+                                     public cache::LatentCacheReader,
+                                     public CanvasRenderer {
  public:
   static constexpr std::string_view kType = "LatentCacheLookup";
   static constexpr std::string_view kSummary =
@@ -105,6 +107,8 @@ class LatentCacheLookupStage final : public Stage, public cache::LatentCacheRead
   explicit LatentCacheLookupStage(Params params) : params_(std::move(params)) {}
 
   const std::string& cache_root() const override { return params_.root; }
+  const AugmentParams* canvas_params() const override { return &params_.augment; }
+  std::string canvas_params_pointer() const override { return "/augment"; }
   std::vector<std::string> cache_fields() const override {
     return cache::parse_field_selection(params_.fields);
   }

@@ -130,7 +130,7 @@ bool contains(const std::vector<int64_t>& list, int64_t value) {
   return std::find(list.begin(), list.end(), value) != list.end();
 }
 
-class AugmentStage final : public Stage {
+class AugmentStage final : public Stage, public CanvasRenderer {
  public:
   static constexpr std::string_view kType = "Augment";
   static constexpr std::string_view kSummary =
@@ -140,6 +140,9 @@ class AugmentStage final : public Stage {
   using Params = AugmentParams;
 
   explicit AugmentStage(Params params) : params_(std::move(params)) {}
+
+  const AugmentParams* canvas_params() const override { return all_frames() ? &params_ : nullptr; }
+  std::string canvas_params_pointer() const override { return ""; }
 
   void declare(Contract& contract) const override {
     contract.reads("frames", FieldType::kTensor);
@@ -204,6 +207,7 @@ class AugmentStage final : public Stage {
 
  private:
   bool all_frames() const { return params_.frames == FrameSet::kAll; }
+  uint8_t fill() const { return static_cast<uint8_t>(params_.resize_fill); }
   bool video_as_levels() const { return params_.video_dtype == VideoDtype::kUint8; }
   bool sync_vlm() const { return params_.sync_vlm_color_jitter || params_.sync_vlm_camera_jitter; }
   // Whether samples are drawn at all: `frames: current` writes only the VLM images, which only
@@ -341,16 +345,17 @@ class AugmentStage final : public Stage {
         image_ops::canvas_layout(params_.canvas, cameras, kCanvasHeight, kCanvasWidth);
     std::vector<at::Tensor> images;
     for (int64_t camera = 0; camera < cameras; ++camera) {
-      at::Tensor image = image_ops::resize_planes(planes[static_cast<size_t>(camera)],
-                                                  params_.camera_size[0], params_.camera_size[1]);
+      at::Tensor image =
+          image_ops::resize_planes_as(planes[static_cast<size_t>(camera)], params_.camera_size[0],
+                                      params_.camera_size[1], params_.resize, fill());
       if (draws && draws->camera_warps[static_cast<size_t>(camera)]) {
         image = image_ops::warp_planes(image, *draws->camera_warps[static_cast<size_t>(camera)]);
       }
       images.push_back(std::move(image));
     }
     // The only float tensor of the sample: everything from here on is in place on it.
-    at::Tensor canvas = image_ops::to_unit_float(
-        image_ops::compose_canvas(images, slots, kCanvasHeight, kCanvasWidth));
+    at::Tensor canvas = image_ops::to_unit_float(image_ops::compose_canvas(
+        images, slots, kCanvasHeight, kCanvasWidth, params_.resize, fill()));
     if (draws) {
       if (!draws->color.is_identity()) image_ops::adjust_color_(canvas, draws->color);
       if (draws->rgb_gain) image_ops::apply_rgb_gain_(canvas, *draws->rgb_gain);

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "data/image_ops.h"
+#include "data/canvas_layout.h"
 #include "wam/params.h"
 
 namespace wam::stages {
@@ -27,6 +27,8 @@ struct AugmentParams {
   FrameSet frames = FrameSet::kAll;
   image_ops::Canvas canvas = image_ops::Canvas::kVertical;
   std::vector<int64_t> camera_size = {192, 256};
+  image_ops::ResizeMode resize = image_ops::ResizeMode::kStretch;
+  int64_t resize_fill = 0;
   bool deterministic = false;
   VideoDtype video_dtype = VideoDtype::kFloat32;
 
@@ -70,6 +72,16 @@ struct AugmentParams {
       "camera 0 at 256x256 on top, cameras 1 and 2 at 128x128 side by side below.");
     v("camera_size", camera_size, "Per-camera resize [H, W] before jitter and composition.",
       Min{1});
+    v("resize", resize,
+      "How a camera's frame is resized to camera_size and then to its canvas slot: stretch = "
+      "each axis on its own (the reference's Resize; a 640x480 camera in the one-camera slot, "
+      "256 wide and 384 high, is squeezed), fit = keep the aspect ratio and letterbox (bars of "
+      "resize_fill), fill = keep the aspect ratio and cut the centre (centre crop, then "
+      "scale). `dataset inspect` and `validate --data` show each camera's mapping.");
+    v("resize_fill", resize_fill,
+      "Level 0-255 of the bars that resize \"fit\" leaves (0: black, i.e. -1 after "
+      "normalisation).",
+      Min{0}, Max{255});
     v("deterministic", deterministic,
       "Turn every random transform off, whatever the jitter params say (latent caches need it).");
     v("video_dtype", video_dtype,
@@ -140,6 +152,18 @@ struct AugmentParams {
 
   // What the params alone can tell; the camera count of the samples is checked as they come.
   void check(ParamChecker& c) const;
+};
+
+// The stage API of a node that renders cameras onto the canvas with Augment's params (Augment, and
+// LatentCacheLookup, whose cache holds what Augment rendered): `validate
+// --data` finds such nodes by this interface and shows how each camera maps onto its slot.
+class CanvasRenderer {
+ public:
+  virtual ~CanvasRenderer() = default;
+  // Null when the node renders no canvas (Augment with `frames: current`).
+  virtual const AugmentParams* canvas_params() const = 0;
+  // Where those params are within the node's params: "" or "/augment".
+  virtual std::string canvas_params_pointer() const = 0;
 };
 
 // The first param of `params` (AugmentParams, or a struct extending it) that makes the images

@@ -3,11 +3,14 @@
 // one of them was chosen and run() executes it, returning the process exit status.
 #include "cli/command.h"
 
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 #include "cli/validators.h"
+#include "data/canvas_layout.h"
 #include "data/dataset_inspect.h"
 #include "data/synth_dataset.h"
 #include "wam/error.h"
@@ -39,7 +42,57 @@ int run_synth(data::SynthOptions options, const std::string& size) {
   return kExitOk;
 }
 
-void print_inspect(const data::DatasetReport& r) {
+// Augment's params that decide where the cameras go (`dataset inspect` options).
+struct SlotOptions {
+  std::vector<std::string> cameras;  // empty: every camera of the dataset
+  image_ops::Canvas canvas = image_ops::Canvas::kVertical;
+  std::vector<int64_t> camera_size;  // [H, W]; empty: each camera's slot size
+  image_ops::ResizeMode resize = image_ops::ResizeMode::kStretch;
+  int64_t resize_fill = 0;
+};
+
+// How each camera maps onto its slot, as Augment would place it with these params.
+void print_slots(const data::DatasetReport& r, const SlotOptions& o) {
+  std::vector<const data::CameraReport*> cameras;
+  for (const data::CameraReport& c : r.cameras) {
+    if (o.cameras.empty() ||
+        std::find(o.cameras.begin(), o.cameras.end(), c.key) != o.cameras.end()) {
+      cameras.push_back(&c);
+    }
+  }
+  for (const auto& key : o.cameras) {
+    if (std::none_of(cameras.begin(), cameras.end(), [&](auto* c) { return c->key == key; })) {
+      throw Error("dataset inspect: --cameras names " + key + ", which is no camera of " + r.root);
+    }
+  }
+  std::cout << "slots     " << enum_name(o.canvas) << " canvas " << image_ops::kCanvasWidth << "x"
+            << image_ops::kCanvasHeight << ", resize " << enum_name(o.resize)
+            << " (Augment's canvas, camera_size and resize: --canvas, --camera-size, --resize)\n";
+  std::vector<image_ops::Rect> slots;
+  try {
+    slots = image_ops::canvas_layout(o.canvas, static_cast<int64_t>(cameras.size()),
+                                     image_ops::kCanvasHeight, image_ops::kCanvasWidth);
+  } catch (const Error& e) {
+    std::cout << "  " << e.what() << "\n";
+    return;
+  }
+  for (size_t i = 0; i < cameras.size(); ++i) {
+    const data::CameraReport& c = *cameras[i];
+    std::cout << "  " << c.key << ": ";
+    if (c.videos == 0) {
+      std::cout << "no readable video to measure\n";
+      continue;
+    }
+    const image_ops::Rect& slot = slots[i];
+    const int64_t height = o.camera_size.empty() ? slot.height : o.camera_size[0];
+    const int64_t width = o.camera_size.empty() ? slot.width : o.camera_size[1];
+    std::cout << image_ops::describe_camera_mapping(c.height, c.width, height, width, slot,
+                                                    o.resize, o.resize_fill)
+              << "\n";
+  }
+}
+
+void print_inspect(const data::DatasetReport& r, const SlotOptions& slots) {
   std::cout << "dataset   " << r.root << " (LeRobot " << r.codebase_version << ")\n"
             << "episodes  " << r.episodes << "\n"
             << "frames    " << r.frames << " at " << r.fps << " fps\n"
@@ -76,6 +129,7 @@ void print_inspect(const data::DatasetReport& r) {
     }
     std::cout << "\n";
   }
+  print_slots(r, slots);
   std::cout << "problems  " << r.problems.size() << "\n";
   for (const auto& p : r.problems) std::cout << "  - " << p << "\n";
 }
@@ -109,6 +163,7 @@ class DatasetCommand final : public Command {
   std::string dir_;
   bool force_ = false;
   int64_t inspect_episodes_ = 0;  // 0: all
+  SlotOptions slots_;
 };
 
 DatasetCommand::DatasetCommand(CLI::App& app) {
@@ -155,6 +210,26 @@ DatasetCommand::DatasetCommand(CLI::App& app) {
                    "Read the videos of this many episodes, evenly spaced (0: all)")
       ->capture_default_str()
       ->check(at_least(0));
+  inspect_->add_option("--cameras", slots_.cameras,
+                       "Cameras placed on the canvas, in the sampler's order (default: all)");
+  inspect_
+      ->add_option("--canvas", slots_.canvas, "Augment's canvas: vertical (default) or robotwin")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, image_ops::Canvas>{
+          {"vertical", image_ops::Canvas::kVertical}, {"robotwin", image_ops::Canvas::kRobotwin}}));
+  inspect_
+      ->add_option("--camera-size", slots_.camera_size,
+                   "Augment's camera_size H W (default: each camera's slot size)")
+      ->expected(2)
+      ->check(at_least(1));
+  inspect_
+      ->add_option("--resize", slots_.resize, "Augment's resize: stretch (default), fit or fill")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, image_ops::ResizeMode>{{"stretch", image_ops::ResizeMode::kStretch},
+                                                       {"fit", image_ops::ResizeMode::kFit},
+                                                       {"fill", image_ops::ResizeMode::kFill}}));
+  inspect_->add_option("--resize-fill", slots_.resize_fill, "Augment's resize_fill (0-255)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 255));
 
   stats_ = dataset_->add_subcommand(
       "stats",
@@ -181,7 +256,7 @@ int DatasetCommand::run() {
     return run_synth(std::move(options), size_);
   }
   if (inspect_->parsed()) {
-    print_inspect(data::inspect_dataset(dir_, inspect_episodes_));
+    print_inspect(data::inspect_dataset(dir_, inspect_episodes_), slots_);
     return kExitOk;
   }
   const data::StatsResult stats = data::write_dataset_stats(dir_, force_);

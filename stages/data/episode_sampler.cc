@@ -234,6 +234,7 @@ class EpisodeSampler final : public Source, public DatasetSampler {
   explicit EpisodeSampler(Params p) : p_(std::move(p)) {}
 
   const std::vector<std::string>& dataset_dirs() const override { return p_.dataset_dirs; }
+  const EpisodeSamplerParams& sampler_params() const override { return p_; }
 
   void declare(Contract& c) const override {
     for (const char* name : {"sample_id", "epoch", "episode_index", "frame_index"}) {

@@ -177,6 +177,25 @@ at::Tensor resize_planes(const at::Tensor& planes, int64_t height, int64_t width
   return out;
 }
 
+at::Tensor resize_planes_as(const at::Tensor& planes, int64_t height, int64_t width,
+                            ResizeMode mode, uint8_t fill) {
+  check_planes(planes, "resize_planes_as");
+  const int64_t n = planes.size(0), c = planes.size(1), h = planes.size(2), w = planes.size(3);
+  if (h == height && w == width) return planes;
+  const Placement p = place(mode, h, w, height, width);
+  const at::Tensor kept =
+      planes.narrow(2, p.source.top, p.source.height).narrow(3, p.source.left, p.source.width);
+  if (p.target.height == height && p.target.width == width) {
+    return resize_planes(kept, height, width);
+  }
+  at::Tensor out = padded_planes(n, c, height, width);
+  out.fill_(fill);
+  out.narrow(2, p.target.top, p.target.height)
+      .narrow(3, p.target.left, p.target.width)
+      .copy_(resize_planes(kept, p.target.height, p.target.width));
+  return out;
+}
+
 // Written by hand: no library we link warps uint8 images (libswscale only scales; torch's
 // grid_sample wants float and costs ~10x more on the CPU). Same arithmetic as torch's
 // affine_grid + grid_sample (align_corners false, border padding, bilinear), in float.
@@ -237,39 +256,16 @@ at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp) 
   return out;
 }
 
-std::vector<Rect> canvas_layout(Canvas layout, int64_t cameras, int64_t canvas_height,
-                                int64_t canvas_width) {
-  if (layout == Canvas::kVertical) {
-    if (cameras < 1 || canvas_height % cameras != 0) {
-      throw Error("canvas \"vertical\" stacks the cameras in equal rows of the " +
-                  std::to_string(canvas_height) + "-pixel canvas; " + std::to_string(cameras) +
-                  " cameras do not divide it");
-    }
-    std::vector<Rect> slots;
-    const int64_t row = canvas_height / cameras;
-    for (int64_t i = 0; i < cameras; ++i) slots.push_back({i * row, 0, row, canvas_width});
-    return slots;
-  }
-  if (cameras != kRobotwinCameras) {
-    throw Error("canvas \"robotwin\" needs 3 cameras (high, left wrist, right wrist), got " +
-                std::to_string(cameras) + "; check the sampler's cameras");
-  }
-  const int64_t top = canvas_height * 2 / 3;
-  const int64_t half = canvas_width / 2;
-  return {{0, 0, top, canvas_width},
-          {top, 0, canvas_height - top, half},
-          {top, half, canvas_height - top, canvas_width - half}};
-}
-
 at::Tensor compose_canvas(const std::vector<at::Tensor>& cameras, const std::vector<Rect>& slots,
-                          int64_t canvas_height, int64_t canvas_width) {
+                          int64_t canvas_height, int64_t canvas_width, ResizeMode mode,
+                          uint8_t fill) {
   const int64_t frames = cameras.front().size(0);
   at::Tensor canvas = at::zeros({frames, 3, canvas_height, canvas_width}, at::kByte);
   for (size_t i = 0; i < cameras.size(); ++i) {
     const Rect& slot = slots[i];
     canvas.narrow(2, slot.top, slot.height)
         .narrow(3, slot.left, slot.width)
-        .copy_(resize_planes(cameras[i], slot.height, slot.width));
+        .copy_(resize_planes_as(cameras[i], slot.height, slot.width, mode, fill));
   }
   return canvas;
 }

@@ -19,13 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "wam/params.h"
+#include "data/canvas_layout.h"
 
 namespace wam::image_ops {
-
-// The training canvas every camera layout is composed onto, [H, W].
-inline constexpr int64_t kCanvasHeight = 384;
-inline constexpr int64_t kCanvasWidth = 256;
 
 // ---- uint8 planes -------------------------------------------------------------------------------
 
@@ -48,6 +44,13 @@ at::Tensor to_planes(const at::Tensor& frames_nhwc);
 // matches.
 at::Tensor resize_planes(const at::Tensor& planes, int64_t height, int64_t width);
 
+// resize_planes() in a resize mode (canvas_layout.h's place()): stretch is resize_planes itself;
+// fit resizes into the centred target and sets the bars around it to `fill`; fill resizes the
+// centred part of the planes that has the target's aspect ratio. Returns `planes` itself when the
+// size already matches.
+at::Tensor resize_planes_as(const at::Tensor& planes, int64_t height, int64_t width,
+                            ResizeMode mode, uint8_t fill);
+
 // A camera-motion warp. Output pixel p samples the input at c + scale * R(rotation) * (p - c) + t,
 // where c is the image centre and t = (translate_x * W, translate_y * H): scale < 1 zooms in,
 // keeping that fraction of the field of view. The map is in fractions of the image, so the same
@@ -66,32 +69,11 @@ struct CameraWarp {
 // the rounding.
 at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp);
 
-// Where each camera goes on the canvas.
-struct Rect {
-  int64_t top = 0;
-  int64_t left = 0;
-  int64_t height = 0;
-  int64_t width = 0;
-};
-
-// `vertical`: the cameras stacked top to bottom in equal rows of the full width.
-// `robotwin`: camera 0 on the top two thirds at full width, cameras 1 and 2 side by side in the
-// bottom third.
-enum class Canvas { kVertical, kRobotwin };
-constexpr auto enum_names(Canvas) {
-  return std::array{EnumName{Canvas::kVertical, "vertical"},
-                    EnumName{Canvas::kRobotwin, "robotwin"}};
-}
-constexpr int64_t kRobotwinCameras = 3;
-
-// Throws wam::Error when the camera count does not fit the layout.
-std::vector<Rect> canvas_layout(Canvas layout, int64_t cameras, int64_t canvas_height,
-                                int64_t canvas_width);
-
 // Resizes each camera's planes [N, 3, h, w] into its slot of a zero uint8 canvas [N, 3, H, W]
-// (contiguous).
+// (contiguous) with resize_planes_as().
 at::Tensor compose_canvas(const std::vector<at::Tensor>& cameras, const std::vector<Rect>& slots,
-                          int64_t canvas_height, int64_t canvas_width);
+                          int64_t canvas_height, int64_t canvas_width, ResizeMode mode,
+                          uint8_t fill);
 
 // uint8 [N, C, H, W] -> float [N, C, H, W] in [0, 1] (contiguous).
 at::Tensor to_unit_float(const at::Tensor& planes);

@@ -90,6 +90,37 @@ expect "dataset inspect: a stated sample" 0 \
 expect "dataset inspect: the sample's spacing" 0 \
   "  observation.images.cam_high: h264 80x64, 40 frames in 1 video, keyframe spacing min 2, max 2 frames" \
   -- "$bin" dataset inspect "$work/mixed" --episodes 1
+# Each camera's way onto its canvas slot, and the data against the config (issue 26).
+stretched='(stretched 1.25x taller; resize "fit" or "fill" keeps the aspect ratio)'
+expect "dataset inspect: each camera on its slot" 0 \
+  "  observation.images.cam_high: 80x64 -> camera 320x240 -> slot 256x256 at (0, 0) of the canvas: fit, scale 3 x 3, image 240x192 at offset (8, 32), bars filled with level 0" \
+  -- "$bin" dataset inspect "$ROBOTWIN_DATA_ROOT" --canvas robotwin --camera-size 240 320 \
+  --resize fit
+expect "dataset inspect: the default slots" 0 \
+  "  observation.images.cam_left_wrist: 80x64 -> slot 256x128 at (0, 128) of the canvas: stretch, scale 3.2 x 2 (stretched 1.6x wider; resize \"fit\" or \"fill\" keeps the aspect ratio)" \
+  -- "$bin" dataset inspect "$ROBOTWIN_DATA_ROOT"
+expect "validate --data: each camera on its slot" 0 \
+  "[augment: Augment] observation.images.cam_high: 80x64 -> camera 320x240 -> slot 256x256 at (0, 0) of the canvas: stretch, scale 3.2 x 4 $stretched" \
+  -- "$bin" validate --data pipelines/robotwin_online.json
+expect "validate --data: passes" 0 \
+  "ok: pipelines/robotwin_online.json (robotwin_online, 9 nodes, data checked)" \
+  -- "$bin" validate --data pipelines/robotwin_online.json
+expect "validate --data: fill" 0 \
+  "[augment: Augment] observation.images.cam_high: 80x64 -> camera 320x240 -> slot 256x256 at (0, 0) of the canvas: fill, scale 4.267 x 4.267, keeps the centre 60x60 at offset (10, 2)" \
+  -- "$bin" validate --data pipelines/robotwin_online.json --set nodes.augment.params.resize=fill
+expect "validate --data: a camera that is not a video feature" 2 \
+  "pipelines/robotwin_online.json:/nodes/0/params/cameras/2 [sampler: EpisodeSampler]: $ROBOTWIN_DATA_ROOT/meta/info.json has no feature \"observation.images.cam_right\" (video features: observation.images.cam_high, observation.images.cam_left_wrist, observation.images.cam_right_wrist)" \
+  -- "$bin" validate --data pipelines/robotwin_online.json \
+  --set 'nodes.sampler.params.cameras=["observation.images.cam_high", "observation.images.cam_left_wrist", "observation.images.cam_right"]'
+expect "validate --data: a layout beyond the dataset's dims" 2 \
+  "pipelines/robotwin_online.json:/nodes/0/params/action_layout/0 [sampler: EpisodeSampler]: [0,20,0] reads action dims [0, 20), but $ROBOTWIN_DATA_ROOT/meta/info.json gives action 14 dims" \
+  -- "$bin" validate --data pipelines/robotwin_online.json \
+  --set 'nodes.sampler.params.action_layout=[[0, 20, 0]]'
+expect "validate --data: counts the data errors" 2 "pipelines/robotwin_online.json: 1 data error" \
+  -- "$bin" validate --data pipelines/robotwin_online.json \
+  --set 'nodes.sampler.params.action_layout=[[0, 20, 0]]'
+expect "validate alone opens no data" 0 "ok: pipelines/robotwin_online.json (robotwin_online, 9 nodes)" \
+  -- env ROBOTWIN_DATA_ROOT="$work/nothing" "$bin" validate pipelines/robotwin_online.json
 expect_contains "training without a text cache says what to run" 1 \
   "run wam-pipeline text-cache build PIPELINE" \
   -- "$bin" run pipelines/robotwin_online.json "${tiny[@]}" --steps 1 --set settings.batch_size=2
@@ -358,6 +389,14 @@ if [ -d "$gr00t_root" ]; then
     -- "$bin" text-cache build pipelines/libero_cache.json "${gr00t[@]}" "${tiny[@]}"
   expect "validate the cache graph on one's own dataset" 0 "" \
     -- "$bin" validate pipelines/libero_cache.json pipelines/libero_online.json "${gr00t[@]}"
+  gr00t_meta=$(realpath -s -m "$gr00t_root")/meta
+  expect "validate --data on one's own dataset" 0 \
+    "[cache: LatentCacheLookup] observation.images.ego_view: 256x256 -> slot 256x384 at (0, 0) of the canvas: stretch, scale 1 x 1.5 (stretched 1.5x taller; resize \"fit\" or \"fill\" keeps the aspect ratio)" \
+    -- "$bin" validate --data pipelines/libero_cache.json "${gr00t[@]}"
+  expect "validate --data: a declared camera of one's own dataset that has no video" 2 \
+    "pipelines/libero_online.json:/nodes/0/params/cameras/0 [sampler: EpisodeSampler]: camera \"observation.images.egoview\" is a video feature of $gr00t_meta/info.json but has no video files (${gr00t_meta%/meta}/videos/chunk-000/observation.images.egoview/episode_000000.mp4 is missing)" \
+    -- "$bin" validate --data pipelines/libero_online.json "${gr00t[@]}" \
+    --set 'nodes.sampler.params.cameras=["observation.images.egoview"]'
   expect_contains "the data path on one's own dataset" 0 "pipeline libero_data_online:" \
     -- "$bin" run pipelines/libero_data_online.json "${gr00t[@]}" --steps 2 \
     --set settings.batch_size=2 --stats-out "$work/gr00t_stats.json"

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <thread>
 
+#include "data/augment_params.h"
 #include "data/image_ops.h"
 #include "testing/expect_error.h"
 #include "testing/stage_harness.h"
@@ -421,6 +422,88 @@ TEST(AugmentTest, CanvasMatchesTheFloatResizePipelineItReplaces) {
             << " levels\n";
   EXPECT_LE(d.mean, 0.4);
   EXPECT_LE(d.max, 8.0);
+}
+
+// ---- resize modes -------------------------------------------------------------------------------
+
+// uint8 planes [1, 3, h, w] of levels 100 + (row + 3 column) % 100: never the fill level 7 below,
+// nor after a bilinear resize (which stays within [100, 199]).
+at::Tensor patterned_planes(int64_t height, int64_t width) {
+  auto rows = torch::arange(height).view({height, 1});
+  auto columns = torch::arange(width).view({1, width});
+  auto levels = ((rows + 3 * columns) % 100 + 100).to(torch::kUInt8);
+  return levels.unsqueeze(0).unsqueeze(0).expand({1, 3, height, width}).contiguous();
+}
+
+int64_t count_level(const at::Tensor& planes, int64_t level) {
+  return planes.eq(level).sum().item<int64_t>();
+}
+
+TEST(AugmentImageOpsTest, FitLetterboxesWithTheFillLevelExactlyInTheBars) {
+  // Same width: no scaling, the content rows are the source's rows, the bars 8 rows each.
+  const auto planes = patterned_planes(48, 64);
+  auto out = ops::resize_planes_as(planes, 64, 64, ops::ResizeMode::kFit, 7);
+  ASSERT_EQ(out.sizes(), (std::vector<int64_t>{1, 3, 64, 64}));
+  EXPECT_EQ(count_level(out.narrow(2, 0, 8), 7), 3 * 8 * 64);
+  EXPECT_EQ(count_level(out.narrow(2, 56, 8), 7), 3 * 8 * 64);
+  EXPECT_TRUE(torch::equal(out.narrow(2, 8, 48), planes));
+  // The newcomer's 640x480 camera in a 384x256 slot: scale 0.4, image 256x192 at row 96.
+  const auto camera = patterned_planes(480, 640);
+  out = ops::resize_planes_as(camera, 384, 256, ops::ResizeMode::kFit, 7);
+  EXPECT_EQ(count_level(out.narrow(2, 0, 96), 7), 3 * 96 * 256);
+  EXPECT_EQ(count_level(out.narrow(2, 288, 96), 7), 3 * 96 * 256);
+  EXPECT_EQ(count_level(out.narrow(2, 96, 192), 7), 0);
+  EXPECT_TRUE(torch::equal(out.narrow(2, 96, 192), ops::resize_planes(camera, 192, 256)));
+}
+
+TEST(AugmentImageOpsTest, FillCutsTheCentreThenScales) {
+  const auto planes = patterned_planes(64, 96);
+  auto out = ops::resize_planes_as(planes, 64, 64, ops::ResizeMode::kFill, 7);
+  EXPECT_TRUE(torch::equal(out, planes.narrow(3, 16, 64)));
+  // 640x480 into 384x256: the centre 320 columns, scaled by 0.8.
+  const auto camera = patterned_planes(480, 640);
+  out = ops::resize_planes_as(camera, 384, 256, ops::ResizeMode::kFill, 7);
+  EXPECT_TRUE(
+      torch::equal(out, ops::resize_planes(camera.narrow(3, 160, 320).contiguous(), 384, 256)));
+  // Stretch is the plain resize.
+  EXPECT_TRUE(torch::equal(ops::resize_planes_as(camera, 384, 256, ops::ResizeMode::kStretch, 7),
+                           ops::resize_planes(camera, 384, 256)));
+}
+
+// On the canvas: a 64x48 camera in the one-camera slot (256x384) through camera_size [384, 256].
+TEST(AugmentTest, ResizeFitLeavesBarsOfTheFillLevelAroundTheCamera) {
+  const Colour colour = {200, 40, 10}, bars = {7, 7, 7};
+  auto out = run_one(R"({"canvas": "vertical", "camera_size": [384, 256], "deterministic": true,
+                         "resize": "fit", "resize_fill": 7})",
+                     frame_sample(solid_frames({colour}, 11, 48, 64), 0));
+  for (const auto& field : kCanvasFields) {
+    const auto& video = out.tensor(field);
+    // Scale 4: the image is 256x192 at row 96.
+    expect_filled(video, 0, 96, 0, 256, bars);
+    expect_filled(video, 96, 192, 0, 256, colour);
+    expect_filled(video, 288, 96, 0, 256, bars);
+  }
+}
+
+TEST(AugmentTest, ResizeFillShowsTheCentreOfTheCamera) {
+  // Columns 0-31 one colour, 32-63 another: the 32 centre columns (16-47) fill the slot, so each
+  // colour takes half of it, blended only near the middle.
+  const Colour left = {200, 40, 10}, right = {10, 120, 250};
+  auto frames = solid_frames({left}, 11, 48, 64);
+  frames.narrow(3, 32, 32).copy_(solid_frames({right}, 11, 48, 32));
+  auto out = run_one(R"({"canvas": "vertical", "camera_size": [384, 256], "deterministic": true,
+                         "resize": "fill"})",
+                     frame_sample(frames, 0));
+  const auto& video = out.tensor("video");
+  expect_filled(video, 0, 384, 0, 112, left);
+  expect_filled(video, 0, 384, 144, 112, right);
+}
+
+TEST(AugmentTest, ResizeDefaultsToTheReferenceStretch) {
+  Diagnostics diagnostics;
+  const auto params = parse_params<stages::AugmentParams>({}, "/augment", diagnostics);
+  EXPECT_EQ(params.resize, ops::ResizeMode::kStretch);
+  EXPECT_EQ(params.resize_fill, 0);
 }
 
 // ---- sync_vlm_* --------------------------------------------------------------------------------

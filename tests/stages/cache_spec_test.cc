@@ -71,19 +71,22 @@ TEST(CacheContract, AugmentsRandomParamsAreItsJittersAndNoises) {
   EXPECT_EQ(stages::first_random_augment_param(params), "");
 }
 
+DatasetFingerprint fixed_dataset() {
+  return {{{"datasets",
+            {{{"root", "/data/task"},
+              {"episodes", {{0, 60}, {1, 40}}},
+              {"inventory",
+               {{"meta_sha256", {{"info.json", "ab"}}},
+                {"files",
+                 {{"data/chunk-000/episode_000000.parquet", {{"bytes", 1}, {"mtime_ns", 2}}}}}}}}}},
+           {"sample_count", 100}},
+          100};
+}
+
 // The contract of every field of the shipped cache pipelines, over a fixed dataset, as caches
 // built before typed params were computed: a change here turns every existing cache away.
 TEST(CacheContract, ShippedPipelinesKeepTheirContracts) {
-  const DatasetFingerprint dataset{
-      {{"datasets",
-        {{{"root", "/data/task"},
-          {"episodes", {{0, 60}, {1, 40}}},
-          {"inventory",
-           {{"meta_sha256", {{"info.json", "ab"}}},
-            {"files",
-             {{"data/chunk-000/episode_000000.parquet", {{"bytes", 1}, {"mtime_ns", 2}}}}}}}}}},
-       {"sample_count", 100}},
-      100};
+  const DatasetFingerprint dataset = fixed_dataset();
   // Computed by the cache contract code before typed params (main at 1a6c67b).
   const std::map<std::string, std::string> expected = {
       {"libero_cache current", "7cfbebe8ece1c5e93c9ff2d6e059142998146fa35ba7341673b8ba1962719d33"},
@@ -115,6 +118,36 @@ TEST(CacheContract, ShippedPipelinesKeepTheirContracts) {
     }
   }
   EXPECT_EQ(actual, expected);
+}
+
+// Augment's resize came after the first caches (all stretched): it enters the contract only when
+// it changes the images, and resize_fill only with fit, whose bars it fills.
+TEST(CacheContract, ResizeEntersTheContractOnlyWhereItChangesTheImages) {
+  auto preprocess_with = [](std::vector<std::string> overrides) {
+    overrides.push_back("settings.device=cpu");
+    const ValidatedPipeline pipeline =
+        load_pipeline(std::string(WAM_SOURCE_DIR) + "/pipelines/libero_cache.json", {overrides});
+    const LatentCacheReader* reader = nullptr;
+    for (const ValidatedNode& node : pipeline.nodes()) {
+      if (auto* found = dynamic_cast<const LatentCacheReader*>(node.stage.get())) reader = found;
+    }
+    const CacheSpec spec = reader->cache_spec(pipeline.settings());
+    return artifact_contract("current", spec, fixed_dataset(), 100)
+        .at("dependencies")
+        .at("image_preprocess");
+  };
+  const nlohmann::json stretch = preprocess_with({});
+  EXPECT_FALSE(stretch.contains("resize"));
+  EXPECT_FALSE(stretch.contains("resize_fill"));
+  EXPECT_EQ(preprocess_with({"nodes.cache.params.augment.resize_fill=9"}), stretch);
+  const nlohmann::json fit = preprocess_with(
+      {"nodes.cache.params.augment.resize=fit", "nodes.cache.params.augment.resize_fill=9"});
+  EXPECT_EQ(fit.at("resize"), "fit");
+  EXPECT_EQ(fit.at("resize_fill"), 9);
+  const nlohmann::json fill = preprocess_with(
+      {"nodes.cache.params.augment.resize=fill", "nodes.cache.params.augment.resize_fill=9"});
+  EXPECT_EQ(fill.at("resize"), "fill");
+  EXPECT_FALSE(fill.contains("resize_fill"));
 }
 
 }  // namespace
