@@ -12,6 +12,7 @@
 #include "cli/validators.h"
 #include "data/canvas_layout.h"
 #include "data/dataset_inspect.h"
+#include "data/lerobot_dataset.h"
 #include "data/synth_dataset.h"
 #include "wam/error.h"
 

@@ -235,37 +235,4 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
   return report;
 }
 
-StatsResult write_dataset_stats(const std::string& dir, bool force) {
-  const auto ds = LeRobotDataset::open(dir);
-  StatsResult result;
-  result.path = ds.episodes_stats_path();
-  result.dataset_path = ds.stats_path();
-  if ((std::filesystem::exists(result.path) || std::filesystem::exists(result.dataset_path)) &&
-      !force) {
-    return result;
-  }
-  std::map<int64_t, EpisodeStats> stats;
-  for (const auto& episode : ds.episodes()) {
-    EpisodeData columns = ds.read_episode(episode.episode_index);
-    for (const auto& [key, values] : columns.ints) {
-      FloatColumn column{static_cast<int64_t>(values.size()), 1, {}};
-      column.values.assign(values.begin(), values.end());
-      columns.floats.emplace(key, std::move(column));
-    }
-    for (const auto& [key, column] : columns.floats) {
-      if (const std::string bad = describe_non_finite(key, episode.episode_index, column);
-          !bad.empty()) {
-        throw Error(episode.data_file + ": " + bad +
-                    "; stats need finite values: fix or drop the episode");
-      }
-      stats[episode.episode_index][key] = compute_stats(column);
-    }
-  }
-  write_episodes_stats(result.path, stats);
-  write_dataset_stats_json(result.dataset_path, stats);
-  result.written = true;
-  result.episodes = static_cast<int64_t>(stats.size());
-  return result;
-}
-
 }  // namespace wam::data

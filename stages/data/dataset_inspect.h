@@ -1,5 +1,5 @@
-// What `wam-pipeline dataset inspect` and `dataset stats` compute, as functions returning what
-// they found, for the command and for tests.
+// What `wam-pipeline dataset inspect` computes, as a function returning what it found, for the
+// command and for tests (`dataset stats` is write_dataset_stats in data/lerobot_dataset.h).
 #pragma once
 
 #include <cstdint>
@@ -38,18 +38,5 @@ struct DatasetReport {
 // Reads the meta files, and the columns and the container index of the videos of `episode_limit`
 // episodes evenly spaced from the first to the last (0: all), without decoding a frame.
 DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit);
-
-struct StatsResult {
-  std::string path;          // meta/episodes_stats.jsonl
-  std::string dataset_path;  // meta/stats.json
-  bool written = false;      // false: one of them existed and `force` was not given
-  int64_t episodes = 0;
-};
-
-// Computes per-episode min/max/mean/std/count of every numeric column, as LeRobot does, and
-// writes meta/episodes_stats.jsonl and the pooled meta/stats.json (atomically), unless one of
-// them exists and `force` is false. A NaN or infinite value is an error naming the episode's
-// file, column and row.
-StatsResult write_dataset_stats(const std::string& dir, bool force);
 
 }  // namespace wam::data

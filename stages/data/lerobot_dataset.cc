@@ -75,7 +75,8 @@ T field(const nlohmann::json& object, const char* name, const std::string& where
   }
 }
 
-nlohmann::json stats_to_json(const FeatureStats& s) {
+// LeRobot's key order.
+nlohmann::ordered_json stats_to_json(const FeatureStats& s) {
   return {{"min", s.min}, {"max", s.max}, {"mean", s.mean}, {"std", s.std}, {"count", {s.count}}};
 }
 
@@ -964,34 +965,117 @@ void write_episode_parquet(const std::string& path, const EpisodeData& data,
   writer.write();
 }
 
-void write_episodes_stats(const std::string& path, const std::map<int64_t, EpisodeStats>& stats) {
+void write_episodes_stats(const std::string& path, const std::map<int64_t, EpisodeStats>& stats,
+                          const std::map<int64_t, StatsEntries>& kept) {
   std::string text;
   for (const auto& [episode_index, features] : stats) {
-    nlohmann::json row;
+    StatsEntries entries;
+    if (auto k = kept.find(episode_index); k != kept.end()) entries = k->second;
+    for (const auto& [key, s] : features) entries[key] = stats_to_json(s);
+    nlohmann::ordered_json row;
     row["episode_index"] = episode_index;
-    row["stats"] = nlohmann::json::object();
-    for (const auto& [key, s] : features) row["stats"][key] = stats_to_json(s);
+    row["stats"] = nlohmann::ordered_json::object();
+    for (auto& [key, entry] : entries) row["stats"][key] = std::move(entry);
     text += row.dump() + "\n";
   }
   write_file_atomically(path, text);
 }
 
-void write_dataset_stats_json(const std::string& path,
-                              const std::map<int64_t, EpisodeStats>& stats) {
+void write_dataset_stats_json(const std::string& path, const std::map<int64_t, EpisodeStats>& stats,
+                              const StatsEntries& kept) {
   std::map<std::string, std::vector<FeatureStats>> parts;
   for (const auto& [episode_index, features] : stats) {
     for (const auto& [key, s] : features) parts[key].push_back(s);
   }
+  StatsEntries entries = kept;
+  for (const auto& [key, list] : parts) entries[key] = stats_to_json(aggregate_stats(list));
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
-  for (const auto& [key, list] : parts) {
-    const FeatureStats total = aggregate_stats(list);
-    out[key] = {{"min", total.min},
-                {"max", total.max},
-                {"mean", total.mean},
-                {"std", total.std},
-                {"count", {total.count}}};
-  }
+  for (auto& [key, entry] : entries) out[key] = std::move(entry);
   write_file_atomically(path, out.dump(4) + "\n");
+}
+
+namespace {
+
+// What `dataset stats` does not recompute but the existing stats files have: entries of features
+// info.json declares (a camera's stats, which LeRobot computes from decoded frames; a string
+// feature's) that the recomputed episode has no stats for, per episode from episodes_stats.jsonl
+// and pooled from stats.json, as they are (key order kept). Entries of keys info.json no longer
+// declares, and of episodes the dataset no longer lists, are dropped: nothing reads them.
+struct KeptStats {
+  std::map<int64_t, StatsEntries> episodes;
+  StatsEntries dataset;
+};
+
+KeptStats stats_not_recomputed(const LeRobotDataset& ds,
+                               const std::map<int64_t, EpisodeStats>& recomputed) {
+  KeptStats kept;
+  const std::string episodes_path = ds.episodes_stats_path();
+  if (fs::exists(episodes_path)) {
+    std::istringstream in(read_meta_file(episodes_path, ""));
+    std::string line;
+    int64_t line_number = 0;
+    while (std::getline(in, line)) {
+      ++line_number;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const auto row = parse_meta_json<nlohmann::ordered_json>(
+          line, episodes_path + ":" + std::to_string(line_number));
+      // LeRobotDataset::open checked each row's episode_index and stats.
+      const auto episode = recomputed.find(row.at("episode_index").get<int64_t>());
+      if (episode == recomputed.end() || !row.at("stats").is_object()) continue;
+      for (const auto& [key, entry] : row.at("stats").items()) {
+        if (ds.info().feature(key) && !episode->second.count(key)) {
+          kept.episodes[episode->first][key] = entry;
+        }
+      }
+    }
+  }
+  std::set<std::string> recomputed_keys;
+  for (const auto& [episode_index, features] : recomputed) {
+    for (const auto& [key, s] : features) recomputed_keys.insert(key);
+  }
+  const std::string dataset_path = ds.stats_path();
+  if (fs::exists(dataset_path)) {
+    // LeRobotDataset::open checked that it is an object.
+    const auto stats =
+        parse_meta_json<nlohmann::ordered_json>(read_meta_file(dataset_path, ""), dataset_path);
+    for (const auto& [key, entry] : stats.items()) {
+      if (ds.info().feature(key) && !recomputed_keys.count(key)) kept.dataset[key] = entry;
+    }
+  }
+  return kept;
+}
+
+}  // namespace
+
+StatsResult write_dataset_stats(const std::string& dir, bool force) {
+  const auto ds = LeRobotDataset::open(dir);
+  StatsResult result;
+  result.path = ds.episodes_stats_path();
+  result.dataset_path = ds.stats_path();
+  if ((fs::exists(result.path) || fs::exists(result.dataset_path)) && !force) return result;
+  std::map<int64_t, EpisodeStats> stats;
+  for (const auto& episode : ds.episodes()) {
+    EpisodeData columns = ds.read_episode(episode.episode_index);
+    for (const auto& [key, values] : columns.ints) {
+      FloatColumn column{static_cast<int64_t>(values.size()), 1, {}};
+      column.values.assign(values.begin(), values.end());
+      columns.floats.emplace(key, std::move(column));
+    }
+    for (const auto& [key, column] : columns.floats) {
+      if (const std::string bad = describe_non_finite(key, episode.episode_index, column);
+          !bad.empty()) {
+        throw Error(episode.data_file + ": " + bad +
+                    "; stats need finite values: fix or drop the episode");
+      }
+      stats[episode.episode_index][key] = compute_stats(column);
+    }
+  }
+  const KeptStats kept = stats_not_recomputed(ds, stats);
+  write_episodes_stats(result.path, stats, kept.episodes);
+  write_dataset_stats_json(result.dataset_path, stats, kept.dataset);
+  result.written = true;
+  result.episodes = static_cast<int64_t>(stats.size());
+  return result;
 }
 
 LeRobotWriter::LeRobotWriter(std::string root, DatasetInfo info,

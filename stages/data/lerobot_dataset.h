@@ -225,10 +225,32 @@ class LeRobotWriter {
 // (and action, observation.state) as float32 LISTs, other float columns as FLOAT, ints as INT64.
 void write_episode_parquet(const std::string& path, const EpisodeData& data,
                            const DatasetInfo& info);
-void write_episodes_stats(const std::string& path, const std::map<int64_t, EpisodeStats>& stats);
-// meta/stats.json: the per-episode stats of each feature pooled (aggregate_stats).
-void write_dataset_stats_json(const std::string& path,
-                              const std::map<int64_t, EpisodeStats>& stats);
+// Stats entries as a stats file has them, by feature key: {"min": ..., "max": ..., ...} with any
+// shape (LeRobot's camera stats are [3, 1, 1] per statistic).
+using StatsEntries = std::map<std::string, nlohmann::ordered_json>;
+// meta/episodes_stats.jsonl: one line per episode of `stats`, beside the episode's `kept` entries.
+void write_episodes_stats(const std::string& path, const std::map<int64_t, EpisodeStats>& stats,
+                          const std::map<int64_t, StatsEntries>& kept = {});
+// meta/stats.json: the per-episode stats of each feature pooled (aggregate_stats), beside `kept`.
+void write_dataset_stats_json(const std::string& path, const std::map<int64_t, EpisodeStats>& stats,
+                              const StatsEntries& kept = {});
+
+struct StatsResult {
+  std::string path;          // meta/episodes_stats.jsonl
+  std::string dataset_path;  // meta/stats.json
+  bool written = false;      // false: one of them existed and `force` was not given
+  int64_t episodes = 0;
+};
+
+// `wam-pipeline dataset stats`: computes per-episode min/max/mean/std/count of every numeric
+// column, as LeRobot does, and writes meta/episodes_stats.jsonl and the pooled meta/stats.json
+// (atomically), unless one of them exists and `force` is false. What it does not recompute is
+// kept: the existing files' entries of the other features info.json declares (cameras, whose stats
+// LeRobot computes from decoded frames), per episode and pooled, unchanged. Recomputed features get
+// min/max/mean/std/count only (GR00T's q01/q99 in stats.json are not recomputed, so they go rather
+// than disagree with the new values). A NaN or infinite value is an error naming the episode's
+// file, column and row.
+StatsResult write_dataset_stats(const std::string& dir, bool force);
 
 // The instruction prompt of a dataset task, as the reference words it: the EpisodeSampler writes it
 // into `prompt` and the text cache is keyed by it.

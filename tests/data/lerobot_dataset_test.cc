@@ -128,6 +128,91 @@ TEST_F(LeRobotDatasetTest, AggregatesStatsLikeLeRobot) {
   EXPECT_NEAR(total.std[0], std::sqrt(8.0 / 3.0), 1e-12);
 }
 
+// `dataset stats --force` recomputes the numeric columns and keeps the camera stats a published
+// v2.1 dataset has (LeRobot computes them from decoded frames; issue 26 lost them), as they were.
+TEST_F(LeRobotDatasetTest, RecomputedStatsKeepTheCameraStats) {
+  const std::string root = write_dataset("ds", 15);
+  const std::string episodes_path = root + "/meta/episodes_stats.jsonl";
+  const std::string dataset_path = root + "/meta/stats.json";
+  // As LeRobot writes them: [3, 1, 1] per statistic, its key order and separators; the action
+  // stats made wrong, and a camera info.json does not declare.
+  auto camera = [](double scale, int count) {
+    return nlohmann::ordered_json::parse(
+        "{\"min\": [[[0.0]], [[0.0196078431372549]], [[1e-05]]], \"max\": [[[1.0]], [[1.0]], "
+        "[[0.9921568627450981]]], \"mean\": [[[" +
+        std::to_string(scale) +
+        "]], [[0.41643717447916665]], [[0.3720296223958333]]], \"std\": "
+        "[[[0.2837408154506163]], [[0.2595614317677106]], [[0.2562916085416455]]], \"count\": [" +
+        std::to_string(count) + "]}");
+  };
+  std::map<int64_t, nlohmann::ordered_json> published;
+  {
+    std::ofstream out(episodes_path);
+    for (int64_t e = 0; e < 2; ++e) {
+      nlohmann::ordered_json row;
+      row["episode_index"] = e;
+      row["stats"]["observation.images.top"] = camera(0.5 + static_cast<double>(e), 100);
+      row["stats"]["action"] = nlohmann::ordered_json::parse(
+          R"({"min": [9, 9], "max": [9, 9], "mean": [9, 9], "std": [9, 9], "count": [9]})");
+      row["stats"]["observation.images.gone"] = camera(0.25, 7);
+      published[e] = row["stats"]["observation.images.top"];
+      out << row.dump(-1, ' ', false) << "\n";
+    }
+  }
+  nlohmann::ordered_json pooled = nlohmann::ordered_json::object();
+  pooled["observation.images.top"] = camera(1.0, 200);
+  pooled["observation.images.gone"] = camera(0.25, 14);
+  pooled["action"] = published[0];  // wrong
+  { std::ofstream(dataset_path) << pooled.dump(4) << "\n"; }
+
+  const StatsResult result = write_dataset_stats(root, true);
+  EXPECT_TRUE(result.written);
+  EXPECT_EQ(result.episodes, 2);
+
+  std::ifstream in(episodes_path);
+  std::string line;
+  int64_t rows = 0;
+  while (std::getline(in, line)) {
+    const auto row = nlohmann::ordered_json::parse(line);
+    const int64_t e = row.at("episode_index").get<int64_t>();
+    ASSERT_EQ(e, rows++);
+    const auto& stats = row.at("stats");
+    // The camera's entry value for value, in its key order (so its text as well).
+    EXPECT_EQ(stats.at("observation.images.top"), published[e]);
+    EXPECT_EQ(stats.at("observation.images.top").dump(), published[e].dump());
+    EXPECT_FALSE(stats.contains("observation.images.gone")) << line;
+    // The numeric columns recomputed: episode 0's action is (0, 0), (1, -1), (2, -2).
+    if (e == 0) {
+      EXPECT_EQ(stats.at("action").dump(),
+                R"({"min":[0.0,-2.0],"max":[2.0,0.0],"mean":[1.0,-1.0],)"
+                R"("std":[0.816496580927726,0.816496580927726],"count":[3]})");
+    }
+    EXPECT_TRUE(stats.contains("observation.state")) << line;
+    EXPECT_TRUE(stats.contains("frame_index")) << line;
+  }
+  EXPECT_EQ(rows, 2);
+
+  std::ifstream dataset_in(dataset_path);
+  const auto dataset = nlohmann::ordered_json::parse(dataset_in);
+  EXPECT_EQ(dataset.at("observation.images.top").dump(), camera(1.0, 200).dump());
+  EXPECT_FALSE(dataset.contains("observation.images.gone"));
+  // Actions 0, 1, 2 and 10, 11 (first dimension) pooled.
+  EXPECT_EQ(dataset.at("action").at("count"), nlohmann::ordered_json({5}));
+  EXPECT_DOUBLE_EQ(dataset.at("action").at("mean")[0].get<double>(), 24.0 / 5);
+  EXPECT_DOUBLE_EQ(dataset.at("action").at("max")[0].get<double>(), 11);
+
+  // Read back: the numeric stats are what normalisation uses; the camera's are not vectors.
+  const auto ds = LeRobotDataset::open(root);
+  EXPECT_DOUBLE_EQ(ds.feature_stats("action").mean[1], -(0.0 + 1 + 2 + 0 + 1) / 5);
+  EXPECT_FALSE(ds.episode_stats().at(0).count("observation.images.top"));
+
+  // Without --force nothing is touched.
+  const std::string before = nlohmann::ordered_json(dataset).dump();
+  EXPECT_FALSE(write_dataset_stats(root, false).written);
+  std::ifstream again(dataset_path);
+  EXPECT_EQ(nlohmann::ordered_json::parse(again).dump(), before);
+}
+
 TEST_F(LeRobotDatasetTest, FormatsLeRobotPathTemplates) {
   EXPECT_EQ(format_path(kVideoPath, 1, 1234, "cam"), "videos/chunk-001/cam/episode_001234.mp4");
   EXPECT_EQ(format_path(kDataPath, 0, 7), "data/chunk-000/episode_000007.parquet");
