@@ -51,8 +51,8 @@ expect() {  # expect COMMAND_TEXT OUTPUT_TEXT: the output of the block's command
 }
 expect "wam-pipeline dataset inspect" \
   "  observation.images.ego_view: h264 256x256, 2096 frames in 5 videos"
-expect "wam-pipeline validate" "ok: pipelines/libero_online.json (libero_online, 9 nodes)"
-expect "wam-pipeline validate" "ok: pipelines/libero_cache.json (libero_cache, 9 nodes)"
+expect "wam-pipeline validate" "ok: pipelines/libero_online.json (libero_online, 9 nodes, data checked)"
+expect "wam-pipeline validate" "ok: pipelines/libero_cache.json (libero_cache, 9 nodes, data checked)"
 expect "wam-pipeline text-cache build" \
   "wrote $WAM_CACHE_ROOT/text_embed/gr00t_picknplace.h5: 6 prompts, 6 encoded, 0 entries kept"
 expect "wam-pipeline run pipelines/libero_online.json" \
