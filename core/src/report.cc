@@ -99,10 +99,10 @@ std::string svg_line_chart(const std::string& title, const std::string& x_label,
   return svg.str();
 }
 
-std::string html_report(const nlohmann::json& stats, const std::string& graph_svg) {
-  const GraphAnalysis graph = analyse_stats(stats);
-  const double wall = graph.wall_s;
-  std::ostringstream html;
+namespace {
+
+// The page's head and style, the run's one-line summary, any error and the verdict.
+void write_head(std::ostream& html, const nlohmann::json& stats, const GraphAnalysis& graph) {
   html << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>"
        << html_escape(graph.pipeline) << ": wam-pipeline run report</title>\n<style>\n"
        << "body { font-family: Helvetica, Arial, sans-serif; margin: 24px; color: #222; }\n"
@@ -114,7 +114,7 @@ std::string html_report(const nlohmann::json& stats, const std::string& graph_sv
        << "tr.bottleneck td { font-weight: bold; color: #b00; }\n"
        << ".graph svg { max-width: 100%; height: auto; }\n</style>\n</head>\n<body>\n";
   html << "<h1>" << html_escape(graph.pipeline) << "</h1>\n<p class=\"summary\">"
-       << number(wall, "%.2f") << " s on " << stats.value("threads", int64_t(0))
+       << number(graph.wall_s, "%.2f") << " s on " << stats.value("threads", int64_t(0))
        << " threads; stopped: " << html_escape(stats.value("stop_reason", "")) << "</p>\n";
   if (stats.contains("error")) {
     html << "<p class=\"error\">error: " << html_escape(stats["error"].dump()) << "</p>\n";
@@ -128,7 +128,10 @@ std::string html_report(const nlohmann::json& stats, const std::string& graph_sv
          << " s, until the step's first output (its first input's way through the data path, "
             "graph capture). The charts and the summary table cover the whole run.</p>\n";
   }
+}
 
+// The drawn graph when dot produced one, else the annotated dot source.
+void write_graph(std::ostream& html, const GraphAnalysis& graph, const std::string& graph_svg) {
   html << "<h2>Graph</h2>\n<div class=\"graph\">\n";
   const size_t svg_at = graph_svg.find("<svg");
   if (svg_at != std::string::npos) {
@@ -138,42 +141,50 @@ std::string html_report(const nlohmann::json& stats, const std::string& graph_sv
          << "<pre>" << html_escape(annotated_dot(graph)) << "</pre>\n";
   }
   html << "</div>\n";
+}
 
+// Throughput and queue depth per node, the loss and each reported scalar, over the run.
+void write_charts(std::ostream& html, const nlohmann::json& stats, const GraphAnalysis& graph) {
   html << "<h2>Over time</h2>\n";
   const nlohmann::json series = stats.value("series", nlohmann::json());
-  if (series.is_object() && series.contains("t") && !series["t"].empty()) {
-    const auto ends = series["t"].get<std::vector<double>>();
-    std::vector<double> t;  // bucket midpoints
-    for (size_t k = 0; k < ends.size(); ++k) t.push_back((ends[k] + (k ? ends[k - 1] : 0.0)) / 2);
-    std::vector<ChartSeries> rates, queues;
-    for (const auto& node : graph.nodes) {
-      if (!series["nodes"].contains(node.id)) continue;
-      const auto& s = series["nodes"][node.id];
-      const auto items = s.at("items").get<std::vector<double>>();
-      ChartSeries rate{node.id, {}};
-      for (size_t k = 0; k < t.size() && k < items.size(); ++k) {
-        const double width = ends[k] - (k == 0 ? 0.0 : ends[k - 1]);
-        rate.values.push_back(width > 0 ? items[k] / width : 0.0);
-      }
-      rates.push_back(std::move(rate));
-      queues.push_back({node.id, s.at("queue").get<std::vector<double>>()});
-    }
-    html << svg_line_chart("Throughput per node", "seconds", "items/s", t, rates)
-         << svg_line_chart("Queue depth per node", "seconds", "items waiting", t, queues);
-    const auto& loss = series.value("loss", nlohmann::json());
-    if (loss.is_object() && loss.contains("value") && !loss["value"].empty()) {
-      html << svg_line_chart("Loss", "step", "loss", loss["step"].get<std::vector<double>>(),
-                             {{"loss", loss["value"].get<std::vector<double>>()}});
-    }
-    const nlohmann::json scalars = series.value("scalars", nlohmann::json::object());
-    for (const auto& [name, scalar] : scalars.items()) {
-      html << svg_line_chart(name, "step", name, scalar.at("step").get<std::vector<double>>(),
-                             {{name, scalar.at("value").get<std::vector<double>>()}});
-    }
-  } else {
+  if (!series.is_object() || !series.contains("t") || series["t"].empty()) {
     html << "<p>(These stats carry no time series.)</p>\n";
+    return;
   }
+  const auto ends = series["t"].get<std::vector<double>>();
+  std::vector<double> t;  // bucket midpoints
+  for (size_t k = 0; k < ends.size(); ++k) t.push_back((ends[k] + (k ? ends[k - 1] : 0.0)) / 2);
+  std::vector<ChartSeries> rates, queues;
+  for (const auto& node : graph.nodes) {
+    if (!series["nodes"].contains(node.id)) continue;
+    const auto& s = series["nodes"][node.id];
+    const auto items = s.at("items").get<std::vector<double>>();
+    ChartSeries rate{node.id, {}};
+    for (size_t k = 0; k < t.size() && k < items.size(); ++k) {
+      const double width = ends[k] - (k == 0 ? 0.0 : ends[k - 1]);
+      rate.values.push_back(width > 0 ? items[k] / width : 0.0);
+    }
+    rates.push_back(std::move(rate));
+    queues.push_back({node.id, s.at("queue").get<std::vector<double>>()});
+  }
+  html << svg_line_chart("Throughput per node", "seconds", "items/s", t, rates)
+       << svg_line_chart("Queue depth per node", "seconds", "items waiting", t, queues);
+  const auto& loss = series.value("loss", nlohmann::json());
+  if (loss.is_object() && loss.contains("value") && !loss["value"].empty()) {
+    html << svg_line_chart("Loss", "step", "loss", loss["step"].get<std::vector<double>>(),
+                           {{"loss", loss["value"].get<std::vector<double>>()}});
+  }
+  const nlohmann::json scalars = series.value("scalars", nlohmann::json::object());
+  for (const auto& [name, scalar] : scalars.items()) {
+    html << svg_line_chart(name, "step", name, scalar.at("step").get<std::vector<double>>(),
+                           {{name, scalar.at("value").get<std::vector<double>>()}});
+  }
+}
 
+// One row per node, the bottleneck's in bold, then the legend and the end of the page.
+void write_summary_table(std::ostream& html, const nlohmann::json& stats,
+                         const GraphAnalysis& graph) {
+  const double wall = graph.wall_s;
   html << "<h2>Summary</h2>\n<table id=\"summary\">\n<tr><th>node</th><th>type</th>"
        << "<th>concurrency</th><th>in</th><th>out</th><th>items/s</th><th>busy %</th>"
        << "<th>starved %</th><th>blocked %</th><th>queue avg</th><th>queue max</th>"
@@ -198,6 +209,17 @@ std::string html_report(const nlohmann::json& stats, const std::string& graph_sv
   html << "</table>\n<p><small>busy %: busy time over the run's time and the workers the node "
           "could use; starved %: time with nothing to do; blocked %: the source waiting for "
           "room in the graph.</small></p>\n</body>\n</html>\n";
+}
+
+}  // namespace
+
+std::string html_report(const nlohmann::json& stats, const std::string& graph_svg) {
+  const GraphAnalysis graph = analyse_stats(stats);
+  std::ostringstream html;
+  write_head(html, stats, graph);
+  write_graph(html, graph, graph_svg);
+  write_charts(html, stats, graph);
+  write_summary_table(html, stats, graph);
   return html.str();
 }
 
