@@ -34,7 +34,6 @@ ALLOWED_LONG_FUNCTIONS=(
   stages/data/dataset_inspect.cc:inspect_dataset
   stages/data/lerobot_dataset.cc:open_v3
   stages/models/world_model.cc:loss
-  stages/parquet/parquet_writer.cc:write_chunk
   stages/train/train_step.cc:open
 )
 

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <limits>
 #include <unordered_map>
+#include <utility>
 
 #include "parquet/codecs.h"
 #include "parquet/encodings.h"
@@ -102,6 +103,105 @@ size_t plain_size(int32_t type, const std::string& v) { return 4 + v.size(); }
 template <class S>
 size_t plain_size(int32_t type, const S&) {
   return type == fmt::kInt32 || type == fmt::kFloat ? 4 : type == fmt::kBoolean ? 1 : 8;
+}
+
+// A page's size as the header's int32, or an error naming the column when over Parquet's limit.
+int32_t checked_page_size(const std::string& path, const std::string& column, size_t size) {
+  if (size > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    throw Error(path + ": column \"" + column + "\": a page of " + std::to_string(size) +
+                " bytes is over Parquet's 2 GiB limit; write fewer page_rows");
+  }
+  return static_cast<int32_t>(size);
+}
+
+// The dictionary of one column chunk, grown page by page as values are encoded against it.
+template <class S>
+class DictionaryEncoder {
+ public:
+  explicit DictionaryEncoder(int32_t type) : type_(type) {}
+
+  // Appends the RLE_DICTIONARY body of `n` values (bit width, then the indices), adding the values
+  // not seen yet to the dictionary.
+  void encode(const S* v, size_t n, std::string& body) {
+    std::vector<uint32_t> indices(n);
+    for (size_t i = 0; i < n; ++i) {
+      const auto [it, added] =
+          index_.emplace(dictionary_key(type_, v[i]), static_cast<uint32_t>(values_.size()));
+      if (added) {
+        values_.push_back(v[i]);
+        bytes_ += plain_size(type_, v[i]);
+      }
+      indices[i] = it->second;
+    }
+    const int width = bit_width(values_.size() - 1);
+    body.push_back(static_cast<char>(width));
+    encode_hybrid(indices, width, body);
+  }
+
+  // The dictionary page's body: the values in PLAIN encoding, in index order.
+  std::string plain() const {
+    std::string out;
+    encode_plain(type_, values_.data(), values_.size(), out);
+    return out;
+  }
+
+  size_t size() const { return values_.size(); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  using Key = decltype(dictionary_key(int32_t{}, std::declval<const S&>()));
+  int32_t type_;
+  std::unordered_map<Key, uint32_t> index_;
+  std::vector<S> values_;
+  size_t bytes_ = 0;
+};
+
+// A data page as written: its header, then its bytes (levels and values, compressed as the page
+// version says).
+struct DataPage {
+  fmt::PageHeader header;
+  std::string bytes;
+};
+
+// Version 1 compresses the levels with the values, each level run prefixed by its length; version
+// 2 keeps the levels uncompressed in front and records their lengths in the header.
+DataPage data_page(int version, int32_t codec, bool list, size_t values, int64_t rows,
+                   int32_t encoding, const std::string& rep, const std::string& def,
+                   const std::string& body, const std::string& path, const std::string& column) {
+  DataPage page;
+  fmt::PageHeader& h = page.header;
+  if (version == 1) {
+    std::string raw;
+    if (list) {
+      put_le(static_cast<uint32_t>(rep.size()), raw);
+      raw += rep;
+    }
+    put_le(static_cast<uint32_t>(def.size()), raw);
+    raw += def;
+    raw += body;
+    page.bytes = compress(codec, raw);
+    h.type = fmt::kDataPage;
+    h.uncompressed_page_size = checked_page_size(path, column, raw.size());
+    h.compressed_page_size = checked_page_size(path, column, page.bytes.size());
+    h.data_page_header =
+        fmt::DataPageHeader{static_cast<int32_t>(values), encoding, fmt::kRle, fmt::kRle};
+    return page;
+  }
+  const std::string compressed = compress(codec, body);
+  h.type = fmt::kDataPageV2;
+  h.uncompressed_page_size = checked_page_size(path, column, rep.size() + def.size() + body.size());
+  h.compressed_page_size =
+      checked_page_size(path, column, rep.size() + def.size() + compressed.size());
+  fmt::DataPageHeaderV2 d;
+  d.num_values = static_cast<int32_t>(values);
+  d.num_rows = static_cast<int32_t>(rows);
+  d.encoding = encoding;
+  d.definition_levels_byte_length = static_cast<int32_t>(def.size());
+  d.repetition_levels_byte_length = static_cast<int32_t>(rep.size());
+  d.is_compressed = codec != fmt::kUncompressed;
+  h.data_page_header_v2 = d;
+  page.bytes = rep + def + compressed;
+  return page;
 }
 
 // The output file and the offset of its end, which the footer records for each chunk.
@@ -271,10 +371,7 @@ fmt::ColumnChunk ParquetWriter::Impl::write_chunk(const Column& c, const std::ve
   const int max_def = list ? 3 : 1;  // OPTIONAL list, REPEATED group, OPTIONAL element
   const S* data = values.data() + c.row_start(first);
 
-  using Key = decltype(dictionary_key(c.type, values[0]));
-  std::unordered_map<Key, uint32_t> index;
-  std::vector<S> dictionary;
-  size_t dictionary_bytes = 0;
+  DictionaryEncoder<S> dictionary(c.type);
   // Booleans stay PLAIN, as Arrow writes them: a dictionary cannot beat one bit per value.
   bool fallback = !options.dictionary || c.type == fmt::kBoolean;
 
@@ -286,19 +383,12 @@ fmt::ColumnChunk ParquetWriter::Impl::write_chunk(const Column& c, const std::ve
   m.num_values = c.row_start(first + rows) - c.row_start(first);
 
   std::string pages;  // data pages, kept until the dictionary (written first) is complete
-  auto append_page = [&](fmt::PageHeader& h, const std::string& body) {
+  auto append_page = [&](const fmt::PageHeader& h, const std::string& body) {
     const std::string header = fmt::encode(h);
     pages += header;
     pages += body;
     m.total_uncompressed_size += static_cast<int64_t>(header.size()) + h.uncompressed_page_size;
     m.total_compressed_size += static_cast<int64_t>(header.size()) + h.compressed_page_size;
-  };
-  auto page_size = [&](size_t size) {
-    if (size > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-      throw Error(path + ": column \"" + c.name + "\": a page of " + std::to_string(size) +
-                  " bytes is over Parquet's 2 GiB limit; write fewer page_rows");
-    }
-    return static_cast<int32_t>(size);
   };
 
   bool used_dictionary = false;
@@ -322,71 +412,28 @@ fmt::ColumnChunk ParquetWriter::Impl::write_chunk(const Column& c, const std::ve
     std::string body;
     int32_t encoding = fmt::kPlain;
     if (!fallback) {
-      std::vector<uint32_t> indices(n);
-      for (size_t i = 0; i < n; ++i) {
-        const auto [it, added] =
-            index.emplace(dictionary_key(c.type, v[i]), static_cast<uint32_t>(dictionary.size()));
-        if (added) {
-          dictionary.push_back(v[i]);
-          dictionary_bytes += plain_size(c.type, v[i]);
-        }
-        indices[i] = it->second;
-      }
-      const int width = bit_width(dictionary.size() - 1);
-      body.push_back(static_cast<char>(width));
-      encode_hybrid(indices, width, body);
+      dictionary.encode(v, n, body);
       encoding = fmt::kRleDictionary;
       used_dictionary = true;
       // Like Arrow: a dictionary past its limit ends here; later pages are PLAIN.
-      fallback = static_cast<int64_t>(dictionary_bytes) > options.dictionary_page_limit;
+      fallback = static_cast<int64_t>(dictionary.bytes()) > options.dictionary_page_limit;
     } else {
       encode_plain(c.type, v, n, body);
     }
-
-    fmt::PageHeader h;
-    if (options.data_page_version == 1) {
-      std::string raw;
-      if (list) {
-        put_le(static_cast<uint32_t>(rep.size()), raw);
-        raw += rep;
-      }
-      put_le(static_cast<uint32_t>(def.size()), raw);
-      raw += def;
-      raw += body;
-      const std::string compressed = compress(codec, raw);
-      h.type = fmt::kDataPage;
-      h.uncompressed_page_size = page_size(raw.size());
-      h.compressed_page_size = page_size(compressed.size());
-      h.data_page_header =
-          fmt::DataPageHeader{static_cast<int32_t>(n), encoding, fmt::kRle, fmt::kRle};
-      append_page(h, compressed);
-    } else {
-      const std::string compressed = compress(codec, body);
-      h.type = fmt::kDataPageV2;
-      h.uncompressed_page_size = page_size(rep.size() + def.size() + body.size());
-      h.compressed_page_size = page_size(rep.size() + def.size() + compressed.size());
-      fmt::DataPageHeaderV2 d;
-      d.num_values = static_cast<int32_t>(n);
-      d.num_rows = static_cast<int32_t>(page_rows);
-      d.encoding = encoding;
-      d.definition_levels_byte_length = static_cast<int32_t>(def.size());
-      d.repetition_levels_byte_length = static_cast<int32_t>(rep.size());
-      d.is_compressed = codec != fmt::kUncompressed;
-      h.data_page_header_v2 = d;
-      append_page(h, rep + def + compressed);
-    }
+    const DataPage page = data_page(options.data_page_version, codec, list, n, page_rows, encoding,
+                                    rep, def, body, path, c.name);
+    append_page(page.header, page.bytes);
   }
 
   fmt::ColumnChunk chunk;
   chunk.file_offset = sink.offset();
   if (used_dictionary) {
-    std::string plain;
-    encode_plain(c.type, dictionary.data(), dictionary.size(), plain);
+    const std::string plain = dictionary.plain();
     const std::string compressed = compress(codec, plain);
     fmt::PageHeader h;
     h.type = fmt::kDictionaryPage;
-    h.uncompressed_page_size = page_size(plain.size());
-    h.compressed_page_size = page_size(compressed.size());
+    h.uncompressed_page_size = checked_page_size(path, c.name, plain.size());
+    h.compressed_page_size = checked_page_size(path, c.name, compressed.size());
     h.dictionary_page_header =
         fmt::DictionaryPageHeader{static_cast<int32_t>(dictionary.size()), fmt::kPlain};
     const std::string header = fmt::encode(h);
