@@ -32,7 +32,6 @@ ALLOWED_LONG_FUNCTIONS=(
   stages/cache/latent_store.cc:inspect_shard
   stages/cache/latent_store.cc:check_build_json
   stages/data/dataset_inspect.cc:inspect_dataset
-  stages/data/lerobot_dataset.cc:open_v3
   stages/models/world_model.cc:loss
   stages/train/train_step.cc:open
 )

@@ -321,6 +321,87 @@ std::vector<std::string> parquet_files_under(const fs::path& dir) {
   return files;
 }
 
+// The columns of one v3.0 meta/episodes file, one row per episode.
+struct EpisodeColumns {
+  std::vector<int64_t> episode_index, length, data_chunk, data_file, from, to;
+  parquet::ListValues<std::string> tasks;
+  std::map<std::string, std::vector<int64_t>> video_chunk, video_file;  // camera key -> column
+  std::map<std::string, std::vector<double>> video_from;
+  // Per-episode stats of vector features: feature key -> min, max, mean, std; and count.
+  std::map<std::string, std::array<parquet::ColumnValues<double>, 4>> stats;
+  std::map<std::string, std::vector<int64_t>> counts;
+};
+
+EpisodeColumns read_episode_columns(const parquet::ParquetFile& file, const std::string& path,
+                                    const DatasetInfo& info) {
+  const auto ints = [&](const std::string& name) { return file.read_ints(name).values; };
+  EpisodeColumns c;
+  c.episode_index = ints("episode_index");
+  c.length = ints("length");
+  c.data_chunk = ints("data/chunk_index");
+  c.data_file = ints("data/file_index");
+  c.from = ints("dataset_from_index");
+  c.to = ints("dataset_to_index");
+  c.tasks = file.read_string_lists("tasks");
+  if (c.tasks.rows != static_cast<int64_t>(c.episode_index.size())) {
+    throw Error(path + ": column \"tasks\" has " + std::to_string(c.tasks.rows) +
+                " rows, column \"episode_index\" " + std::to_string(c.episode_index.size()));
+  }
+  for (const auto& key : info.video_keys()) {
+    const std::string prefix = "videos/" + key + "/";
+    if (!file.column(prefix + "chunk_index")) continue;  // reported by problems()
+    c.video_chunk[key] = ints(prefix + "chunk_index");
+    c.video_file[key] = ints(prefix + "file_index");
+    c.video_from[key] = file.read_doubles(prefix + "from_timestamp").values;
+  }
+  // Per-episode stats of vector features: stats/<key>/{min,max,mean,std,count}.
+  for (const Feature& f : info.features) {
+    const std::string prefix = "stats/" + f.key + "/";
+    const parquet::ColumnInfo* min = file.column(prefix + "min");
+    if (f.dtype == "video" || !min || !min->is_list || !file.column(prefix + "count")) continue;
+    auto& s = c.stats[f.key];
+    const char* names[] = {"min", "max", "mean", "std"};
+    for (size_t k = 0; k < 4; ++k) s[k] = file.read_doubles(prefix + names[k]);
+    c.counts[f.key] = ints(prefix + "count");
+  }
+  return c;
+}
+
+// Row r's stats, one entry per feature with stats columns; a missing count is the episode's length.
+EpisodeStats episode_stats_at(const EpisodeColumns& c, size_t r, int64_t length) {
+  EpisodeStats episode_stats;
+  for (const auto& [key, s] : c.stats) {
+    FeatureStats fs;
+    std::vector<double>* out[] = {&fs.min, &fs.max, &fs.mean, &fs.std};
+    for (size_t k = 0; k < 4; ++k) {
+      const int64_t width = s[k].width;
+      out[k]->assign(s[k].values.begin() + static_cast<int64_t>(r) * width,
+                     s[k].values.begin() + static_cast<int64_t>(r + 1) * width);
+    }
+    const std::vector<int64_t>& counts = c.counts.at(key);
+    fs.count = counts.empty() ? length : counts[r];
+    episode_stats[key] = std::move(fs);
+  }
+  return episode_stats;
+}
+
+// meta/tasks.parquet into `tasks` (task_index -> text).
+void read_v3_tasks(const std::string& tasks_path, std::map<int64_t, std::string>& tasks) {
+  const auto file = parquet::ParquetFile::open(tasks_path);
+  // pandas writes the task strings as the frame's index: a column named after it, or
+  // __index_level_0__ when it has no name.
+  std::string text_column;
+  for (const char* name : {"task", "__index_level_0__"}) {
+    if (file.column(name)) text_column = name;
+  }
+  if (text_column.empty()) {
+    throw Error(tasks_path + ": no \"task\" or \"__index_level_0__\" column with the task texts");
+  }
+  const auto index = file.read_ints("task_index").values;
+  const auto text = file.read_strings(text_column).values;
+  for (size_t k = 0; k < index.size(); ++k) tasks[index[k]] = text[k];
+}
+
 }  // namespace
 
 LeRobotDataset LeRobotDataset::open(const std::string& root) {
@@ -470,58 +551,26 @@ void LeRobotDataset::open_v3() {
                 ": no parquet files; a v3.0 dataset keeps its episode metadata in "
                 "meta/episodes/chunk-XXX/file-XXX.parquet");
   }
-  const std::vector<std::string> cameras = info_.video_keys();
   // Rows of a data file are numbered by the global `index`: a file's first row is the smallest
   // dataset_from_index among its episodes.
   std::map<std::string, int64_t> file_first_index;
   std::vector<int64_t> from_index;
   std::map<int64_t, std::string> listed_at;  // episode_index -> "<file> (row r)"
   for (const std::string& path : episode_files) {
-    const auto file = parquet::ParquetFile::open(path);
-    const auto ints = [&](const std::string& name) { return file.read_ints(name).values; };
-    const auto episode_index = ints("episode_index");
-    const auto length = ints("length");
-    const auto data_chunk = ints("data/chunk_index");
-    const auto data_file = ints("data/file_index");
-    const auto from = ints("dataset_from_index");
-    const auto to = ints("dataset_to_index");
-    const auto tasks = file.read_string_lists("tasks");
-    if (tasks.rows != static_cast<int64_t>(episode_index.size())) {
-      throw Error(path + ": column \"tasks\" has " + std::to_string(tasks.rows) +
-                  " rows, column \"episode_index\" " + std::to_string(episode_index.size()));
-    }
-    std::map<std::string, std::vector<int64_t>> video_chunk, video_file;
-    std::map<std::string, std::vector<double>> video_from;
-    for (const auto& key : cameras) {
-      const std::string prefix = "videos/" + key + "/";
-      if (!file.column(prefix + "chunk_index")) continue;  // reported by problems()
-      video_chunk[key] = ints(prefix + "chunk_index");
-      video_file[key] = ints(prefix + "file_index");
-      video_from[key] = file.read_doubles(prefix + "from_timestamp").values;
-    }
-    // Per-episode stats of vector features: stats/<key>/{min,max,mean,std,count}.
-    std::map<std::string, std::array<parquet::ColumnValues<double>, 4>> stats;
-    std::map<std::string, std::vector<int64_t>> counts;
-    for (const Feature& f : info_.features) {
-      const std::string prefix = "stats/" + f.key + "/";
-      const parquet::ColumnInfo* min = file.column(prefix + "min");
-      if (f.dtype == "video" || !min || !min->is_list || !file.column(prefix + "count")) continue;
-      auto& s = stats[f.key];
-      const char* names[] = {"min", "max", "mean", "std"};
-      for (size_t k = 0; k < 4; ++k) s[k] = file.read_doubles(prefix + names[k]);
-      counts[f.key] = ints(prefix + "count");
-    }
-    for (size_t r = 0; r < episode_index.size(); ++r) {
+    const EpisodeColumns c = read_episode_columns(parquet::ParquetFile::open(path), path, info_);
+    const auto& from = c.from;
+    const auto& to = c.to;
+    for (size_t r = 0; r < c.episode_index.size(); ++r) {
       const std::string where = path + " (row " + std::to_string(r) + ")";
       EpisodeInfo e;
-      e.episode_index = episode_index[r];
+      e.episode_index = c.episode_index[r];
       if (auto [first, added] = listed_at.emplace(e.episode_index, where); !added) {
         throw Error(where + ": episode " + std::to_string(e.episode_index) +
                     " is listed twice (first at " + first->second + ")");
       }
-      e.length = length[r];
-      e.tasks.assign(tasks.values.begin() + tasks.offsets[r],
-                     tasks.values.begin() + tasks.offsets[r + 1]);
+      e.length = c.length[r];
+      e.tasks.assign(c.tasks.values.begin() + c.tasks.offsets[r],
+                     c.tasks.values.begin() + c.tasks.offsets[r + 1]);
       if (e.length <= 0 || e.length > kMaxEpisodeRows) {
         throw Error(where + ": length " + std::to_string(e.length) + " is outside 1 .. " +
                     std::to_string(kMaxEpisodeRows));
@@ -531,32 +580,21 @@ void LeRobotDataset::open_v3() {
                     std::to_string(to[r] - from[r]) + " but length is " + std::to_string(e.length));
       }
       PathFields data_fields;
-      data_fields.chunk_index = data_chunk[r];
-      data_fields.file_index = data_file[r];
+      data_fields.chunk_index = c.data_chunk[r];
+      data_fields.file_index = c.data_file[r];
       e.data_file = in_root(format_path(info_.data_path, data_fields), "data_path");
       auto [first, inserted] = file_first_index.emplace(e.data_file, from[r]);
       if (!inserted) first->second = std::min(first->second, from[r]);
       from_index.push_back(from[r]);
-      for (const auto& [key, chunks] : video_chunk) {
+      for (const auto& [key, chunks] : c.video_chunk) {
         PathFields fields;
         fields.chunk_index = chunks[r];
-        fields.file_index = video_file[key][r];
+        fields.file_index = c.video_file.at(key)[r];
         fields.video_key = key;
         e.videos[key] = {in_root(format_path(info_.video_path, fields), "video_path"),
-                         video_from[key][r]};
+                         c.video_from.at(key)[r]};
       }
-      EpisodeStats episode_stats;
-      for (const auto& [key, s] : stats) {
-        FeatureStats fs;
-        std::vector<double>* out[] = {&fs.min, &fs.max, &fs.mean, &fs.std};
-        for (size_t k = 0; k < 4; ++k) {
-          const int64_t width = s[k].width;
-          out[k]->assign(s[k].values.begin() + static_cast<int64_t>(r) * width,
-                         s[k].values.begin() + static_cast<int64_t>(r + 1) * width);
-        }
-        fs.count = counts[key].empty() ? e.length : counts[key][r];
-        episode_stats[key] = std::move(fs);
-      }
+      EpisodeStats episode_stats = episode_stats_at(c, r, e.length);
       if (!episode_stats.empty()) episode_stats_[e.episode_index] = std::move(episode_stats);
       episodes_.push_back(std::move(e));
     }
@@ -568,21 +606,7 @@ void LeRobotDataset::open_v3() {
   std::sort(episodes_.begin(), episodes_.end(), [](const EpisodeInfo& a, const EpisodeInfo& b) {
     return a.episode_index < b.episode_index;
   });
-
-  const std::string tasks_path = (meta / "tasks.parquet").string();
-  const auto tasks = parquet::ParquetFile::open(tasks_path);
-  // pandas writes the task strings as the frame's index: a column named after it, or
-  // __index_level_0__ when it has no name.
-  std::string text_column;
-  for (const char* name : {"task", "__index_level_0__"}) {
-    if (tasks.column(name)) text_column = name;
-  }
-  if (text_column.empty()) {
-    throw Error(tasks_path + ": no \"task\" or \"__index_level_0__\" column with the task texts");
-  }
-  const auto index = tasks.read_ints("task_index").values;
-  const auto text = tasks.read_strings(text_column).values;
-  for (size_t k = 0; k < index.size(); ++k) tasks_[index[k]] = text[k];
+  read_v3_tasks((meta / "tasks.parquet").string(), tasks_);
 }
 
 bool LeRobotDataset::is_v3() const { return info_.codebase_version == "v3.0"; }
