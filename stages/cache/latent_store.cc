@@ -542,61 +542,56 @@ std::string dims_text(const std::vector<hsize_t>& dims) {
   return text + "]";
 }
 
-}  // namespace
+// A shard file open for reading, with the checks of its datasets against the contract; a
+// difference is a "shard shape/dtype mismatch" naming the artifact and the file.
+class ShardFile {
+ public:
+  ShardFile(const std::string& path, const std::string& artifact_id)
+      : path_(path),
+        id_(artifact_id),
+        file_(check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "open", path), H5Fclose) {}
 
-ShardLayout inspect_shard(const std::string& path, const std::string& artifact_id,
-                          const std::string& build_id, const std::vector<ValueSchema>& values,
-                          int64_t rows, const std::vector<int64_t>* expected_ids) {
-  // Thread-safe HDF5 keeps an error stack, and its printing setting, per thread.
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  const std::string& id = artifact_id;
-  const auto mismatch = [&](const std::string& what) {
-    return CacheError(id + " shard shape/dtype mismatch: " + path + ": " + what);
-  };
-  Handle file(check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "open", path), H5Fclose);
-  const std::string attr_artifact = shard_attribute(file.get(), "artifact_id", path);
-  const std::string attr_build = shard_attribute(file.get(), "build_id", path);
-  const std::string attr_codec = shard_attribute(file.get(), "key_codec", path);
-  const int64_t attr_version =
-      hdf5::read_int_attribute(file.get(), "schema_version", path).value_or(-1);
-  if (attr_artifact != artifact_id || attr_build != build_id || attr_codec != kKeyCodec ||
-      attr_version != kSchemaVersion) {
-    throw CacheError(id + " shard attribute mismatch: " + path + ": artifact_id=" + attr_artifact +
-                     " build_id=" + attr_build + " key_codec=" + attr_codec + " schema_version=" +
-                     std::to_string(attr_version) + ", expected " + artifact_id + " " + build_id +
-                     " " + std::string(kKeyCodec) + " " + std::to_string(kSchemaVersion));
+  hid_t get() const { return file_.get(); }
+  const std::string& path() const { return path_; }
+  const std::string& id() const { return id_; }
+
+  CacheError mismatch(const std::string& what) const {
+    return CacheError(id_ + " shard shape/dtype mismatch: " + path_ + ": " + what);
   }
 
-  const auto exists = [&](const std::string& name) {
+  // Whether the link `name` exists, each group on its path looked up first.
+  bool exists(const std::string& name) const {
     for (size_t slash = name.find('/');; slash = name.find('/', slash + 1)) {
       const std::string prefix = name.substr(0, slash);
-      if (check(H5Lexists(file.get(), prefix.c_str(), H5P_DEFAULT), "look up", path, prefix) <= 0) {
+      if (check(H5Lexists(file_.get(), prefix.c_str(), H5P_DEFAULT), "look up", path_, prefix) <=
+          0) {
         return false;
       }
       if (slash == std::string::npos) return true;
     }
-  };
-  const auto open_dataset = [&](const std::string& name) {
+  }
+
+  hid_t open_dataset(const std::string& name) const {
     if (!exists(name)) throw mismatch("dataset " + name + " is missing");
-    return check(H5Dopen2(file.get(), name.c_str(), H5P_DEFAULT), "open", path, name);
-  };
+    return check(H5Dopen2(file_.get(), name.c_str(), H5P_DEFAULT), "open", path_, name);
+  }
+
   // Checks the dataset's dims, element type and contiguous layout; returns its file offset.
-  const auto check_dataset = [&](hid_t dataset, const std::string& name,
-                                 const std::vector<hsize_t>& dims, H5T_class_t type_class,
-                                 size_t type_size, bool is_signed) -> int64_t {
-    Handle space(check(H5Dget_space(dataset), "read dataspace", path, name), H5Sclose);
+  int64_t check_dataset(hid_t dataset, const std::string& name, const std::vector<hsize_t>& dims,
+                        H5T_class_t type_class, size_t type_size, bool is_signed) const {
+    Handle space(check(H5Dget_space(dataset), "read dataspace", path_, name), H5Sclose);
     std::vector<hsize_t> actual(static_cast<size_t>(H5Sget_simple_extent_ndims(space.get())));
     H5Sget_simple_extent_dims(space.get(), actual.data(), nullptr);
     if (actual != dims) {
       throw mismatch(name + " has dims " + dims_text(actual) + ", expected " + dims_text(dims));
     }
-    Handle type(check(H5Dget_type(dataset), "read type", path, name), H5Tclose);
+    Handle type(check(H5Dget_type(dataset), "read type", path_, name), H5Tclose);
     const bool type_ok =
         H5Tget_class(type.get()) == type_class && H5Tget_size(type.get()) == type_size &&
         (type_class != H5T_INTEGER || (H5Tget_sign(type.get()) == H5T_SGN_2) == is_signed) &&
         H5Tget_order(type.get()) == H5T_ORDER_LE;
     if (!type_ok) throw mismatch(name + " has another element type than the contract's");
-    Handle plist(check(H5Dget_create_plist(dataset), "read layout", path, name), H5Pclose);
+    Handle plist(check(H5Dget_create_plist(dataset), "read layout", path_, name), H5Pclose);
     if (H5Pget_layout(plist.get()) != H5D_CONTIGUOUS) {
       throw mismatch(name + " is not a contiguous dataset");
     }
@@ -606,11 +601,100 @@ ShardLayout inspect_shard(const std::string& path, const std::string& artifact_i
     const haddr_t offset = H5Dget_offset(dataset);
     if (offset == HADDR_UNDEF) throw mismatch(name + " has no allocated storage");
     return static_cast<int64_t>(offset);
-  };
+  }
 
-  Handle ids_dataset(open_dataset("sample_ids"), H5Dclose);
-  check_dataset(ids_dataset.get(), "sample_ids", {static_cast<hsize_t>(rows)}, H5T_INTEGER, 8,
-                true);
+ private:
+  std::string path_;
+  std::string id_;
+  Handle file_;
+};
+
+// The file's attributes name this artifact, this build, the key codec and the schema version.
+void check_shard_attributes(const ShardFile& file, const std::string& build_id) {
+  const std::string& path = file.path();
+  const std::string attr_artifact = shard_attribute(file.get(), "artifact_id", path);
+  const std::string attr_build = shard_attribute(file.get(), "build_id", path);
+  const std::string attr_codec = shard_attribute(file.get(), "key_codec", path);
+  const int64_t attr_version =
+      hdf5::read_int_attribute(file.get(), "schema_version", path).value_or(-1);
+  if (attr_artifact != file.id() || attr_build != build_id || attr_codec != kKeyCodec ||
+      attr_version != kSchemaVersion) {
+    throw CacheError(
+        file.id() + " shard attribute mismatch: " + path + ": artifact_id=" + attr_artifact +
+        " build_id=" + attr_build + " key_codec=" + attr_codec +
+        " schema_version=" + std::to_string(attr_version) + ", expected " + file.id() + " " +
+        build_id + " " + std::string(kKeyCodec) + " " + std::to_string(kSchemaVersion));
+  }
+}
+
+// One value's datasets checked against its schema: the row offsets when ragged, the data (its
+// file offset kept for pread) and the row checksums.
+ValueLayout read_value_layout(const ShardFile& file, const ValueSchema& value, int64_t rows) {
+  const std::string& path = file.path();
+  const std::string name = "values/" + value.name;
+  const bool is_float32 = value.dtype == DType::kFloat32;
+  const H5T_class_t type_class = is_float32 ? H5T_FLOAT : H5T_INTEGER;
+  ValueLayout layout;
+  int64_t total_rows = rows;
+  if (value.ragged()) {
+    Handle offsets_dataset(file.open_dataset(name + ".__offsets"), H5Dclose);
+    file.check_dataset(offsets_dataset.get(), name + ".__offsets", {static_cast<hsize_t>(rows + 1)},
+                       H5T_INTEGER, 8, true);
+    layout.offsets.resize(static_cast<size_t>(rows + 1));
+    check(H5Dread(offsets_dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                  layout.offsets.data()),
+          "read", path, name + ".__offsets");
+    bool valid = layout.offsets[0] == 0;
+    for (int64_t row = 0; row < rows && valid; ++row) {
+      valid = layout.offsets[row + 1] >= layout.offsets[row];
+    }
+    if (!valid) throw file.mismatch(name + ".__offsets are not non-decreasing from 0");
+    total_rows = layout.offsets.back();
+  }
+  std::vector<hsize_t> dims{static_cast<hsize_t>(total_rows)};
+  for (size_t d = value.ragged() ? 1 : 0; d < value.shape.size(); ++d) {
+    dims.push_back(static_cast<hsize_t>(value.shape[d]));
+  }
+  Handle dataset(file.open_dataset(name), H5Dclose);
+  layout.data_offset =
+      file.check_dataset(dataset.get(), name, dims, type_class, dtype_size(value.dtype), false);
+  if (!is_float32) {
+    const std::string dtype = shard_attribute(dataset.get(), "dtype", path);
+    if (dtype != dtype_name(value.dtype)) {
+      throw file.mismatch(name + " has dtype attribute \"" + dtype + "\", expected \"" +
+                          std::string(dtype_name(value.dtype)) + "\"");
+    }
+  }
+  const std::string checksums = name + ".__xxh3";
+  if (!file.exists(checksums)) {
+    throw CacheError(file.id() + " shard " + path + " has no row checksums (" + checksums +
+                     "): it was built by an earlier wam-pipeline; rebuild the cache with "
+                     "`wam-pipeline cache generate PIPELINE --overwrite`");
+  }
+  Handle checksums_dataset(file.open_dataset(checksums), H5Dclose);
+  file.check_dataset(checksums_dataset.get(), checksums, {static_cast<hsize_t>(rows)}, H5T_INTEGER,
+                     8, false);
+  layout.row_checksums.resize(static_cast<size_t>(rows));
+  check(H5Dread(checksums_dataset.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+                layout.row_checksums.data()),
+        "read", path, checksums);
+  return layout;
+}
+
+}  // namespace
+
+ShardLayout inspect_shard(const std::string& path, const std::string& artifact_id,
+                          const std::string& build_id, const std::vector<ValueSchema>& values,
+                          int64_t rows, const std::vector<int64_t>* expected_ids) {
+  // Thread-safe HDF5 keeps an error stack, and its printing setting, per thread.
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  const std::string& id = artifact_id;
+  const ShardFile file(path, artifact_id);
+  check_shard_attributes(file, build_id);
+
+  Handle ids_dataset(file.open_dataset("sample_ids"), H5Dclose);
+  file.check_dataset(ids_dataset.get(), "sample_ids", {static_cast<hsize_t>(rows)}, H5T_INTEGER, 8,
+                     true);
   ShardLayout shard;
   std::vector<int64_t>& ids = shard.sample_ids;
   ids.resize(static_cast<size_t>(rows));
@@ -624,56 +708,8 @@ ShardLayout inspect_shard(const std::string& path, const std::string& artifact_i
     }
   }
 
-  for (const ValueSchema& value : values) {
-    const std::string name = "values/" + value.name;
-    const bool is_float32 = value.dtype == DType::kFloat32;
-    const H5T_class_t type_class = is_float32 ? H5T_FLOAT : H5T_INTEGER;
-    ValueLayout layout;
-    int64_t total_rows = rows;
-    if (value.ragged()) {
-      Handle offsets_dataset(open_dataset(name + ".__offsets"), H5Dclose);
-      check_dataset(offsets_dataset.get(), name + ".__offsets", {static_cast<hsize_t>(rows + 1)},
-                    H5T_INTEGER, 8, true);
-      layout.offsets.resize(static_cast<size_t>(rows + 1));
-      check(H5Dread(offsets_dataset.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                    layout.offsets.data()),
-            "read", path, name + ".__offsets");
-      bool valid = layout.offsets[0] == 0;
-      for (int64_t row = 0; row < rows && valid; ++row) {
-        valid = layout.offsets[row + 1] >= layout.offsets[row];
-      }
-      if (!valid) throw mismatch(name + ".__offsets are not non-decreasing from 0");
-      total_rows = layout.offsets.back();
-    }
-    std::vector<hsize_t> dims{static_cast<hsize_t>(total_rows)};
-    for (size_t d = value.ragged() ? 1 : 0; d < value.shape.size(); ++d) {
-      dims.push_back(static_cast<hsize_t>(value.shape[d]));
-    }
-    Handle dataset(open_dataset(name), H5Dclose);
-    layout.data_offset =
-        check_dataset(dataset.get(), name, dims, type_class, dtype_size(value.dtype), false);
-    if (!is_float32) {
-      const std::string dtype = shard_attribute(dataset.get(), "dtype", path);
-      if (dtype != dtype_name(value.dtype)) {
-        throw mismatch(name + " has dtype attribute \"" + dtype + "\", expected \"" +
-                       std::string(dtype_name(value.dtype)) + "\"");
-      }
-    }
-    const std::string checksums = name + ".__xxh3";
-    if (!exists(checksums)) {
-      throw CacheError(id + " shard " + path + " has no row checksums (" + checksums +
-                       "): it was built by an earlier wam-pipeline; rebuild the cache with "
-                       "`wam-pipeline cache generate PIPELINE --overwrite`");
-    }
-    Handle checksums_dataset(open_dataset(checksums), H5Dclose);
-    check_dataset(checksums_dataset.get(), checksums, {static_cast<hsize_t>(rows)}, H5T_INTEGER, 8,
-                  false);
-    layout.row_checksums.resize(static_cast<size_t>(rows));
-    check(H5Dread(checksums_dataset.get(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT,
-                  layout.row_checksums.data()),
-          "read", path, checksums);
-    shard.values.push_back(std::move(layout));
-  }
+  for (const ValueSchema& value : values)
+    shard.values.push_back(read_value_layout(file, value, rows));
   if (expected_ids) check_row_checksums(path, id, values, shard);
   return shard;
 }
