@@ -753,6 +753,74 @@ void parallel_check(size_t count, Check check) {
 
 namespace {
 
+// Fills each shard's sample_ids from the index: every row indexed exactly once, and the index's
+// keys the samples the build holds.
+void index_shard_rows(CheckedBuild& build, const json& entries, const std::string& index_path) {
+  const std::string& id = build.artifact_id;
+  std::vector<int64_t> ids;
+  ids.reserve(entries.size());
+  for (const auto& [key, entry] : entries.items()) {
+    std::optional<int64_t> parsed;
+    if (key.rfind("sample:", 0) == 0)
+      parsed = parse_integer<int64_t>(std::string_view(key).substr(7));
+    if (!parsed || *parsed < 0) {
+      throw CacheError(id + " index has a malformed key '" + key + "': " + index_path);
+    }
+    const int64_t sample_id = *parsed;
+    const int64_t shard = entry.at("shard").get<int64_t>();
+    const int64_t row = entry.at("row").get<int64_t>();
+    if (shard < 0 || shard >= static_cast<int64_t>(build.shards.size()) || row < 0 ||
+        row >= build.shards[shard].rows) {
+      throw CacheError(id + " index entry " + key + " points outside the shards: " + index_path);
+    }
+    int64_t& slot = build.shards[shard].sample_ids[row];
+    if (slot != -1) {
+      throw CacheError(id + " index/shard key mismatch: " + build.shards[shard].file + " row " +
+                       std::to_string(row) + " is indexed by " + sample_key(slot) + " and " + key);
+    }
+    slot = sample_id;
+    ids.push_back(sample_id);
+  }
+  check_key_coverage(id, ids, build.cached_samples);
+  for (const ShardRecord& shard : build.shards) {
+    const auto row = std::find(shard.sample_ids.begin(), shard.sample_ids.end(), -1);
+    if (row != shard.sample_ids.end()) {
+      throw CacheError(id + " index/shard key mismatch: " + shard.file + " row " +
+                       std::to_string(row - shard.sample_ids.begin()) + " is not indexed");
+    }
+  }
+}
+
+// Each shard is a regular file of the manifest's size; full validation also checks its sha256 and
+// its datasets (inspect_shard, keeping the layouts), shards on parallel threads.
+void check_shard_files(CheckedBuild& build, const OpenOptions& options) {
+  const std::string& id = build.artifact_id;
+  for (const ShardRecord& shard : build.shards) {
+    const std::string path = build.build_dir + "/" + shard.file;
+    struct stat info {};
+    if (::stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
+      throw CacheError("Missing " + id + " shard " + path);
+    }
+    if (info.st_size != shard.bytes) {
+      throw CacheError(id + " shard size mismatch: " + path + " has " +
+                       std::to_string(info.st_size) + " bytes, the manifest says " +
+                       std::to_string(shard.bytes));
+    }
+  }
+  if (options.mode == ValidationMode::kFull) {
+    build.layouts.resize(build.shards.size());
+    parallel_check(build.shards.size(), [&](size_t i) {
+      const ShardRecord& shard = build.shards[i];
+      const std::string path = build.build_dir + "/" + shard.file;
+      if (sha256_file_hex(path) != shard.sha256) {
+        throw CacheError(id + " shard checksum mismatch: " + path);
+      }
+      build.layouts[i] =
+          inspect_shard(path, id, build.build_id, build.values, shard.rows, &shard.sample_ids);
+    });
+  }
+}
+
 CheckedBuild check_build_json(const std::string& build_dir, const std::string& manifest_path,
                               const json& manifest, const std::string& artifact_id,
                               const json* expected_contract, const OpenOptions& options) {
@@ -830,63 +898,8 @@ CheckedBuild check_build_json(const std::string& build_dir, const std::string& m
     record.sample_ids.assign(static_cast<size_t>(record.rows), -1);
     build.shards.push_back(std::move(record));
   }
-  std::vector<int64_t> ids;
-  ids.reserve(static_cast<size_t>(indexed));
-  for (const auto& [key, entry] : entries.items()) {
-    std::optional<int64_t> parsed;
-    if (key.rfind("sample:", 0) == 0)
-      parsed = parse_integer<int64_t>(std::string_view(key).substr(7));
-    if (!parsed || *parsed < 0) {
-      throw CacheError(id + " index has a malformed key '" + key + "': " + index_path);
-    }
-    const int64_t sample_id = *parsed;
-    const int64_t shard = entry.at("shard").get<int64_t>();
-    const int64_t row = entry.at("row").get<int64_t>();
-    if (shard < 0 || shard >= static_cast<int64_t>(build.shards.size()) || row < 0 ||
-        row >= build.shards[shard].rows) {
-      throw CacheError(id + " index entry " + key + " points outside the shards: " + index_path);
-    }
-    int64_t& slot = build.shards[shard].sample_ids[row];
-    if (slot != -1) {
-      throw CacheError(id + " index/shard key mismatch: " + build.shards[shard].file + " row " +
-                       std::to_string(row) + " is indexed by " + sample_key(slot) + " and " + key);
-    }
-    slot = sample_id;
-    ids.push_back(sample_id);
-  }
-  check_key_coverage(id, ids, build.cached_samples);
-  for (const ShardRecord& shard : build.shards) {
-    const auto row = std::find(shard.sample_ids.begin(), shard.sample_ids.end(), -1);
-    if (row != shard.sample_ids.end()) {
-      throw CacheError(id + " index/shard key mismatch: " + shard.file + " row " +
-                       std::to_string(row - shard.sample_ids.begin()) + " is not indexed");
-    }
-  }
-
-  for (const ShardRecord& shard : build.shards) {
-    const std::string path = build_dir + "/" + shard.file;
-    struct stat info {};
-    if (::stat(path.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) {
-      throw CacheError("Missing " + id + " shard " + path);
-    }
-    if (info.st_size != shard.bytes) {
-      throw CacheError(id + " shard size mismatch: " + path + " has " +
-                       std::to_string(info.st_size) + " bytes, the manifest says " +
-                       std::to_string(shard.bytes));
-    }
-  }
-  if (options.mode == ValidationMode::kFull) {
-    build.layouts.resize(build.shards.size());
-    parallel_check(build.shards.size(), [&](size_t i) {
-      const ShardRecord& shard = build.shards[i];
-      const std::string path = build_dir + "/" + shard.file;
-      if (sha256_file_hex(path) != shard.sha256) {
-        throw CacheError(id + " shard checksum mismatch: " + path);
-      }
-      build.layouts[i] =
-          inspect_shard(path, id, build.build_id, build.values, shard.rows, &shard.sample_ids);
-    });
-  }
+  index_shard_rows(build, entries, index_path);
+  check_shard_files(build, options);
   return build;
 }
 
