@@ -24,8 +24,9 @@ fi
 "$bin" text-cache build "$pipeline"
 # Encodes every sample once with the frozen VAE and VLM (a rerun resumes; an existing cache is
 # kept unless --overwrite).
-if [ ! -f "$WAM_LATENT_CACHE/catalog.json" ]; then
-  "$bin" cache generate "$pipeline" --batch-size 4
+# A cache from an earlier run is reused when it still validates (an older format does not).
+if ! "$bin" cache validate "$pipeline" >/dev/null 2>&1; then
+  "$bin" cache generate "$pipeline" --batch-size 4 --overwrite
 fi
 "$bin" cache info
 # Batches of 2 with 16 samples in flight.
