@@ -61,6 +61,24 @@ void check_consistency(const MoTConfig& config) {
 // ---------------------------------------------------------------------------------------------
 // Tensor helpers.
 
+// A Linear layer as PyTorch's nn.Linear applies it: through ATen's linear, which autocast casts
+// as a whole and which folds the rows of a contiguous input into one product with the bias in its
+// epilogue. The C++ frontend's Linear::forward instead runs a matmul and then `+= bias`, outside
+// autocast: a separate pass adding the float32 bias into the bf16 product through ATen's casting
+// loop (10.8 ms of a compiled base-preset step, docs/KERNELS.md version 4).
+at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x) {
+  return at::linear(x, layer->weight, layer->bias);
+}
+
+// Linear, activation, Linear, as a Sequential of the three registers them (parameter names
+// "<name>.0.weight", "<name>.2.weight"), each product through linear() above.
+template <class Activation>
+at::Tensor linear_act_linear(const torch::nn::Sequential& layers, const at::Tensor& x,
+                             Activation activation) {
+  return linear(torch::nn::Linear(layers->ptr<torch::nn::LinearImpl>(2)),
+                activation(linear(torch::nn::Linear(layers->ptr<torch::nn::LinearImpl>(0)), x)));
+}
+
 // Linear layers applied to the same input as one GEMM over their concatenated weights: the input
 // is read (and cast, under autocast) once, and backward needs no gradient accumulation.
 // `constant_rows` [B, S, in], when defined, are more rows of x placed before it that carry no
@@ -280,8 +298,10 @@ class TimestepEmbedderImpl : public torch::nn::Module {
   }
   // timesteps [B, S] -> embedding [B, S, D] and modulation [B, S, 6*D]
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& timesteps, at::ScalarType dtype) {
-    at::Tensor embedding = mlp_->forward(sinusoidal_embedding(timesteps, freq_dim_).to(dtype));
-    return {embedding, projection_->forward(at::silu(embedding))};
+    at::Tensor embedding =
+        linear_act_linear(mlp_, sinusoidal_embedding(timesteps, freq_dim_).to(dtype),
+                          [](const at::Tensor& h) { return at::silu(h); });
+    return {embedding, linear(projection_, at::silu(embedding))};
   }
 
  private:
@@ -300,7 +320,7 @@ class OutputHeadImpl : public torch::nn::Module {
   // x [B, N, D], embedding [B, 1, D] (one timestep for all of x)
   at::Tensor forward(const at::Tensor& x, const at::Tensor& embedding) {
     std::vector<at::Tensor> mod = (modulation_.unsqueeze(0) + embedding).unbind(1);
-    return linear_->forward(plain_layer_norm(x) * (1 + mod[1].unsqueeze(1)) + mod[0].unsqueeze(1));
+    return linear(linear_, plain_layer_norm(x) * (1 + mod[1].unsqueeze(1)) + mod[0].unsqueeze(1));
   }
 
  private:
@@ -363,11 +383,11 @@ class ExpertBlockImpl : public torch::nn::Module {
                             const std::vector<at::Tensor>& mods, const TokenGroups& layout,
                             const at::Tensor& context, const at::Tensor& context_allowed,
                             bool fused, const at::Tensor& constant_context = at::Tensor()) {
-    x = gated_residual(x, o_->forward(attended), mods[2], layout, fused);
+    x = gated_residual(x, linear(o_, attended), mods[2], layout, fused);
     x = x + cross_attention(cross_layer_norm(cross_norm_, x, fused), context, context_allowed,
                             fused, constant_context);
     at::Tensor h = modulated_norm(x, mods[3], mods[4], layout, fused);
-    at::Tensor ffn = ffn_out_->forward(at::gelu(ffn_in_->forward(h), "tanh"));
+    at::Tensor ffn = linear(ffn_out_, at::gelu(linear(ffn_in_, h), "tanh"));
     return gated_residual(x, ffn, mods[5], layout, fused);
   }
 
@@ -376,8 +396,8 @@ class ExpertBlockImpl : public torch::nn::Module {
   at::Tensor normed_heads(RMSNorm& norm, const at::Tensor& x, const Rope* rope, bool fused) {
     const std::vector<int64_t> heads = {x.size(0), x.size(1), heads_, head_dim_};
     if (fused && fused_rms_norm_rope_applies(x, head_dim_)) {
-      return fused_rms_norm_rope(x, norm->weight(), rope ? rope->rotation : at::Tensor(),
-                                 head_dim_, kNormEps)
+      return fused_rms_norm_rope(x, norm->weight(), rope ? rope->rotation : at::Tensor(), head_dim_,
+                                 kNormEps)
           .view(heads);
     }
     at::Tensor normed = norm->forward(x).view(heads);
@@ -389,11 +409,11 @@ class ExpertBlockImpl : public torch::nn::Module {
                              const at::Tensor& constant_context) {
     const int64_t b = x.size(0),
                   l = context.size(1) + (constant_context.defined() ? constant_context.size(1) : 0);
-    at::Tensor q = normed_heads(cross_q_norm_, cross_q_->forward(x), nullptr, fused);
+    at::Tensor q = normed_heads(cross_q_norm_, linear(cross_q_, x), nullptr, fused);
     std::vector<at::Tensor> kv = fused_linears(context, {cross_k_, cross_v_}, constant_context);
     at::Tensor k = normed_heads(cross_k_norm_, kv[0], nullptr, fused);
     at::Tensor v = kv[1].reshape({b, l, heads_, head_dim_});
-    return cross_o_->forward(attention(q, k, v, context_allowed));
+    return linear(cross_o_, attention(q, k, v, context_allowed));
   }
 
   int64_t hidden_, heads_, head_dim_;
@@ -441,19 +461,16 @@ class MoTLayerImpl : public torch::nn::Module {
 
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& video, const at::Tensor& action,
                                             const LayerInputs& in) {
-    ExpertAttentionInput v =
-        video_->pre_attention(video, in.video_t_mod, in.video_groups, in.video_rope,
-                                in.fused_norms);
-    ExpertAttentionInput a =
-        action_->pre_attention(action, in.action_t_mod, in.action_groups, in.action_rope,
-                                 in.fused_norms);
+    ExpertAttentionInput v = video_->pre_attention(video, in.video_t_mod, in.video_groups,
+                                                   in.video_rope, in.fused_norms);
+    ExpertAttentionInput a = action_->pre_attention(action, in.action_t_mod, in.action_groups,
+                                                    in.action_rope, in.fused_norms);
     at::Tensor attended = attention(at::cat({v.q, a.q}, 1), at::cat({v.k, a.k}, 1),
                                     at::cat({v.v, a.v}, 1), in.joint_allowed);
     const int64_t video_tokens = video.size(1);
     at::Tensor video_out =
-        video_->post_attention(video, attended.narrow(1, 0, video_tokens), v.mods,
-                               in.video_groups, in.video_context, in.video_context_allowed,
-                               in.fused_norms);
+        video_->post_attention(video, attended.narrow(1, 0, video_tokens), v.mods, in.video_groups,
+                               in.video_context, in.video_context_allowed, in.fused_norms);
     at::Tensor action_out = action_->post_attention(
         action, attended.narrow(1, video_tokens, action.size(1)), a.mods, in.action_groups,
         in.action_context, in.action_context_allowed, in.fused_norms, in.action_constant_context);
@@ -539,13 +556,12 @@ std::string sizes_of(const at::Tensor& t) {
 
 void MoTConfig::check(ParamChecker& c) const {
   c.require(video_shift > 0.0, "video_shift", "must be > 0, got " + std::to_string(video_shift));
-  c.require(action_shift > 0.0, "action_shift",
-            "must be > 0, got " + std::to_string(action_shift));
+  c.require(action_shift > 0.0, "action_shift", "must be > 0, got " + std::to_string(action_shift));
   // 3-D RoPE splits head_dim into (frame, h, w) parts of whole rotation pairs: h and w get
   // 2*(head_dim/6) dims each, the frame axis the rest (Wan's split).
-  c.require(head_dim % 2 == 0 && head_dim >= 6, "head_dim",
-            "must be even and >= 6 for 3-D RoPE over (frame, h, w), got " +
-                std::to_string(head_dim));
+  c.require(
+      head_dim % 2 == 0 && head_dim >= 6, "head_dim",
+      "must be even and >= 6 for 3-D RoPE over (frame, h, w), got " + std::to_string(head_dim));
   c.require(freq_dim % 2 == 0, "freq_dim",
             "must be even (cos and sin halves), got " + std::to_string(freq_dim));
   // The attention width num_heads*head_dim is independent of the hidden widths (the reference's
@@ -813,7 +829,7 @@ LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& n
   at::Tensor recent = batch.recent_latents.to(at::kFloat) * recent_keep;
   at::Tensor video_frames =
       at::cat({batch.anchor_latents.to(at::kFloat), recent, current, future_xt}, 2);
-  at::Tensor video_tokens = at::cat({patch_embed_->forward(patchify(video_frames).to(dtype)),
+  at::Tensor video_tokens = at::cat({linear(patch_embed_, patchify(video_frames).to(dtype)),
                                      delta_queries_.unsqueeze(0).expand({b, hw, c.video_hidden})},
                                     1);
 
@@ -825,7 +841,7 @@ LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& n
   at::Tensor action_noise = noise.action_noise.to(at::kFloat);
   at::Tensor action_xt = (1 - action_sigma) * action_x0 + action_sigma * action_noise;
   at::Tensor action_target = action_noise - action_x0;
-  at::Tensor action_tokens = action_embed_->forward(action_xt.to(dtype));
+  at::Tensor action_tokens = linear(action_embed_, action_xt.to(dtype));
 
   // Timesteps: the video stream has a clean segment (timestep 0) and a noised one (future frames
   // and delta queries); the action chunk has one.
@@ -840,10 +856,11 @@ LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& n
   detail::LayerInputs inputs;
   inputs.video_t_mod = video_t_mod;
   inputs.action_t_mod = action_t_mod;
-  inputs.video_context = text_embedding_->forward(
-      at::cat({batch.context.to(dtype), proprio_to_text_->forward(proprio_row)}, 1));
+  inputs.video_context = linear_act_linear(
+      text_embedding_, at::cat({batch.context.to(dtype), linear(proprio_to_text_, proprio_row)}, 1),
+      [](const at::Tensor& h) { return at::gelu(h, "tanh"); });
   inputs.action_context =
-      at::cat({batch.vlm_context.to(dtype), proprio_to_vlm_->forward(proprio_row)}, 1);
+      at::cat({batch.vlm_context.to(dtype), linear(proprio_to_vlm_, proprio_row)}, 1);
   at::TensorOptions float_options = latents.options().dtype(at::kFloat);
   // Video: one group per latent frame plus the delta queries; the condition frames are clean.
   inputs.video_groups.groups = frames + 1;
@@ -872,7 +889,7 @@ LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& n
         attention_bias(inputs.action_context_allowed, rows, attention_dtype);
     // The VLM rows are constants: projected without an input gradient, and cast once.
     inputs.action_constant_context = batch.vlm_context.to(attention_dtype);
-    inputs.action_context = proprio_to_vlm_->forward(proprio_row);
+    inputs.action_context = linear(proprio_to_vlm_, proprio_row);
   }
 
   const detail::LayerOutputs layers = run_layers(video_tokens, action_tokens, inputs);
