@@ -223,6 +223,16 @@ World::World(const LaunchEnv& env) : rank_(env.rank), size_(env.world_size) {
 #endif
 #if WAM_WITH_CUDA
     if (torch::cuda::is_available()) {
+      // NCCL takes one device per process; set_device's own error ("invalid device ordinal")
+      // would not say which setting is wrong.
+      const int64_t devices = static_cast<int64_t>(torch::cuda::device_count());
+      if (env.local_rank >= devices) {
+        throw Error("LOCAL_RANK " + std::to_string(env.local_rank) + " needs CUDA device " +
+                    std::to_string(env.local_rank) + ", but this machine shows " +
+                    std::to_string(devices) +
+                    ": start at most that many processes per node (torchrun --nproc-per-node), "
+                    "or hide the GPUs (CUDA_VISIBLE_DEVICES=) to run the ranks on the CPU");
+      }
       c10::cuda::set_device(static_cast<c10::DeviceIndex>(env.local_rank));
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
       nccl_options->timeout = timeout;
