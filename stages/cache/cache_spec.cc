@@ -34,10 +34,21 @@ int64_t window_frames(const CacheSpec& spec) {
 // which were all built by the compact stand-ins: with architecture "compact" they change nothing
 // and stay out of the contract, so those caches keep their contracts; with another architecture
 // they are part of it, and a cache of the compact encoders is refused.
-const std::vector<std::string> kStandInStructureParams = {
-    "architecture",  "width_multipliers", "res_blocks",    "language_width", "kv_heads",
-    "head_dim",      "mlp",               "vision_layers", "vision_width",   "vision_heads",
-    "vision_mlp",    "spatial_merge",     "temporal_patch", "position_grid", "deepstack_layers"};
+const std::vector<std::string> kStandInStructureParams = {"architecture",
+                                                          "width_multipliers",
+                                                          "res_blocks",
+                                                          "language_width",
+                                                          "kv_heads",
+                                                          "head_dim",
+                                                          "mlp",
+                                                          "vision_layers",
+                                                          "vision_width",
+                                                          "vision_heads",
+                                                          "vision_mlp",
+                                                          "spatial_merge",
+                                                          "temporal_patch",
+                                                          "position_grid",
+                                                          "deepstack_layers"};
 
 // The encoder params that decide its weights and outputs (where it runs does not, its precision
 // does), plus the SHA-256 of a TorchScript file's bytes.

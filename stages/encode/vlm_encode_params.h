@@ -70,8 +70,8 @@ struct VlmEncodeParams : PlacedEncoderParams {
     v("vision_heads", vision_heads,
       "qwen3_vl: vision attention heads (vision_width / vision_heads must be even).", Min{1});
     v("vision_mlp", vision_mlp, "qwen3_vl: vision GELU MLP width.", Min{1});
-    v("spatial_merge", spatial_merge,
-      "qwen3_vl: patches merged per side into one language token.", Min{1});
+    v("spatial_merge", spatial_merge, "qwen3_vl: patches merged per side into one language token.",
+      Min{1});
     v("temporal_patch", temporal_patch,
       "qwen3_vl: frames per patch (a still image is repeated this many times).", Min{1});
     v("position_grid", position_grid,

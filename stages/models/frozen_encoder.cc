@@ -143,8 +143,8 @@ EncoderBlockImpl::EncoderBlockImpl(const BlockShape& shape) : shape_(shape) {
   mlp_norm_ = register_module("mlp_norm", RMSNorm(width));
   const int64_t up = shape.gated ? 2 * shape.hidden() : shape.hidden();
   gate_up_ = register_module("gate_up", torch::nn::Linear(torch::nn::LinearOptions(width, up)));
-  down_ = register_module("down",
-                          torch::nn::Linear(torch::nn::LinearOptions(shape.hidden(), width)));
+  down_ =
+      register_module("down", torch::nn::Linear(torch::nn::LinearOptions(shape.hidden(), width)));
   if (shape.qk_norm) {
     q_norm_ = register_module("q_norm", RMSNorm(head));
     k_norm_ = register_module("k_norm", RMSNorm(head));

@@ -198,9 +198,9 @@ std::string encoder_id(const TextCacheParams& params) {
     }
     return "torchscript:sha256=" + sha256_file_hex(params.path);
   }
-  std::string id = "builtin:width=" + std::to_string(params.width) +
-                   ",layers=" + std::to_string(params.layers) +
-                   ",heads=" + std::to_string(params.heads) + ",seed=" + std::to_string(params.seed);
+  std::string id =
+      "builtin:width=" + std::to_string(params.width) + ",layers=" + std::to_string(params.layers) +
+      ",heads=" + std::to_string(params.heads) + ",seed=" + std::to_string(params.seed);
   if (params.ffn != 0 || params.activation != "silu") {
     id += ",ffn=" + std::to_string(params.ffn) + ",activation=" + params.activation;
   }

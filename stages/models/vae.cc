@@ -144,7 +144,8 @@ class ChannelRmsNormImpl : public torch::nn::Module {
   at::Tensor forward(const at::Tensor& x) {
     std::vector<int64_t> shape(x.dim(), 1);
     shape[1] = gamma_.size(0);
-    return torch::nn::functional::normalize(x, torch::nn::functional::NormalizeFuncOptions().dim(1)) *
+    return torch::nn::functional::normalize(x,
+                                            torch::nn::functional::NormalizeFuncOptions().dim(1)) *
            scale_ * gamma_.view(shape);
   }
 
@@ -225,8 +226,8 @@ class DownLevelImpl : public torch::nn::Module {
   DownLevelImpl(int64_t in, int64_t out, int64_t blocks, bool spatial, bool temporal)
       : out_(out), spatial_(spatial), temporal_(temporal) {
     for (int64_t i = 0; i < blocks; ++i) {
-      blocks_.push_back(register_module("block" + std::to_string(i),
-                                        WanResidualBlock(i == 0 ? in : out, out)));
+      blocks_.push_back(
+          register_module("block" + std::to_string(i), WanResidualBlock(i == 0 ? in : out, out)));
     }
     if (spatial) {
       resample_ = register_module(
@@ -268,12 +269,15 @@ class FrameAttentionImpl : public torch::nn::Module {
  public:
   explicit FrameAttentionImpl(int64_t channels) {
     norm_ = register_module("norm", ChannelRmsNorm(channels));
-    qkv_ = register_module("qkv", torch::nn::Conv3d(torch::nn::Conv3dOptions(channels, 3 * channels, 1)));
-    proj_ = register_module("proj", torch::nn::Conv3d(torch::nn::Conv3dOptions(channels, channels, 1)));
+    qkv_ = register_module("qkv",
+                           torch::nn::Conv3d(torch::nn::Conv3dOptions(channels, 3 * channels, 1)));
+    proj_ =
+        register_module("proj", torch::nn::Conv3d(torch::nn::Conv3dOptions(channels, channels, 1)));
   }
   at::Tensor forward(const at::Tensor& x) {
     const int64_t b = x.size(0), c = x.size(1), t = x.size(2), h = x.size(3), w = x.size(4);
-    const auto qkv = qkv_(norm_(x)).permute({0, 2, 3, 4, 1}).reshape({b * t, h * w, 3 * c}).chunk(3, -1);
+    const auto qkv =
+        qkv_(norm_(x)).permute({0, 2, 3, 4, 1}).reshape({b * t, h * w, 3 * c}).chunk(3, -1);
     const at::Tensor scores =
         torch::matmul(qkv[0], qkv[1].transpose(1, 2)).to(at::kFloat) / std::sqrt(double(c));
     const at::Tensor attended = torch::matmul(scores.softmax(-1).to(x.scalar_type()), qkv[2]);

@@ -101,12 +101,11 @@ class PatchMergerImpl : public torch::nn::Module {
   // [images, (grid_h / merge) * (grid_w / merge), language_width], row-major over the groups.
   at::Tensor forward(const at::Tensor& x, int64_t grid_h, int64_t grid_w) {
     const int64_t images = x.size(0), width = x.size(2);
-    at::Tensor grouped = (post_shuffle_ ? x : norm_(x))
-                             .reshape({images, grid_h / merge_, merge_, grid_w / merge_, merge_,
-                                       width})
-                             .permute({0, 1, 3, 2, 4, 5})
-                             .reshape({images, (grid_h / merge_) * (grid_w / merge_),
-                                       merge_ * merge_ * width});
+    at::Tensor grouped =
+        (post_shuffle_ ? x : norm_(x))
+            .reshape({images, grid_h / merge_, merge_, grid_w / merge_, merge_, width})
+            .permute({0, 1, 3, 2, 4, 5})
+            .reshape({images, (grid_h / merge_) * (grid_w / merge_), merge_ * merge_ * width});
     if (post_shuffle_) grouped = norm_(grouped);
     return fc2_(torch::gelu(fc1_(grouped)));
   }
@@ -129,7 +128,7 @@ struct BuiltinVlm::Qwen3Modules : torch::nn::Module {
                                              .stride(c.patch_size)));
     position_embed = register_parameter(
         "position_embed", torch::zeros({c.position_grid * c.position_grid, c.vision_width}));
-    const BlockShape vision{c.vision_width, c.vision_heads, 0, 0, c.vision_mlp,
+    const BlockShape vision{c.vision_width,  c.vision_heads, 0, 0, c.vision_mlp,
                             /*gated=*/false, /*gelu=*/true};
     for (int64_t i = 0; i < c.vision_layers; ++i) {
       vision_blocks.push_back(
@@ -140,10 +139,10 @@ struct BuiltinVlm::Qwen3Modules : torch::nn::Module {
       deepstack_mergers.push_back(register_module("deepstack_merger" + std::to_string(i),
                                                   PatchMerger(c, /*post_shuffle=*/true)));
     }
-    token_embed = register_module("token_embed",
-                                  torch::nn::Embedding(c.vocab_size, c.language_width));
-    const BlockShape language{c.language_width, c.heads, c.kv_heads, c.head_dim, c.mlp,
-                              /*gated=*/true, /*gelu=*/false, /*qk_norm=*/true};
+    token_embed =
+        register_module("token_embed", torch::nn::Embedding(c.vocab_size, c.language_width));
+    const BlockShape language{c.language_width, c.heads,        c.kv_heads,      c.head_dim, c.mlp,
+                              /*gated=*/true,   /*gelu=*/false, /*qk_norm=*/true};
     for (int64_t i = 0; i < c.layers; ++i) {
       layers.push_back(register_module("layer" + std::to_string(i), EncoderBlock(language)));
     }
@@ -281,16 +280,15 @@ at::Tensor BuiltinVlm::encode_qwen3(const at::Tensor& images, const at::Tensor& 
   const int64_t batch = token_ids.size(0), length = token_ids.size(1);
   const int64_t grid_h = metadata.grid_h, grid_w = metadata.grid_w;
   // A still image is temporal_patch identical frames, as Qwen-VL's processor repeats it.
-  at::Tensor x = q.patch_embed(c.temporal_patch > 1 ? images.repeat({1, c.temporal_patch, 1, 1})
-                                                    : images);
-  const at::Tensor grid = q.position_embed.view({c.position_grid, c.position_grid, -1})
-                              .permute({2, 0, 1})
-                              .unsqueeze(0);
-  const at::Tensor positions = torch::nn::functional::interpolate(
-      grid, torch::nn::functional::InterpolateFuncOptions()
-                .size(std::vector<int64_t>{grid_h, grid_w})
-                .mode(torch::kBilinear)
-                .align_corners(true));
+  at::Tensor x =
+      q.patch_embed(c.temporal_patch > 1 ? images.repeat({1, c.temporal_patch, 1, 1}) : images);
+  const at::Tensor grid =
+      q.position_embed.view({c.position_grid, c.position_grid, -1}).permute({2, 0, 1}).unsqueeze(0);
+  const at::Tensor positions =
+      torch::nn::functional::interpolate(grid, torch::nn::functional::InterpolateFuncOptions()
+                                                   .size(std::vector<int64_t>{grid_h, grid_w})
+                                                   .mode(torch::kBilinear)
+                                                   .align_corners(true));
   x = (x + positions).flatten(2).transpose(1, 2);  // [B * V, patches, vision_width]
   std::vector<at::Tensor> deepstack;
   for (int64_t i = 0; i < c.vision_layers; ++i) {
@@ -323,8 +321,8 @@ at::Tensor BuiltinVlm::encode_qwen3(const at::Tensor& images, const at::Tensor& 
   for (size_t l = 0; l < q.layers.size(); ++l) {
     h = q.layers[l](h, cos, sin, bias);
     if (l < deepstack.size()) {  // Qwen3-VL's deepstack: vision features into the first layers
-      h = torch::cat({h.narrow(1, 0, image_tokens) + deepstack[l], h.narrow(1, image_tokens, length)},
-                     1);
+      h = torch::cat(
+          {h.narrow(1, 0, image_tokens) + deepstack[l], h.narrow(1, image_tokens, length)}, 1);
     }
   }
   h = q.final_norm(h);
