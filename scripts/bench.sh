@@ -13,6 +13,8 @@
 #         the baseline, online, compile and cache graphs (those that exist) on the same synthetic
 #         dataset: a table of samples/s, pipeline efficiency and speed-up over baseline, and its
 #         plot, docs/ladder_TASK.svg (scripts/ladder_plot.py; $WAM_LADDER_PLOT_DIR moves it).
+#         $WAM_ENCODERS swaps the encoder stand-ins (e.g. configs/encoders/reference.json, the
+#         reference-cost ones of docs/ENCODERS.md) in every command of the ladder.
 # cache:  latent cache reads, 1 and 2 threads, against a plain pread of the same bytes.
 # auto:   data-path samples/s (--stop-after augment) with the parallel stages' default,
 #         `concurrency: "auto"`, against them fixed at "unlimited" (what they declare), on the
@@ -163,6 +165,10 @@ PY
         done
         export WAM_LATENT_CACHE=${WAM_CACHE_ROOT:-.cache/wam}/bench/${task}_latents
         base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
+        if [ -n "${WAM_ENCODERS:-}" ]; then
+          base+=(--set "include.encoders=$WAM_ENCODERS")
+          WAM_LATENT_CACHE=${WAM_LATENT_CACHE}_$(basename "$WAM_ENCODERS" .json)
+        fi
         "$bin" text-cache build "pipelines/${task}_online.json" "${base[@]}" >/dev/null
         "$bin" compile "pipelines/${task}_compile.json" "${base[@]}" --steps 3 >/dev/null
         echo "## ${task}: cache generate (every field of every sample)"

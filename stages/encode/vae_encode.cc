@@ -64,6 +64,10 @@ class VaeEncodeStage final : public Stage {
         models::resolve_placement(params_.device, params_.dtype, context.settings(), "VaeEncode");
     if (params_.encoder == "torchscript") {
       encoder_ = models::load_torchscript_vae(params_.path, placement);
+    } else if (params_.architecture == "wan22") {
+      encoder_ =
+          models::make_wan22_vae(params_.width, params_.width_multipliers, params_.res_blocks,
+                                 static_cast<uint64_t>(params_.seed), placement);
     } else {
       encoder_ =
           models::make_builtin_vae(params_.width, static_cast<uint64_t>(params_.seed), placement);

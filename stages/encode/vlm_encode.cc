@@ -67,7 +67,7 @@ class VlmEncodeStage final : public Stage {
 
   void open(Context& context) override {
     context_ = &context;
-    if (params_.encoder == "builtin" &&
+    if (params_.encoder == "builtin" && params_.architecture == "compact" &&
         (params_.width % params_.heads != 0 || (params_.width / params_.heads) % 2 != 0)) {
       throw Error("VlmEncode: param width (" + std::to_string(params_.width) +
                   ") divided by param heads (" + std::to_string(params_.heads) +
@@ -107,8 +107,15 @@ class VlmEncodeStage final : public Stage {
     if (params_.encoder == "torchscript") {
       scripted_.emplace(params_.path, params_.width, placement_);
     } else {
-      models::VlmConfig config{params_.width, params_.layers, params_.heads, params_.patch_size,
-                               params_.vocab_size};
+      models::VlmConfig config{params_.width,          params_.layers,
+                               params_.heads,          params_.patch_size,
+                               params_.vocab_size,     params_.architecture,
+                               params_.language_width, params_.kv_heads,
+                               params_.head_dim,       params_.mlp,
+                               params_.vision_layers,  params_.vision_width,
+                               params_.vision_heads,   params_.vision_mlp,
+                               params_.spatial_merge,  params_.temporal_patch,
+                               params_.position_grid,  params_.deepstack_layers};
       builtin_ = std::make_unique<models::BuiltinVlm>(config, static_cast<uint64_t>(params_.seed),
                                                       placement_);
     }
@@ -142,8 +149,7 @@ class VlmEncodeStage final : public Stage {
     rows_encoded_->add(miss_count);
     const int64_t length = std::max(cached_context.size(1), encoded.size(1));
     const at::Device device = encoded.device();
-    at::Tensor context =
-        at::zeros({rows, length, encoded.size(2)}, encoded.options());
+    at::Tensor context = at::zeros({rows, length, encoded.size(2)}, encoded.options());
     at::Tensor mask = at::zeros({rows, length}, encoded_mask.options());
     context.narrow(1, 0, cached_context.size(1))
         .copy_(cached_context.to(device, encoded.scalar_type()));
@@ -185,8 +191,12 @@ class VlmEncodeStage final : public Stage {
       std::copy(ids.begin(), ids.end(), token_ids[r].data_ptr<int64_t>());
     }
 
-    const auto [height, width] = models::fit_image_size(frames.size(3), frames.size(4),
-                                                        params_.max_pixels, params_.patch_size);
+    // qwen3_vl merges spatial_merge^2 patches into a token: sides are multiples of the group.
+    const int64_t factor = params_.encoder == "builtin" && params_.architecture == "qwen3_vl"
+                               ? params_.patch_size * params_.spatial_merge
+                               : params_.patch_size;
+    const auto [height, width] =
+        models::fit_image_size(frames.size(3), frames.size(4), params_.max_pixels, factor);
     at::Tensor images = frames.reshape({rows * views, 3, frames.size(3), frames.size(4)})
                             .to(placement_.device)
                             .to(at::kFloat)

@@ -43,6 +43,12 @@ void init_frozen(torch::nn::Module& module, uint64_t seed, const EncoderPlacemen
   module.to(placement.device, placement.dtype);
 }
 
+int64_t count_parameters(const torch::nn::Module& module) {
+  int64_t count = 0;
+  for (const auto& p : module.parameters(/*recurse=*/true)) count += p.numel();
+  return count;
+}
+
 torch::jit::Module load_frozen_script(const std::string& path, const std::string& what,
                                       const EncoderPlacement& placement) {
   if (path.empty()) {
@@ -124,35 +130,60 @@ at::Tensor apply_rope(const at::Tensor& x, const at::Tensor& cos, const at::Tens
 
 }  // namespace
 
-EncoderBlockImpl::EncoderBlockImpl(int64_t width, int64_t heads) : heads_(heads) {
+EncoderBlockImpl::EncoderBlockImpl(int64_t width, int64_t heads)
+    : EncoderBlockImpl(BlockShape{width, heads}) {}
+
+EncoderBlockImpl::EncoderBlockImpl(const BlockShape& shape) : shape_(shape) {
+  const int64_t width = shape.width, head = shape.head();
+  const int64_t q_width = shape.heads * head, kv_width = shape.kv() * head;
   attention_norm_ = register_module("attention_norm", RMSNorm(width));
-  qkv_ = register_module("qkv", torch::nn::Linear(torch::nn::LinearOptions(width, 3 * width)));
-  out_ = register_module("out", torch::nn::Linear(torch::nn::LinearOptions(width, width)));
+  qkv_ = register_module(
+      "qkv", torch::nn::Linear(torch::nn::LinearOptions(width, q_width + 2 * kv_width)));
+  out_ = register_module("out", torch::nn::Linear(torch::nn::LinearOptions(q_width, width)));
   mlp_norm_ = register_module("mlp_norm", RMSNorm(width));
-  gate_up_ =
-      register_module("gate_up", torch::nn::Linear(torch::nn::LinearOptions(width, 4 * width)));
-  down_ = register_module("down", torch::nn::Linear(torch::nn::LinearOptions(2 * width, width)));
+  const int64_t up = shape.gated ? 2 * shape.hidden() : shape.hidden();
+  gate_up_ = register_module("gate_up", torch::nn::Linear(torch::nn::LinearOptions(width, up)));
+  down_ =
+      register_module("down", torch::nn::Linear(torch::nn::LinearOptions(shape.hidden(), width)));
+  if (shape.qk_norm) {
+    q_norm_ = register_module("q_norm", RMSNorm(head));
+    k_norm_ = register_module("k_norm", RMSNorm(head));
+  }
 }
 
 at::Tensor EncoderBlockImpl::forward(const at::Tensor& x, const at::Tensor& cos,
                                      const at::Tensor& sin, const at::Tensor& attention_bias) {
-  const int64_t batch = x.size(0), length = x.size(1), width = x.size(2);
-  const int64_t head_dim = width / heads_;
-  auto heads = [&](const at::Tensor& t) {
-    return t.reshape({batch, length, heads_, head_dim}).transpose(1, 2);
+  const int64_t batch = x.size(0), length = x.size(1);
+  const int64_t head = shape_.head(), kv = shape_.kv();
+  auto split = [&](const at::Tensor& t, int64_t heads) {
+    return t.reshape({batch, length, heads, head}).transpose(1, 2);
   };
-  const auto qkv = qkv_(attention_norm_(x)).chunk(3, -1);
-  const at::Tensor q = apply_rope(heads(qkv[0]), cos, sin);
-  const at::Tensor k = apply_rope(heads(qkv[1]), cos, sin);
-  const at::Tensor v = heads(qkv[2]);
+  const auto qkv =
+      qkv_(attention_norm_(x)).split_with_sizes({shape_.heads * head, kv * head, kv * head}, -1);
+  at::Tensor q = split(qkv[0], shape_.heads), k = split(qkv[1], kv);
+  if (shape_.qk_norm) {
+    q = q_norm_(q);
+    k = k_norm_(k);
+  }
+  q = apply_rope(q, cos, sin);
+  k = apply_rope(k, cos, sin);
+  at::Tensor v = split(qkv[2], kv);
+  if (kv != shape_.heads) {  // grouped-query attention: each key/value head serves a group
+    k = k.repeat_interleave(shape_.heads / kv, 1);
+    v = v.repeat_interleave(shape_.heads / kv, 1);
+  }
   // Scores and softmax in float32: the bias holds -inf and bf16 loses the small differences.
   const at::Tensor scores =
-      torch::matmul(q, k.transpose(-2, -1)).to(at::kFloat) / std::sqrt(double(head_dim)) +
+      torch::matmul(q, k.transpose(-2, -1)).to(at::kFloat) / std::sqrt(double(head)) +
       attention_bias;
   const at::Tensor attended = torch::matmul(scores.softmax(-1).to(v.scalar_type()), v);
-  at::Tensor h = x + out_(attended.transpose(1, 2).reshape({batch, length, width}));
+  at::Tensor h = x + out_(attended.transpose(1, 2).reshape({batch, length, shape_.heads * head}));
+  auto act = [&](const at::Tensor& t) {
+    return shape_.gelu ? torch::gelu(t, "tanh") : torch::silu(t);
+  };
+  if (!shape_.gated) return h + down_(act(gate_up_(mlp_norm_(h))));
   const auto gate_up = gate_up_(mlp_norm_(h)).chunk(2, -1);
-  return h + down_(torch::silu(gate_up[0]) * gate_up[1]);
+  return h + down_(act(gate_up[0]) * gate_up[1]);
 }
 
 at::Tensor key_padding_bias(const at::Tensor& key_mask, at::ScalarType dtype) {

@@ -35,6 +35,9 @@ EncoderPlacement resolve_placement(const std::string& device, const std::string&
 // to `placement`. The same seed gives the same weights on every machine.
 void init_frozen(torch::nn::Module& module, uint64_t seed, const EncoderPlacement& placement);
 
+// The number of weights of `module` and its submodules.
+int64_t count_parameters(const torch::nn::Module& module);
+
 // Loads a TorchScript file in eval mode with gradients off, on `placement`. Throws wam::Error
 // naming `what` and the path when the file is missing or not TorchScript.
 torch::jit::Module load_frozen_script(const std::string& path, const std::string& what,
@@ -63,18 +66,39 @@ TORCH_MODULE(RMSNorm);
 // rows). Returns cos and sin, each [S, head_dim / 2], float32.
 std::pair<at::Tensor, at::Tensor> rope_tables(const at::Tensor& positions, int64_t head_dim);
 
-// Pre-norm transformer block: RMSNorm -> multi-head self-attention with RoPE -> RMSNorm -> SiLU-
-// gated MLP, both residual. `attention_bias` is added to the attention scores (0 or -inf),
-// broadcastable to [B, heads, S, S].
+// The shape of an EncoderBlock. The defaults (kv_heads = heads, head_dim = width / heads, a SiLU-
+// gated MLP of 2 * width) are the compact stand-ins' blocks; the reference-cost preset sets the
+// reference's (Qwen3's grouped-query attention with QK-norm, the vision tower's plain GELU MLP,
+// umT5's gated GELU; docs/ENCODERS.md).
+struct BlockShape {
+  int64_t width = 0;
+  int64_t heads = 0;
+  int64_t kv_heads = 0;  // 0: heads (grouped-query attention when fewer)
+  int64_t head_dim = 0;  // 0: width / heads
+  int64_t ffn = 0;       // 0: 2 * width
+  bool gated = true;     // act(gate) * up, else act(fc1)
+  bool gelu = false;     // GELU (tanh approximation), else SiLU
+  bool qk_norm = false;  // RMSNorm of each head's queries and keys before RoPE
+
+  int64_t kv() const { return kv_heads > 0 ? kv_heads : heads; }
+  int64_t head() const { return head_dim > 0 ? head_dim : width / heads; }
+  int64_t hidden() const { return ffn > 0 ? ffn : 2 * width; }
+};
+
+// Pre-norm transformer block: RMSNorm -> multi-head self-attention with RoPE -> RMSNorm -> MLP,
+// both residual. `attention_bias` is added to the attention scores (0 or -inf), broadcastable to
+// [B, heads, S, S]. Parameters are registered in the same order and with the same shapes for the
+// default shape as before BlockShape existed, so seeded stand-ins keep their weights.
 class EncoderBlockImpl : public torch::nn::Module {
  public:
   EncoderBlockImpl(int64_t width, int64_t heads);
+  explicit EncoderBlockImpl(const BlockShape& shape);
   at::Tensor forward(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin,
                      const at::Tensor& attention_bias);
 
  private:
-  int64_t heads_;
-  RMSNorm attention_norm_{nullptr}, mlp_norm_{nullptr};
+  BlockShape shape_;
+  RMSNorm attention_norm_{nullptr}, mlp_norm_{nullptr}, q_norm_{nullptr}, k_norm_{nullptr};
   torch::nn::Linear qkv_{nullptr}, out_{nullptr}, gate_up_{nullptr}, down_{nullptr};
 };
 TORCH_MODULE(EncoderBlock);

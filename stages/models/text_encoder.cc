@@ -113,7 +113,9 @@ class ByteTextEncoderImpl : public torch::nn::Module {
     embed_ = register_module("embed", torch::nn::Embedding(kByteVocab, p.width));
     for (int64_t i = 0; i < p.layers; ++i) {
       layers_.push_back(
-          register_module("layer" + std::to_string(i), EncoderBlock(p.width, p.heads)));
+          register_module("layer" + std::to_string(i),
+                          EncoderBlock(BlockShape{p.width, p.heads, 0, 0, p.ffn, /*gated=*/true,
+                                                  /*gelu=*/p.activation == "gelu"})));
     }
     norm_ = register_module("norm", RMSNorm(p.width));
     project_ = register_module("project",
@@ -196,9 +198,13 @@ std::string encoder_id(const TextCacheParams& params) {
     }
     return "torchscript:sha256=" + sha256_file_hex(params.path);
   }
-  return "builtin:width=" + std::to_string(params.width) +
-         ",layers=" + std::to_string(params.layers) + ",heads=" + std::to_string(params.heads) +
-         ",seed=" + std::to_string(params.seed);
+  std::string id =
+      "builtin:width=" + std::to_string(params.width) + ",layers=" + std::to_string(params.layers) +
+      ",heads=" + std::to_string(params.heads) + ",seed=" + std::to_string(params.seed);
+  if (params.ffn != 0 || params.activation != "silu") {
+    id += ",ffn=" + std::to_string(params.ffn) + ",activation=" + params.activation;
+  }
+  return id;
 }
 
 at::Tensor text_byte_tokens(const std::vector<std::string>& prompts) {

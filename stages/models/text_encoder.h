@@ -34,6 +34,8 @@ struct TextCacheParams : FrozenEncoderParams {
   int64_t width = 512;
   int64_t layers = 2;
   int64_t heads = 8;
+  int64_t ffn = 0;
+  std::string activation = "silu";
   int64_t memory_entries = 64;
 
   template <class V>
@@ -51,12 +53,18 @@ struct TextCacheParams : FrozenEncoderParams {
     v("width", width, "Built-in stand-in: transformer width.", Min{2});
     v("layers", layers, "Built-in stand-in: transformer layers.", Min{1});
     v("heads", heads, "Built-in stand-in: attention heads (width / heads must be even).", Min{1});
+    v("ffn", ffn, "Built-in stand-in: gated MLP width (0: 2 x width; umT5-xxl: 10240).", Min{0});
+    v("activation", activation,
+      "Built-in stand-in: the gated MLP's activation (umT5-xxl: gelu, tanh approximation).",
+      OneOf{"silu", "gelu"});
     v("memory_entries", memory_entries,
       "Embeddings kept in memory after reading them from the cache (LRU).", Min{1});
   }
 };
 
-// What produced a cache's entries: "builtin:width=512,layers=2,heads=8,seed=0" or
+// What produced a cache's entries: "builtin:width=512,layers=2,heads=8,seed=0" (then
+// ",ffn=10240,activation=gelu" when either differs from its default, so that caches built before
+// those params existed keep their id) or
 // "torchscript:sha256=<hex of the file>". Entries from another encoder are not reused.
 std::string encoder_id(const TextCacheParams& params);
 

@@ -32,6 +32,8 @@ class VaeEncoder {
   // video: float [B, 3, T, H, W] in [-1, 1] (checked by check_vae_input), any device and dtype.
   // Returns the latent mean [B, 48, (T - 1) / 4 + 1, H / 16, W / 16] on the encoder's placement.
   virtual at::Tensor encode(const at::Tensor& video) = 0;
+  // Weights held (docs/ENCODERS.md derives the built-in ones' from their structure).
+  virtual int64_t parameter_count() const = 0;
 };
 
 // The stand-in: space-to-depth 2x2, causal 3-D convolutions (time padded on the past side only),
@@ -41,6 +43,19 @@ class VaeEncoder {
 // channel count of the first stage (doubled twice).
 std::unique_ptr<VaeEncoder> make_builtin_vae(int64_t width, uint64_t seed,
                                              const EncoderPlacement& placement);
+
+// Wan2.2's VAE encoder (Wan2_2_VAE's WanVAE_ encoder with z_dim 48; docs/ENCODERS.md): patchify
+// 2x2, a causal 3x3x3 stem to `width`, one level per entry of `multipliers` (width x multiplier
+// channels, `res_blocks` residual blocks of RMS-norm, SiLU, causal 3x3x3 conv twice, then a
+// stride-2 spatial downsampling between levels, temporal too after the second and third level,
+// beside a parameter-free averaging shortcut), a middle block (residual, single-head attention
+// within each frame, residual), a head to 2 x 48 channels and a 1x1x1 conv; the mean is returned.
+// Frames are encoded as Wan does: the first frame alone, then chunks of 4 frames, each convolution
+// carrying its last frames from one chunk to the next (the causal cache). `multipliers` must have
+// 4 entries (16x spatial with the patchify).
+std::unique_ptr<VaeEncoder> make_wan22_vae(int64_t width, const std::vector<int64_t>& multipliers,
+                                           int64_t res_blocks, uint64_t seed,
+                                           const EncoderPlacement& placement);
 
 // A TorchScript module whose forward(video float [B, 3, T, H, W] in [-1, 1]) returns the latent
 // mean as above. Checked at load with a probe video [1, 3, 5, 64, 64]: any other output shape than

@@ -42,12 +42,36 @@ std::vector<int64_t> tokenize_words(const std::string& text, int64_t vocab_size)
 std::pair<int64_t, int64_t> fit_image_size(int64_t height, int64_t width, int64_t max_pixels,
                                            int64_t factor);
 
+// compact: one vision block at the language width over the patches, then `layers` blocks.
+// qwen3_vl: Qwen3-VL's structure (docs/ENCODERS.md): patch embedding over temporal_patch copies of
+// each image, a learned position grid (position_grid^2, bilinearly resized), vision_layers blocks
+// of vision_width attending within each image, a merger of spatial_merge^2 patches into one token
+// of language_width (and one more per deepstack layer, added to the first language layers' image
+// tokens), then `layers` grouped-query blocks with QK-norm and a SwiGLU MLP of `mlp`; a last
+// projection to `width` only when language_width differs from it.
 struct VlmConfig {
   int64_t width = 2048;
   int64_t layers = 2;
   int64_t heads = 16;
   int64_t patch_size = 16;
   int64_t vocab_size = 32768;
+  std::string architecture = "compact";
+  int64_t language_width = 2048;
+  int64_t kv_heads = 8;
+  int64_t head_dim = 128;
+  int64_t mlp = 6144;
+  int64_t vision_layers = 24;
+  int64_t vision_width = 1024;
+  int64_t vision_heads = 16;
+  int64_t vision_mlp = 4096;
+  int64_t spatial_merge = 2;
+  int64_t temporal_patch = 2;
+  int64_t position_grid = 48;
+  std::vector<int64_t> deepstack_layers = {5, 11, 17};
+
+  bool qwen3() const { return architecture == "qwen3_vl"; }
+  // Image sides are multiples of this: a patch, or a merged group of patches.
+  int64_t resize_factor() const { return qwen3() ? patch_size * spatial_merge : patch_size; }
 };
 
 // What depends only on the image grid (images per sample, patch rows and columns): computed once
@@ -55,13 +79,17 @@ struct VlmConfig {
 // metadata. Tensors live on the model's device.
 struct VisionMetadata {
   int64_t images = 0, grid_h = 0, grid_w = 0;
+  int64_t merge = 1;                  // patches merged per side into one language token
   at::Tensor cu_seqlens;              // int64 [images + 1]: where each image's patches start
-  at::Tensor vision_bias;             // float [1, 1, N, N]: 0 within an image, -inf across
-  at::Tensor vision_cos, vision_sin;  // [N, head_dim / 2]: RoPE over (0, row, column)
-  at::Tensor image_positions;         // int64 [3, N]: language-model RoPE positions of the patches
+  at::Tensor vision_bias;             // compact: float [1, 1, N, N], 0 within an image, -inf
+                                      // across; qwen3_vl: 0 (each image attends on its own)
+  at::Tensor vision_cos, vision_sin;  // [patches of one sample or image, vision head_dim / 2]:
+                                      // RoPE over (0, row, column)
+  at::Tensor image_positions;         // int64 [3, tokens()]: language-model RoPE positions
   int64_t text_position_start = 0;    // first text position (after the last image)
 
-  int64_t tokens() const { return images * grid_h * grid_w; }
+  // Language tokens of the images (patches, or merged groups of patches).
+  int64_t tokens() const { return images * (grid_h / merge) * (grid_w / merge); }
 };
 
 class BuiltinVlm {
@@ -70,6 +98,7 @@ class BuiltinVlm {
   ~BuiltinVlm();
 
   const VlmConfig& config() const { return config_; }
+  int64_t parameter_count() const;
   const EncoderPlacement& placement() const { return placement_; }
 
   VisionMetadata vision_metadata(int64_t images, int64_t grid_h, int64_t grid_w) const;
@@ -83,9 +112,13 @@ class BuiltinVlm {
 
  private:
   struct Modules;
+  struct Qwen3Modules;
+  at::Tensor encode_qwen3(const at::Tensor& images, const at::Tensor& token_ids,
+                          const VisionMetadata& metadata);
   VlmConfig config_;
   EncoderPlacement placement_;
   std::unique_ptr<Modules> modules_;
+  std::unique_ptr<Qwen3Modules> qwen3_;
 };
 
 // A TorchScript VLM: forward(images float [B * V, 3, h, w] in [0, 1], token_ids int64 [B, L]

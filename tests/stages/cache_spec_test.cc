@@ -150,5 +150,41 @@ TEST(CacheContract, ResizeEntersTheContractOnlyWhereItChangesTheImages) {
   EXPECT_FALSE(fill.contains("resize_fill"));
 }
 
+// The reference-cost stand-ins' structure params (configs/encoders/reference.json) enter the
+// producer, so a cache of the default encoders is refused under the preset; with the default
+// compact stand-ins they stay out, as ShippedPipelinesKeepTheirContracts checks.
+TEST(CacheContract, ReferenceEncoderStructureEntersTheProducerCompactDoesNot) {
+  auto producer_of = [](const std::string& field, std::vector<std::string> overrides) {
+    overrides.push_back("settings.device=cpu");
+    const ValidatedPipeline pipeline =
+        load_pipeline(std::string(WAM_SOURCE_DIR) + "/pipelines/libero_cache.json", {overrides});
+    const LatentCacheReader* reader = nullptr;
+    for (const ValidatedNode& node : pipeline.nodes()) {
+      if (auto* found = dynamic_cast<const LatentCacheReader*>(node.stage.get())) reader = found;
+    }
+    const CacheSpec spec = reader->cache_spec(pipeline.settings());
+    return artifact_contract(field, spec, fixed_dataset(), 100).at("dependencies").at("producer");
+  };
+  const std::string preset =
+      "include.encoders=" + std::string(WAM_SOURCE_DIR) + "/configs/encoders/reference.json";
+  const nlohmann::json compact_vae = producer_of("current", {});
+  EXPECT_FALSE(compact_vae.contains("architecture"));
+  EXPECT_FALSE(compact_vae.contains("width_multipliers"));
+  EXPECT_FALSE(compact_vae.contains("res_blocks"));
+  const nlohmann::json reference_vae = producer_of("current", {preset});
+  EXPECT_EQ(reference_vae.at("architecture"), "wan22");
+  EXPECT_EQ(reference_vae.at("width"), 160);
+  EXPECT_EQ(reference_vae.at("width_multipliers"), nlohmann::json({1, 2, 4, 4}));
+  EXPECT_EQ(reference_vae.at("res_blocks"), 2);
+
+  const nlohmann::json compact_vlm = producer_of("vlm", {});
+  EXPECT_FALSE(compact_vlm.contains("vision_layers"));
+  const nlohmann::json reference_vlm = producer_of("vlm", {preset});
+  EXPECT_EQ(reference_vlm.at("architecture"), "qwen3_vl");
+  EXPECT_EQ(reference_vlm.at("layers"), 28);
+  EXPECT_EQ(reference_vlm.at("vision_layers"), 24);
+  EXPECT_EQ(reference_vlm.at("deepstack_layers"), nlohmann::json({5, 11, 17}));
+}
+
 }  // namespace
 }  // namespace wam::cache
