@@ -33,22 +33,14 @@ int64_t window_frames(const CacheSpec& spec) {
 // The params of the reference-cost stand-ins (docs/ENCODERS.md). They came after the first caches,
 // which were all built by the compact stand-ins: with architecture "compact" they change nothing
 // and stay out of the contract, so those caches keep their contracts; with another architecture
-// they are part of it, and a cache of the compact encoders is refused.
-const std::vector<std::string> kStandInStructureParams = {"architecture",
-                                                          "width_multipliers",
-                                                          "res_blocks",
-                                                          "language_width",
-                                                          "kv_heads",
-                                                          "head_dim",
-                                                          "mlp",
-                                                          "vision_layers",
-                                                          "vision_width",
-                                                          "vision_heads",
-                                                          "vision_mlp",
-                                                          "spatial_merge",
-                                                          "temporal_patch",
-                                                          "position_grid",
-                                                          "deepstack_layers"};
+// they are part of it (the stand-in's architecture as "stand_in": "architecture" is the
+// reference's model family tag), and a cache of the compact encoders is refused.
+const std::vector<std::string> kStandInStructureParams = {
+    "width_multipliers", "res_blocks",      "language_width",
+    "kv_heads",          "head_dim",        "mlp",
+    "vision_layers",     "vision_width",    "vision_heads",
+    "vision_mlp",        "spatial_merge",   "temporal_patch",
+    "position_grid",     "deepstack_layers"};
 
 // The encoder params that decide its weights and outputs (where it runs does not, its precision
 // does), plus the SHA-256 of a TorchScript file's bytes.
@@ -56,8 +48,11 @@ nlohmann::json producer(const nlohmann::json& encoder, const std::string& dtype,
                         const std::string& architecture) {
   nlohmann::json part = without(
       encoder, {"device", "dtype", "reuse_metadata", "deduplicate_identical_anchor_batch", "path"});
-  if (part.value("architecture", "compact") == "compact") {
+  const std::string stand_in = part.value("architecture", "compact");
+  if (stand_in == "compact") {
     part = without(part, kStandInStructureParams);
+  } else {
+    part["stand_in"] = stand_in;
   }
   part["architecture"] = architecture;
   part["dtype"] = dtype;

@@ -168,19 +168,22 @@ TEST(CacheContract, ReferenceEncoderStructureEntersTheProducerCompactDoesNot) {
   const std::string preset =
       "include.encoders=" + std::string(WAM_SOURCE_DIR) + "/configs/encoders/reference.json";
   const nlohmann::json compact_vae = producer_of("current", {});
-  EXPECT_FALSE(compact_vae.contains("architecture"));
+  EXPECT_FALSE(compact_vae.contains("stand_in"));
   EXPECT_FALSE(compact_vae.contains("width_multipliers"));
   EXPECT_FALSE(compact_vae.contains("res_blocks"));
   const nlohmann::json reference_vae = producer_of("current", {preset});
-  EXPECT_EQ(reference_vae.at("architecture"), "wan22");
+  EXPECT_EQ(reference_vae.at("architecture"), "wan22_vae");
+  EXPECT_EQ(reference_vae.at("stand_in"), "wan22");
   EXPECT_EQ(reference_vae.at("width"), 160);
   EXPECT_EQ(reference_vae.at("width_multipliers"), nlohmann::json({1, 2, 4, 4}));
   EXPECT_EQ(reference_vae.at("res_blocks"), 2);
 
   const nlohmann::json compact_vlm = producer_of("vlm", {});
   EXPECT_FALSE(compact_vlm.contains("vision_layers"));
+  EXPECT_FALSE(compact_vlm.contains("stand_in"));
   const nlohmann::json reference_vlm = producer_of("vlm", {preset});
-  EXPECT_EQ(reference_vlm.at("architecture"), "qwen3_vl");
+  EXPECT_EQ(reference_vlm.at("architecture"), "qwen_vl");
+  EXPECT_EQ(reference_vlm.at("stand_in"), "qwen3_vl");
   EXPECT_EQ(reference_vlm.at("layers"), 28);
   EXPECT_EQ(reference_vlm.at("vision_layers"), 24);
   EXPECT_EQ(reference_vlm.at("deepstack_layers"), nlohmann::json({5, 11, 17}));
