@@ -216,8 +216,9 @@ class Run {
         series_.add_scalar(name, std::chrono::duration<double>(Clock::now() - start_).count(),
                            value);
       };
-      contexts_.push_back(std::make_unique<Context>(
-          nodes_[i].id, nodes_[i].type, pipeline.settings(), log_, trace_sink, scalar_sink));
+      contexts_.push_back(std::make_unique<Context>(nodes_[i].id, nodes_[i].type,
+                                                    pipeline.settings(), log_, trace_sink,
+                                                    scalar_sink, nodes_[i].on_error));
       if (nodes_[i].inputs.size() > 1) joins_.emplace(i, std::make_unique<Join>(nodes_[i].inputs));
       for (size_t k = 0; k < terminal_out_.size(); ++k) terminal_out_[k].store(0);
     }
