@@ -29,7 +29,6 @@ ALLOWED_LONG_FUNCTIONS=(
   stages/cache/artifact_builder.cc:publish_staged
   stages/cache/artifact_builder.cc:write_shard
   stages/cache/cache_generate.cc:generate_cache
-  stages/data/dataset_inspect.cc:inspect_dataset
   stages/models/world_model.cc:loss
   stages/train/train_step.cc:open
 )
