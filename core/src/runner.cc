@@ -579,13 +579,10 @@ class Run {
         flow::make_edge(flow::output_port<0>(*flow_nodes.stages[i]), *flow_nodes.entry[output]);
       }
     }
-    if (nodes_[0].outputs.empty()) {  // `--stop-after` the source: count and retire
+    if (nodes_[0].outputs.empty()) {  // `--stop-after` the source: retire
+      // The source body's finish_output() already handed the samples out (once).
       flow_nodes.source_sink = std::make_unique<flow::function_node<PacketPtr>>(
           graph, flow::unlimited, [this](const PacketPtr& p) {
-            if (options_.on_output) {
-              std::lock_guard<std::mutex> lock(output_mutex_);
-              for (const auto& sample : p->samples) options_.on_output(sample);
-            }
             retire(*p);
             return flow::continue_msg();
           });

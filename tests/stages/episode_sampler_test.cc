@@ -11,6 +11,8 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 
 #include "data/lerobot_dataset.h"
@@ -457,7 +459,11 @@ class NonFiniteTest : public EpisodeSamplerTest {
     config.nodes.push_back(node);
     ValidatedPipeline pipeline = ValidatedPipeline::from_config(config, StageRegistry::builtin());
     RunOptions options;
-    options.log = [&](const std::string& line) { log.push_back(line); };
+    auto mutex = std::make_shared<std::mutex>();  // the runner also logs from its reporter
+    options.log = [&log, mutex](const std::string& line) {
+      std::lock_guard<std::mutex> lock(*mutex);
+      log.push_back(line);
+    };
     options.on_output = [&](const Sample& sample) { served.push_back(sample); };
     return run_pipeline(pipeline, options);
   }
@@ -504,7 +510,8 @@ TEST_F(NonFiniteTest, OnErrorSkipSkipsAndCountsTheSamplesWhoseWindowsTouchThem) 
     }
   }
   EXPECT_NE(std::find(log.begin(), log.end(),
-                      "EpisodeSampler: 2 episodes hold NaN or infinite values (on_error: skip): "
+                      "[sampler] EpisodeSampler: 2 episodes hold NaN or infinite values "
+                      "(on_error: skip): "
                       "the samples whose windows touch them are skipped and counted"),
             log.end());
   // Sources have no sample key for the runner: a skipped one is named by the item it would have
