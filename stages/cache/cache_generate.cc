@@ -382,8 +382,10 @@ class Generation {
     first_sample_ = block_first_;
     while (first_sample_ < end_sample_ && !builders_.empty()) {
       int64_t end = contiguous_end(builders_[0]->complete_shard(first_sample_), first_sample_);
-      for (const auto& builder : builders_) {
-        if (contiguous_end(builder->complete_shard(first_sample_), first_sample_) != end) end = -1;
+      for (size_t b = 1; b < builders_.size() && end >= 0; ++b) {
+        if (contiguous_end(builders_[b]->complete_shard(first_sample_), first_sample_) != end) {
+          end = -1;
+        }
       }
       if (end < 0 || end > end_sample_) break;
       first_sample_ = end;
