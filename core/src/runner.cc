@@ -216,8 +216,9 @@ class Run {
         series_.add_scalar(name, std::chrono::duration<double>(Clock::now() - start_).count(),
                            value);
       };
-      contexts_.push_back(std::make_unique<Context>(
-          nodes_[i].id, nodes_[i].type, pipeline.settings(), log_, trace_sink, scalar_sink));
+      contexts_.push_back(std::make_unique<Context>(nodes_[i].id, nodes_[i].type,
+                                                    pipeline.settings(), log_, trace_sink,
+                                                    scalar_sink, nodes_[i].on_error));
       if (nodes_[i].inputs.size() > 1) joins_.emplace(i, std::make_unique<Join>(nodes_[i].inputs));
       for (size_t k = 0; k < terminal_out_.size(); ++k) terminal_out_[k].store(0);
     }
@@ -578,13 +579,10 @@ class Run {
         flow::make_edge(flow::output_port<0>(*flow_nodes.stages[i]), *flow_nodes.entry[output]);
       }
     }
-    if (nodes_[0].outputs.empty()) {  // `--stop-after` the source: count and retire
+    if (nodes_[0].outputs.empty()) {  // `--stop-after` the source: retire
+      // The source body's finish_output() already handed the samples out (once).
       flow_nodes.source_sink = std::make_unique<flow::function_node<PacketPtr>>(
           graph, flow::unlimited, [this](const PacketPtr& p) {
-            if (options_.on_output) {
-              std::lock_guard<std::mutex> lock(output_mutex_);
-              for (const auto& sample : p->samples) options_.on_output(sample);
-            }
             retire(*p);
             return flow::continue_msg();
           });

@@ -6,6 +6,7 @@
 //                                           of each finished shard; what a rerun resumes from
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <numeric>
@@ -36,6 +37,16 @@ std::string record_name(int64_t shard_index) {
   char name[32];
   std::snprintf(name, sizeof(name), "shard%06lld.json", static_cast<long long>(shard_index));
   return name;
+}
+
+// The shard index of a record file "shard<digits>.json" (at least 6 digits: an index past 999999,
+// e.g. a shard's first sample id in a large dataset, takes more).
+std::optional<int64_t> record_index(const std::string& name) {
+  if (name.size() < 16 || name.rfind("shard", 0) != 0 ||
+      name.compare(name.size() - 5, 5, ".json") != 0) {
+    return std::nullopt;
+  }
+  return parse_integer<int64_t>(std::string_view(name).substr(5, name.size() - 10));
 }
 
 // What a shard record says of its shard's per-row checksums (values/<name>.__xxh3).
@@ -152,27 +163,61 @@ ArtifactBuilder::ArtifactBuilder(std::string root, json contract, std::string bu
   if (!fs::exists(contract_path)) write_json_atomically(contract_path, contract_);
 }
 
-bool ArtifactBuilder::shard_complete(int64_t shard_index) const {
+std::optional<std::vector<int64_t>> ArtifactBuilder::complete_shard(int64_t shard_index) const {
   try {
     const json record =
         json::parse(internal::read_file(state_dir_ + "/" + record_name(shard_index), "record"));
     const std::string path = staging_dir_ + "/" + internal::shard_file(shard_index);
     struct stat info {};
     // Shards staged before rows carried checksums are written again.
-    return record.at("file") == internal::shard_file(shard_index) &&
-           record.value("row_checksums", "") == kRowChecksums && ::stat(path.c_str(), &info) == 0 &&
-           S_ISREG(info.st_mode) && info.st_size == record.at("bytes").get<int64_t>() &&
-           sha256_file_hex(path) == record.at("sha256").get<std::string>();
+    if (record.at("file") == internal::shard_file(shard_index) &&
+        record.value("row_checksums", "") == kRowChecksums && ::stat(path.c_str(), &info) == 0 &&
+        S_ISREG(info.st_mode) && info.st_size == record.at("bytes").get<int64_t>() &&
+        sha256_file_hex(path) == record.at("sha256").get<std::string>()) {
+      return record.at("sample_ids").get<std::vector<int64_t>>();
+    }
   } catch (const std::exception&) {
-    return false;
+  }
+  return std::nullopt;
+}
+
+void ArtifactBuilder::discard_shards(int64_t first_sample, int64_t end_sample) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(state_dir_)) {
+    const std::optional<int64_t> shard_index = record_index(entry.path().filename().string());
+    if (!shard_index) continue;
+    // A record that does not read as one holds nothing a rerun could keep.
+    bool overlaps = true;
+    try {
+      const json ids =
+          json::parse(internal::read_file(entry.path().string(), "shard record")).at("sample_ids");
+      overlaps = std::any_of(ids.begin(), ids.end(), [&](const json& id) {
+        return !id.is_number_integer() ||
+               (id.get<int64_t>() >= first_sample && id.get<int64_t>() < end_sample);
+      });
+    } catch (const std::exception&) {
+    }
+    if (!overlaps) continue;
+    fs::remove(entry.path(), ec);
+    fs::remove(staging_dir_ + "/" + internal::shard_file(*shard_index), ec);
   }
 }
 
-void ArtifactBuilder::write_shard(int64_t shard_index, const std::vector<int64_t>& sample_ids,
-                                  const std::vector<ValueRows>& values) {
-  const std::string& id = artifact_id_;
-  const std::string file = internal::shard_file(shard_index);
-  const std::string where = id + " shard " + std::to_string(shard_index) + ": ";
+std::map<int64_t, json> ArtifactBuilder::read_records() const {
+  std::map<int64_t, json> records;
+  for (const auto& entry : fs::directory_iterator(state_dir_)) {
+    if (const auto shard_index = record_index(entry.path().filename().string())) {
+      records[*shard_index] = internal::parse_json(
+          internal::read_file(entry.path().string(), "shard record"), entry.path().string());
+    }
+  }
+  return records;
+}
+
+std::vector<const ValueRows*> ArtifactBuilder::check_shard_rows(
+    int64_t shard_index, const std::vector<int64_t>& sample_ids,
+    const std::vector<ValueRows>& values) const {
+  const std::string where = artifact_id_ + " shard " + std::to_string(shard_index) + ": ";
   const int64_t rows = static_cast<int64_t>(sample_ids.size());
   const int64_t sample_count = contract_["sample_count"].get<int64_t>();
   if (shard_index < 0 || rows == 0) {
@@ -215,59 +260,70 @@ void ArtifactBuilder::write_shard(int64_t shard_index, const std::vector<int64_t
                        std::to_string(static_cast<size_t>(units) * value.unit_bytes()));
     }
   }
+  return rows_by_value;
+}
 
+void ArtifactBuilder::write_shard_file(const std::string& path,
+                                       const std::vector<int64_t>& sample_ids,
+                                       const std::vector<const ValueRows*>& rows_by_value) const {
+  const int64_t rows = static_cast<int64_t>(sample_ids.size());
+  // Thread-safe HDF5 keeps an error stack, and its printing setting, per thread.
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  Handle h5(check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "create", path),
+            H5Fclose);
+  write_int_attribute(h5.get(), "schema_version", kSchemaVersion, path);
+  write_string_attribute(h5.get(), "artifact_id", artifact_id_, path);
+  write_string_attribute(h5.get(), "build_id", build_id_, path);
+  write_string_attribute(h5.get(), "key_codec", std::string(kKeyCodec), path);
+  write_dataset(h5.get(), "sample_ids", H5T_STD_I64LE, H5T_NATIVE_INT64,
+                {static_cast<hsize_t>(rows)}, sample_ids.data(), path);
+  Handle group(check(H5Gcreate2(h5.get(), "values", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                     "create group", path, "values"),
+               H5Gclose);
+  for (size_t v = 0; v < values_.size(); ++v) {
+    const ValueSchema& value = values_[v];
+    const ValueRows& given = *rows_by_value[v];
+    std::vector<hsize_t> dims{static_cast<hsize_t>(rows)};
+    if (value.ragged()) {
+      std::vector<int64_t> offsets{0};
+      for (int64_t length : given.lengths) offsets.push_back(offsets.back() + length);
+      dims[0] = static_cast<hsize_t>(offsets.back());
+      write_dataset(group.get(), value.name + ".__offsets", H5T_STD_I64LE, H5T_NATIVE_INT64,
+                    {static_cast<hsize_t>(rows + 1)}, offsets.data(), path);
+    }
+    for (size_t d = value.ragged() ? 1 : 0; d < value.shape.size(); ++d) {
+      dims.push_back(static_cast<hsize_t>(value.shape[d]));
+    }
+    write_value_dataset(group.get(), value, dims, given.data, path);
+    std::vector<uint64_t> checksums;
+    const auto* bytes = static_cast<const char*>(given.data);
+    for (int64_t row = 0; row < rows; ++row) {
+      const size_t row_bytes =
+          value.unit_bytes() * static_cast<size_t>(value.ragged() ? given.lengths[row] : 1);
+      checksums.push_back(row_checksum(sample_ids[row], bytes, row_bytes));
+      bytes += row_bytes;
+    }
+    write_dataset(group.get(), value.name + ".__xxh3", H5T_STD_U64LE, H5T_NATIVE_UINT64,
+                  {static_cast<hsize_t>(rows)}, checksums.data(), path);
+  }
+}
+
+void ArtifactBuilder::write_shard(int64_t shard_index, const std::vector<int64_t>& sample_ids,
+                                  const std::vector<ValueRows>& values) {
+  const std::vector<const ValueRows*> rows_by_value =
+      check_shard_rows(shard_index, sample_ids, values);
+  const std::string file = internal::shard_file(shard_index);
   std::error_code ec;
   fs::remove(state_dir_ + "/" + record_name(shard_index), ec);
   AtomicFile shard_file(staging_dir_ + "/" + file);
   const std::string& temporary = shard_file.temporary();
-  // Thread-safe HDF5 keeps an error stack, and its printing setting, per thread.
-  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  {
-    Handle h5(check(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "create",
-                    temporary),
-              H5Fclose);
-    write_int_attribute(h5.get(), "schema_version", kSchemaVersion, temporary);
-    write_string_attribute(h5.get(), "artifact_id", id, temporary);
-    write_string_attribute(h5.get(), "build_id", build_id_, temporary);
-    write_string_attribute(h5.get(), "key_codec", std::string(kKeyCodec), temporary);
-    write_dataset(h5.get(), "sample_ids", H5T_STD_I64LE, H5T_NATIVE_INT64,
-                  {static_cast<hsize_t>(rows)}, sample_ids.data(), temporary);
-    Handle group(check(H5Gcreate2(h5.get(), "values", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                       "create group", temporary, "values"),
-                 H5Gclose);
-    for (size_t v = 0; v < values_.size(); ++v) {
-      const ValueSchema& value = values_[v];
-      const ValueRows& given = *rows_by_value[v];
-      std::vector<hsize_t> dims{static_cast<hsize_t>(rows)};
-      if (value.ragged()) {
-        std::vector<int64_t> offsets{0};
-        for (int64_t length : given.lengths) offsets.push_back(offsets.back() + length);
-        dims[0] = static_cast<hsize_t>(offsets.back());
-        write_dataset(group.get(), value.name + ".__offsets", H5T_STD_I64LE, H5T_NATIVE_INT64,
-                      {static_cast<hsize_t>(rows + 1)}, offsets.data(), temporary);
-      }
-      for (size_t d = value.ragged() ? 1 : 0; d < value.shape.size(); ++d) {
-        dims.push_back(static_cast<hsize_t>(value.shape[d]));
-      }
-      write_value_dataset(group.get(), value, dims, given.data, temporary);
-      std::vector<uint64_t> checksums;
-      const auto* bytes = static_cast<const char*>(given.data);
-      for (int64_t row = 0; row < rows; ++row) {
-        const size_t row_bytes =
-            value.unit_bytes() * static_cast<size_t>(value.ragged() ? given.lengths[row] : 1);
-        checksums.push_back(row_checksum(sample_ids[row], bytes, row_bytes));
-        bytes += row_bytes;
-      }
-      write_dataset(group.get(), value.name + ".__xxh3", H5T_STD_U64LE, H5T_NATIVE_UINT64,
-                    {static_cast<hsize_t>(rows)}, checksums.data(), temporary);
-    }
-  }
+  write_shard_file(temporary, sample_ids, rows_by_value);
   const std::string sha256 = sha256_file_hex(temporary);
   const int64_t bytes = static_cast<int64_t>(fs::file_size(temporary));
   shard_file.publish();
   write_json_atomically(state_dir_ + "/" + record_name(shard_index),
                         {{"file", file},
-                         {"rows", rows},
+                         {"rows", static_cast<int64_t>(sample_ids.size())},
                          {"bytes", bytes},
                          {"sha256", sha256},
                          {"row_checksums", kRowChecksums},
@@ -288,30 +344,27 @@ PublishResult ArtifactBuilder::publish(bool overwrite) {
 }
 
 PublishResult ArtifactBuilder::publish_staged(bool overwrite) {
-  const std::string& id = artifact_id_;
-  check_write_target(root_, {id}, overwrite);
-
+  check_write_target(root_, {artifact_id_}, overwrite);
   // Shards by index, from their records; a shard file without a record never finished.
-  std::map<int64_t, json> records;
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(state_dir_)) {
-    const std::string name = entry.path().filename().string();
-    if (name.size() != 16 || name.rfind("shard", 0) != 0 || entry.path().extension() != ".json") {
-      continue;
-    }
-    if (const auto shard_index = parse_integer<int64_t>(std::string_view(name).substr(5, 6))) {
-      records[*shard_index] = internal::parse_json(
-          internal::read_file(entry.path().string(), "shard record"), entry.path().string());
-    }
-  }
+  const std::map<int64_t, json> records = read_records();
   std::set<std::string> recorded_files;
   for (const auto& [shard_index, record] : records) {
     recorded_files.insert(staging_dir_ + "/" + record.at("file").get<std::string>());
   }
+  std::error_code ec;
   for (const auto& entry : fs::directory_iterator(staging_dir_ + "/shards")) {
     if (!recorded_files.count(entry.path().string())) fs::remove(entry.path(), ec);
   }
+  const StagedBuild build = write_index_and_manifest(records);
+  const std::string build_dir = move_into_catalog(build.manifest_text, overwrite);
+  remove_staging_leftovers();
+  return {artifact_id_, build_id_,  build_dir, contract_["sample_count"].get<int64_t>(),
+          build.shards, build.bytes};
+}
 
+ArtifactBuilder::StagedBuild ArtifactBuilder::write_index_and_manifest(
+    const std::map<int64_t, json>& records) const {
+  const std::string& id = artifact_id_;
   json entries = json::object();
   json shards = json::array();
   std::vector<int64_t> ids;
@@ -348,10 +401,16 @@ PublishResult ArtifactBuilder::publish_staged(bool overwrite) {
                          {"index_sha256", sha256_hex(index_text)},
                          {"shards", shards}};
   const std::string manifest_path = staging_dir_ + "/manifest.json";
-  const std::string manifest_text = write_json_atomically(manifest_path, manifest);
+  StagedBuild staged{write_json_atomically(manifest_path, manifest)};
   const internal::CheckedBuild build = internal::check_build(
       staging_dir_, manifest_path, manifest, id, &contract_, {ValidationMode::kFull, false});
+  staged.shards = static_cast<int64_t>(build.shards.size());
+  for (const internal::ShardRecord& shard : build.shards) staged.bytes += shard.bytes;
+  return staged;
+}
 
+std::string ArtifactBuilder::move_into_catalog(const std::string& manifest_text, bool overwrite) {
+  const std::string& id = artifact_id_;
   const std::string relative_dir = "artifacts/" + id + "/builds/" + build_id_;
   const std::string build_dir = root_ + "/" + relative_dir;
   const std::string replaced = root_ + "/.tmp/" + build_id_ + "/replaced/" + id;
@@ -362,41 +421,38 @@ PublishResult ArtifactBuilder::publish_staged(bool overwrite) {
     throw CacheError(std::string(e.what()) + ". " + id + " stays staged in " + staging_dir_ +
                      ": the same command publishes it then, without encoding again");
   }
-  {
-    // Another publisher may have got here first.
-    check_write_target(root_, {id}, overwrite);
-    // Past that check, a build directory of this id is either the published one being
-    // overwritten or the orphan of a publish interrupted before its catalog update.
-    if (fs::exists(build_dir)) {
-      fs::create_directories(fs::path(replaced).parent_path());
-      fs::remove_all(replaced, ec);
-      fs::rename(build_dir, replaced);
-    }
-    fs::create_directories(fs::path(build_dir).parent_path());
-    fs::rename(staging_dir_, build_dir);
-    sync_path(fs::path(build_dir).parent_path().string());
-    json catalog = internal::load_catalog_or_empty(root_);
-    catalog["artifacts"][id] = {{"backend", kBackend},
-                                {"build_id", build_id_},
-                                {"manifest", relative_dir + "/manifest.json"},
-                                {"manifest_sha256", sha256_hex(manifest_text)}};
-    write_json_atomically(internal::catalog_path(root_), catalog);
+  // Another publisher may have got here first.
+  check_write_target(root_, {id}, overwrite);
+  // Past that check, a build directory of this id is either the published one being
+  // overwritten or the orphan of a publish interrupted before its catalog update.
+  std::error_code ec;
+  if (fs::exists(build_dir)) {
+    fs::create_directories(fs::path(replaced).parent_path());
+    fs::remove_all(replaced, ec);
+    fs::rename(build_dir, replaced);
   }
-  lock.reset();
+  fs::create_directories(fs::path(build_dir).parent_path());
+  fs::rename(staging_dir_, build_dir);
+  sync_path(fs::path(build_dir).parent_path().string());
+  json catalog = internal::load_catalog_or_empty(root_);
+  catalog["artifacts"][id] = {{"backend", kBackend},
+                              {"build_id", build_id_},
+                              {"manifest", relative_dir + "/manifest.json"},
+                              {"manifest_sha256", sha256_hex(manifest_text)}};
+  write_json_atomically(internal::catalog_path(root_), catalog);
+  return build_dir;
+}
 
-  fs::remove_all(state_dir_, ec);
-  fs::remove_all(replaced, ec);
-  // Other artifacts of the same build id may still be staging: remove only what is now empty.
+void ArtifactBuilder::remove_staging_leftovers() {
+  std::error_code ec;
   const std::string build_root = root_ + "/.tmp/" + build_id_;
+  fs::remove_all(state_dir_, ec);
+  fs::remove_all(build_root + "/replaced/" + artifact_id_, ec);
+  // Other artifacts of the same build id may still be staging: remove only what is now empty.
   for (const std::string& directory : {build_root + "/replaced", build_root + "/state",
                                        build_root + "/artifacts", build_root, root_ + "/.tmp"}) {
     fs::remove(directory, ec);
   }
-
-  PublishResult result{
-      id, build_id_, build_dir, sample_count, static_cast<int64_t>(build.shards.size()), 0};
-  for (const internal::ShardRecord& shard : build.shards) result.bytes += shard.bytes;
-  return result;
 }
 
 }  // namespace wam::cache

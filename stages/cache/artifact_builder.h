@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,8 +65,14 @@ class ArtifactBuilder {
   const std::vector<ValueSchema>& values() const { return values_; }
   const std::string& staging_dir() const { return staging_dir_; }
 
-  // The shard file exists and its SHA-256 equals the one recorded when it was written.
-  bool shard_complete(int64_t shard_index) const;
+  // The sample ids its record lists, when shard `shard_index` is complete: its file exists and
+  // its SHA-256 equals the one recorded when it was written.
+  std::optional<std::vector<int64_t>> complete_shard(int64_t shard_index) const;
+  bool shard_complete(int64_t shard_index) const { return complete_shard(shard_index).has_value(); }
+  // Removes the staged shards (record and file) holding a sample id in [first_sample,
+  // end_sample): what an earlier run wrote past the point where a rerun resumes, whose bounds
+  // need not be the rerun's (`cache generate` also closes shards on time).
+  void discard_shards(int64_t first_sample, int64_t end_sample);
   // Writes shards/shard<index>.h5 (through wam::AtomicFile), then its checksum record. May be
   // called from several threads at once for different shard indices.
   void write_shard(int64_t shard_index, const std::vector<int64_t>& sample_ids,
@@ -77,7 +85,26 @@ class ArtifactBuilder {
   PublishResult publish(bool overwrite);
 
  private:
+  // Each staged shard's record, by shard index.
+  std::map<int64_t, nlohmann::json> read_records() const;
+  // The rows given for each value of the contract, in its order, after checking them.
+  std::vector<const ValueRows*> check_shard_rows(int64_t shard_index,
+                                                 const std::vector<int64_t>& sample_ids,
+                                                 const std::vector<ValueRows>& values) const;
+  void write_shard_file(const std::string& path, const std::vector<int64_t>& sample_ids,
+                        const std::vector<const ValueRows*>& rows_by_value) const;
   PublishResult publish_staged(bool overwrite);
+  struct StagedBuild {
+    std::string manifest_text;
+    int64_t shards = 0, bytes = 0;
+  };
+  // index.json and manifest.json of the recorded shards, then the staged build checked in full.
+  StagedBuild write_index_and_manifest(const std::map<int64_t, nlohmann::json>& records) const;
+  // Under the catalog lock: the staged build renamed to artifacts/<id>/builds/<build_id> (a
+  // published one of that id set aside) and catalog.json pointed at it. Returns the build's
+  // directory.
+  std::string move_into_catalog(const std::string& manifest_text, bool overwrite);
+  void remove_staging_leftovers();
 
   std::string root_;
   nlohmann::json contract_;

@@ -109,9 +109,15 @@ class CacheCommand final : public Command {
         ->check(at_least(0));
     generate_
         ->add_option("--shard-size", generate_options_.shard_size,
-                     "Samples per HDF5 shard (the unit of resume)")
+                     "Samples per HDF5 shard at most (the unit of resume)")
         ->capture_default_str()
         ->check(at_least(1));
+    generate_
+        ->add_option("--shard-seconds", generate_options_.shard_seconds,
+                     "Close a shard early once it holds this many seconds of work, so that an "
+                     "interruption loses at most that much (0: after every batch)")
+        ->capture_default_str()
+        ->check(at_least(0));
     generate_
         ->add_option("--batch-size", generate_options_.batch_size,
                      "Samples per encoder call (default: the pipeline's batch_size)")

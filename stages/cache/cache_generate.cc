@@ -1,15 +1,16 @@
 // generate's graph is made from the lookup node's params; shards are contiguous sample id
-// ranges, and the staging build is named by its contract, so a rerun after an interruption
-// resumes at the first shard that was not written and checksummed.
+// ranges named by their first sample id, closed after shard_size samples or shard_seconds of work,
+// and the staging build is named by its contract, so a rerun after an interruption resumes after
+// the last shard that was written and checksummed.
 //
 // Under a launcher (common/distributed.h) the ranks share the staging build, which must lie on a
-// file system every rank sees: rank 0 creates it, each rank encodes a contiguous block of whole
-// shards (a sample id range, so the shards are the ones a single process writes; a block boundary
-// may cut an episode) and writes them, then rank 0 merges, validates and publishes. After each
-// phase the ranks agree on success with an all-reduce: a rank that failed leaves its message in
-// the rendezvous store and every rank fails naming it; a rank that died or hangs fails the others'
-// all-reduce (at the latest after WAM_DIST_TIMEOUT_S). Nothing is published unless every rank
-// wrote its block.
+// file system every rank sees: rank 0 creates it, each rank encodes a contiguous block of
+// shard_size shards (a sample id range; a block boundary may cut an episode) and writes them,
+// then rank 0 merges, validates and publishes; the shards are the ones a single process writes
+// unless some close on time. After each phase the ranks agree on success with an all-reduce: a
+// rank that failed leaves its message in the rendezvous store and every rank fails naming it; a
+// rank that died or hangs fails the others' all-reduce (at the latest after WAM_DIST_TIMEOUT_S).
+// Nothing is published unless every rank wrote its block.
 #include "cache/cache_generate.h"
 
 #include <algorithm>
@@ -188,210 +189,277 @@ void check_latent(const at::Tensor& latent, const ValueSchema& schema,
   }
 }
 
-}  // namespace
+// The encoded rows, arriving in sample id order, cut into shards of at most `shard_size` samples
+// or `shard_seconds` of work, whichever comes first (docs/RELIABILITY.md, "Signals"), each written
+// by every builder. A shard is named by its first sample id, so a rerun finds it whatever its size
+// and whichever rank wrote it.
+class ShardWriter {
+ public:
+  ShardWriter(const std::vector<std::unique_ptr<ArtifactBuilder>>& builders,
+              const std::vector<std::string>& fields, const GenerateOptions& options,
+              int64_t first_sample, int64_t end_sample)
+      : builders_(builders),
+        fields_(fields),
+        shard_size_(options.shard_size),
+        shard_seconds_(options.shard_seconds),
+        end_sample_(end_sample),
+        pending_(builders.size()),
+        done_(first_sample),
+        written_end_(first_sample),
+        shard_began_(Clock::now()) {}
 
-GenerateResult generate_cache(const GenerateOptions& options) {
-  const Clock::time_point start = Clock::now();
-  dist::World& world = dist::World::get();
-  GenerateResult result;
-  result.rank = world.rank();
-  result.world_size = world.size();
-  std::optional<ValidatedPipeline> loaded;
-  const CacheNode* cache_node = nullptr;
-  CacheNode found;
-  std::vector<std::string> fields;
-  CacheSpec spec;
-  DatasetFingerprint dataset;
-  bool vae = false, vlm = false;
-  std::optional<BuildLock> build_lock;  // rank 0's, for the whole run
-  std::vector<std::unique_ptr<ArtifactBuilder>> builders;
-  std::vector<std::string> builder_fields;
-  auto make_builders = [&] {
-    for (const auto& field : fields) {
-      const nlohmann::json contract = artifact_contract(field, spec, dataset, result.samples);
-      builders.push_back(std::make_unique<ArtifactBuilder>(
-          result.root, contract, build_id_of(contract, options.shard_size)));
-      builder_fields.push_back(field);
-      (field_info(field).vae ? vae : vlm) = true;
+  // The samples of one encoder batch; writes every shard they fill or whose time is up.
+  void add_batch(const Sample& batch) {
+    static const std::map<std::string, std::string> kLatentOf = {
+        {"current", "video_latents"},
+        {"memory_anchor", "memory_video_anchor_latents"},
+        {"memory_recent", "memory_video_recent_latents"}};
+    const at::Tensor ids = batch.tensor("sample_id").to(at::kCPU);
+    std::vector<at::Tensor> outputs(builders_.size()), masks(builders_.size());
+    for (size_t b = 0; b < builders_.size(); ++b) {
+      if (fields_[b] == "vlm") {
+        outputs[b] = batch.tensor("vlm_context").to(at::kCPU);
+        masks[b] = batch.tensor("vlm_mask").to(at::kCPU);
+      } else {
+        outputs[b] = batch.tensor(kLatentOf.at(fields_[b])).to(at::kCPU);
+      }
     }
-  };
+    for (int64_t r = 0; r < ids.size(0); ++r) {
+      add_row(ids[r].item<int64_t>(), outputs, masks, r);
+      if (static_cast<int64_t>(pending_ids_.size()) == shard_size_ || done_ == end_sample_) {
+        flush();
+      }
+    }
+    // The rows of a batch arrive together: the time is checked once they are in.
+    if (!pending_ids_.empty() &&
+        std::chrono::duration<double>(Clock::now() - shard_began_).count() >= shard_seconds_) {
+      flush();
+    }
+  }
+
+  int64_t done() const { return done_; }                // the next sample id expected
+  int64_t written_end() const { return written_end_; }  // the end of the last shard written
+
+ private:
+  void add_row(int64_t id, const std::vector<at::Tensor>& outputs,
+               const std::vector<at::Tensor>& masks, int64_t r) {
+    if (id != done_) {
+      throw Error("cache generate: sample " + std::to_string(id) + " arrived where sample " +
+                  std::to_string(done_) +
+                  " was expected; the generation graph must keep sample id order");
+    }
+    pending_ids_.push_back(id);
+    for (size_t b = 0; b < builders_.size(); ++b) {
+      if (fields_[b] == "vlm") {
+        auto [context, mask] = crop_vlm_row(outputs[b][r], masks[b][r]);
+        pending_[b].context.push_back(std::move(context));
+        pending_[b].mask.push_back(std::move(mask));
+      } else {
+        at::Tensor latent = outputs[b][r].contiguous();
+        check_latent(latent, builders_[b]->values()[0], builders_[b]->artifact_id());
+        pending_[b].rows.push_back(std::move(latent));
+      }
+    }
+    ++done_;
+  }
+
+  void flush() {
+    for (size_t b = 0; b < builders_.size(); ++b) {
+      PendingRows& rows = pending_[b];
+      std::vector<ValueRows> values;
+      at::Tensor block, context, mask;
+      if (fields_[b] == "vlm") {
+        context = at::cat(rows.context).contiguous();
+        mask = at::cat(rows.mask).contiguous();
+        ValueRows context_rows{"context", context.data_ptr(), context.nbytes(), {}};
+        for (const at::Tensor& row : rows.context) context_rows.lengths.push_back(row.size(0));
+        ValueRows mask_rows{"mask", mask.data_ptr(), mask.nbytes(), context_rows.lengths};
+        values = {context_rows, mask_rows};
+      } else {
+        block = at::stack(rows.rows).contiguous();
+        values = {{"latent", block.data_ptr(), block.nbytes(), {}}};
+      }
+      builders_[b]->write_shard(pending_ids_.front(), pending_ids_, values);
+      rows = PendingRows{};
+    }
+    dist::test_exit_point("cache_shard");
+    pending_ids_.clear();
+    written_end_ = done_;
+    shard_began_ = Clock::now();
+  }
+
+  const std::vector<std::unique_ptr<ArtifactBuilder>>& builders_;
+  const std::vector<std::string>& fields_;
+  const int64_t shard_size_;
+  const double shard_seconds_;
+  const int64_t end_sample_;
+  std::vector<PendingRows> pending_;
+  std::vector<int64_t> pending_ids_;
+  int64_t done_, written_end_;
+  Clock::time_point shard_began_;
+};
+
+// The end of a staged shard's samples when they are [first, end) in order, else -1.
+int64_t contiguous_end(const std::optional<std::vector<int64_t>>& ids, int64_t first) {
+  if (!ids || ids->empty()) return -1;
+  for (size_t i = 0; i < ids->size(); ++i) {
+    if ((*ids)[i] != first + static_cast<int64_t>(i)) return -1;
+  }
+  return first + static_cast<int64_t>(ids->size());
+}
+
+// One `cache generate`: prepare (load, check, stage), resume, encode, publish. Under a launcher
+// each phase ends with the ranks agreeing that every one of them succeeded.
+class Generation {
+ public:
+  explicit Generation(const GenerateOptions& options)
+      : options_(options), world_(dist::World::get()) {
+    result_.rank = world_.rank();
+    result_.world_size = world_.size();
+  }
+
+  GenerateResult run() {
+    const Clock::time_point start = Clock::now();
+    if (!world_.distributed()) {
+      prepare();
+      resume();
+      encode();
+      publish();
+    } else {
+      on_every_rank(world_, "the preparation", [&] { prepare(); });
+      on_every_rank(world_, "opening the staging build", [&] {
+        if (world_.rank() != 0) make_builders();
+        resume();
+      });
+      on_every_rank(world_, "encoding", [&] { encode(); });
+      on_every_rank(world_, "publishing", [&] { publish(); });
+    }
+    result_.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    return result_;
+  }
+
+ private:
   // Every rank checks the request; rank 0 then creates (or resumes) the staging build, which the
   // other ranks open once it exists.
-  auto prepare = [&] {
-    loaded.emplace(load_pipeline(options.pipeline, {options.overrides}));
-    found = find_cache_node(*loaded);
-    cache_node = &found;
-    fields = parse_field_selection(options.fields.empty() ? cache_node->reader->cache_fields()
-                                                          : options.fields);
-    spec = cache_node->reader->cache_spec(loaded->settings());
-    result.root = cache_node->reader->cache_root();
-    if (world.rank() == 0) build_lock.emplace(result.root);
+  void prepare() {
+    pipeline_.emplace(load_pipeline(options_.pipeline, {options_.overrides}));
+    const CacheNode cache_node = find_cache_node(*pipeline_);
+    fields_ = parse_field_selection(options_.fields.empty() ? cache_node.reader->cache_fields()
+                                                            : options_.fields);
+    spec_ = cache_node.reader->cache_spec(pipeline_->settings());
+    result_.root = cache_node.reader->cache_root();
+    if (world_.rank() == 0) build_lock_.emplace(result_.root);
     std::vector<std::string> artifact_ids;
-    for (const auto& field : fields) artifact_ids.push_back(field_info(field).artifact_id);
-    check_write_target(result.root, artifact_ids, options.overwrite);
-    dataset = fingerprint_dataset(spec.sampler.dataset_dirs);
-    result.samples = options.max_samples > 0 ? std::min(options.max_samples, dataset.sample_count)
-                                             : dataset.sample_count;
-    if (world.rank() == 0) make_builders();
-  };
-  if (!world.distributed()) {
-    prepare();
-  } else {
-    on_every_rank(world, "the preparation", prepare);
-    on_every_rank(world, "opening the staging build", [&] {
-      if (world.rank() != 0) make_builders();
-    });
-  }
-  const ValidatedPipeline& pipeline = *loaded;
-
-  // Shards are contiguous sample id ranges; each rank takes a contiguous block of them and
-  // resumes at the first one of its block that some artifact lacks.
-  const int64_t shard_size = options.shard_size;
-  const int64_t shard_count = (result.samples + shard_size - 1) / shard_size;
-  const int64_t block_begin = shard_count * world.rank() / world.size();
-  const int64_t block_end = shard_count * (world.rank() + 1) / world.size();
-  result.shard_begin = block_begin;
-  result.shard_end = block_end;
-  int64_t first_missing = block_begin;
-  while (first_missing < block_end &&
-         std::all_of(builders.begin(), builders.end(),
-                     [&](const auto& b) { return b->shard_complete(first_missing); })) {
-    ++first_missing;
-  }
-  result.shards_resumed = first_missing - block_begin;
-  const int64_t first_sample = first_missing * shard_size;
-  const int64_t end_sample = std::min(block_end * shard_size, result.samples);
-  if (result.shards_resumed > 0 && options.on_resume) {
-    options.on_resume(first_sample, result.shards_resumed);
+    for (const auto& field : fields_) artifact_ids.push_back(field_info(field).artifact_id);
+    check_write_target(result_.root, artifact_ids, options_.overwrite);
+    dataset_ = fingerprint_dataset(spec_.sampler.dataset_dirs);
+    result_.samples = options_.max_samples > 0
+                          ? std::min(options_.max_samples, dataset_.sample_count)
+                          : dataset_.sample_count;
+    if (world_.rank() == 0) make_builders();
   }
 
-  auto encode = [&] {
-    if (first_sample < end_sample) {
-      const int64_t batch_size =
-          options.batch_size > 0 ? options.batch_size : pipeline.settings().batch_size;
-      const PipelineConfig config =
-          generation_graph(pipeline, spec, vae, vlm, end_sample, batch_size);
-      ValidatedPipeline graph = ValidatedPipeline::from_config(config, StageRegistry::builtin());
-      graph.find("sampler")->source().restore({{"epoch", 0}, {"position", first_sample}});
-
-      std::vector<PendingRows> pending(builders.size());
-      std::vector<int64_t> pending_ids;
-      int64_t next_shard = first_missing;
-      auto flush_shard = [&] {
-        for (size_t b = 0; b < builders.size(); ++b) {
-          PendingRows& rows = pending[b];
-          std::vector<ValueRows> values;
-          at::Tensor block, context, mask;
-          if (builder_fields[b] == "vlm") {
-            context = at::cat(rows.context).contiguous();
-            mask = at::cat(rows.mask).contiguous();
-            ValueRows context_rows{"context", context.data_ptr(), context.nbytes(), {}};
-            for (const at::Tensor& row : rows.context) context_rows.lengths.push_back(row.size(0));
-            ValueRows mask_rows{"mask", mask.data_ptr(), mask.nbytes(), context_rows.lengths};
-            values = {context_rows, mask_rows};
-          } else {
-            block = at::stack(rows.rows).contiguous();
-            values = {{"latent", block.data_ptr(), block.nbytes(), {}}};
-          }
-          if (!builders[b]->shard_complete(next_shard)) {
-            builders[b]->write_shard(next_shard, pending_ids, values);
-          }
-          rows = PendingRows{};
-        }
-        dist::test_exit_point("cache_shard");
-        pending_ids.clear();
-        ++next_shard;
-      };
-      static const std::map<std::string, std::string> kLatentOf = {
-          {"current", "video_latents"},
-          {"memory_anchor", "memory_video_anchor_latents"},
-          {"memory_recent", "memory_video_recent_latents"}};
-      int64_t done = first_sample;
-      RunOptions run_options;
-      run_options.on_output = [&](const Sample& batch) {
-        const at::Tensor ids = batch.tensor("sample_id").to(at::kCPU);
-        const int64_t rows = ids.size(0);
-        std::vector<at::Tensor> outputs(builders.size()), masks(builders.size());
-        for (size_t b = 0; b < builders.size(); ++b) {
-          if (builder_fields[b] == "vlm") {
-            outputs[b] = batch.tensor("vlm_context").to(at::kCPU);
-            masks[b] = batch.tensor("vlm_mask").to(at::kCPU);
-          } else {
-            outputs[b] = batch.tensor(kLatentOf.at(builder_fields[b])).to(at::kCPU);
-          }
-        }
-        for (int64_t r = 0; r < rows; ++r) {
-          const int64_t id = ids[r].item<int64_t>();
-          if (id != done) {
-            throw Error("cache generate: sample " + std::to_string(id) + " arrived where sample " +
-                        std::to_string(done) +
-                        " was expected; the generation graph must keep "
-                        "sample id order");
-          }
-          pending_ids.push_back(id);
-          for (size_t b = 0; b < builders.size(); ++b) {
-            if (builder_fields[b] == "vlm") {
-              auto [context, mask] = crop_vlm_row(outputs[b][r], masks[b][r]);
-              pending[b].context.push_back(std::move(context));
-              pending[b].mask.push_back(std::move(mask));
-            } else {
-              at::Tensor latent = outputs[b][r].contiguous();
-              check_latent(latent, builders[b]->values()[0], builders[b]->artifact_id());
-              pending[b].rows.push_back(std::move(latent));
-            }
-          }
-          ++done;
-          if (static_cast<int64_t>(pending_ids.size()) == shard_size || done == end_sample) {
-            flush_shard();
-          }
-        }
-        if (options.on_progress) {
-          options.on_progress(done - block_begin * shard_size,
-                              end_sample - std::min(block_begin * shard_size, end_sample));
-        }
-      };
-      run_options.interrupt = options.interrupt;
-      RunResult run = run_pipeline(graph, run_options);
-      if (run.error) throw *run.error;
-      if (run.stats.stop_reason == "interrupted" && done != end_sample) {
-        // The shard being filled is dropped: shards are whole sample id ranges, the unit of
-        // resume.
-        result.interrupted = true;
-        result.samples_kept =
-            std::min(next_shard * shard_size, end_sample) - block_begin * shard_size;
-        result.samples_encoded = std::min(next_shard * shard_size, end_sample) - first_sample;
-        if (world.distributed()) {
-          throw Error("cache generate: interrupted on rank " + std::to_string(world.rank()) +
-                      " after " + std::to_string(result.samples_kept) +
-                      " samples of its block; the shards written stay staged for a rerun");
-        }
-        return;
-      }
-      if (done != end_sample) {
-        throw Error("cache generate: the data path produced samples up to " + std::to_string(done) +
-                    " of [" + std::to_string(first_sample) + ", " + std::to_string(end_sample) +
-                    ")");
-      }
-      result.samples_encoded = end_sample - first_sample;
+  void make_builders() {
+    for (const auto& field : fields_) {
+      const nlohmann::json contract = artifact_contract(field, spec_, dataset_, result_.samples);
+      builders_.push_back(std::make_unique<ArtifactBuilder>(
+          result_.root, contract, build_id_of(contract, options_.shard_size)));
+      builder_fields_.push_back(field);
+      (field_info(field).vae ? vae_ : vlm_) = true;
     }
-  };
-  if (!world.distributed()) {
-    encode();
-  } else {
-    on_every_rank(world, "encoding", encode);
   }
-  auto publish = [&] {
-    if (world.rank() != 0 || result.interrupted) return;
-    for (auto& builder : builders) result.published.push_back(builder->publish(options.overwrite));
-  };
-  if (!world.distributed()) {
-    publish();
-  } else {
-    on_every_rank(world, "publishing", publish);
+
+  // Each rank takes a contiguous block of shard_size shards and resumes after the shards that
+  // every artifact holds one after the other from the block's start; what lies past them (a shard
+  // only some artifacts wrote, or one of an earlier layout) is discarded.
+  void resume() {
+    const int64_t shard_size = options_.shard_size;
+    const int64_t shard_count = (result_.samples + shard_size - 1) / shard_size;
+    result_.shard_begin = shard_count * world_.rank() / world_.size();
+    result_.shard_end = shard_count * (world_.rank() + 1) / world_.size();
+    block_first_ = std::min(result_.shard_begin * shard_size, result_.samples);
+    end_sample_ = std::min(result_.shard_end * shard_size, result_.samples);
+    first_sample_ = block_first_;
+    while (first_sample_ < end_sample_ && !builders_.empty()) {
+      int64_t end = contiguous_end(builders_[0]->complete_shard(first_sample_), first_sample_);
+      for (size_t b = 1; b < builders_.size() && end >= 0; ++b) {
+        if (contiguous_end(builders_[b]->complete_shard(first_sample_), first_sample_) != end) {
+          end = -1;
+        }
+      }
+      if (end < 0 || end > end_sample_) break;
+      first_sample_ = end;
+      ++result_.shards_resumed;
+    }
+    for (const auto& builder : builders_) builder->discard_shards(first_sample_, end_sample_);
+    if (result_.shards_resumed > 0 && options_.on_resume) {
+      options_.on_resume(first_sample_, result_.shards_resumed);
+    }
   }
-  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return result;
-}
+
+  void encode() {
+    if (first_sample_ >= end_sample_) return;
+    const int64_t batch_size =
+        options_.batch_size > 0 ? options_.batch_size : pipeline_->settings().batch_size;
+    const PipelineConfig config =
+        generation_graph(*pipeline_, spec_, vae_, vlm_, end_sample_, batch_size);
+    ValidatedPipeline graph = ValidatedPipeline::from_config(config, StageRegistry::builtin());
+    graph.find("sampler")->source().restore({{"epoch", 0}, {"position", first_sample_}});
+    ShardWriter writer(builders_, builder_fields_, options_, first_sample_, end_sample_);
+    RunOptions run_options;
+    run_options.on_output = [&](const Sample& batch) {
+      writer.add_batch(batch);
+      if (options_.on_progress) {
+        options_.on_progress(writer.done() - block_first_, end_sample_ - block_first_);
+      }
+    };
+    run_options.interrupt = options_.interrupt;
+    RunResult run = run_pipeline(graph, run_options);
+    if (run.error) throw *run.error;
+    if (run.stats.stop_reason == "interrupted" && writer.done() != end_sample_) {
+      // The shard being filled is dropped: shards are the unit of resume.
+      result_.interrupted = true;
+      result_.samples_kept = writer.written_end() - block_first_;
+      result_.samples_encoded = writer.written_end() - first_sample_;
+      if (world_.distributed()) {
+        throw Error("cache generate: interrupted on rank " + std::to_string(world_.rank()) +
+                    " after " + std::to_string(result_.samples_kept) +
+                    " samples of its block; the shards written stay staged for a rerun");
+      }
+      return;
+    }
+    if (writer.done() != end_sample_) {
+      throw Error("cache generate: the data path produced samples up to " +
+                  std::to_string(writer.done()) + " of [" + std::to_string(first_sample_) + ", " +
+                  std::to_string(end_sample_) + ")");
+    }
+    result_.samples_encoded = end_sample_ - first_sample_;
+  }
+
+  void publish() {
+    if (world_.rank() != 0 || result_.interrupted) return;
+    for (auto& builder : builders_) {
+      result_.published.push_back(builder->publish(options_.overwrite));
+    }
+  }
+
+  const GenerateOptions& options_;
+  dist::World& world_;
+  GenerateResult result_;
+  std::optional<ValidatedPipeline> pipeline_;
+  std::vector<std::string> fields_;
+  CacheSpec spec_;
+  DatasetFingerprint dataset_;
+  bool vae_ = false, vlm_ = false;
+  std::optional<BuildLock> build_lock_;  // rank 0's, for the whole run
+  std::vector<std::unique_ptr<ArtifactBuilder>> builders_;
+  std::vector<std::string> builder_fields_;
+  int64_t block_first_ = 0, first_sample_ = 0, end_sample_ = 0;  // this rank's sample ids
+};
+
+}  // namespace
+
+GenerateResult generate_cache(const GenerateOptions& options) { return Generation(options).run(); }
 
 std::vector<ArtifactReport> validate_pipeline_cache(const std::string& pipeline_file,
                                                     const std::vector<std::string>& overrides,

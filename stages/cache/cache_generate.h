@@ -19,12 +19,16 @@ struct GenerateOptions {
   std::vector<std::string> overrides;
   std::vector<std::string> fields;  // empty: the lookup node's
   int64_t max_samples = 0;          // 0: every sample
-  int64_t shard_size = 64;          // samples per shard, the unit of resume (docs/RELIABILITY.md)
+  int64_t shard_size = 64;          // samples per shard at most, the unit of resume
+  // A shard is also closed once this much time has passed since it began (at the end of the
+  // batch that crosses it), so an interruption loses at most shard_size samples or about this
+  // long of work, whichever is less (docs/RELIABILITY.md, "Signals"). 0: every batch.
+  double shard_seconds = 30;
   int64_t batch_size = 0;           // 0: the pipeline's
   bool overwrite = false;
   std::function<void(int64_t done, int64_t total)> on_progress;
   // Called before encoding when earlier runs wrote this rank's first shards: the first sample id
-  // to encode and the shards skipped.
+  // to encode and the shards kept.
   std::function<void(int64_t first_sample, int64_t shards_resumed)> on_resume;
   // Set by a signal handler: the encoding stops, the shard being filled is discarded, the shards
   // written stay staged for a rerun, and nothing is published.
@@ -34,7 +38,9 @@ struct GenerateOptions {
 struct GenerateResult {
   int rank = 0;  // of world_size processes under a launcher
   int world_size = 1;
-  int64_t shard_begin = 0, shard_end = 0;  // this rank's block of shards
+  // This rank's block: sample ids [shard_begin, shard_end) x shard_size (within `samples`). It
+  // may be written in more shards than that when some close on time.
+  int64_t shard_begin = 0, shard_end = 0;
   std::string root;
   int64_t samples = 0;          // keyspace of this build
   int64_t samples_encoded = 0;  // by this run (resumed shards excluded)

@@ -106,10 +106,8 @@ std::vector<size_t> inspected_episodes(size_t total, int64_t limit) {
   return picked;
 }
 
-}  // namespace
-
-DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
-  const auto ds = LeRobotDataset::open(dir);
+// The dataset's shape as its meta files give it, and the problems opening it found.
+DatasetReport describe_dataset(const LeRobotDataset& ds) {
   const auto& info = ds.info();
   DatasetReport report;
   report.root = ds.root();
@@ -134,88 +132,107 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
     report.stats_source = "meta/stats.json (whole dataset)";
   }
   report.problems = ds.problems();
-  const std::vector<size_t> picked = inspected_episodes(ds.episodes().size(), episode_limit);
-  report.inspected_episodes = static_cast<int64_t>(picked.size());
-  for (const auto& key : info.video_keys()) {
-    CameraReport camera;
-    camera.key = key;
-    std::optional<VideoSummary> first;
-    int64_t missing = 0;
-    std::set<std::string> summarized;
-    std::vector<std::string> camera_problems;
-    for (size_t i : picked) {
-      const EpisodeInfo& episode = ds.episodes()[i];
-      const std::string file = ds.video_file(episode.episode_index, key);
-      if (!std::filesystem::exists(file)) {
-        ++missing;
-        continue;
-      }
-      if (!summarized.insert(file).second) continue;  // v3.0: episodes share an mp4
-      VideoSummary v;
-      try {
-        v = summarize_video(file);
-      } catch (const Error& e) {
-        camera_problems.push_back(e.what());
-        continue;
-      }
-      ++camera.videos;
-      camera.frames += v.frames;
-      if (v.max_gap == 0) {
-        ++camera.single_keyframe_videos;
-      } else {
-        camera.min_keyframe_gap =
-            camera.min_keyframe_gap == 0 ? v.min_gap : std::min(camera.min_keyframe_gap, v.min_gap);
-        camera.max_keyframe_gap = std::max(camera.max_keyframe_gap, v.max_gap);
-      }
-      const Feature* feature = info.feature(key);
-      if (feature && feature->shape.size() == 3 &&
-          (feature->shape[0] != v.height || feature->shape[1] != v.width)) {
-        camera_problems.push_back(file + ": " + std::to_string(v.width) + "x" +
-                                  std::to_string(v.height) + ", but meta/info.json gives " + key +
-                                  " shape " + nlohmann::json(feature->shape).dump() +
-                                  " (height, width, channels)");
-      }
-      // A v3.0 mp4 holds several episodes: its frame count is theirs together.
-      if (!ds.is_v3() && v.frames != episode.length) {
-        camera_problems.push_back(file + ": " + std::to_string(v.frames) +
-                                  " frames, but meta/episodes.jsonl says " +
-                                  std::to_string(episode.length));
-      }
-      if (!first) {
-        first = v;
-      } else if (v.codec != first->codec || v.width != first->width || v.height != first->height) {
-        camera_problems.push_back(file + ": " + v.codec + " " + std::to_string(v.width) + "x" +
-                                  std::to_string(v.height) + ", but the camera's first video is " +
-                                  first->codec + " " + std::to_string(first->width) + "x" +
-                                  std::to_string(first->height));
-      }
-    }
-    if (first) {
-      camera.codec = first->codec;
-      camera.width = first->width;
-      camera.height = first->height;
-      if (missing > 0) {
-        camera_problems.push_back(key + ": " + std::to_string(missing) + " of " +
-                                  std::to_string(picked.size()) +
-                                  " inspected episodes have no video file");
-      }
-    } else {
-      camera.unreadable = !camera_problems.empty();
-    }
-    // A broken dataset repeats the same fault in every episode: keep a few of each camera's.
-    constexpr size_t kShown = 5;
-    for (size_t i = 0; i < std::min(camera_problems.size(), kShown); ++i) {
-      report.problems.push_back(camera_problems[i]);
-    }
-    if (camera_problems.size() > kShown) {
-      report.problems.push_back(key + ": " + std::to_string(camera_problems.size() - kShown) +
-                                " more like these");
-    }
-    report.cameras.push_back(std::move(camera));
+  return report;
+}
+
+// One camera's inspected videos: what they add up to, the first one (which the others must
+// match) and what is wrong with each.
+struct CameraScan {
+  CameraReport camera;
+  std::optional<VideoSummary> first;
+  std::vector<std::string> problems;
+};
+
+// Adds video `v` of `episode` to the scan, checked against meta/info.json's shape, the episode's
+// length and the camera's first video.
+void add_video(const LeRobotDataset& ds, const std::string& key, const EpisodeInfo& episode,
+               const std::string& file, const VideoSummary& v, CameraScan& scan) {
+  CameraReport& camera = scan.camera;
+  ++camera.videos;
+  camera.frames += v.frames;
+  if (v.max_gap == 0) {
+    ++camera.single_keyframe_videos;
+  } else {
+    camera.min_keyframe_gap =
+        camera.min_keyframe_gap == 0 ? v.min_gap : std::min(camera.min_keyframe_gap, v.min_gap);
+    camera.max_keyframe_gap = std::max(camera.max_keyframe_gap, v.max_gap);
   }
-  // A dataset's columns share their quirks: report the first episode's, and every episode's
-  // damage (unreadable columns, non-finite values, timestamps running backwards or irregular),
-  // the first few episodes' in full.
+  const Feature* feature = ds.info().feature(key);
+  if (feature && feature->shape.size() == 3 &&
+      (feature->shape[0] != v.height || feature->shape[1] != v.width)) {
+    scan.problems.push_back(file + ": " + std::to_string(v.width) + "x" + std::to_string(v.height) +
+                            ", but meta/info.json gives " + key + " shape " +
+                            nlohmann::json(feature->shape).dump() + " (height, width, channels)");
+  }
+  // A v3.0 mp4 holds several episodes: its frame count is theirs together.
+  if (!ds.is_v3() && v.frames != episode.length) {
+    scan.problems.push_back(file + ": " + std::to_string(v.frames) +
+                            " frames, but meta/episodes.jsonl says " +
+                            std::to_string(episode.length));
+  }
+  if (!scan.first) {
+    scan.first = v;
+  } else if (v.codec != scan.first->codec || v.width != scan.first->width ||
+             v.height != scan.first->height) {
+    scan.problems.push_back(file + ": " + v.codec + " " + std::to_string(v.width) + "x" +
+                            std::to_string(v.height) + ", but the camera's first video is " +
+                            scan.first->codec + " " + std::to_string(scan.first->width) + "x" +
+                            std::to_string(scan.first->height));
+  }
+}
+
+// Camera `key`'s videos of the picked episodes, read without decoding; its problems, a few of
+// each kind, go to `problems`.
+CameraReport inspect_camera(const LeRobotDataset& ds, const std::string& key,
+                            const std::vector<size_t>& picked, std::vector<std::string>& problems) {
+  CameraScan scan;
+  scan.camera.key = key;
+  int64_t missing = 0;
+  std::set<std::string> summarized;
+  for (size_t i : picked) {
+    const EpisodeInfo& episode = ds.episodes()[i];
+    const std::string file = ds.video_file(episode.episode_index, key);
+    if (!std::filesystem::exists(file)) {
+      ++missing;
+      continue;
+    }
+    if (!summarized.insert(file).second) continue;  // v3.0: episodes share an mp4
+    try {
+      add_video(ds, key, episode, file, summarize_video(file), scan);
+    } catch (const Error& e) {
+      scan.problems.push_back(e.what());
+    }
+  }
+  CameraReport& camera = scan.camera;
+  if (scan.first) {
+    camera.codec = scan.first->codec;
+    camera.width = scan.first->width;
+    camera.height = scan.first->height;
+    if (missing > 0) {
+      scan.problems.push_back(key + ": " + std::to_string(missing) + " of " +
+                              std::to_string(picked.size()) +
+                              " inspected episodes have no video file");
+    }
+  } else {
+    camera.unreadable = !scan.problems.empty();
+  }
+  // A broken dataset repeats the same fault in every episode: keep a few of each camera's.
+  constexpr size_t kShown = 5;
+  for (size_t i = 0; i < std::min(scan.problems.size(), kShown); ++i) {
+    problems.push_back(scan.problems[i]);
+  }
+  if (scan.problems.size() > kShown) {
+    problems.push_back(key + ": " + std::to_string(scan.problems.size() - kShown) +
+                       " more like these");
+  }
+  return std::move(scan.camera);
+}
+
+// A dataset's columns share their quirks: report the first episode's, and every episode's damage
+// (unreadable columns, non-finite values, timestamps running backwards or irregular), the first
+// few episodes' in full.
+void add_column_problems(const LeRobotDataset& ds, const std::vector<size_t>& picked,
+                         std::vector<std::string>& problems) {
   constexpr size_t kShownEpisodes = 5;
   size_t damaged = 0, not_shown = 0;
   for (size_t k = 0; k < picked.size(); ++k) {
@@ -226,12 +243,25 @@ DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
       not_shown += found.size();
       continue;
     }
-    report.problems.insert(report.problems.end(), found.begin(), found.end());
+    problems.insert(problems.end(), found.begin(), found.end());
   }
   if (not_shown > 0) {
-    report.problems.push_back(std::to_string(not_shown) + " more problems like these in " +
-                              std::to_string(damaged - kShownEpisodes) + " more episodes");
+    problems.push_back(std::to_string(not_shown) + " more problems like these in " +
+                       std::to_string(damaged - kShownEpisodes) + " more episodes");
   }
+}
+
+}  // namespace
+
+DatasetReport inspect_dataset(const std::string& dir, int64_t episode_limit) {
+  const auto ds = LeRobotDataset::open(dir);
+  DatasetReport report = describe_dataset(ds);
+  const std::vector<size_t> picked = inspected_episodes(ds.episodes().size(), episode_limit);
+  report.inspected_episodes = static_cast<int64_t>(picked.size());
+  for (const auto& key : ds.info().video_keys()) {
+    report.cameras.push_back(inspect_camera(ds, key, picked, report.problems));
+  }
+  add_column_problems(ds, picked, report.problems);
   return report;
 }
 

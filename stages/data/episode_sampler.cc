@@ -59,8 +59,10 @@ void check_layout(ParamChecker& c, const char* name, const Layout& layout) {
       continue;
     }
     if (r[0] < 0 || r[1] <= r[0]) {
-      c.error(entry, "source range [src_begin, src_end) must be non-empty and start at 0 or "
-                     "later, got " + shown);
+      c.error(entry,
+              "source range [src_begin, src_end) must be non-empty and start at 0 or "
+              "later, got " +
+                  shown);
       continue;
     }
     const int64_t dst_end = r[2] + (r[1] - r[0]);
@@ -218,10 +220,26 @@ struct Episode {
   int64_t global_start = 0;
   std::vector<std::string> video_files;
   std::vector<int64_t> video_frame_offsets;  // per camera: the episode's first frame in its file
-  data::FloatColumn action, state;  // normalised
-  std::vector<int64_t> task_index;  // per frame; empty when the dataset has no such column
+  data::FloatColumn action, state;           // normalised
+  std::vector<int64_t> task_index;           // per frame; empty when the dataset has no such column
   std::string default_task;
+  // Rows holding a NaN or an infinity (on_error skip: the samples touching them are skipped).
+  std::string file;
+  std::vector<data::NonFiniteRow> bad_action, bad_state, bad_timestamp;
 };
+
+// The first of `rows` (sorted) in [begin, end], or null.
+const data::NonFiniteRow* first_bad_row(const std::vector<data::NonFiniteRow>& rows, int64_t begin,
+                                        int64_t end) {
+  auto it = std::lower_bound(rows.begin(), rows.end(), begin,
+                             [](const data::NonFiniteRow& r, int64_t row) { return r.row < row; });
+  return it != rows.end() && it->row <= end ? &*it : nullptr;
+}
+
+// Why training refuses a non-finite value, after "<file>: <which value>".
+constexpr const char* kNeedsFinite =
+    "training needs finite values: fix or drop the episode (`wam-pipeline dataset inspect` lists "
+    "every such episode)";
 
 class EpisodeSampler final : public Source, public DatasetSampler {
  public:
@@ -255,7 +273,7 @@ class EpisodeSampler final : public Source, public DatasetSampler {
   void open(Context& context) override {
     seed_ = static_cast<uint64_t>(context.settings().seed);
     epochs_ = context.settings().epochs;
-    load(data::open_datasets(p_.dataset_dirs));
+    load(data::open_datasets(p_.dataset_dirs), context);
 
     if (p_.world_size < 0) {
       rank_ = dist::launch_env().rank;
@@ -321,8 +339,9 @@ class EpisodeSampler final : public Source, public DatasetSampler {
     }
   }
 
-  void load(const std::vector<data::LeRobotDataset>& datasets) {
+  void load(const std::vector<data::LeRobotDataset>& datasets, Context& context) {
     std::vector<data::FeatureStats> action_parts, state_parts;
+    int64_t bad_episodes = 0;
     for (size_t d = 0; d < datasets.size(); ++d) {
       const auto& ds = datasets[d];
       tasks_.push_back(ds.tasks());
@@ -357,26 +376,21 @@ class EpisodeSampler final : public Source, public DatasetSampler {
           e.video_files.push_back(std::move(segment.file));
         }
         data::EpisodeData columns = ds.read_episode(info.episode_index);
-        const std::string file = ds.data_file(info.episode_index);
+        e.file = ds.data_file(info.episode_index);
         for (const char* key : {"action", "observation.state"}) {
           if (!columns.floats.count(key)) {
-            throw Error(file + ": no \"" + key + "\" column");
-          }
-          // Normalised and served, a NaN or an infinity would train silently.
-          if (const std::string bad =
-                  data::describe_non_finite(key, info.episode_index, columns.floats[key]);
-              !bad.empty()) {
-            throw Error(file + ": " + bad +
-                        "; training needs finite values: fix or drop the episode (`wam-pipeline "
-                        "dataset inspect` lists every such episode)");
+            throw Error(e.file + ": no \"" + key + "\" column");
           }
         }
+        find_non_finite(e, columns, context.on_error());
+        bad_episodes += !e.bad_action.empty() || !e.bad_state.empty() || !e.bad_timestamp.empty();
         e.action = std::move(columns.floats["action"]);
         e.state = std::move(columns.floats["observation.state"]);
-        if (libero_transform()) e.state = libero_ee_rot6d(e.state, file);
+        if (libero_transform()) e.state = libero_ee_rot6d(e.state, e.file);
         if (columns.ints.count("task_index")) e.task_index = std::move(columns.ints["task_index"]);
-        // episode stats describe the raw state: the transformed one's are computed here.
-        if (libero_transform()) state_parts.push_back(data::compute_stats(e.state));
+        // episode stats describe the raw state: the transformed one's are computed here, from
+        // the rows that can be served.
+        if (libero_transform()) state_parts.push_back(data::compute_stats(finite_rows(e.state)));
         total_frames_ += e.length;
         episodes_.push_back(std::move(e));
       }
@@ -405,6 +419,65 @@ class EpisodeSampler final : public Source, public DatasetSampler {
     for (auto& e : episodes_) {
       action_norm.apply(e.action);
       state_norm.apply(e.state);
+    }
+    if (bad_episodes > 0) {
+      context.log("EpisodeSampler: " + std::to_string(bad_episodes) +
+                  " episodes hold NaN or infinite values (on_error: skip): the samples whose "
+                  "windows touch them are skipped and counted");
+    }
+  }
+
+  // Normalised and served, a NaN or an infinity would train silently. With on_error fail the
+  // first one fails the open; with skip, the rows are kept so that make_sample refuses the
+  // samples whose windows touch them (the runtime skips and counts those).
+  static void find_non_finite(Episode& e, const data::EpisodeData& columns, OnError on_error) {
+    const std::pair<const char*, std::vector<data::NonFiniteRow>*> checked[] = {
+        {"action", &e.bad_action},
+        {"observation.state", &e.bad_state},
+        {"timestamp", &e.bad_timestamp}};
+    for (const auto& [key, rows] : checked) {
+      const auto column = columns.floats.find(key);
+      if (column == columns.floats.end()) continue;
+      *rows = data::non_finite_rows(key, e.episode_index, column->second);
+      if (!rows->empty() && on_error == OnError::kFail) {
+        throw Error(e.file + ": " + rows->front().description + "; " + kNeedsFinite);
+      }
+    }
+  }
+
+  // The rows of `column` whose values are all finite.
+  static data::FloatColumn finite_rows(const data::FloatColumn& column) {
+    data::FloatColumn out{0, column.cols, {}};
+    for (int64_t r = 0; r < column.rows; ++r) {
+      const auto row = column.values.begin() + r * column.cols;
+      if (!std::all_of(row, row + column.cols, [](float v) { return std::isfinite(v); })) continue;
+      out.values.insert(out.values.end(), row, row + column.cols);
+      ++out.rows;
+    }
+    return out;
+  }
+
+  // Throws when the sample's window reads a non-finite row: the action and proprio rows
+  // [frame, frame + horizon), clamped, the proprio of the anchor (row 0) and the recent memory
+  // frame, and the timestamps of every video frame it plans.
+  void check_finite(const Episode& e, int64_t sample_id, int64_t frame, int64_t recent,
+                    const nlohmann::json& window) const {
+    if (e.bad_action.empty() && e.bad_state.empty() && e.bad_timestamp.empty()) return;
+    const int64_t rows_end = std::min(frame + p_.num_frames - 2, e.length - 1);
+    const data::NonFiniteRow* bad = first_bad_row(e.bad_action, frame, rows_end);
+    for (int64_t row : {int64_t{0}, recent}) {
+      if (!bad) bad = first_bad_row(e.bad_state, row, row);
+    }
+    if (!bad) bad = first_bad_row(e.bad_state, frame, rows_end);
+    for (int64_t row : {int64_t{0}, recent}) {
+      if (!bad) bad = first_bad_row(e.bad_timestamp, row, row);
+    }
+    for (const auto& index : window) {
+      if (!bad) bad = first_bad_row(e.bad_timestamp, index.get<int64_t>(), index.get<int64_t>());
+    }
+    if (bad) {
+      throw Error(e.file + ": " + bad->description +
+                  ", in the window of sample:" + std::to_string(sample_id) + "; " + kNeedsFinite);
     }
   }
 
@@ -474,6 +547,7 @@ class EpisodeSampler final : public Source, public DatasetSampler {
       window.push_back(std::min(index, last));
       image_is_pad.data_ptr<bool>()[k] = index > last;
     }
+    check_finite(e, sample_id, frame, recent, window);
     nlohmann::json plan = {{"fps", fps_}, {"anchor", 0}, {"recent", recent}, {"window", window}};
     if (std::any_of(e.video_frame_offsets.begin(), e.video_frame_offsets.end(),
                     [](int64_t offset) { return offset != 0; })) {

@@ -162,17 +162,40 @@ std::string format_path(const std::string& pattern, int64_t episode_chunk, int64
   return format_path(pattern, fields);
 }
 
+namespace {
+
+// The first non-finite value at or after flat position `from`, or the column's size.
+size_t next_non_finite(const FloatColumn& column, size_t from) {
+  while (from < column.values.size() && std::isfinite(column.values[from])) ++from;
+  return from;
+}
+
+std::string describe_value(const std::string& key, int64_t episode_index, const FloatColumn& column,
+                           size_t k) {
+  const int64_t cols = std::max<int64_t>(column.cols, 1);
+  return "column \"" + key + "\" of episode " + std::to_string(episode_index) + " holds " +
+         std::to_string(column.values[k]) + " at row " +
+         std::to_string(static_cast<int64_t>(k) / cols) + " (value " +
+         std::to_string(static_cast<int64_t>(k) % cols) + ")";
+}
+
+}  // namespace
+
 std::string describe_non_finite(const std::string& key, int64_t episode_index,
                                 const FloatColumn& column) {
-  for (size_t k = 0; k < column.values.size(); ++k) {
-    if (std::isfinite(column.values[k])) continue;
-    const int64_t cols = std::max<int64_t>(column.cols, 1);
-    return "column \"" + key + "\" of episode " + std::to_string(episode_index) + " holds " +
-           std::to_string(column.values[k]) + " at row " +
-           std::to_string(static_cast<int64_t>(k) / cols) + " (value " +
-           std::to_string(static_cast<int64_t>(k) % cols) + ")";
+  const size_t k = next_non_finite(column, 0);
+  return k < column.values.size() ? describe_value(key, episode_index, column, k) : std::string();
+}
+
+std::vector<NonFiniteRow> non_finite_rows(const std::string& key, int64_t episode_index,
+                                          const FloatColumn& column) {
+  std::vector<NonFiniteRow> rows;
+  const size_t cols = static_cast<size_t>(std::max<int64_t>(column.cols, 1));
+  for (size_t k = next_non_finite(column, 0); k < column.values.size();
+       k = next_non_finite(column, (k / cols + 1) * cols)) {
+    rows.push_back({static_cast<int64_t>(k / cols), describe_value(key, episode_index, column, k)});
   }
-  return {};
+  return rows;
 }
 
 FeatureStats compute_stats(const FloatColumn& column) {

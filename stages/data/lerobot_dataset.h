@@ -100,6 +100,16 @@ struct EpisodeData {
 std::string describe_non_finite(const std::string& key, int64_t episode_index,
                                 const FloatColumn& column);
 
+// A row of a column holding a NaN or an infinity: the row within the episode, and its first such
+// value described as describe_non_finite() does.
+struct NonFiniteRow {
+  int64_t row = 0;
+  std::string description;
+};
+// Every row of the episode's column `key` that holds a NaN or an infinity, in row order.
+std::vector<NonFiniteRow> non_finite_rows(const std::string& key, int64_t episode_index,
+                                          const FloatColumn& column);
+
 // Normalisation statistics of one feature, per dimension.
 struct FeatureStats {
   std::vector<double> min, max, mean, std;

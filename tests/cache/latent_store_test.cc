@@ -1,5 +1,5 @@
-#include "cache/artifact_builder.h"
 #include "cache/latent_store.h"
+#include "cache/artifact_builder.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -278,6 +278,53 @@ TEST(LatentStore, ResumeFindsWrittenShardsAndRejectsACorruptOne) {
   // A staging build of another contract is not resumed.
   ArtifactBuilder other(root, vae_contract(12, "sha256:changed"), "b1");
   EXPECT_FALSE(other.shard_complete(0));
+}
+
+// `cache generate` names a shard by its first sample id and closes shards on time as well as size:
+// shards of 3, 1 and 5 rows (one index past 6 digits), a rerun keeping the first two and
+// discarding the rest, which an earlier layout wrote, before writing its own.
+TEST(LatentStore, ShardsOfVaryingSizesNamedByTheirFirstSampleResumeAndPublish) {
+  TempDir dir;
+  const std::string root = dir.file("cache");
+  const int64_t far = 1234567;  // a first sample id of 7 digits
+  {
+    ArtifactBuilder builder(root, vae_contract(far + 2), "b1");
+    builder.write_shard(0, range(0, 3), fixed_rows(range(0, 3)).rows());
+    builder.write_shard(3, range(3, 4), fixed_rows(range(3, 4)).rows());
+    builder.write_shard(4, range(4, 9), fixed_rows(range(4, 9)).rows());
+    builder.write_shard(far, range(far, far + 2), fixed_rows(range(far, far + 2)).rows());
+  }
+  ArtifactBuilder resumed(root, vae_contract(far + 2), "b1");
+  EXPECT_EQ(resumed.complete_shard(0), range(0, 3));
+  EXPECT_EQ(resumed.complete_shard(3), range(3, 4));
+  EXPECT_EQ(resumed.complete_shard(far), range(far, far + 2));
+  EXPECT_FALSE(resumed.complete_shard(1).has_value());
+  resumed.discard_shards(4, 8);  // shard 4 holds samples 4..8: discarded whole
+  EXPECT_FALSE(resumed.shard_complete(4));
+  EXPECT_FALSE(fs::exists(resumed.staging_dir() + "/shards/shard000004.h5"));
+  EXPECT_TRUE(resumed.shard_complete(3));
+  EXPECT_TRUE(resumed.shard_complete(far));
+  resumed.write_shard(4, range(4, 6), fixed_rows(range(4, 6)).rows());
+  resumed.discard_shards(far, far + 2);
+  EXPECT_FALSE(fs::exists(resumed.staging_dir() + "/shards/shard1234567.h5"));
+  resumed.discard_shards(6, far);
+  EXPECT_EQ(resumed.complete_shard(4), range(4, 6));
+
+  // Sample ids [0, 6): three shards of 3, 1 and 2 rows.
+  ArtifactBuilder small(root, vae_contract(6), "b2");
+  small.write_shard(0, range(0, 3), fixed_rows(range(0, 3)).rows());
+  small.write_shard(3, range(3, 4), fixed_rows(range(3, 4)).rows());
+  small.write_shard(4, range(4, 6), fixed_rows(range(4, 6)).rows());
+  const PublishResult published = small.publish(false);
+  EXPECT_EQ(published.shards, 3);
+  const json manifest = json::parse(read_bytes(published.build_dir + "/manifest.json"));
+  EXPECT_EQ(manifest["shards"][1]["file"], "shards/shard000003.h5");
+  EXPECT_EQ(manifest["shards"][1]["rows"], 1);
+  EXPECT_EQ(manifest["shards"][2]["file"], "shards/shard000004.h5");
+  const json index = json::parse(read_bytes(published.build_dir + "/index.json"));
+  EXPECT_EQ(index["entries"]["sample:5"], json::parse(R"({"shard": 2, "row": 1})"));
+  const auto reader = open_artifact(root, vae_contract(6), {ValidationMode::kFull, false});
+  for (int64_t id = 0; id < 6; ++id) expect_fixed_sample(*reader, id);
 }
 
 TEST(LatentStore, PublishingASecondArtifactKeepsTheFirst) {

@@ -255,6 +255,15 @@ else
   echo "FAIL SIGINT during cache generate: exit $status"; cat "$work/interrupted.log"
   failures=$((failures + 1))
 fi
+# Shards also close on time (--shard-seconds): at 0 every batch of 2 closes one, under the shard
+# size of 32, and the cache still validates in full.
+expect_contains "cache generate --shard-seconds 0 closes a shard per batch" 0 \
+  "samples=80 shards=40 bytes=" \
+  -- "$bin" cache generate pipelines/robotwin_cache.json "${cache_args[@]}" --fields current \
+  --overwrite --shard-size 32 --batch-size 2 --shard-seconds 0
+expect_contains "the time-closed shards validate in full" 0 \
+  "Cache preflight passed: root=$work/latents mode=full" \
+  -- "$bin" cache validate pipelines/robotwin_cache.json "${cache_args[@]}" --full
 
 # One batch in the graph at a time (max_in_flight = batch size): the batch of the last timed step
 # enters after the warm-up step ends, so the data path side is measured, not covered by prefetch.

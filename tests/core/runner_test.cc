@@ -81,6 +81,15 @@ TEST_P(Runner, OrderedRunRestoresSourceOrderBeforeOrderSensitiveStages) {
   EXPECT_EQ(o.node("batch").out, 13);
 }
 
+// A source with no consumer (`--stop-after` it) hands each sample out once; the source sink once
+// handed them out a second time.
+TEST_P(Runner, StoppedAfterTheSourceEachSampleIsOutputOnce) {
+  Outcome o = run_json(kChain, {threads()}, "source");
+  ASSERT_FALSE(o.result.error) << o.result.error->what();
+  EXPECT_EQ(values(o.outputs), range(0, 200));
+  EXPECT_EQ(o.node("source").out, 200);
+}
+
 TEST_P(Runner, FanOutAndJoinMergeBranchesBySequence) {
   // One batch of all 100 items: exactly max_in_flight, the least that can complete it.
   Outcome o = run_json(R"({"version": 1, "name": "fan", "settings": {"max_in_flight": 100},

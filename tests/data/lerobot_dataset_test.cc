@@ -402,6 +402,21 @@ TEST_F(LeRobotDatasetTest, HostileMetaFilesAreNamedErrors) {
                other + "/meta/episodes.jsonl: not a regular file (a directory)");
 }
 
+// The sampler refuses a sample by the rows its window reads: every damaged row once, named by its
+// first non-finite value.
+TEST(NonFiniteRows, ListsEveryDamagedRowOnceByItsFirstValue) {
+  const float nan = std::nanf(""), inf = std::numeric_limits<float>::infinity();
+  const FloatColumn column{4, 3, {0, 1, 2, nan, 4, inf, 6, 7, 8, -inf, 10, 11}};
+  const std::vector<NonFiniteRow> rows = non_finite_rows("action", 7, column);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].row, 1);
+  EXPECT_EQ(rows[0].description, "column \"action\" of episode 7 holds nan at row 1 (value 0)");
+  EXPECT_EQ(rows[1].row, 3);
+  EXPECT_EQ(rows[1].description, "column \"action\" of episode 7 holds -inf at row 3 (value 0)");
+  EXPECT_EQ(describe_non_finite("action", 7, column), rows[0].description);
+  EXPECT_TRUE(non_finite_rows("action", 7, FloatColumn{2, 1, {0, 1}}).empty());
+}
+
 // NaN in action and +Inf in observation.state once trained silently, and `dataset inspect` said
 // "problems 0" for them and for timestamps running backwards past the first episode (issue 25).
 TEST_F(LeRobotDatasetTest, NonFiniteValuesAndBackwardTimestampsAreProblemsInEveryEpisode) {

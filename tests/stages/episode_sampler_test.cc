@@ -4,16 +4,23 @@
 // so every number below is a frame index in disguise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <set>
 
 #include "data/lerobot_dataset.h"
 #include "testing/expect_error.h"
 #include "testing/stage_harness.h"
+#include "wam/pipeline.h"
+#include "wam/registry.h"
+#include "wam/runner.h"
 #include "wam/tensor.h"
 
 namespace wam {
@@ -411,6 +418,144 @@ TEST_F(EpisodeSamplerTest, SamplesRealLeRobotData) {
   EXPECT_FLOAT_EQ(last.tensor("action")[0][22].item<float>(),
                   normalised("action", -0.9078425935647945, 22));
   EXPECT_EQ(values<bool>(last.tensor("action_is_pad"))[1], true);
+}
+
+// NaN in action and +Inf in observation.state were once normalised and trained on (issue 25). Here
+// episode 0 gets a NaN in action row 30 and an infinity in state row 35, episode 1 (which gains a
+// timestamp column) a NaN timestamp at row 4.
+class NonFiniteTest : public EpisodeSamplerTest {
+ protected:
+  void SetUp() override {
+    EpisodeSamplerTest::SetUp();
+    const auto ds = data::LeRobotDataset::open(root_);
+    data::EpisodeData first = ds.read_episode(0);
+    first.floats["action"].values[30 * kDims + 2] = std::nanf("");
+    first.floats["observation.state"].values[35 * kDims + 7] =
+        std::numeric_limits<float>::infinity();
+    data::write_episode_parquet(ds.data_file(0), first, ds.info());
+    data::EpisodeData second = ds.read_episode(1);
+    second.floats["timestamp"] = {20, 1, {}};
+    for (int f = 0; f < 20; ++f) second.floats["timestamp"].values.push_back(f / 25.0f);
+    second.floats["timestamp"].values[4] = std::nanf("");
+    data::write_episode_parquet(ds.data_file(1), second, ds.info());
+  }
+
+  std::string file(int64_t episode) const {
+    return root_ + "/data/chunk-000/episode_00000" + std::to_string(episode) + ".parquet";
+  }
+
+  // The sampler alone, as a pipeline's source with the given on_error.
+  RunResult run(OnError on_error, std::vector<Sample>& served,
+                std::vector<std::string>& log) const {
+    PipelineConfig config;
+    config.file = "non_finite.json";
+    config.name = "non_finite";
+    NodeConfig node;
+    node.id = "sampler";
+    node.type = "EpisodeSampler";
+    node.params = nlohmann::json::parse(params());
+    node.on_error = on_error;
+    node.pointer = "/nodes/0";
+    config.nodes.push_back(node);
+    ValidatedPipeline pipeline = ValidatedPipeline::from_config(config, StageRegistry::builtin());
+    RunOptions options;
+    auto mutex = std::make_shared<std::mutex>();  // the runner also logs from its reporter
+    options.log = [&log, mutex](const std::string& line) {
+      std::lock_guard<std::mutex> lock(*mutex);
+      log.push_back(line);
+    };
+    options.on_output = [&](const Sample& sample) { served.push_back(sample); };
+    return run_pipeline(pipeline, options);
+  }
+};
+
+TEST_F(NonFiniteTest, OnErrorFailStopsTheOpenNamingFileColumnAndRow) {
+  std::vector<Sample> served;
+  std::vector<std::string> log;
+  const RunResult result = run(OnError::kFail, served, log);
+  ASSERT_TRUE(result.error.has_value());
+  EXPECT_EQ(std::string(result.error->what()),
+            "[sampler: EpisodeSampler] open: " + file(0) +
+                ": column \"action\" of episode 0 holds nan at row 30 (value 2); training needs "
+                "finite values: fix or drop the episode (`wam-pipeline dataset inspect` lists "
+                "every such episode)");
+  EXPECT_TRUE(served.empty());
+  // The stage alone (the harness's default is fail) says the same.
+  EXPECT_ERROR(drain(), file(0) +
+                            ": column \"action\" of episode 0 holds nan at row 30 (value 2); "
+                            "training needs finite values: fix or drop the episode "
+                            "(`wam-pipeline dataset inspect` lists every such episode)");
+}
+
+TEST_F(NonFiniteTest, OnErrorSkipSkipsAndCountsTheSamplesWhoseWindowsTouchThem) {
+  std::vector<Sample> served;
+  std::vector<std::string> log;
+  const RunResult result = run(OnError::kSkip, served, log);
+  ASSERT_FALSE(result.error.has_value()) << result.error->what();
+  // Episode 0 (ids 0..39): the action rows [f, f + 31] of frames 0..30 reach row 30, the state
+  // rows of frames 4..35 row 35. Episode 1 (ids 40..59): the video windows f, f + 4, ... of frames
+  // 0 and 4 plan frame 4.
+  std::vector<int64_t> expected = {36, 37, 38, 39};
+  for (int64_t id = 41; id < 60; ++id) {
+    if (id != 44) expected.push_back(id);
+  }
+  EXPECT_EQ(ids(served), expected);
+  ASSERT_EQ(result.stats.nodes.size(), 1u);
+  EXPECT_EQ(result.stats.nodes[0].skips, 38);
+  EXPECT_EQ(result.stats.nodes[0].out, 22);
+  for (const Sample& s : served) {
+    for (const char* name :
+         {"action", "proprio", "memory_video_anchor_proprio", "memory_video_recent_proprio"}) {
+      EXPECT_TRUE(at::isfinite(s.tensor(name)).all().item<bool>()) << s.key() << " " << name;
+    }
+  }
+  EXPECT_NE(std::find(log.begin(), log.end(),
+                      "[sampler] EpisodeSampler: 2 episodes hold NaN or infinite values "
+                      "(on_error: skip): "
+                      "the samples whose windows touch them are skipped and counted"),
+            log.end());
+  // Sources have no sample key for the runner: a skipped one is named by the item it would have
+  // been, and by the sampler's message.
+  EXPECT_NE(std::find(log.begin(), log.end(),
+                      "[sampler: EpisodeSampler] skipped item 0 (on_error: skip): " + file(0) +
+                          ": column \"action\" of episode 0 holds nan at row 30 (value 2), in the "
+                          "window of sample:0; training needs finite values: fix or drop the "
+                          "episode (`wam-pipeline dataset inspect` lists every such episode)"),
+            log.end());
+}
+
+// Each refused sample names the file, the column and the row its window touches.
+TEST_F(NonFiniteTest, EachSkippedSampleNamesFileColumnAndRow) {
+  testing::HarnessOptions options;
+  options.on_error = OnError::kSkip;
+  testing::SteppedSource source("EpisodeSampler", params(), options);
+  std::map<int64_t, std::string> refused;
+  std::vector<int64_t> served;
+  for (int64_t id = 0; id < 60; ++id) {
+    try {
+      served.push_back(source.next()->get_int("sample_id"));
+    } catch (const Error& e) {
+      refused[id] = e.what();
+    }
+  }
+  EXPECT_FALSE(source.next().has_value());
+  EXPECT_EQ(served.size(), 22u);
+  EXPECT_EQ(refused.size(), 38u);
+  const std::string why =
+      "; training needs finite values: fix or drop the episode (`wam-pipeline dataset inspect` "
+      "lists every such episode)";
+  EXPECT_EQ(refused[30], file(0) +
+                             ": column \"action\" of episode 0 holds nan at row 30 (value 2), in "
+                             "the window of sample:30" +
+                             why);
+  EXPECT_EQ(refused[31], file(0) +
+                             ": column \"observation.state\" of episode 0 holds inf at row 35 "
+                             "(value 7), in the window of sample:31" +
+                             why);
+  EXPECT_EQ(refused[44], file(1) +
+                             ": column \"timestamp\" of episode 1 holds nan at row 4 (value 0), "
+                             "in the window of sample:44" +
+                             why);
 }
 
 TEST_F(EpisodeSamplerTest, LiberoStateTransformNeedsLiberosFifteenDims) {

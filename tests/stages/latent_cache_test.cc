@@ -5,9 +5,12 @@
 // coverage no frame is decoded.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "cache/cache_generate.h"
 #include "cache/latent_store.h"
@@ -56,17 +59,41 @@ class LatentCache : public ::testing::Test {
     return all;
   }
 
-  cache::GenerateResult generate(std::vector<std::string> fields, int64_t max_samples = 0,
-                                 std::vector<std::string> extra = {},
-                                 bool overwrite = false) const {
+  cache::GenerateOptions generate_options(std::vector<std::string> fields,
+                                          std::vector<std::string> extra = {}) const {
     cache::GenerateOptions options;
     options.pipeline = kCachePipeline;
     options.overrides = overrides(std::move(extra));
     options.fields = std::move(fields);
-    options.max_samples = max_samples;
     options.shard_size = 8;
+    return options;
+  }
+
+  cache::GenerateResult generate(std::vector<std::string> fields, int64_t max_samples = 0,
+                                 std::vector<std::string> extra = {},
+                                 bool overwrite = false) const {
+    cache::GenerateOptions options = generate_options(std::move(fields), std::move(extra));
+    options.max_samples = max_samples;
     options.overwrite = overwrite;
     return cache::generate_cache(options);
+  }
+
+  // The published build of `artifact` under `cache_root`: file name -> bytes.
+  static std::map<std::string, std::string> build_files(const std::string& cache_root,
+                                                        const std::string& artifact) {
+    const nlohmann::json catalog =
+        nlohmann::json::parse(std::ifstream(cache_root + "/catalog.json"));
+    const fs::path dir =
+        fs::path(cache_root) /
+        fs::path(catalog["artifacts"][artifact]["manifest"].get<std::string>()).parent_path();
+    std::map<std::string, std::string> files;
+    for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+      if (!entry.is_regular_file()) continue;
+      std::ifstream in(entry.path(), std::ios::binary);
+      files[fs::relative(entry.path(), dir).string()] =
+          std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    return files;
   }
 
   // A graph written beside the cache: the deterministic data config, the tiny model's widths.
@@ -335,6 +362,77 @@ TEST_F(LatentCache, PartialVlmMixesCachedAndOnlineRowsInOrder) {
   EXPECT_EQ(counter(latent_only.stats, "vlm", "rows_encoded"), 0);
   EXPECT_EQ(counter(latent_only.stats, "vlm", "rows_from_cache"), kSamples);
   EXPECT_FALSE(latent_only.batches[0].has("vlm_current_images"));
+}
+
+}  // namespace
+}  // namespace wam
+
+namespace wam {
+namespace {
+
+// An interrupted build keeps its whole shards; the rerun resumes right after them, at the sample
+// the interrupted run reported, and publishes the shards an uninterrupted build writes.
+TEST_F(LatentCache, InterruptedBuildResumesAfterItsWholeShards) {
+  std::atomic<bool> stop{false};
+  cache::GenerateOptions options = generate_options({"current"});
+  options.shard_seconds = 1e9;  // shards of 8 samples, whatever the machine's speed
+  options.interrupt = &stop;
+  options.on_progress = [&](int64_t done, int64_t) { stop = stop || done >= 12; };
+  const cache::GenerateResult interrupted = cache::generate_cache(options);
+  ASSERT_TRUE(interrupted.interrupted);
+  EXPECT_TRUE(interrupted.published.empty());
+  EXPECT_FALSE(fs::exists(root() + "/catalog.json"));
+  // Batches of 4: the stop comes at sample 12, in the second shard, which is dropped unless the
+  // batch in flight completes it.
+  const int64_t kept = interrupted.samples_kept;
+  EXPECT_TRUE(kept == 8 || kept == 16) << kept;
+  EXPECT_EQ(interrupted.samples_encoded, kept);
+
+  stop = false;
+  options.on_progress = nullptr;
+  std::vector<std::pair<int64_t, int64_t>> resumed;
+  options.on_resume = [&](int64_t first, int64_t shards) { resumed.emplace_back(first, shards); };
+  const cache::GenerateResult rerun = cache::generate_cache(options);
+  EXPECT_EQ(resumed, (std::vector<std::pair<int64_t, int64_t>>{{kept, kept / 8}}));
+  EXPECT_EQ(rerun.shards_resumed, kept / 8);
+  EXPECT_EQ(rerun.samples_encoded, kSamples - kept);
+  ASSERT_EQ(rerun.published.size(), 1u);
+  EXPECT_EQ(rerun.published[0].shards, 3);
+
+  // The same build, uninterrupted, in another root: the same files (build ids aside: both
+  // builds have the same one, named by the contract).
+  testing::TempDir other;
+  cache::GenerateOptions fresh =
+      generate_options({"current"}, {"nodes.cache.params.root=" + other.file("latents")});
+  fresh.shard_seconds = 1e9;
+  cache::generate_cache(fresh);
+  EXPECT_EQ(build_files(root(), "vae_latent.current"),
+            build_files(other.file("latents"), "vae_latent.current"));
+}
+
+// Shards also close on time: with shard_seconds 0 every batch of 4 closes one, under the shard
+// size of 8; the cache is whole and valid, its shards named by their first sample.
+TEST_F(LatentCache, TimeClosesShardsSmallerThanTheShardSize) {
+  cache::GenerateOptions options = generate_options({"current"});
+  options.shard_seconds = 0;
+  const cache::GenerateResult result = cache::generate_cache(options);
+  ASSERT_EQ(result.published.size(), 1u);
+  EXPECT_EQ(result.published[0].samples, kSamples);
+  EXPECT_EQ(result.published[0].shards, 5);
+  const nlohmann::json manifest =
+      nlohmann::json::parse(std::ifstream(result.published[0].build_dir + "/manifest.json"));
+  for (int64_t s = 0; s < 5; ++s) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "shards/shard%06lld.h5", static_cast<long long>(4 * s));
+    EXPECT_EQ(manifest["shards"][s]["file"], name);
+    EXPECT_EQ(manifest["shards"][s]["rows"], 4);
+  }
+  const auto reports = cache::validate_pipeline_cache(
+      kCachePipeline, overrides({R"(nodes.cache.params.fields=["current"])"}),
+      cache::ValidationMode::kFull, nullptr);
+  ASSERT_EQ(reports.size(), 1u);
+  EXPECT_EQ(reports[0].artifact_id, "vae_latent.current");
+  EXPECT_EQ(reports[0].cached_samples, kSamples);
 }
 
 }  // namespace

@@ -134,7 +134,8 @@ SteppedStage::SteppedStage(const std::string& type, const std::string& params_js
       [this](const std::string& name, double value) {
         std::lock_guard<std::mutex> lock(log_mutex_);
         scalars_.push_back({name, value});
-      });
+      },
+      options.on_error);
   stage_->open(*context_);
 }
 
@@ -209,8 +210,9 @@ SteppedSource::SteppedSource(const std::string& type, const std::string& params_
   source_ = dynamic_cast<Source*>(base_.get());
   if (!source_) throw Error(type + " is not a source");
   if (!restore.is_null()) source_->restore(restore);
-  context_ = std::make_unique<Context>(options.node_id, type, settings_,
-                                       [](const std::string& m) { std::cerr << m << "\n"; });
+  context_ = std::make_unique<Context>(
+      options.node_id, type, settings_, [](const std::string& m) { std::cerr << m << "\n"; },
+      nullptr, nullptr, options.on_error);
   source_->open(*context_);
 }
 

@@ -27,6 +27,9 @@ struct HarnessOptions {
   // augment_if): a sample whose fields and types equal its input's is accepted without the
   // declared writes. Any other sample is still checked in full.
   bool passes_some_through = false;
+  // What the stage's Context::on_error() says (the harness itself applies no policy: what the
+  // stage throws reaches the test).
+  OnError on_error = OnError::kFail;
 };
 
 // Collects what a stage emits; emit() may be called from several threads.

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "wam/clock.h"
+#include "wam/config.h"
 #include "wam/params.h"
 #include "wam/sample.h"
 
@@ -136,11 +137,15 @@ class Context {
 
   Context(std::string node_id, std::string type, const Settings& settings,
           std::function<void(const std::string&)> log, TraceSink trace = nullptr,
-          ScalarSink scalars = nullptr);
+          ScalarSink scalars = nullptr, OnError on_error = OnError::kFail);
 
   const std::string& node_id() const { return node_id_; }
   const std::string& type() const { return type_; }
   const Settings& settings() const { return settings_; }
+  // The node's `on_error`. The runtime applies it to what process() and next() throw; a stage
+  // that checks its input in open() asks it to fail there at once, or to leave the damaged items
+  // to be skipped and counted as they come (EpisodeSampler's non-finite rows).
+  OnError on_error() const { return on_error_; }
   // The same name returns the same counter; the reference stays valid for the whole run.
   Counter& counter(const std::string& name);
   std::vector<std::pair<std::string, int64_t>> counters() const;
@@ -163,6 +168,7 @@ class Context {
   std::function<void(const std::string&)> log_;
   TraceSink trace_;
   ScalarSink scalars_;
+  OnError on_error_;
   mutable std::mutex counters_mutex_;
   std::deque<std::pair<std::string, Counter>> counters_;  // deque: stable addresses
 };
