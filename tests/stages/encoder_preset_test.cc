@@ -82,9 +82,15 @@ TEST(EncoderPreset, ValidatesWithEveryShippedPipelineAndReachesEveryEncoder) {
     SCOPED_TRACE(file);
     ValidatedPipeline pipeline = load_pipeline(file, {{"include.encoders=" + kPreset}});
     for (const ValidatedNode& node : pipeline.nodes()) {
-      if (node.type == "VaeEncode") EXPECT_EQ(node.params.at("architecture"), "wan22");
-      if (node.type == "VlmEncode") EXPECT_EQ(node.params.at("architecture"), "qwen3_vl");
-      if (node.type == "TextEmbed") EXPECT_EQ(node.params.at("ffn"), 10240);
+      if (node.type == "VaeEncode") {
+        EXPECT_EQ(node.params.at("architecture"), "wan22");
+      }
+      if (node.type == "VlmEncode") {
+        EXPECT_EQ(node.params.at("architecture"), "qwen3_vl");
+      }
+      if (node.type == "TextEmbed") {
+        EXPECT_EQ(node.params.at("ffn"), 10240);
+      }
       if (node.type == "LatentCacheLookup") {
         EXPECT_EQ(node.params.at("vae").at("width"), 160);
         EXPECT_EQ(node.params.at("vlm").at("layers"), 28);
