@@ -1,8 +1,8 @@
 // The per-pixel loops of the Augment stage on raw pointers, without LibTorch: each one a single
-// pass over its pixels in loops the compiler vectorises (built with -O3, and an AVX2 clone picked
-// at run time; CMakeLists.txt), where the torch ops they replace made one pass over the whole
-// tensor per operation. image_ops.h wraps them for tensors; docs/BENCHMARKS.md ("CPU data path
-// per core (issue 24)") has what they save.
+// pass over its pixels in loops the compiler vectorises (built with -O3, and AVX2 and AVX-512
+// clones picked at run time; CMakeLists.txt), where the torch ops they replace made one pass over
+// the whole tensor per operation. image_ops.h wraps them for tensors; docs/BENCHMARKS.md ("CPU data
+// path per core (issue 24)") has what they save.
 #pragma once
 
 #include <cstdint>
