@@ -7,8 +7,10 @@
 //
 // Cost: the geometry (resize, camera jitter, slot resize, composition) runs on uint8 planes
 // (libswscale resizes, a uint8 warp), so float work only ever touches the 384x256 canvas, never
-// the raw frames. `video_dtype: uint8` quantises here, per sample and in parallel, what
-// HostToDevice's video_as_uint8 would otherwise quantise per batch on its one thread.
+// the raw frames; the colour, gain and shadow jitter are one fused pass that makes the float
+// canvas (and the jittered VLM images straight in uint8), not a torch op per step. `video_dtype:
+// uint8` quantises here, per sample and in parallel, what HostToDevice's video_as_uint8 would
+// otherwise quantise per batch on its one thread.
 //
 // Reads:  frames (Tensor uint8 [V, T, H, W, 3]; T = 11 [anchor, recent, window 0..8] with
 //         `frames: all`, T = 1 [current] with `frames: current`); sample_id, epoch (Int) unless
@@ -330,9 +332,7 @@ class AugmentStage final : public Stage, public CanvasRenderer {
     }
     at::Tensor out = at::cat(images);
     if (draws && params_.sync_vlm_color_jitter && !draws->color.is_identity()) {
-      at::Tensor unit = image_ops::to_unit_float(out);
-      image_ops::adjust_color_(unit, draws->color);
-      out = image_ops::to_uint8_(unit);
+      out = image_ops::jittered_levels(out, draws->color);
     }
     return out;
   }
@@ -353,13 +353,15 @@ class AugmentStage final : public Stage, public CanvasRenderer {
       }
       images.push_back(std::move(image));
     }
-    // The only float tensor of the sample: everything from here on is in place on it.
-    at::Tensor canvas = image_ops::to_unit_float(image_ops::compose_canvas(
-        images, slots, kCanvasHeight, kCanvasWidth, params_.resize, fill()));
+    // The only float tensor of the sample, made with the colour, gain and shadow jitter in one
+    // pass: everything from here on is in place on it.
+    image_ops::ColourJitter jitter;
+    if (draws) jitter = {draws->color, draws->rgb_gain, draws->shadow};
+    at::Tensor canvas = image_ops::jittered_unit_float(
+        image_ops::compose_canvas(images, slots, kCanvasHeight, kCanvasWidth, params_.resize,
+                                  fill()),
+        jitter);
     if (draws) {
-      if (!draws->color.is_identity()) image_ops::adjust_color_(canvas, draws->color);
-      if (draws->rgb_gain) image_ops::apply_rgb_gain_(canvas, *draws->rgb_gain);
-      if (draws->shadow) image_ops::apply_shadow_(canvas, *draws->shadow);
       for (int64_t camera = 0; camera < cameras; ++camera) {
         const SensorNoise& noise = draws->sensor_noise[static_cast<size_t>(camera)];
         const image_ops::Rect& slot = slots[static_cast<size_t>(camera)];

@@ -11,6 +11,7 @@ extern "C" {
 }
 
 #include "common/ffmpeg.h"
+#include "data/pixel_kernels.h"
 #include "wam/error.h"
 #include "wam/tensor.h"
 
@@ -142,17 +143,12 @@ at::Tensor to_planes(const at::Tensor& frames_nhwc) {
   const at::Tensor packed = frames_nhwc.contiguous();
   const int64_t n = packed.size(0), h = packed.size(1), w = packed.size(2);
   at::Tensor out = padded_planes(n, 3, h, w);
-  SwsContext* scaler =
-      scalers().get(static_cast<int>(w), static_cast<int>(h), AV_PIX_FMT_RGB24, static_cast<int>(w),
-                    static_cast<int>(h), AV_PIX_FMT_GBRP, SWS_POINT);
-  const int source_stride[1] = {static_cast<int>(3 * w)};
-  const int plane_stride = static_cast<int>(out.stride(2));
-  const int destination_stride[3] = {plane_stride, plane_stride, plane_stride};
+  // A plain loop, vectorised: libswscale's RGB24 -> GBRP took a tenth of a sample's time
+  // (docs/BENCHMARKS.md, issue 24).
   for (int64_t i = 0; i < n; ++i) {
-    const uint8_t* source[1] = {packed.data_ptr<uint8_t>() + i * h * w * 3};
-    // GBRP's planes are in the order G, B, R.
-    uint8_t* destination[3] = {plane(out, i, 1), plane(out, i, 2), plane(out, i, 0)};
-    scale(scaler, source, source_stride, static_cast<int>(h), destination, destination_stride);
+    pixel_kernels::deinterleave_rgb(packed.data_ptr<uint8_t>() + i * h * w * 3, h, w,
+                                    plane(out, i, 0), plane(out, i, 1), plane(out, i, 2),
+                                    out.stride(2));
   }
   return out;
 }
@@ -325,18 +321,73 @@ void apply_rgb_gain_(at::Tensor& images, const std::array<double, 3>& gain) {
   images.mul_(factors).clamp_(0.0, 1.0);
 }
 
-void apply_shadow_(at::Tensor& images, const Shadow& shadow) {
-  const int64_t height = images.size(2);
-  const int64_t width = images.size(3);
+at::Tensor shadow_attenuation(const Shadow& shadow, int64_t height, int64_t width) {
   const auto options = torch::TensorOptions().dtype(torch::kFloat);
   const auto ys =
       (torch::arange(height, options).add(0.5).div(height) - shadow.center_y).view({height, 1});
   const auto xs =
       (torch::arange(width, options).add(0.5).div(width) - shadow.center_x).view({1, width});
   const auto squared_distance = ys * ys + xs * xs;
-  const auto attenuation =
-      1.0 - shadow.depth * torch::exp(-squared_distance / (2.0 * shadow.sigma * shadow.sigma));
-  images.mul_(attenuation.view({1, 1, height, width}));
+  return (1.0 - shadow.depth * torch::exp(-squared_distance / (2.0 * shadow.sigma * shadow.sigma)))
+      .contiguous();
+}
+
+void apply_shadow_(at::Tensor& images, const Shadow& shadow) {
+  const int64_t height = images.size(2);
+  const int64_t width = images.size(3);
+  images.mul_(shadow_attenuation(shadow, height, width).view({1, 1, height, width}));
+}
+
+namespace {
+
+pixel_kernels::ColourJitter kernel_jitter(const ColorAdjustment& color) {
+  pixel_kernels::ColourJitter jitter;
+  jitter.brightness = static_cast<float>(color.brightness);
+  jitter.contrast = static_cast<float>(color.contrast);
+  jitter.saturation = static_cast<float>(color.saturation);
+  jitter.gamma = static_cast<float>(color.gamma);
+  return jitter;
+}
+
+void check_rgb_planes(const at::Tensor& planes, const char* what) {
+  check_planes(planes, what);
+  if (planes.size(1) != 3) {
+    throw Error(std::string(what) + ": expected 3 planes (RGB), got " + describe_tensor(planes));
+  }
+}
+
+}  // namespace
+
+at::Tensor jittered_unit_float(const at::Tensor& planes, const ColourJitter& jitter) {
+  check_rgb_planes(planes, "jittered_unit_float");
+  const int64_t n = planes.size(0), h = planes.size(2), w = planes.size(3);
+  pixel_kernels::ColourJitter j = kernel_jitter(jitter.color);
+  if (jitter.rgb_gain) {
+    for (size_t c = 0; c < 3; ++c) j.gain[c] = static_cast<float>((*jitter.rgb_gain)[c]);
+  }
+  at::Tensor attenuation;
+  if (jitter.shadow) {
+    attenuation = shadow_attenuation(*jitter.shadow, h, w);
+    j.attenuation = attenuation.data_ptr<float>();
+  }
+  at::Tensor out = at::empty({n, 3, h, w}, at::kFloat);
+  for (int64_t i = 0; i < n; ++i) {
+    pixel_kernels::jitter_image(plane(planes, i, 0), planes.stride(1), planes.stride(2), h, w, j,
+                                out.data_ptr<float>() + i * 3 * h * w);
+  }
+  return out;
+}
+
+at::Tensor jittered_levels(const at::Tensor& planes, const ColorAdjustment& color) {
+  check_rgb_planes(planes, "jittered_levels");
+  const int64_t n = planes.size(0), h = planes.size(2), w = planes.size(3);
+  const pixel_kernels::ColourJitter j = kernel_jitter(color);
+  at::Tensor out = at::empty({n, 3, h, w}, at::kByte);
+  for (int64_t i = 0; i < n; ++i) {
+    pixel_kernels::jitter_image_levels(plane(planes, i, 0), planes.stride(1), planes.stride(2), h,
+                                       w, j, out.data_ptr<uint8_t>() + i * 3 * h * w);
+  }
+  return out;
 }
 
 at::Tensor gaussian_blur(const at::Tensor& images, int64_t kernel_size, double sigma) {

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,7 @@ namespace wam::image_ops {
 // A new uint8 [n, c, h, w] whose rows are padded (stride(2) > w).
 at::Tensor padded_planes(int64_t n, int64_t c, int64_t h, int64_t w);
 
-// Decoder frames uint8 [N, H, W, 3] (packed RGB) -> planes [N, 3, H, W] (libswscale; exact).
+// Decoder frames uint8 [N, H, W, 3] (packed RGB) -> planes [N, 3, H, W] (exact).
 at::Tensor to_planes(const at::Tensor& frames_nhwc);
 
 // Resizes every plane to height x width with libswscale's bilinear filter, which widens with the
@@ -116,6 +117,26 @@ struct Shadow {
   double sigma = 0.5;
 };
 void apply_shadow_(at::Tensor& images, const Shadow& shadow);
+
+// The factor apply_shadow_() multiplies every channel of pixel (y, x) by: float [height, width].
+at::Tensor shadow_attenuation(const Shadow& shadow, int64_t height, int64_t width);
+
+// What Augment does to the colours of a sample's canvas; unset parts are off.
+struct ColourJitter {
+  ColorAdjustment color;
+  std::optional<std::array<double, 3>> rgb_gain;
+  std::optional<Shadow> shadow;
+};
+
+// uint8 planes [N, 3, H, W] -> float [N, 3, H, W] in [0, 1] (contiguous) with `jitter` applied:
+// to_unit_float(), then adjust_color_(), apply_rgb_gain_() and apply_shadow_(), which define it,
+// fused into one pass per image (pixel_kernels.h); the same arithmetic in float, so it equals
+// them within float rounding (augment_test's FusedColourJitterMatchesTheTorchOps bounds it).
+at::Tensor jittered_unit_float(const at::Tensor& planes, const ColourJitter& jitter);
+
+// uint8 planes [N, 3, H, W] -> uint8 [N, 3, H, W] (contiguous): jittered_unit_float() with only
+// `color`, rounded to the nearest level as to_uint8_() does.
+at::Tensor jittered_levels(const at::Tensor& planes, const ColorAdjustment& color);
 
 // Separable Gaussian blur with reflect padding; kernel_size is odd.
 at::Tensor gaussian_blur(const at::Tensor& images, int64_t kernel_size, double sigma);

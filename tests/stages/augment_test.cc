@@ -401,6 +401,45 @@ TEST(AugmentImageOpsTest, WarpPlanesMatchesTorchGridSample) {
   }
 }
 
+// The fused colour pass (pixel_kernels.h) against the torch ops that define it, every step on,
+// on camera-like content and on noise at an odd width (the vector loops' tails). Prints the
+// figures quoted in docs/BENCHMARKS.md (issue 24).
+TEST(AugmentImageOpsTest, FusedColourJitterMatchesTheTorchOps) {
+  const auto smooth = ops::to_planes(smooth_frames(1, 3, 96, 128).select(0, 0));
+  const auto noise = ops::to_planes(noise_frames(1, 2, 37, 53).select(0, 0));
+  // No jitter: levels / 255, bit for bit.
+  EXPECT_TRUE(torch::equal(ops::jittered_unit_float(noise, {}), ops::to_unit_float(noise)));
+  ops::ColourJitter jitter;
+  jitter.color = {1.15, 0.85, 1.2, 0.92};
+  jitter.rgb_gain = std::array<double, 3>{1.1, 0.9, 1.05};
+  jitter.shadow = ops::Shadow{0.3, 0.6, 0.25, 0.4};
+  const ops::ColorAdjustment darker = {0.8, 1.2, 0.75, 1.08};
+  for (const auto* planes : {&smooth, &noise}) {
+    at::Tensor reference = ops::to_unit_float(*planes);
+    ops::adjust_color_(reference, jitter.color);
+    ops::apply_rgb_gain_(reference, *jitter.rgb_gain);
+    ops::apply_shadow_(reference, *jitter.shadow);
+    const at::Tensor fused = ops::jittered_unit_float(*planes, jitter);
+    ASSERT_EQ(fused.sizes(), planes->sizes());
+    ASSERT_TRUE(fused.is_contiguous());
+    const double unit_max = (fused - reference).abs().max().item<double>();
+    for (const auto& color : {jitter.color, darker}) {
+      at::Tensor unit = ops::to_unit_float(*planes);
+      ops::adjust_color_(unit, color);
+      const at::Tensor expected = ops::to_uint8_(unit);
+      const at::Tensor levels = ops::jittered_levels(*planes, color);
+      ASSERT_EQ(levels.scalar_type(), torch::kUInt8);
+      const Difference d = difference(levels, expected);
+      const double changed = expected.ne(levels).to(torch::kFloat).mean().item<double>();
+      std::cout << "fused colour jitter: float max " << unit_max << "; levels max " << d.max
+                << ", share of levels changed " << changed << "\n";
+      EXPECT_LE(d.max, 1.0);     // a value within float rounding of a half level
+      EXPECT_LE(changed, 2e-4);  // and rarely: 3e-5 measured
+    }
+    EXPECT_LE(unit_max, 1e-6);  // float rounding: 3e-7 measured
+  }
+}
+
 // The whole deterministic RoboTwin canvas at the real sizes (480x640 -> 240x320 -> 256x256 and
 // 128x128 slots) against the float path Augment had before: torch antialiased resizes in float.
 TEST(AugmentTest, CanvasMatchesTheFloatResizePipelineItReplaces) {

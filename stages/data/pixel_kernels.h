@@ -1,0 +1,38 @@
+// The per-pixel loops of the Augment stage on raw pointers, without LibTorch: each one a single
+// pass over its pixels in loops the compiler vectorises (built with -O3, and AVX2 and AVX-512
+// clones picked at run time; CMakeLists.txt), where the torch ops they replace made one pass over
+// the whole tensor per operation. image_ops.h wraps them for tensors; docs/BENCHMARKS.md ("CPU data
+// path per core (issue 24)") has what they save.
+#pragma once
+
+#include <cstdint>
+
+namespace wam::pixel_kernels {
+
+// Packed RGB rows (3 * width bytes each, rows back to back) -> three planes whose rows are
+// `plane_stride` bytes apart. Exact.
+void deinterleave_rgb(const uint8_t* packed, int64_t height, int64_t width, uint8_t* red,
+                      uint8_t* green, uint8_t* blue, int64_t plane_stride);
+
+// The colour work of one image, in this order, each step clamped to [0, 1] (the same steps as
+// image_ops' adjust_color_, apply_rgb_gain_ and apply_shadow_, which define it): levels / 255,
+// brightness, contrast (blend with the image's mean ITU-R 601 grey), saturation (blend with each
+// pixel's grey), gamma, RGB gain, then the shadow's attenuation. Factors of 1 skip their step.
+struct ColourJitter {
+  float brightness = 1.0f;
+  float contrast = 1.0f;
+  float saturation = 1.0f;
+  float gamma = 1.0f;
+  float gain[3] = {1.0f, 1.0f, 1.0f};
+  const float* attenuation = nullptr;  // [height * width] shadow factors, or none
+};
+
+// One uint8 image of three planes (`source_plane` bytes apart, rows `source_row` bytes apart) ->
+// `out`: float [3, height, width] contiguous in [0, 1], or, with `levels`, uint8 [3, height,
+// width] contiguous, rounded to the nearest level (halves to even).
+void jitter_image(const uint8_t* source, int64_t source_plane, int64_t source_row, int64_t height,
+                  int64_t width, const ColourJitter& jitter, float* out);
+void jitter_image_levels(const uint8_t* source, int64_t source_plane, int64_t source_row,
+                         int64_t height, int64_t width, const ColourJitter& jitter, uint8_t* out);
+
+}  // namespace wam::pixel_kernels
