@@ -119,15 +119,15 @@ class VaeEncodeStage final : public Stage {
 
  private:
   // Frames [T, H, W] the encoder may hold at once on the CPU, claimed from the budget with the
-  // first batch. A frame's activations peak in the first stage: the input and its space-to-depth
-  // copy (3 channels each), the stem's output and its SiLU (width / 4 channels each, at full
-  // resolution after space-to-depth): about (6 + width / 2) values a pixel, an estimate for the
-  // built-in encoder that TorchScript ones share (their width is not known).
+  // first batch. A frame's activations: about 2 x width values a pixel, measured for the built-in
+  // encoder of the default width 32 (cache generate peaked 2.3 GiB higher encoding 16 rows of 9
+  // frames at 384x256 a call than 4: 58 values a pixel, LibTorch's CPU conv3d unfolding its
+  // input; docs/BENCHMARKS.md, "Host memory of cache generate"). TorchScript encoders are priced
+  // the same (their width is not known).
   void claim_memory(const at::Tensor& video) {
     if (!budget_) return;
     const int64_t frames = video.size(0) * video.size(2);
-    const int64_t frame_bytes =
-        video.size(3) * video.size(4) * element_bytes_ * (6 + params_.width / 2);
+    const int64_t frame_bytes = video.size(3) * video.size(4) * element_bytes_ * 2 * params_.width;
     chunk_frames_ =
         budget_->claim("VAE frames encoded at once", frame_bytes, frames, video.size(2));
   }
