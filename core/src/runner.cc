@@ -10,7 +10,8 @@
 // batch still counts until the batch leaves the graph (CreditLedger keeps that account).
 // The host memory budget (wam/host_memory.h) holds back part of the limiter's credits: it starts
 // at the least the graph needs and is lifted to what the budget allows once the first sample's
-// size is known (it reached a batching or terminal node).
+// size is known (it reached a batching or terminal node); the first item out prints what the
+// budget allows, every stage having claimed its buffers by then.
 
 #include "wam/runner.h"
 
@@ -334,9 +335,8 @@ class Run {
     const auto began = Clock::now();
     const bool sole_owner = input.use_count() == 1;
     bool dropped = false;  // a sample failed and was skipped
-    if ((node.contract.is_batching() || node.outputs.empty()) && !input->samples.empty() &&
-        budget_.settle()) {
-      log_(budget_.start_line());
+    if ((node.contract.is_batching() || node.outputs.empty()) && !input->samples.empty()) {
+      budget_.settle();
     }
     if (!stopping()) {
       metrics.add_in(static_cast<int64_t>(input->samples.size()));
@@ -424,6 +424,8 @@ class Run {
 
   // A terminal finished a packet: return the credits of the items that have left the graph.
   void retire(const Packet& packet) {
+    // The first item out: every stage has claimed its buffers (some, with their first batch).
+    if (!budget_shown_.exchange(true)) log_(budget_.start_line());
     auto returned = static_cast<int64_t>(ledger_.release(packet.seq, packet.credits));
     {
       // Credits the budget holds back are kept, not returned.
@@ -960,7 +962,9 @@ class Run {
   std::vector<bool> per_sample_;  // per node, see find_per_sample_nodes()
   std::mutex limit_mutex_;        // guards withheld_ and the changes of applied_limit_
   std::atomic<int64_t> applied_limit_{0};
-  int64_t withheld_ = 0;  // credits to keep as they come back, the budget having lowered the limit
+  int64_t withheld_ = 0;
+  std::atomic<bool> budget_shown_{
+      false};  // credits to keep as they come back, the budget having lowered the limit
   int64_t threads_ = 1;
   SeriesRecorder series_;
   std::unique_ptr<TraceRecorder> trace_;

@@ -294,7 +294,7 @@ TEST_P(Runner, InterruptStopsCleanlyWithStats) {
 INSTANTIATE_TEST_SUITE_P(SerialAndParallel, Runner, ::testing::Values(1, 4),
                          [](const auto& info) { return "threads" + std::to_string(info.param); });
 
-TEST(HostMemoryBudget, RunPrintsWhatTheBudgetAllowsOnceTheFirstSampleIsBatched) {
+TEST(HostMemoryBudget, RunPrintsWhatTheBudgetAllowsWhenTheFirstItemLeaves) {
   TempDir dir;
   const std::string file = dir.write("p.json", kChain);
   ValidatedPipeline pipeline = load_pipeline(

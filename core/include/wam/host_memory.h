@@ -68,8 +68,8 @@ class HostMemoryBudget {
   // Samples allowed in flight now: min_in_flight until settled.
   int64_t in_flight_limit() const;
 
-  // "host memory budget 1.46 GiB (auto: 1/16 of 23.4 GiB): up to 68 samples of 10.5 MiB in
-  // flight, 192 cached frames (176 MiB), 8 decoder sessions (44.0 MiB)"
+  // "host memory budget 1.47 GiB (auto: 1/16 of the machine's 23.6 GiB): up to 68 samples of
+  // 9.67 MiB in flight (settings.max_in_flight's limit), 8 decoder sessions (42.2 MiB), ..."
   std::string start_line() const;
 
   // The in-flight limit `available` bytes give samples of `sample_bytes`, within [min, max].
