@@ -134,7 +134,8 @@ SteppedStage::SteppedStage(const std::string& type, const std::string& params_js
       [this](const std::string& name, double value) {
         std::lock_guard<std::mutex> lock(log_mutex_);
         scalars_.push_back({name, value});
-      });
+      },
+      options.host_memory);
   stage_->open(*context_);
 }
 

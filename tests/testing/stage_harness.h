@@ -27,6 +27,8 @@ struct HarnessOptions {
   // augment_if): a sample whose fields and types equal its input's is accepted without the
   // declared writes. Any other sample is still checked in full.
   bool passes_some_through = false;
+  // The run's host memory budget the stage claims its buffers from (none: sized by its params).
+  HostMemoryBudget* host_memory = nullptr;
 };
 
 // Collects what a stage emits; emit() may be called from several threads.
