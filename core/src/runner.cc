@@ -424,9 +424,10 @@ class Run {
 
   // A terminal finished a packet: return the credits of the items that have left the graph.
   void retire(const Packet& packet) {
-    // The first item out: every stage has claimed its buffers (some, with their first batch).
-    if (!budget_shown_.exchange(true)) log_(budget_.start_line());
     auto returned = static_cast<int64_t>(ledger_.release(packet.seq, packet.credits));
+    // The first item out (not an empty packet of one a batch absorbed): every stage has claimed
+    // its buffers by then, some with their first batch.
+    if (returned > 0 && !budget_shown_.exchange(true)) log_(budget_.start_line());
     {
       // Credits the budget holds back are kept, not returned.
       std::lock_guard<std::mutex> lock(limit_mutex_);

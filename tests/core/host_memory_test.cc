@@ -27,9 +27,9 @@ TEST(HostMemory, ParsesMemTotalAndCgroupLimits) {
   EXPECT_GT(machine_memory_bytes(), 0);  // this Linux machine has /proc/meminfo
 }
 
-TEST(HostMemory, AutoIsASixteenthOfTheMachineAndAtLeastHalfAGiB) {
-  EXPECT_EQ(auto_host_memory_bytes(24 * kGiB), 3 * kGiB / 2);
-  EXPECT_EQ(auto_host_memory_bytes(2048 * kGiB), 128 * kGiB);
+TEST(HostMemory, AutoIsAThirtySecondOfTheMachineAndAtLeastHalfAGiB) {
+  EXPECT_EQ(auto_host_memory_bytes(24 * kGiB), 3 * kGiB / 4);
+  EXPECT_EQ(auto_host_memory_bytes(2048 * kGiB), 64 * kGiB);
   EXPECT_EQ(auto_host_memory_bytes(4 * kGiB), kGiB / 2);
   EXPECT_EQ(auto_host_memory_bytes(0), kGiB / 2);  // memory unknown
 }

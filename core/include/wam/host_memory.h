@@ -38,7 +38,7 @@ std::string format_bytes(int64_t bytes);
 
 class HostMemoryBudget {
  public:
-  // `bytes` to share; `origin` says where the figure comes from ("auto: 1/16 of 23.4 GiB" or
+  // `bytes` to share; `origin` says where the figure comes from ("auto: 1/32 of 23.4 GiB" or
   // "settings.host_memory_gib"). The in-flight limit stays within [min_in_flight, max_in_flight]:
   // the least the graph needs to go on (a batch and a sample per thread) and the settings' limit.
   HostMemoryBudget(int64_t bytes, std::string origin, int64_t min_in_flight, int64_t max_in_flight,
@@ -68,8 +68,8 @@ class HostMemoryBudget {
   // Samples allowed in flight now: min_in_flight until settled.
   int64_t in_flight_limit() const;
 
-  // "host memory budget 1.47 GiB (auto: 1/16 of the machine's 23.6 GiB): up to 68 samples of
-  // 9.67 MiB in flight (settings.max_in_flight's limit), 8 decoder sessions (42.2 MiB), ..."
+  // "host memory budget 755 MiB (auto: 1/32 of the machine's 23.6 GiB): up to 30 samples of
+  // 9.69 MiB in flight, 32 decoder sessions (169 MiB), 12 VAE frames encoded at once (288 MiB)"
   std::string start_line() const;
 
   // The in-flight limit `available` bytes give samples of `sample_bytes`, within [min, max].

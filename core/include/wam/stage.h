@@ -50,7 +50,7 @@ struct Settings {
     v("host_memory_gib", host_memory_gib,
       "Host memory (GiB) that the samples in flight and the stages' buffers (frame caches, "
       "decoder sessions, staging buffers) share: lowers max_in_flight and the caches to fit. 0: "
-      "auto, 1/16 of the machine's memory (its cgroup limit when lower), at least 0.5.",
+      "auto, 1/32 of the machine's memory (its cgroup limit when lower), at least 0.5.",
       Min{0});
     v("ordered", ordered,
       "Restore source order before order-sensitive nodes: serial and parallel runs give the same "
