@@ -8,6 +8,10 @@
 // has finished an item, so at most max_in_flight source items are inside the graph at any time.
 // A batching node passes its absorbed items' credits to the batch it emits: an item inside a
 // batch still counts until the batch leaves the graph (CreditLedger keeps that account).
+// The host memory budget (wam/host_memory.h) holds back part of the limiter's credits: it starts
+// at the least the graph needs and is lifted to what the budget allows once the first sample's
+// size is known (it reached a batching or terminal node); the first item out prints what the
+// budget allows, every stage having claimed its buffers by then.
 
 #include "wam/runner.h"
 
@@ -27,6 +31,7 @@
 
 #include "credit_ledger.h"
 #include "wam/autotune.h"
+#include "wam/host_memory.h"
 #include "wam/limits.h"
 
 namespace wam {
@@ -200,6 +205,7 @@ class Run {
         terminal_out_(nodes_.size()),
         ledger_(pipeline.settings().in_flight_limit(worker_threads(pipeline.settings())),
                 pipeline.file() + ":/settings/max_in_flight", count_terminals(nodes_)),
+        budget_(run_budget(pipeline.settings())),
         series_(nodes_.size()) {
     log_ = options.log ? options.log : [](const std::string& line) { std::cerr << line << "\n"; };
     for (size_t i = 0; i < nodes_.size(); ++i) {
@@ -218,10 +224,11 @@ class Run {
       };
       contexts_.push_back(std::make_unique<Context>(nodes_[i].id, nodes_[i].type,
                                                     pipeline.settings(), log_, trace_sink,
-                                                    scalar_sink, nodes_[i].on_error));
+                                                    scalar_sink, nodes_[i].on_error, &budget_));
       if (nodes_[i].inputs.size() > 1) joins_.emplace(i, std::make_unique<Join>(nodes_[i].inputs));
       for (size_t k = 0; k < terminal_out_.size(); ++k) terminal_out_[k].store(0);
     }
+    find_per_sample_nodes();
   }
 
   RunResult execute() {
@@ -328,6 +335,9 @@ class Run {
     const auto began = Clock::now();
     const bool sole_owner = input.use_count() == 1;
     bool dropped = false;  // a sample failed and was skipped
+    if ((node.contract.is_batching() || node.outputs.empty()) && !input->samples.empty()) {
+      budget_.settle();
+    }
     if (!stopping()) {
       metrics.add_in(static_cast<int64_t>(input->samples.size()));
       for (auto& sample : input->samples) {
@@ -345,6 +355,11 @@ class Run {
         if (stopping()) break;
       }
     }
+    if (per_sample_[index]) {
+      for (const Sample& sample : output->samples)
+        budget_.observe_sample(sample_host_bytes(sample));
+    }
+    sync_in_flight_limit();
     // A batching node keeps an absorbed item's credits until it emits a batch.
     if (node.contract.is_batching() && !input->samples.empty() && !dropped) {
       if (output->samples.empty()) {
@@ -409,9 +424,65 @@ class Run {
 
   // A terminal finished a packet: return the credits of the items that have left the graph.
   void retire(const Packet& packet) {
-    for (size_t n = ledger_.release(packet.seq, packet.credits); n > 0; --n) {
-      limiter_->decrementer().try_put(flow::continue_msg());
+    auto returned = static_cast<int64_t>(ledger_.release(packet.seq, packet.credits));
+    // The first item out (not an empty packet of one a batch absorbed): every stage has claimed
+    // its buffers by then, some with their first batch.
+    if (returned > 0 && !budget_shown_.exchange(true)) log_(budget_.start_line());
+    {
+      // Credits the budget holds back are kept, not returned.
+      std::lock_guard<std::mutex> lock(limit_mutex_);
+      const int64_t kept = std::min(returned, withheld_);
+      withheld_ -= kept;
+      returned -= kept;
     }
+    if (returned > 0) limiter_->decrementer().try_put(returned);
+  }
+
+  static HostMemoryBudget run_budget(const Settings& settings) {
+    const int64_t threads = worker_threads(settings);
+    const int64_t max = settings.in_flight_limit(threads);
+    // The least that goes on: a whole batch, and a sample in hand for each worker.
+    return HostMemoryBudget::for_settings(settings.host_memory_gib,
+                                          settings.batch_size + 2 * threads, max, threads);
+  }
+
+  // Nodes whose outputs are single samples (no batching node on their way from the source): the
+  // runner measures their samples for the budget.
+  void find_per_sample_nodes() {
+    per_sample_.assign(nodes_.size(), true);
+    for (bool changed = true; changed;) {
+      changed = false;
+      for (size_t i = 0; i < nodes_.size(); ++i) {
+        bool per_sample = !nodes_[i].contract.is_batching();
+        for (size_t input : nodes_[i].inputs) per_sample = per_sample && per_sample_[input];
+        if (per_sample_[i] && !per_sample) {
+          per_sample_[i] = false;
+          changed = true;
+        }
+      }
+    }
+  }
+
+  // Follows the budget's in-flight limit: lifting it returns held-back credits to the limiter;
+  // lowering it keeps the next credits that come back (the limiter's count never goes below the
+  // items inside the graph).
+  void sync_in_flight_limit() {
+    const int64_t target = budget_.in_flight_limit();
+    if (target == applied_limit_.load()) return;
+    int64_t lift = 0;
+    {
+      std::lock_guard<std::mutex> lock(limit_mutex_);
+      const int64_t delta = target - applied_limit_.load();
+      applied_limit_.store(target);
+      if (delta < 0) {
+        withheld_ -= delta;
+      } else {
+        const int64_t paid = std::min(withheld_, delta);
+        withheld_ -= paid;
+        lift = delta - paid;
+      }
+    }
+    if (lift > 0 && limiter_) limiter_->decrementer().try_put(lift);
   }
 
   // The TBB nodes behind the pipeline's stage nodes; they must outlive wait_for_all().
@@ -429,9 +500,14 @@ class Run {
     graph_ = &graph;
     flow::input_node<PacketPtr> input(
         graph, [this](oneapi::tbb::flow_control& control) { return next_packet(control); });
-    flow::limiter_node<PacketPtr> limiter(
-        graph, static_cast<size_t>(pipeline_.settings().in_flight_limit(threads_)));
+    const int64_t max_in_flight = pipeline_.settings().in_flight_limit(threads_);
+    flow::limiter_node<PacketPtr, long long> limiter(graph, static_cast<size_t>(max_in_flight));
     limiter_ = &limiter;
+    // The budget starts below the settings' limit: those credits are taken before any item is.
+    applied_limit_.store(budget_.in_flight_limit());
+    if (max_in_flight > applied_limit_.load()) {
+      limiter.decrementer().try_put(applied_limit_.load() - max_in_flight);
+    }
     flow::make_edge(input, limiter);
     FlowNodes flow_nodes(nodes_.size());
     for (size_t i = 1; i < nodes_.size(); ++i) add_stage_node(graph, i, flow_nodes);
@@ -573,7 +649,8 @@ class Run {
   }
 
   // Edges between stage nodes, and from the limiter to the source's outputs.
-  void connect(flow::graph& graph, flow::limiter_node<PacketPtr>& limiter, FlowNodes& flow_nodes) {
+  void connect(flow::graph& graph, flow::limiter_node<PacketPtr, long long>& limiter,
+               FlowNodes& flow_nodes) {
     for (size_t i = 1; i < nodes_.size(); ++i) {
       for (size_t output : nodes_[i].outputs) {
         flow::make_edge(flow::output_port<0>(*flow_nodes.stages[i]), *flow_nodes.entry[output]);
@@ -879,6 +956,13 @@ class Run {
   std::vector<std::unique_ptr<Context>> contexts_;
   std::map<size_t, std::unique_ptr<Join>> joins_;
   CreditLedger ledger_;
+  HostMemoryBudget budget_;
+  std::vector<bool> per_sample_;  // per node, see find_per_sample_nodes()
+  std::mutex limit_mutex_;        // guards withheld_ and the changes of applied_limit_
+  std::atomic<int64_t> applied_limit_{0};
+  int64_t withheld_ = 0;
+  std::atomic<bool> budget_shown_{
+      false};  // credits to keep as they come back, the budget having lowered the limit
   int64_t threads_ = 1;
   SeriesRecorder series_;
   std::unique_ptr<TraceRecorder> trace_;
@@ -891,7 +975,7 @@ class Run {
   std::atomic<int64_t> skips_logged_{0};
 
   flow::graph* graph_ = nullptr;
-  flow::limiter_node<PacketPtr>* limiter_ = nullptr;
+  flow::limiter_node<PacketPtr, long long>* limiter_ = nullptr;
   std::mutex output_mutex_;
 
   uint64_t next_seq_ = 0;  // touched only by the serial source body, then by drain()

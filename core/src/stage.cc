@@ -26,14 +26,15 @@ std::string Concurrency::to_string() const {
 
 Context::Context(std::string node_id, std::string type, const Settings& settings,
                  std::function<void(const std::string&)> log, TraceSink trace, ScalarSink scalars,
-                 OnError on_error)
+                 OnError on_error, HostMemoryBudget* host_memory)
     : node_id_(std::move(node_id)),
       type_(std::move(type)),
       settings_(settings),
       log_(std::move(log)),
       trace_(std::move(trace)),
       scalars_(std::move(scalars)),
-      on_error_(on_error) {}
+      on_error_(on_error),
+      host_memory_(host_memory) {}
 
 Counter& Context::counter(const std::string& name) {
   std::lock_guard<std::mutex> lock(counters_mutex_);

@@ -2,7 +2,24 @@
 
 #include <sstream>
 
+#include "wam/host_memory.h"
+
 namespace wam {
+namespace {
+
+// Host bytes a tensor holds: its whole storage (a view keeps its base alive); none on a device.
+int64_t host_tensor_bytes(const at::Tensor& t) {
+  if (!t.defined() || !t.is_cpu() || !t.has_storage()) return 0;
+  return static_cast<int64_t>(t.storage().nbytes());
+}
+
+// Installed before main: every program that handles tensors links this file.
+[[maybe_unused]] const bool kCounterInstalled = [] {
+  set_tensor_bytes_counter(&host_tensor_bytes);
+  return true;
+}();
+
+}  // namespace
 
 const at::Tensor& Sample::tensor(std::string_view name) const { return *get_tensor_ptr(name); }
 

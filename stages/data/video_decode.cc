@@ -11,19 +11,25 @@
 // `frame_cache` (sparse mode) keeps that many decoded frames per worker thread, keyed by file and
 // frame index, and decodes only the frames a sample needs that are not there: consecutive samples
 // of an episode share most of their frames (`cache generate` decodes each frame about once).
+// The run's host memory budget (wam/host_memory.h) may lower cache_readers and frame_cache: the
+// first sample's frame size prices them, and each is granted what the budget allows (never less
+// than one sample needs), the same for every worker thread.
 // Counters: frames_decoded, seeks, readers_opened (and passed_through with decode_if,
 // frame_cache_hits with frame_cache).
 // Example: {"id": "decode", "type": "VideoDecode", "inputs": ["sampler"],
 //           "params": {"mode": "sparse", "frames": "all", "cache_readers": 4}}
 #include <algorithm>
+#include <atomic>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "data/video_reader.h"
 #include "common/lru_cache.h"
+#include "data/video_reader.h"
+#include "wam/host_memory.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 
@@ -121,6 +127,9 @@ class VideoDecodeStage final : public Stage {
     readers_opened_ = &context.counter("readers_opened");
     if (!params_.decode_if.empty()) passed_through_ = &context.counter("passed_through");
     if (params_.frame_cache > 0) frame_cache_hits_ = &context.counter("frame_cache_hits");
+    budget_ = context.host_memory();
+    reader_capacity_.store(params_.cache_readers);
+    frame_capacity_.store(params_.frame_cache);
   }
 
   void process(Sample sample, Emitter& out) override {
@@ -147,7 +156,7 @@ class VideoDecodeStage final : public Stage {
     video::DecodeStats stats;
     std::vector<std::shared_ptr<video::VideoReader>> readers;
     for (const auto& file : files) {
-      readers.push_back(cache.acquire(file, static_cast<size_t>(params_.cache_readers), stats));
+      readers.push_back(cache.acquire(file, static_cast<size_t>(reader_capacity_.load()), stats));
       const auto& first = *readers.front();
       const auto& reader = *readers.back();
       if (reader.width() != first.width() || reader.height() != first.height()) {
@@ -158,6 +167,10 @@ class VideoDecodeStage final : public Stage {
       }
     }
     const auto& first = *readers.front();
+    std::call_once(claimed_, [&] {
+      claim_memory(first.width(), first.height(), static_cast<int64_t>(files.size()),
+                   static_cast<int64_t>(std::set<int64_t>(wanted.begin(), wanted.end()).size()));
+    });
     at::Tensor frames =
         at::empty({static_cast<int64_t>(readers.size()), static_cast<int64_t>(wanted.size()),
                    first.height(), first.width(), 3},
@@ -184,6 +197,28 @@ class VideoDecodeStage final : public Stage {
   }
 
  private:
+  // Claims the decoder sessions and cached frames of every worker thread from the budget, priced
+  // by the first sample: `cameras` files of width x height, `unique_frames` frames from each.
+  void claim_memory(int64_t width, int64_t height, int64_t cameras, int64_t unique_frames) {
+    if (!budget_) return;
+    const int64_t threads = budget_->worker_threads();
+    // A decoder session holds its reference frames (AV1: 8, H.264: up to 16) and the one being
+    // decoded in YUV 4:2:0 (1.5 bytes a pixel), and the RGB conversion's buffer: about 18 bytes
+    // a pixel, an estimate (FFmpeg does not report its pools).
+    if (params_.cache_readers > 0) {
+      const int64_t sessions =
+          budget_->claim("decoder sessions", 18 * width * height, params_.cache_readers * threads,
+                         std::min(params_.cache_readers, cameras) * threads);
+      reader_capacity_.store(std::max<int64_t>(1, sessions / threads));
+    }
+    if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0) {
+      const int64_t frames =
+          budget_->claim("cached frames", 3 * width * height, params_.frame_cache * threads,
+                         std::min(params_.frame_cache, cameras * unique_frames) * threads);
+      frame_capacity_.store(frames / threads);
+    }
+  }
+
   // The baseline: every frame from the first to the last wanted window frame, decoded and
   // converted; anchor and recent, which may lie far before the window, are taken from that range
   // when inside, else decoded on their own.
@@ -215,7 +250,7 @@ class VideoDecodeStage final : public Stage {
   void read_through_cache(video::VideoReader& reader, const std::vector<int64_t>& wanted,
                           double fps, at::Tensor& out, video::DecodeStats& stats) {
     thread_local std::unique_ptr<FrameCache> cache;
-    const auto capacity = static_cast<size_t>(params_.frame_cache);
+    const auto capacity = static_cast<size_t>(frame_capacity_.load());
     if (!cache || cache->capacity() != capacity) cache = std::make_unique<FrameCache>(capacity);
     const std::set<int64_t> unique(wanted.begin(), wanted.end());
     if (unique.size() > capacity) {
@@ -246,6 +281,9 @@ class VideoDecodeStage final : public Stage {
   Counter* seeks_ = nullptr;
   Counter* readers_opened_ = nullptr;
   Counter* passed_through_ = nullptr;
+  HostMemoryBudget* budget_ = nullptr;
+  std::once_flag claimed_;
+  std::atomic<int64_t> reader_capacity_{0}, frame_capacity_{0};  // per thread, after the budget
 };
 
 }  // namespace

@@ -38,6 +38,7 @@
 #include "data/image_ops.h"
 #include "device/staging_pool.h"
 #include "device/transfer_timing.h"
+#include "wam/host_memory.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 
@@ -223,6 +224,19 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
     }
   }
 
+  // The pool, sized from the first batch. Pinned host memory counts against the run's host
+  // memory budget: the budget grants as many buffers as fit (at least one).
+  void create_pool(int64_t host_bytes, int64_t device_bytes) {
+    int64_t buffers = params_.pool_batches;
+    if (HostMemoryBudget* budget = context_->host_memory()) {
+      buffers = budget->claim("pinned staging buffers", host_bytes, buffers, 1);
+    }
+    pool_ = std::make_shared<StagingPool>(device_, buffers, host_bytes, device_bytes);
+    context_->log("HostToDevice: pinned pool of " + std::to_string(buffers) + " buffers x " +
+                  std::to_string(host_bytes >> 20) + " MiB host, " +
+                  std::to_string(device_bytes >> 20) + " MiB device");
+  }
+
   void copy_pinned(Sample& sample) {
     std::vector<FieldLayout> layout;
     int64_t host_bytes = 0, device_bytes = 0;
@@ -247,13 +261,7 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
       }
       layout.push_back(std::move(f));
     }
-    if (!pool_) {
-      pool_ = std::make_shared<StagingPool>(device_, params_.pool_batches, host_bytes,
-                                            device_bytes);
-      context_->log("HostToDevice: pinned pool of " + std::to_string(params_.pool_batches) +
-                    " buffers x " + std::to_string(host_bytes >> 20) + " MiB host, " +
-                    std::to_string(device_bytes >> 20) + " MiB device");
-    }
+    if (!pool_) create_pool(host_bytes, device_bytes);
 
     bool waited = false;
     const auto wait_start = std::chrono::steady_clock::now();
@@ -269,8 +277,8 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
     if (buffer.host.numel() < host_bytes || buffer.device.numel() < device_bytes) {
       const int64_t grown_host = host_bytes + host_bytes / 4;
       const int64_t grown_device = device_bytes + device_bytes / 4;
-      context_->log("HostToDevice: batch " + sample.key() + " needs " +
-                    std::to_string(host_bytes) + " host bytes, more than a pool buffer's " +
+      context_->log("HostToDevice: batch " + sample.key() + " needs " + std::to_string(host_bytes) +
+                    " host bytes, more than a pool buffer's " +
                     std::to_string(buffer.host.numel()) + "; growing that buffer to " +
                     std::to_string(grown_host) + " (raise the pool size for steadier memory)");
       pool_->allocate(buffer, grown_host, grown_device);
@@ -298,8 +306,8 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
       copy_began.record(copy_stream_);
       for (const FieldLayout& f : layout) {
         const at::ScalarType staged = f.levels ? at::kByte : f.source.scalar_type();
-        at::Tensor target = typed(buffer.device, f.device_offset, f.device_bytes, staged,
-                                  f.source.sizes());
+        at::Tensor target =
+            typed(buffer.device, f.device_offset, f.device_bytes, staged, f.source.sizes());
         target.copy_(typed(buffer.host, f.host_offset, f.host_bytes, staged, f.source.sizes()),
                      /*non_blocking=*/true);
         if (f.levels) {

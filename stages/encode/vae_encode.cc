@@ -8,15 +8,20 @@
 //         memory_video_anchor, memory_video_recent (float [B, 3, 1, H, W])
 // Writes: video_latents [B, 48, (T-1)/4+1, H/16, W/16], memory_video_anchor_latents and
 //         memory_video_recent_latents [B, 48, 1, H/16, W/16] (the encoder's device and dtype)
+// On the CPU the encoder's activations are host memory: a batch is encoded in chunks of rows
+// sized by the run's host memory budget (wam/host_memory.h), the same latents in more calls.
 // Example: {"id": "vae", "type": "VaeEncode", "inputs": ["collate"],
 //           "params": {"encoder": "torchscript", "path": "${WAM_CACHE_ROOT}/wan22_vae.pt"}}
+#include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "encode/vae_encode_params.h"
 #include "models/vae.h"
+#include "wam/host_memory.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 
@@ -73,6 +78,10 @@ class VaeEncodeStage final : public Stage {
           models::make_builtin_vae(params_.width, static_cast<uint64_t>(params_.seed), placement);
     }
     deduplicated_anchor_batches_ = &context.counter("deduplicated_anchor_batches");
+    if (placement.device.is_cpu()) {
+      budget_ = context.host_memory();
+      element_bytes_ = static_cast<int64_t>(c10::elementSize(placement.dtype));
+    }
     context.log("VaeEncode: " + params_.encoder + " encoder on " + placement.device.str() + " (" +
                 params_.dtype + ")");
   }
@@ -92,13 +101,14 @@ class VaeEncodeStage final : public Stage {
                   " but \"memory_video_recent\" is " + describe_tensor(recent) +
                   "; the memory frames are encoded together and must have one shape");
     }
-    batch.set_tensor("video_latents", encoder_->encode(video));
+    std::call_once(claimed_, [&] { claim_memory(video); });
+    batch.set_tensor("video_latents", encode_in_chunks(video));
     const int64_t rows = anchor.size(0);
     const bool one_anchor =
         params_.deduplicate_identical_anchor_batch && rows > 1 && rows_bitwise_identical(anchor);
     const int64_t anchor_rows = one_anchor ? 1 : rows;
     const at::Tensor memory_latents =
-        encoder_->encode(torch::cat({anchor.narrow(0, 0, anchor_rows), recent}, 0));
+        encode_in_chunks(torch::cat({anchor.narrow(0, 0, anchor_rows), recent}, 0));
     at::Tensor anchor_latents = memory_latents.narrow(0, 0, anchor_rows);
     if (one_anchor) {
       std::vector<int64_t> sizes = anchor_latents.sizes().vec();
@@ -112,9 +122,41 @@ class VaeEncodeStage final : public Stage {
   }
 
  private:
+  // Frames [T, H, W] the encoder may hold at once on the CPU, claimed from the budget with the
+  // first batch. A frame's activations: about 2 x width values a pixel, measured for the built-in
+  // encoder of the default width 32 (cache generate peaked 2.3 GiB higher encoding 16 rows of 9
+  // frames at 384x256 a call than 4: 58 values a pixel, LibTorch's CPU conv3d unfolding its
+  // input; docs/BENCHMARKS.md, "Host memory of cache generate"). TorchScript encoders are priced
+  // the same (their width is not known).
+  void claim_memory(const at::Tensor& video) {
+    if (!budget_) return;
+    const int64_t frames = video.size(0) * video.size(2);
+    const int64_t frame_bytes = video.size(3) * video.size(4) * element_bytes_ * 2 * params_.width;
+    chunk_frames_ =
+        budget_->claim("VAE frames encoded at once", frame_bytes, frames, video.size(2));
+  }
+
+  // The encoder over `video` [B, 3, T, H, W], in chunks of rows holding at most chunk_frames_
+  // frames (at least a row).
+  at::Tensor encode_in_chunks(const at::Tensor& video) {
+    const int64_t rows = video.size(0);
+    const int64_t chunk =
+        chunk_frames_ > 0 ? std::max<int64_t>(1, chunk_frames_ / video.size(2)) : rows;
+    if (chunk >= rows) return encoder_->encode(video);
+    std::vector<at::Tensor> parts;
+    for (int64_t row = 0; row < rows; row += chunk) {
+      parts.push_back(encoder_->encode(video.narrow(0, row, std::min(chunk, rows - row))));
+    }
+    return torch::cat(parts, 0);
+  }
+
   Params params_;
   std::unique_ptr<models::VaeEncoder> encoder_;
   Counter* deduplicated_anchor_batches_ = nullptr;
+  HostMemoryBudget* budget_ = nullptr;  // null on a device: its activations are not host memory
+  int64_t element_bytes_ = 4;
+  std::once_flag claimed_;
+  int64_t chunk_frames_ = 0;  // 0: the whole batch at once
 };
 
 WAM_REGISTER_STAGE(VaeEncodeStage);

@@ -303,6 +303,25 @@ TEST_P(Runner, InterruptStopsCleanlyWithStats) {
 INSTANTIATE_TEST_SUITE_P(SerialAndParallel, Runner, ::testing::Values(1, 4),
                          [](const auto& info) { return "threads" + std::to_string(info.param); });
 
+TEST(HostMemoryBudget, RunPrintsWhatTheBudgetAllowsWhenTheFirstItemLeaves) {
+  TempDir dir;
+  const std::string file = dir.write("p.json", kChain);
+  ValidatedPipeline pipeline = load_pipeline(
+      file, {{"settings.threads=1", "settings.max_in_flight=40", "settings.host_memory_gib=1"}},
+      testing::test_registry());
+  std::vector<std::string> lines;
+  RunOptions options;
+  options.log = [&](const std::string& line) { lines.push_back(line); };
+  RunResult result = run_pipeline(pipeline, options);
+  ASSERT_FALSE(result.error) << result.error->what();
+  // Samples without tensors weigh nothing: the settings' limit stands.
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.front(),
+            "host memory budget 1.00 GiB (settings.host_memory_gib): up to 40 samples in flight "
+            "(settings.max_in_flight's limit)");
+  EXPECT_EQ(result.stats.stop_reason, "exhausted");
+}
+
 TEST(RunStats, JsonAndTableNameEveryNode) {
   Outcome o = run_json(kChain);
   json stats = o.result.stats.to_json();

@@ -5,6 +5,7 @@
 
 #include "testing/expect_error.h"
 #include "testing/stage_harness.h"
+#include "wam/host_memory.h"
 #include "wam/tensor.h"
 
 namespace wam::testing {
@@ -50,6 +51,27 @@ TEST(VaeEncodeTest, BuiltinGivesWan22LatentShapes) {
   EXPECT_GT(out.tensor("video_latents").std().item<double>(), 0.0);
   // The inputs travel on unchanged.
   EXPECT_EQ(out.tensor("video").sizes(), (std::vector<int64_t>{2, 3, 9, 384, 256}));
+}
+
+// On the CPU a tight host memory budget has the batch encoded in chunks of rows: the same latents.
+TEST(VaeEncodeTest, ATightHostMemoryBudgetEncodesInChunksOfRowsWithTheSameLatents) {
+  const Sample whole = encode(kBuiltin, video_batch(4, 5, 64, 32));
+  // A 64x32 frame at width 4 is priced 64 x 32 x 4 bytes x 2 x 4 = 64 KiB: half of 1 MiB holds 8
+  // frames, one row of 5 at once (the 8 memory frames of one frame each go in one call).
+  HostMemoryBudget budget(1 << 20, "test", 1, 1, 1);
+  HarnessOptions options;
+  options.host_memory = &budget;
+  const auto out = run_stage("VaeEncode", kBuiltin, {video_batch(4, 5, 64, 32)}, options);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(
+      budget.start_line(),
+      "host memory budget 1.00 MiB (test): up to 1 samples in flight (settings.max_in_flight's "
+      "limit), 8 VAE frames encoded at once (512 KiB)");
+  for (const char* field :
+       {"video_latents", "memory_video_anchor_latents", "memory_video_recent_latents"}) {
+    EXPECT_EQ(out[0].tensor(field).sizes(), whole.tensor(field).sizes()) << field;
+    EXPECT_TRUE(torch::allclose(out[0].tensor(field), whole.tensor(field), 1e-4, 1e-5)) << field;
+  }
 }
 
 // With device "auto" the encoder follows settings.device, also on a machine with CUDA.

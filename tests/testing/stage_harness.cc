@@ -135,7 +135,7 @@ SteppedStage::SteppedStage(const std::string& type, const std::string& params_js
         std::lock_guard<std::mutex> lock(log_mutex_);
         scalars_.push_back({name, value});
       },
-      options.on_error);
+      options.on_error, options.host_memory);
   stage_->open(*context_);
 }
 

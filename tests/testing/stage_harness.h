@@ -30,6 +30,8 @@ struct HarnessOptions {
   // What the stage's Context::on_error() says (the harness itself applies no policy: what the
   // stage throws reaches the test).
   OnError on_error = OnError::kFail;
+  // The run's host memory budget the stage claims its buffers from (none: sized by its params).
+  HostMemoryBudget* host_memory = nullptr;
 };
 
 // Collects what a stage emits; emit() may be called from several threads.

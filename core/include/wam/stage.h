@@ -20,14 +20,17 @@
 
 namespace wam {
 
+class HostMemoryBudget;
+
 // Run-wide settings from the pipeline file's "settings" object.
 struct Settings {
   int64_t seed = 42;
   int64_t steps = 0;  // items leaving the terminal node before the run stops; 0 = until exhausted
   int64_t epochs = 1;
   int64_t batch_size = 16;
-  int64_t threads = 0;        // worker threads; 0 = one per core
-  int64_t max_in_flight = 0;  // 0: auto, see in_flight_limit()
+  int64_t threads = 0;         // worker threads; 0 = one per core
+  int64_t max_in_flight = 0;   // 0: auto, see in_flight_limit()
+  double host_memory_gib = 0;  // 0: auto, see wam/host_memory.h
   bool ordered = true;
   std::string device = "auto";
 
@@ -44,6 +47,11 @@ struct Settings {
       "Most source samples inside the graph at once, those batched included until their batch "
       "leaves it: bounds every queue (at least the batch size). 0: auto, 4 batches plus 2 samples "
       "per worker thread.",
+      Min{0});
+    v("host_memory_gib", host_memory_gib,
+      "Host memory (GiB) that the samples in flight and the stages' buffers (frame caches, "
+      "decoder sessions, staging buffers) share: lowers max_in_flight and the caches to fit. 0: "
+      "auto, 1/32 of the machine's memory (its cgroup limit when lower), at least 0.5.",
       Min{0});
     v("ordered", ordered,
       "Restore source order before order-sensitive nodes: serial and parallel runs give the same "
@@ -137,7 +145,8 @@ class Context {
 
   Context(std::string node_id, std::string type, const Settings& settings,
           std::function<void(const std::string&)> log, TraceSink trace = nullptr,
-          ScalarSink scalars = nullptr, OnError on_error = OnError::kFail);
+          ScalarSink scalars = nullptr, OnError on_error = OnError::kFail,
+          HostMemoryBudget* host_memory = nullptr);
 
   const std::string& node_id() const { return node_id_; }
   const std::string& type() const { return type_; }
@@ -161,6 +170,10 @@ class Context {
   // also shown by the progress line and the report. A no-op when the runtime records no scalars
   // (e.g. a test harness). Thread-safe.
   void report_scalar(const std::string& name, double value) const;
+  // The run's host memory budget (wam/host_memory.h), where a stage claims its own buffers
+  // (caches, pools) before sizing them; null when the runtime keeps none (e.g. a test harness):
+  // the stage then sizes them from its params alone.
+  HostMemoryBudget* host_memory() const { return host_memory_; }
 
  private:
   std::string node_id_, type_;
@@ -169,6 +182,7 @@ class Context {
   TraceSink trace_;
   ScalarSink scalars_;
   OnError on_error_;
+  HostMemoryBudget* host_memory_;
   mutable std::mutex counters_mutex_;
   std::deque<std::pair<std::string, Counter>> counters_;  // deque: stable addresses
 };
