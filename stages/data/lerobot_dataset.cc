@@ -427,6 +427,30 @@ void read_v3_tasks(const std::string& tasks_path, std::map<int64_t, std::string>
 
 }  // namespace
 
+namespace {
+
+// A count or size from a meta file as int64. nlohmann's get<int64_t>() converts a float such as
+// 1e61 with a cast whose result is undefined (the dataset_meta fuzzer found it); a whole float
+// within range is taken, anything else is refused naming the field.
+int64_t whole_number(const nlohmann::ordered_json& value, const std::string& where) {
+  if (value.is_number_unsigned()) {
+    if (value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return static_cast<int64_t>(value.get<uint64_t>());
+    }
+  } else if (value.is_number_integer()) {
+    return value.get<int64_t>();
+  } else if (value.is_number_float()) {
+    const double d = value.get<double>();
+    // 2^63 is exactly representable; every double below it in magnitude fits int64.
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9223372036854775808.0) {
+      return static_cast<int64_t>(d);
+    }
+  }
+  throw Error(where + " must be a whole number within 64 bits, got " + value.dump());
+}
+
+}  // namespace
+
 LeRobotDataset LeRobotDataset::open(const std::string& root) {
   LeRobotDataset ds;
   ds.open_files_ = std::make_shared<OpenFiles>();
@@ -449,21 +473,34 @@ LeRobotDataset LeRobotDataset::open(const std::string& root) {
     i.video_path = info.value("video_path", nlohmann::ordered_json(nullptr)).is_string()
                        ? info["video_path"].get<std::string>()
                        : std::string();
-    i.chunks_size = info.value("chunks_size", int64_t{1000});
+    auto count = [&](const char* name, int64_t fallback) {
+      auto it = info.find(name);
+      if (it == info.end()) return fallback;
+      return whole_number(*it, info_path + ": field \"" + std::string(name) + "\"");
+    };
+    i.chunks_size = count("chunks_size", 1000);
     i.robot_type = info.value("robot_type", nlohmann::ordered_json("")).is_string()
                        ? info.value("robot_type", std::string())
                        : std::string();
-    i.total_episodes = info.value("total_episodes", int64_t{0});
-    i.total_frames = info.value("total_frames", int64_t{0});
-    i.total_tasks = info.value("total_tasks", int64_t{0});
-    i.total_chunks = info.value("total_chunks", int64_t{0});
-    i.total_videos = info.value("total_videos", int64_t{0});
+    i.total_episodes = count("total_episodes", 0);
+    i.total_frames = count("total_frames", 0);
+    i.total_tasks = count("total_tasks", 0);
+    i.total_chunks = count("total_chunks", 0);
+    i.total_videos = count("total_videos", 0);
     i.splits = nlohmann::json::parse(info.value("splits", nlohmann::ordered_json::object()).dump());
     for (const auto& [key, f] : get("features").items()) {
       Feature feature;
       feature.key = key;
       feature.dtype = f.at("dtype").get<std::string>();
-      feature.shape = f.at("shape").get<std::vector<int64_t>>();
+      const nlohmann::ordered_json& shape = f.at("shape");
+      if (!shape.is_array()) {
+        throw Error(info_path + ": field \"features/" + key + "/shape\" must be an array, got " +
+                    shape.dump());
+      }
+      for (const auto& side : shape) {
+        feature.shape.push_back(
+            whole_number(side, info_path + ": field \"features/" + key + "/shape\""));
+      }
       if (f.contains("names") && f["names"].is_array()) {
         for (const auto& n : f["names"]) {
           if (n.is_string()) feature.names.push_back(n.get<std::string>());

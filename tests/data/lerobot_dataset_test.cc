@@ -472,6 +472,28 @@ std::string read_text(const std::string& path) {
   return text.str();
 }
 
+// Counts and shapes are whole numbers: a float out of int64's range was an undefined cast
+// (found by the dataset_meta fuzzer); a whole float is taken.
+TEST_F(LeRobotDatasetTest, CountsAndShapesMustBeWholeNumbers) {
+  const std::string root = write_dataset("ds", 10);
+  auto info = nlohmann::ordered_json::parse(read_text(root + "/meta/info.json"));
+  info["total_chunks"] = 1.0;
+  std::ofstream(root + "/meta/info.json") << info.dump(4);
+  EXPECT_EQ(LeRobotDataset::open(root).info().total_chunks, 1);
+  info["total_chunks"] = 1.44444e61;
+  std::ofstream(root + "/meta/info.json") << info.dump(4);
+  EXPECT_ERROR(LeRobotDataset::open(root),
+               root +
+                   "/meta/info.json: field \"total_chunks\" must be a whole number within 64 "
+                   "bits, got 1.44444e+61");
+  info["total_chunks"] = 1;
+  info["features"]["action"]["shape"] = nlohmann::ordered_json::array({2.5});
+  std::ofstream(root + "/meta/info.json") << info.dump(4);
+  EXPECT_ERROR(LeRobotDataset::open(root), root +
+                                               "/meta/info.json: field \"features/action/shape\" "
+                                               "must be a whole number within 64 bits, got 2.5");
+}
+
 // The unclear errors of issue 25, each now naming the file, the field and what to do.
 TEST_F(LeRobotDatasetTest, PathTemplatesLeavingTheRootAreRefused) {
   const std::string root = write_dataset("ds", 10);
