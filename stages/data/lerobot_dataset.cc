@@ -63,15 +63,41 @@ std::vector<nlohmann::json> read_jsonl_file(const std::string& path) {
   return rows;
 }
 
+// A count or size from a meta file as int64. nlohmann's get<int64_t>() converts a float such as
+// 1e61 with a cast whose result is undefined (the dataset_meta fuzzer found it); a whole float
+// within range is taken, anything else is refused naming the field.
+template <class Json>
+int64_t whole_number(const Json& value, const std::string& where) {
+  if (value.is_number_unsigned()) {
+    if (value.template get<uint64_t>() <=
+        static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return static_cast<int64_t>(value.template get<uint64_t>());
+    }
+  } else if (value.is_number_integer()) {
+    return value.template get<int64_t>();
+  } else if (value.is_number_float()) {
+    const double d = value.template get<double>();
+    // 2^63 is exactly representable; every double below it in magnitude fits int64.
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9223372036854775808.0) {
+      return static_cast<int64_t>(d);
+    }
+  }
+  throw Error(where + " must be a whole number within 64 bits, got " + value.dump());
+}
+
 // A required field of a JSON object, converted; errors name the file, the field and the line.
 template <class T>
 T field(const nlohmann::json& object, const char* name, const std::string& where) {
   auto it = object.find(name);
   if (it == object.end()) throw Error(where + ": missing field \"" + name + "\"");
-  try {
-    return it->get<T>();
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(where + ": field \"" + name + "\" has the wrong type: " + e.what());
+  if constexpr (std::is_same_v<T, int64_t>) {
+    return whole_number(*it, where + ": field \"" + name + "\"");
+  } else {
+    try {
+      return it->get<T>();
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(where + ": field \"" + name + "\" has the wrong type: " + e.what());
+    }
   }
 }
 
@@ -423,30 +449,6 @@ void read_v3_tasks(const std::string& tasks_path, std::map<int64_t, std::string>
   const auto index = file.read_ints("task_index").values;
   const auto text = file.read_strings(text_column).values;
   for (size_t k = 0; k < index.size(); ++k) tasks[index[k]] = text[k];
-}
-
-}  // namespace
-
-namespace {
-
-// A count or size from a meta file as int64. nlohmann's get<int64_t>() converts a float such as
-// 1e61 with a cast whose result is undefined (the dataset_meta fuzzer found it); a whole float
-// within range is taken, anything else is refused naming the field.
-int64_t whole_number(const nlohmann::ordered_json& value, const std::string& where) {
-  if (value.is_number_unsigned()) {
-    if (value.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return static_cast<int64_t>(value.get<uint64_t>());
-    }
-  } else if (value.is_number_integer()) {
-    return value.get<int64_t>();
-  } else if (value.is_number_float()) {
-    const double d = value.get<double>();
-    // 2^63 is exactly representable; every double below it in magnitude fits int64.
-    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9223372036854775808.0) {
-      return static_cast<int64_t>(d);
-    }
-  }
-  throw Error(where + " must be a whole number within 64 bits, got " + value.dump());
 }
 
 }  // namespace
