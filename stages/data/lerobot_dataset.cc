@@ -85,6 +85,14 @@ int64_t whole_number(const Json& value, const std::string& where) {
   throw Error(where + " must be a whole number within 64 bits, got " + value.dump());
 }
 
+// An optional count of info.json, `fallback` when absent.
+int64_t optional_count(const nlohmann::ordered_json& info, const char* name, int64_t fallback,
+                       const std::string& info_path) {
+  auto it = info.find(name);
+  if (it == info.end()) return fallback;
+  return whole_number(*it, info_path + ": field \"" + std::string(name) + "\"");
+}
+
 // A required field of a JSON object, converted; errors name the file, the field and the line.
 template <class T>
 T field(const nlohmann::json& object, const char* name, const std::string& where) {
@@ -475,20 +483,15 @@ LeRobotDataset LeRobotDataset::open(const std::string& root) {
     i.video_path = info.value("video_path", nlohmann::ordered_json(nullptr)).is_string()
                        ? info["video_path"].get<std::string>()
                        : std::string();
-    auto count = [&](const char* name, int64_t fallback) {
-      auto it = info.find(name);
-      if (it == info.end()) return fallback;
-      return whole_number(*it, info_path + ": field \"" + std::string(name) + "\"");
-    };
-    i.chunks_size = count("chunks_size", 1000);
+    i.chunks_size = optional_count(info, "chunks_size", 1000, info_path);
     i.robot_type = info.value("robot_type", nlohmann::ordered_json("")).is_string()
                        ? info.value("robot_type", std::string())
                        : std::string();
-    i.total_episodes = count("total_episodes", 0);
-    i.total_frames = count("total_frames", 0);
-    i.total_tasks = count("total_tasks", 0);
-    i.total_chunks = count("total_chunks", 0);
-    i.total_videos = count("total_videos", 0);
+    i.total_episodes = optional_count(info, "total_episodes", 0, info_path);
+    i.total_frames = optional_count(info, "total_frames", 0, info_path);
+    i.total_tasks = optional_count(info, "total_tasks", 0, info_path);
+    i.total_chunks = optional_count(info, "total_chunks", 0, info_path);
+    i.total_videos = optional_count(info, "total_videos", 0, info_path);
     i.splits = nlohmann::json::parse(info.value("splits", nlohmann::ordered_json::object()).dump());
     for (const auto& [key, f] : get("features").items()) {
       Feature feature;
