@@ -426,13 +426,8 @@ TEST_F(LatentCache, TimeClosesShardsSmallerThanTheShardSize) {
     std::snprintf(name, sizeof(name), "shards/shard%06lld.h5", static_cast<long long>(4 * s));
     EXPECT_EQ(manifest["shards"][s]["file"], name);
     EXPECT_EQ(manifest["shards"][s]["rows"], 4);
+    EXPECT_TRUE(fs::is_regular_file(result.published[0].build_dir + "/" + name)) << name;
   }
-  const auto reports = cache::validate_pipeline_cache(
-      kCachePipeline, overrides({R"(nodes.cache.params.fields=["current"])"}),
-      cache::ValidationMode::kFull, nullptr);
-  ASSERT_EQ(reports.size(), 1u);
-  EXPECT_EQ(reports[0].artifact_id, "vae_latent.current");
-  EXPECT_EQ(reports[0].cached_samples, kSamples);
 }
 
 }  // namespace
