@@ -29,6 +29,12 @@ __device__ __forceinline__ float2 rotation_of(const float* rotation, int64_t tok
   return rows[token * half_head + p % half_head];
 }
 
+// Where row `row` of out and grad_out starts (RmsNormRopeShape::out_row_stride).
+__device__ __forceinline__ int64_t out_offset(int64_t row, const RmsNormRopeShape& shape) {
+  return (row / shape.tokens) * shape.out_sample_stride +
+         (row % shape.tokens) * shape.out_row_stride;
+}
+
 template <class T>
 __global__ void forward_kernel(const T* x, const float* weight, const float* rotation, T* out,
                                float* rstd, RmsNormRopeShape shape, float eps) {
@@ -53,7 +59,7 @@ __global__ void forward_kernel(const T* x, const float* weight, const float* rot
       rsqrtf(block_sum<kThreads>(squares, scratch) / static_cast<float>(shape.width) + eps);
   if (threadIdx.x == 0) rstd[row] = r;
   const int64_t token = row % shape.tokens;
-  T* o = out + row * shape.width;
+  T* o = out + out_offset(row, shape);
 #pragma unroll
   for (int k = 0; k < kMaxPairsPerThread; ++k) {
     const int p = threadIdx.x + k * kThreads;
@@ -85,7 +91,7 @@ __global__ void __launch_bounds__(kThreads)
       x_next[k] = grad_next[k] = make_float2(0.f, 0.f);
       if (p >= pairs) continue;
       x_next[k] = load2(x + row * shape.x_row_stride + 2 * p);
-      grad_next[k] = load2(grad_out + row * shape.width + 2 * p);
+      grad_next[k] = load2(grad_out + out_offset(row, shape) + 2 * p);
     }
   };
 #pragma unroll
@@ -119,7 +125,7 @@ __global__ void __launch_bounds__(kThreads)
       dot += g[k].x * h[k].x + g[k].y * h[k].y;
     }
     const float mean_dot = block_sum<kThreads>(dot, scratch) / static_cast<float>(shape.width);
-    T* gx = grad_x + row * shape.width;
+    T* gx = grad_x + row * shape.grad_x_row_stride;
 #pragma unroll
     for (int k = 0; k < kPairs; ++k) {
       const int p = threadIdx.x + k * kThreads;
@@ -155,7 +161,11 @@ void with_pairs(int64_t width, F&& f) {
 bool rms_norm_rope_supports(const RmsNormRopeShape& shape) {
   return shape.width % 2 == 0 && shape.head_dim % 2 == 0 && shape.head_dim > 0 &&
          shape.width % shape.head_dim == 0 && shape.width / 2 <= kMaxPairsPerThread * kThreads &&
-         shape.tokens > 0 && shape.x_row_stride >= shape.width && shape.x_row_stride % 2 == 0;
+         shape.tokens > 0 && shape.x_row_stride >= shape.width && shape.x_row_stride % 2 == 0 &&
+         shape.out_row_stride >= shape.width && shape.out_row_stride % 2 == 0 &&
+         shape.out_sample_stride >= shape.tokens * shape.out_row_stride &&
+         shape.out_sample_stride % 2 == 0 && shape.grad_x_row_stride >= shape.width &&
+         shape.grad_x_row_stride % 2 == 0;
 }
 
 int64_t rms_norm_rope_backward_blocks(const RmsNormRopeShape& shape) {

@@ -18,13 +18,20 @@ struct RmsNormRopeShape {
   int64_t head_dim = 0;      // RoPE pairs (2i, 2i+1) within each head
   int64_t tokens = 0;        // N: row r is token r % N, whose rotation row it reads
   int64_t x_row_stride = 0;  // elements between rows of x (a column slice of a fused QKV output)
+  // Where out (and grad_out) rows lie: row r, token n = r % tokens of sample r / tokens, at
+  // (r / tokens) * out_sample_stride + n * out_row_stride, so that the two experts' q (or k) are
+  // written into one joint tensor without a concatenation (docs/KERNELS.md, version 5).
+  int64_t out_row_stride = 0;
+  int64_t out_sample_stride = 0;
+  int64_t grad_x_row_stride = 0;  // elements between rows of grad_x (a column slice too)
 };
 
 // Rows the kernels can take: width even, width / 2 <= kMaxPairsPerThread * kThreads.
 bool rms_norm_rope_supports(const RmsNormRopeShape& shape);
 
 // out[r] = rope(x[r] * rstd[r] * weight), rstd[r] = 1 / sqrt(mean(x[r]^2) + eps). `rotation`:
-// [tokens, head_dim / 2] (cos, sin) float pairs, or null for a plain RMSNorm. out is contiguous.
+// [tokens, head_dim / 2] (cos, sin) float pairs, or null for a plain RMSNorm. out laid out as the
+// shape's out strides say.
 void rms_norm_rope_forward(const void* x, const float* weight, const float* rotation, void* out,
                            float* rstd, const RmsNormRopeShape& shape, float eps,
                            Precision precision, CUstream_st* stream);
@@ -34,7 +41,8 @@ void rms_norm_rope_forward(const void* x, const float* weight, const float* rota
 // on every run (atomic adds would not).
 int64_t rms_norm_rope_backward_blocks(const RmsNormRopeShape& shape);
 
-// grad_x (contiguous) from grad_out (contiguous), with the rstd the forward saved, and the partial
+// grad_x (rows grad_x_row_stride apart) from grad_out (laid out as out), with the rstd the forward
+// saved, and the partial
 // sums of grad_weight, float [rms_norm_rope_backward_blocks, width].
 void rms_norm_rope_backward(const void* grad_out, const void* x, const float* weight,
                             const float* rotation, const float* rstd, void* grad_x,

@@ -15,13 +15,27 @@ namespace wam::models {
 #if WAM_FUSED_KERNELS
 namespace {
 
-kernels::RmsNormRopeShape shape_of(const at::Tensor& x, int64_t head_dim) {
+// x [B, N, W] (rows evenly strided), out (and grad_out) [B, N, W] with unit stride in W, grad_x
+// rows grad_x_row_stride apart.
+kernels::RmsNormRopeShape shape_of(const at::Tensor& x, const at::Tensor& out,
+                                   int64_t grad_x_row_stride, int64_t head_dim) {
   kernels::RmsNormRopeShape shape;
   shape.rows = x.size(0) * x.size(1);
   shape.width = x.size(2);
   shape.head_dim = head_dim;
   shape.tokens = x.size(1);
   shape.x_row_stride = x.stride(1);
+  shape.out_row_stride = out.stride(1);
+  shape.out_sample_stride = out.stride(0);
+  shape.grad_x_row_stride = grad_x_row_stride;
+  return shape;
+}
+
+// The shape of x [B, N, W] with a contiguous output and gradient.
+kernels::RmsNormRopeShape shape_of(const at::Tensor& x, int64_t head_dim) {
+  kernels::RmsNormRopeShape shape = shape_of(x, x, x.size(2), head_dim);
+  shape.out_row_stride = x.size(2);
+  shape.out_sample_stride = x.size(1) * x.size(2);
   return shape;
 }
 
@@ -70,6 +84,99 @@ class FusedRmsNormRope : public torch::autograd::Function<FusedRmsNormRope> {
                                     grad_x.data_ptr(), partials.data_ptr<float>(), shape,
                                     precision_of(x), at::cuda::getCurrentCUDAStream().stream());
     return {grad_x, partials.sum(0), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// The joint attention's q, k and v [B, Nv + Na, W] from the two experts' fused QKV products
+// [B, Nv, 3W] and [B, Na, 3W]: RMSNorm + RoPE of each expert's q and k written straight into the
+// joint tensors and v copied there, and backward writing each expert's q/k/v gradients straight
+// into one [B, N, 3W] gradient of its QKV product. Per expert and part this is
+// fused_rms_norm_rope; the point is the layout: no concatenation of q, k and v forward, no
+// contiguous copies of their gradients' slices and no concatenation of the QKV split's gradients
+// backward (docs/KERNELS.md, version 5).
+class FusedJointQkv : public torch::autograd::Function<FusedJointQkv> {
+ public:
+  // weights: float [W] each, q then k per expert (video, action); rotations as FusedRmsNormRope's.
+  static torch::autograd::variable_list forward(
+      torch::autograd::AutogradContext* ctx, const at::Tensor& video_qkv,
+      const at::Tensor& action_qkv, const at::Tensor& video_q_weight,
+      const at::Tensor& video_k_weight, const at::Tensor& action_q_weight,
+      const at::Tensor& action_k_weight, const at::Tensor& video_rotation,
+      const at::Tensor& action_rotation, int64_t head_dim, double eps) {
+    const c10::cuda::CUDAGuard guard(video_qkv.device());
+    const int64_t batch = video_qkv.size(0), width = video_qkv.size(2) / 3,
+                  tokens = video_qkv.size(1) + action_qkv.size(1);
+    const at::Tensor experts[2] = {video_qkv, action_qkv},
+                     rotations[2] = {video_rotation, action_rotation},
+                     weights[2][2] = {{video_q_weight, video_k_weight},
+                                      {action_q_weight, action_k_weight}};
+    at::Tensor joint[3];
+    for (at::Tensor& t : joint) t = at::empty({batch, tokens, width}, video_qkv.options());
+    std::vector<at::Tensor> rstds;
+    int64_t first = 0;
+    for (int e = 0; e < 2; ++e) {
+      const int64_t rows = experts[e].size(1);
+      for (int part = 0; part < 2; ++part) {
+        const at::Tensor x = experts[e].narrow(2, part * width, width),
+                         out = joint[part].narrow(1, first, rows);
+        at::Tensor rstd = at::empty({batch, rows}, x.options().dtype(at::kFloat));
+        kernels::rms_norm_rope_forward(
+            x.data_ptr(), weights[e][part].data_ptr<float>(), pairs_or_null(rotations[e]),
+            out.data_ptr(), rstd.data_ptr<float>(), shape_of(x, out, 3 * width, head_dim),
+            static_cast<float>(eps), precision_of(x), at::cuda::getCurrentCUDAStream().stream());
+        rstds.push_back(rstd);
+      }
+      joint[2].narrow(1, first, rows).copy_(experts[e].narrow(2, 2 * width, width));
+      first += rows;
+    }
+    ctx->save_for_backward({video_qkv, action_qkv, video_q_weight, video_k_weight, action_q_weight,
+                            action_k_weight, video_rotation, action_rotation, rstds[0], rstds[1],
+                            rstds[2], rstds[3]});
+    ctx->saved_data["head_dim"] = head_dim;
+    return {joint[0], joint[1], joint[2]};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const torch::autograd::variable_list saved = ctx->get_saved_variables();
+    const at::Tensor experts[2] = {saved[0], saved[1]};
+    const c10::cuda::CUDAGuard guard(experts[0].device());
+    const int64_t head_dim = ctx->saved_data["head_dim"].toInt(), width = experts[0].size(2) / 3;
+    at::Tensor joint_grads[3];
+    for (int part = 0; part < 3; ++part) {
+      joint_grads[part] =
+          grads[part].defined()
+              ? grads[part].to(experts[0].scalar_type())
+              : at::zeros({experts[0].size(0), experts[0].size(1) + experts[1].size(1), width},
+                          experts[0].options());
+      // The kernels take any row and sample strides, not a transposed layout.
+      if (joint_grads[part].stride(2) != 1) joint_grads[part] = joint_grads[part].contiguous();
+    }
+    torch::autograd::variable_list out(10);  // one per input of forward
+    int64_t first = 0;
+    for (int e = 0; e < 2; ++e) {
+      const int64_t rows = experts[e].size(1);
+      at::Tensor grad_qkv = at::empty_like(experts[e], at::MemoryFormat::Contiguous);
+      for (int part = 0; part < 2; ++part) {
+        const at::Tensor x = experts[e].narrow(2, part * width, width),
+                         grad_out = joint_grads[part].narrow(1, first, rows),
+                         grad_x = grad_qkv.narrow(2, part * width, width),
+                         &weight = saved[2 + 2 * e + part];
+        const kernels::RmsNormRopeShape shape = shape_of(x, grad_out, 3 * width, head_dim);
+        at::Tensor partials =
+            at::empty({kernels::rms_norm_rope_backward_blocks(shape), width}, weight.options());
+        kernels::rms_norm_rope_backward(grad_out.data_ptr(), x.data_ptr(), weight.data_ptr<float>(),
+                                        pairs_or_null(saved[6 + e]),
+                                        saved[8 + 2 * e + part].data_ptr<float>(),
+                                        grad_x.data_ptr(), partials.data_ptr<float>(), shape,
+                                        precision_of(x), at::cuda::getCurrentCUDAStream().stream());
+        out[2 + 2 * e + part] = partials.sum(0);
+      }
+      grad_qkv.narrow(2, 2 * width, width).copy_(joint_grads[2].narrow(1, first, rows));
+      out[e] = grad_qkv;
+      first += rows;
+    }
+    return out;
   }
 };
 
@@ -238,6 +345,44 @@ at::Tensor fused_rms_norm_rope(const at::Tensor& x, const at::Tensor& weight,
   return FusedRmsNormRope::apply(x, weight.contiguous(), pairs, head_dim, eps);
 }
 
+bool fused_joint_qkv_applies(const at::Tensor& video_qkv, const at::Tensor& action_qkv,
+                             int64_t head_dim) {
+  for (const at::Tensor& qkv : {video_qkv, action_qkv}) {
+    if (!qkv.is_cuda() || qkv.dim() != 3 || qkv.size(0) == 0 || qkv.size(1) == 0) return false;
+    if (!qkv.is_contiguous() || qkv.size(2) != video_qkv.size(2) || qkv.size(2) % 3 != 0) {
+      return false;
+    }
+    if (qkv.scalar_type() != video_qkv.scalar_type() || !float_or_bfloat16(qkv.scalar_type())) {
+      return false;
+    }
+    if (qkv.size(0) != video_qkv.size(0) || !aligned(qkv)) return false;
+  }
+  const int64_t width = video_qkv.size(2) / 3, tokens = video_qkv.size(1) + action_qkv.size(1);
+  const at::Tensor x = video_qkv.narrow(2, 0, width);
+  kernels::RmsNormRopeShape shape = shape_of(x, x, 3 * width, head_dim);
+  shape.out_row_stride = width;
+  shape.out_sample_stride = tokens * width;
+  return width % 2 == 0 && kernels::rms_norm_rope_supports(shape);
+}
+
+JointQkv fused_joint_qkv(const at::Tensor& video_qkv, const at::Tensor& action_qkv,
+                         const QkNormWeights& video, const QkNormWeights& action,
+                         const at::Tensor& video_rotation, const at::Tensor& action_rotation,
+                         int64_t head_dim, double eps) {
+  require_applies(fused_joint_qkv_applies(video_qkv, action_qkv, head_dim) &&
+                      video.q.scalar_type() == at::kFloat && video.k.scalar_type() == at::kFloat &&
+                      action.q.scalar_type() == at::kFloat && action.k.scalar_type() == at::kFloat,
+                  "fused_joint_qkv");
+  const auto pairs = [&](const at::Tensor& rotation) {
+    return rotation.defined() ? at::view_as_real(rotation).contiguous()
+                              : at::empty({0}, video_qkv.options().dtype(at::kFloat));
+  };
+  torch::autograd::variable_list joint = FusedJointQkv::apply(
+      video_qkv, action_qkv, video.q.contiguous(), video.k.contiguous(), action.q.contiguous(),
+      action.k.contiguous(), pairs(video_rotation), pairs(action_rotation), head_dim, eps);
+  return {joint[0], joint[1], joint[2]};
+}
+
 bool fused_norm_modulate_applies(const at::Tensor& x, const TokenGroups& layout,
                                  at::ScalarType dtype) {
   if (!x.is_cuda() || x.dim() != 3 || x.numel() == 0 || !x.is_contiguous() || !aligned(x)) {
@@ -284,6 +429,14 @@ at::Tensor fused_add_gated(const at::Tensor& residual, const at::Tensor& update,
 bool fused_kernels_built() { return false; }
 
 bool fused_rms_norm_rope_applies(const at::Tensor&, int64_t) { return false; }
+
+bool fused_joint_qkv_applies(const at::Tensor&, const at::Tensor&, int64_t) { return false; }
+
+JointQkv fused_joint_qkv(const at::Tensor&, const at::Tensor&, const QkNormWeights&,
+                         const QkNormWeights&, const at::Tensor&, const at::Tensor&, int64_t,
+                         double) {
+  throw Error("fused_joint_qkv: this build has no fused CUDA kernels (no CUDA compiler)");
+}
 
 at::Tensor fused_rms_norm_rope(const at::Tensor&, const at::Tensor&, const at::Tensor&, int64_t,
                                double) {

@@ -23,6 +23,32 @@ bool fused_rms_norm_rope_applies(const at::Tensor& x, int64_t head_dim);
 at::Tensor fused_rms_norm_rope(const at::Tensor& x, const at::Tensor& weight,
                                const at::Tensor& rotation, int64_t head_dim, double eps);
 
+// The two experts' q/k norm weights (float32 [W] each).
+struct QkNormWeights {
+  at::Tensor q, k;
+};
+
+// The joint attention's inputs, each [B, Nv + Na, W]: video tokens first.
+struct JointQkv {
+  at::Tensor q, k, v;
+};
+
+// Whether fused_joint_qkv takes these fused QKV products [B, Nv, 3W] and [B, Na, 3W]: CUDA,
+// contiguous, 16-byte aligned, the same dtype (float32 or bfloat16), batch and width, and W as
+// fused_rms_norm_rope_applies requires.
+bool fused_joint_qkv_applies(const at::Tensor& video_qkv, const at::Tensor& action_qkv,
+                             int64_t head_dim);
+
+// The joint attention's q, k, v from the two experts' fused QKV products: q = cat(rope(rms_norm(
+// video q) * video.q), rope(rms_norm(action q) * action.q)) along tokens, k the same, v the
+// concatenation of the v columns, as one op whose backward writes each expert's q/k/v gradients
+// straight into one gradient of its QKV product (no concatenations, docs/KERNELS.md version 5).
+// Rotations as fused_rms_norm_rope's. Only where fused_joint_qkv_applies.
+JointQkv fused_joint_qkv(const at::Tensor& video_qkv, const at::Tensor& action_qkv,
+                         const QkNormWeights& video, const QkNormWeights& action,
+                         const at::Tensor& video_rotation, const at::Tensor& action_rotation,
+                         int64_t head_dim, double eps);
+
 // Whether fused_norm_modulate takes x [B, N, D] with `layout` and output dtype: CUDA, contiguous,
 // 16-byte aligned, float32 or bfloat16 in and out (not bfloat16 in, float32 out), D a multiple of
 // 4 up to 4096, N a multiple of layout.groups, and the kernels built. TokenGroups{} for

@@ -84,22 +84,28 @@ at::Tensor linear_act_linear(const torch::nn::Sequential& layers, const at::Tens
 // `constant_rows` [B, S, in], when defined, are more rows of x placed before it that carry no
 // gradient: projected apart, so that backward computes no input gradient for them (a GEMM as large
 // as their forward one).
-std::vector<at::Tensor> fused_linears(const at::Tensor& x,
-                                      std::initializer_list<torch::nn::Linear> layers,
-                                      const at::Tensor& constant_rows = at::Tensor()) {
+at::Tensor fused_linear(const at::Tensor& x, std::initializer_list<torch::nn::Linear> layers,
+                        const at::Tensor& constant_rows = at::Tensor()) {
   std::vector<at::Tensor> weights, biases;
-  std::vector<int64_t> widths;
   for (const torch::nn::Linear& layer : layers) {
     weights.push_back(layer->weight);
     biases.push_back(layer->bias);
-    widths.push_back(layer->weight.size(0));
   }
   const at::Tensor weight = at::cat(weights), bias = at::cat(biases);
   at::Tensor out = at::linear(x, weight, bias);
   if (constant_rows.defined()) {
     out = at::cat({at::linear(constant_rows.detach(), weight, bias), out}, 1);
   }
-  return out.split_with_sizes(widths, -1);
+  return out;
+}
+
+// fused_linear's product split into the layers' outputs.
+std::vector<at::Tensor> fused_linears(const at::Tensor& x,
+                                      std::initializer_list<torch::nn::Linear> layers,
+                                      const at::Tensor& constant_rows = at::Tensor()) {
+  std::vector<int64_t> widths;
+  for (const torch::nn::Linear& layer : layers) widths.push_back(layer->weight.size(0));
+  return fused_linear(x, layers, constant_rows).split_with_sizes(widths, -1);
 }
 
 at::Tensor plain_layer_norm(const at::Tensor& x) {
@@ -330,7 +336,7 @@ class OutputHeadImpl : public torch::nn::Module {
 
 // What one expert contributes to the joint attention, and its modulation for the post block.
 struct ExpertAttentionInput {
-  at::Tensor q, k, v;  // [B, N, H, d]
+  at::Tensor qkv;  // [B, N, 3*H*d]: the fused q, k, v product, before the q/k norms
   std::vector<at::Tensor>
       mods;  // 6 x [B, S, D]: shift/scale/gate (attention), shift/scale/gate (FFN)
 };
@@ -360,21 +366,30 @@ class ExpertBlockImpl : public torch::nn::Module {
     ffn_out_ = register_module("ffn_out", torch::nn::Linear(ffn, hidden));
   }
 
-  // x [B, N, D]; t_mod [B, S, 6*D], one row per segment of `layout`. `fused`: q/k norms (and
-  // RoPE) through the fused kernels where they apply.
+  // x [B, N, D]; t_mod [B, S, 6*D], one row per segment of `layout`. `fused`: the modulated norm
+  // through the fused kernel where it applies.
   ExpertAttentionInput pre_attention(const at::Tensor& x, const at::Tensor& t_mod,
-                                     const TokenGroups& layout, const Rope& rope, bool fused) {
-    const int64_t b = x.size(0), n = x.size(1);
+                                     const TokenGroups& layout, bool fused) {
     ExpertAttentionInput out;
-    out.mods = (modulation_.view({1, 1, 6, hidden_}) + t_mod.view({b, t_mod.size(1), 6, hidden_}))
-                   .unbind(2);
+    out.mods =
+        (modulation_.view({1, 1, 6, hidden_}) + t_mod.view({x.size(0), t_mod.size(1), 6, hidden_}))
+            .unbind(2);
     at::Tensor h = modulated_norm(x, out.mods[0], out.mods[1], layout, fused);
-    std::vector<at::Tensor> qkv = fused_linears(h, {q_, k_, v_});
-    out.q = normed_heads(q_norm_, qkv[0], &rope, fused);
-    out.k = normed_heads(k_norm_, qkv[1], &rope, fused);
-    out.v = qkv[2].reshape({b, n, heads_, head_dim_});
+    out.qkv = fused_linear(h, {q_, k_, v_});
     return out;
   }
+
+  // This expert's q, k, v heads [B, N, H, d] from its QKV product: RMSNorm and RoPE on q and k,
+  // through the fused kernel where `fused` and it applies.
+  JointQkv heads(const at::Tensor& qkv, const Rope& rope, bool fused) {
+    const int64_t inner = heads_ * head_dim_;
+    std::vector<at::Tensor> parts = qkv.split(inner, -1);
+    return {normed_heads(q_norm_, parts[0], &rope, fused),
+            normed_heads(k_norm_, parts[1], &rope, fused),
+            parts[2].reshape({qkv.size(0), qkv.size(1), heads_, head_dim_})};
+  }
+
+  QkNormWeights qk_norm_weights() const { return {q_norm_->weight(), k_norm_->weight()}; }
 
   // attended [B, N, H*d] from the joint attention; context [B, L, context_dim] with key mask
   // context_allowed [B, 1, 1, L]. constant_context, when defined: the first rows of the context,
@@ -452,7 +467,7 @@ struct LayerOutputs {
 
 class MoTLayerImpl : public torch::nn::Module {
  public:
-  explicit MoTLayerImpl(const MoTConfig& c) {
+  explicit MoTLayerImpl(const MoTConfig& c) : head_dim_(c.head_dim) {
     video_ = register_module(
         "video", ExpertBlock(c.video_hidden, c.video_ffn, c.num_heads, c.head_dim, c.video_hidden));
     action_ = register_module(
@@ -461,12 +476,11 @@ class MoTLayerImpl : public torch::nn::Module {
 
   std::pair<at::Tensor, at::Tensor> forward(const at::Tensor& video, const at::Tensor& action,
                                             const LayerInputs& in) {
-    ExpertAttentionInput v = video_->pre_attention(video, in.video_t_mod, in.video_groups,
-                                                   in.video_rope, in.fused_norms);
-    ExpertAttentionInput a = action_->pre_attention(action, in.action_t_mod, in.action_groups,
-                                                    in.action_rope, in.fused_norms);
-    at::Tensor attended = attention(at::cat({v.q, a.q}, 1), at::cat({v.k, a.k}, 1),
-                                    at::cat({v.v, a.v}, 1), in.joint_allowed);
+    ExpertAttentionInput v =
+        video_->pre_attention(video, in.video_t_mod, in.video_groups, in.fused_norms);
+    ExpertAttentionInput a =
+        action_->pre_attention(action, in.action_t_mod, in.action_groups, in.fused_norms);
+    at::Tensor attended = joint_attention(v.qkv, a.qkv, in);
     const int64_t video_tokens = video.size(1);
     at::Tensor video_out =
         video_->post_attention(video, attended.narrow(1, 0, video_tokens), v.mods, in.video_groups,
@@ -477,7 +491,28 @@ class MoTLayerImpl : public torch::nn::Module {
     return {video_out, action_out};
   }
 
+  // Attention over the video tokens then the action tokens, each expert with its own q/k norms
+  // and RoPE. The compiled step builds the joint q, k, v in one op (fused_joint_qkv) instead of
+  // concatenating the experts' heads.
+  at::Tensor joint_attention(const at::Tensor& video_qkv, const at::Tensor& action_qkv,
+                             const LayerInputs& in) {
+    if (in.fused_norms && fused_joint_qkv_applies(video_qkv, action_qkv, head_dim_)) {
+      const std::vector<int64_t> heads = {video_qkv.size(0), video_qkv.size(1) + action_qkv.size(1),
+                                          -1, head_dim_};
+      const JointQkv joint = fused_joint_qkv(video_qkv, action_qkv, video_->qk_norm_weights(),
+                                             action_->qk_norm_weights(), in.video_rope.rotation,
+                                             in.action_rope.rotation, head_dim_, kNormEps);
+      return attention(joint.q.view(heads), joint.k.view(heads), joint.v.view(heads),
+                       in.joint_allowed);
+    }
+    const JointQkv v = video_->heads(video_qkv, in.video_rope, in.fused_norms),
+                   a = action_->heads(action_qkv, in.action_rope, in.fused_norms);
+    return attention(at::cat({v.q, a.q}, 1), at::cat({v.k, a.k}, 1), at::cat({v.v, a.v}, 1),
+                     in.joint_allowed);
+  }
+
  private:
+  int64_t head_dim_;
   ExpertBlock video_{nullptr}, action_{nullptr};
 };
 

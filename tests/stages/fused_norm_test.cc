@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "models/world_model.h"
@@ -61,8 +62,8 @@ void check(const Case& c) {
   const at::Tensor grad = at::randn(x.sizes(), floats);
   out.backward(grad.to(c.dtype));
   expected.backward(grad.to(c.dtype).to(at::kFloat));
-  EXPECT_TRUE(at::allclose(x.grad().to(at::kFloat), x_ref.grad().to(at::kFloat), c.tolerance,
-                           c.tolerance))
+  EXPECT_TRUE(
+      at::allclose(x.grad().to(at::kFloat), x_ref.grad().to(at::kFloat), c.tolerance, c.tolerance))
       << "grad x, max error "
       << (x.grad().to(at::kFloat) - x_ref.grad().to(at::kFloat)).abs().max().item<float>();
   // grad weight sums over every row: its error grows with the row count.
@@ -96,6 +97,100 @@ TEST(FusedNormCudaTest, RefusesWhatTheKernelsCannotTake) {
       models::fused_rms_norm_rope_applies(torch::randn({2, 4, 32}, cuda).to(at::kHalf), 16));
   EXPECT_FALSE(
       models::fused_rms_norm_rope_applies(torch::randn({4, 2, 32}, cuda).transpose(0, 1), 16));
+}
+
+// fused_joint_qkv against the concatenation of each expert's reference q/k and v: values and the
+// gradients of both QKV products and all four norm weights. A NaN in one expert's q row stays NaN
+// in that row of the output and nowhere else.
+void check_joint(at::ScalarType dtype, int64_t b, int64_t video_n, int64_t action_n, int64_t heads,
+                 int64_t head_dim, double tolerance) {
+  const auto floats = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
+  torch::manual_seed(7);
+  const int64_t w = heads * head_dim;
+  const int64_t lengths[2] = {video_n, action_n};
+  std::vector<at::Tensor> qkv, qkv_ref, weights, weights_ref, rotations;
+  for (int e = 0; e < 2; ++e) {
+    qkv.push_back(at::randn({b, lengths[e], 3 * w}, floats).to(dtype).requires_grad_(true));
+    qkv_ref.push_back(qkv.back().detach().clone().requires_grad_(true));
+    for (int part = 0; part < 2; ++part) {
+      weights.push_back((1 + 0.1 * at::randn({w}, floats)).requires_grad_(true));
+      weights_ref.push_back(weights.back().detach().clone().requires_grad_(true));
+    }
+    rotations.push_back(rotation_for(lengths[e], head_dim, floats));
+  }
+  ASSERT_TRUE(models::fused_joint_qkv_applies(qkv[0], qkv[1], head_dim));
+  const models::JointQkv joint =
+      models::fused_joint_qkv(qkv[0], qkv[1], {weights[0], weights[1]}, {weights[2], weights[3]},
+                              rotations[0], rotations[1], head_dim, kEps);
+  std::vector<at::Tensor> expected(3);
+  for (int part = 0; part < 3; ++part) {
+    std::vector<at::Tensor> rows;
+    for (int e = 0; e < 2; ++e) {
+      const at::Tensor x = qkv_ref[e].narrow(2, part * w, w);
+      rows.push_back(part == 2 ? x.to(at::kFloat)
+                               : reference(x, weights_ref[2 * e + part], rotations[e], head_dim));
+    }
+    expected[part] = at::cat(rows, 1);
+  }
+  const at::Tensor outputs[3] = {joint.q, joint.k, joint.v};
+  at::Tensor loss = at::zeros({}, floats), loss_ref = at::zeros({}, floats);
+  for (int part = 0; part < 3; ++part) {
+    EXPECT_EQ(outputs[part].sizes(), (std::vector<int64_t>{b, video_n + action_n, w}));
+    EXPECT_EQ(outputs[part].scalar_type(), dtype);
+    const at::Tensor got = outputs[part].to(at::kFloat);
+    EXPECT_TRUE(at::allclose(got, expected[part], tolerance, tolerance))
+        << "part " << part << ", max error " << (got - expected[part]).abs().max().item<float>();
+    const at::Tensor grad = at::randn(got.sizes(), floats).to(dtype);
+    loss = loss + (outputs[part] * grad).to(at::kFloat).sum();
+    loss_ref = loss_ref + (expected[part] * grad.to(at::kFloat)).sum();
+  }
+  loss.backward();
+  loss_ref.backward();
+  for (int e = 0; e < 2; ++e) {
+    const at::Tensor got = qkv[e].grad().to(at::kFloat), want = qkv_ref[e].grad().to(at::kFloat);
+    EXPECT_TRUE(at::allclose(got, want, tolerance, tolerance))
+        << "grad of expert " << e << "'s QKV, max error " << (got - want).abs().max().item<float>();
+  }
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const double weight_tolerance = tolerance * static_cast<double>(b * lengths[i / 2]);
+    EXPECT_TRUE(at::allclose(weights[i].grad(), weights_ref[i].grad(), tolerance, weight_tolerance))
+        << "grad of norm weight " << i << ", max error "
+        << (weights[i].grad() - weights_ref[i].grad()).abs().max().item<float>();
+  }
+  // NaN in the action expert's q of sample 0, token 1: that row of q is NaN, nothing else.
+  at::Tensor poisoned = qkv[1].detach().clone();
+  poisoned[0][1][3] = std::numeric_limits<float>::quiet_NaN();
+  const models::JointQkv nan_joint =
+      models::fused_joint_qkv(qkv[0].detach(), poisoned, {weights[0], weights[1]},
+                              {weights[2], weights[3]}, rotations[0], rotations[1], head_dim, kEps);
+  const at::Tensor nan_rows = nan_joint.q.isnan().any(2);
+  EXPECT_TRUE(nan_rows[0][video_n + 1].item<bool>());
+  EXPECT_EQ(nan_rows.sum().item<int64_t>(), 1);
+  EXPECT_FALSE(nan_joint.k.isnan().any().item<bool>());
+  EXPECT_FALSE(nan_joint.v.isnan().any().item<bool>());
+}
+
+TEST(FusedNormCudaTest, JointQkvMatchesTheConcatenatedExperts) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  if (!models::fused_kernels_built()) GTEST_SKIP() << "built without a CUDA compiler";
+  check_joint(at::kFloat, 2, 7, 5, 3, 8, 1e-5);
+  check_joint(at::kFloat, 1, 1, 3, 2, 4, 1e-5);
+  // The base preset's 16 heads of 96 in bf16, more video than action tokens.
+  check_joint(at::kBFloat16, 2, 37, 9, 16, 96, 2e-2);
+}
+
+TEST(FusedNormCudaTest, JointQkvRefusesWhatItCannotTake) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  if (!models::fused_kernels_built()) GTEST_SKIP() << "built without a CUDA compiler";
+  const auto cuda = at::TensorOptions().device(at::kCUDA);
+  const at::Tensor video = torch::randn({2, 4, 96}, cuda), action = torch::randn({2, 3, 96}, cuda);
+  EXPECT_TRUE(models::fused_joint_qkv_applies(video, action, 16));
+  EXPECT_FALSE(models::fused_joint_qkv_applies(video, torch::randn({2, 3, 48}, cuda), 16));
+  EXPECT_FALSE(models::fused_joint_qkv_applies(video, action.to(at::kBFloat16), 16));
+  EXPECT_FALSE(models::fused_joint_qkv_applies(video, torch::randn({1, 3, 96}, cuda), 16));
+  EXPECT_FALSE(models::fused_joint_qkv_applies(video.cpu(), action.cpu(), 16));
+  EXPECT_FALSE(
+      models::fused_joint_qkv_applies(video, torch::randn({2, 96, 3}, cuda).transpose(1, 2), 16));
 }
 
 // The whole model: the fused path (fused norms, attention masks as biases, the VLM context's
