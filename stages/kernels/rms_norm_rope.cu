@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "kernels/block_reduce.cuh"
@@ -14,12 +15,7 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxPairsPerThread = 8;
-constexpr int kBackwardRowsPerBlock = 16;  // rows per block sharing one grad_weight partial
-
-__device__ __forceinline__ float load(const float* p) { return *p; }
-__device__ __forceinline__ float load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-__device__ __forceinline__ void store(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16(v); }
+constexpr int kMinBackwardRowsPerBlock = 16;  // rows per block sharing one grad_weight partial
 
 // The (cos, sin) of pair p (counted over the row) of token `token`; (1, 0) without RoPE.
 __device__ __forceinline__ float2 rotation_of(const float* rotation, int64_t token, int p,
@@ -29,97 +25,111 @@ __device__ __forceinline__ float2 rotation_of(const float* rotation, int64_t tok
   return rows[token * half_head + p % half_head];
 }
 
-// Where row `row` of out and grad_out starts (RmsNormRopeShape::out_row_stride).
-__device__ __forceinline__ int64_t out_offset(int64_t row, const RmsNormRopeShape& shape) {
-  return (row / shape.tokens) * shape.out_sample_stride +
-         (row % shape.tokens) * shape.out_row_stride;
+// Where the row of token `token` of sample `sample` of out and grad_out starts
+// (RmsNormRopeShape::out_row_stride).
+__device__ __forceinline__ int64_t out_offset(int64_t sample, int64_t token,
+                                              const RmsNormRopeShape& shape) {
+  return sample * shape.out_sample_stride + token * shape.out_row_stride;
 }
 
-template <class T>
-__global__ void forward_kernel(const T* x, const float* weight, const float* rotation, T* out,
-                               float* rstd, RmsNormRopeShape shape, float eps) {
+// One row per block. Every load (x, weight, rotation) is issued before the block reduction, so
+// that their latencies overlap one another and the reduction (docs/KERNELS.md, version 5).
+template <class T, int kPairs>
+__global__ void __launch_bounds__(kThreads)
+    forward_kernel(const T* x, const float* weight, const float* rotation, T* out, float* rstd,
+                   RmsNormRopeShape shape, float eps) {
   __shared__ float scratch[kThreads / 32];
-  const int64_t row = blockIdx.x;
+  const int64_t row = blockIdx.x, sample = row / shape.tokens, token = row % shape.tokens;
   const int pairs = static_cast<int>(shape.width / 2),
             half_head = static_cast<int>(shape.head_dim / 2);
   const T* in = x + row * shape.x_row_stride;
-  float x0[kMaxPairsPerThread], x1[kMaxPairsPerThread];
+  float2 h[kPairs], w[kPairs], cs[kPairs];
   float squares = 0.f;
 #pragma unroll
-  for (int k = 0; k < kMaxPairsPerThread; ++k) {
+  for (int k = 0; k < kPairs; ++k) {
     const int p = threadIdx.x + k * kThreads;
-    x0[k] = x1[k] = 0.f;
-    if (p < pairs) {
-      x0[k] = load(in + 2 * p);
-      x1[k] = load(in + 2 * p + 1);
-      squares += x0[k] * x0[k] + x1[k] * x1[k];
-    }
+    h[k] = w[k] = cs[k] = make_float2(0.f, 0.f);
+    if (p >= pairs) continue;
+    h[k] = load2(in + 2 * p);
+    w[k] = load2(weight + 2 * p);
+    cs[k] = rotation_of(rotation, token, p, half_head);
+    squares += h[k].x * h[k].x + h[k].y * h[k].y;
   }
   const float r =
       rsqrtf(block_sum<kThreads>(squares, scratch) / static_cast<float>(shape.width) + eps);
   if (threadIdx.x == 0) rstd[row] = r;
-  const int64_t token = row % shape.tokens;
-  T* o = out + out_offset(row, shape);
+  T* o = out + out_offset(sample, token, shape);
 #pragma unroll
-  for (int k = 0; k < kMaxPairsPerThread; ++k) {
+  for (int k = 0; k < kPairs; ++k) {
     const int p = threadIdx.x + k * kThreads;
     if (p >= pairs) continue;
-    const float z0 = x0[k] * r * weight[2 * p], z1 = x1[k] * r * weight[2 * p + 1];
-    const float2 cs = rotation_of(rotation, token, p, half_head);
-    store(o + 2 * p, z0 * cs.x - z1 * cs.y);
-    store(o + 2 * p + 1, z0 * cs.y + z1 * cs.x);
+    const float z0 = h[k].x * r * w[k].x, z1 = h[k].y * r * w[k].y;
+    store2(o + 2 * p, make_float2(z0 * cs[k].x - z1 * cs[k].y, z0 * cs[k].y + z1 * cs[k].x));
   }
 }
 
 // Per row: dz = rotate back(grad_out), g = dz * weight, xhat = x * rstd,
 // grad_x = rstd * (g - xhat * mean(g * xhat)), partial grad_weight += dz * xhat. kPairs: pairs per
-// thread (the row in registers, no more: occupancy). The next row's inputs are loaded before this
-// row's block reduction so that their latency overlaps it (docs/KERNELS.md, version 2).
+// thread (the row in registers, no more: occupancy). Everything the next row reads (x, grad_out,
+// its rstd and rotation) is loaded before this row's block reduction so that its latency overlaps
+// it (docs/KERNELS.md, versions 2 and 5); the row's (sample, token) advance by one per row instead
+// of being divided out of the row index.
 template <class T, int kPairs>
 __global__ void __launch_bounds__(kThreads)
     backward_kernel(const T* grad_out, const T* x, const float* weight, const float* rotation,
                     const float* rstd, T* grad_x, float* grad_weight_partials,
-                    RmsNormRopeShape shape) {
+                    RmsNormRopeShape shape, int64_t rows_per_block) {
   __shared__ float scratch[kThreads / 32];
   const int pairs = static_cast<int>(shape.width / 2),
             half_head = static_cast<int>(shape.head_dim / 2);
-  float2 dw[kPairs], x_next[kPairs], grad_next[kPairs];
-  const auto load_row = [&](int64_t row) {
+  float2 dw[kPairs], w[kPairs], x_next[kPairs], grad_next[kPairs], cs_next[kPairs];
+  float rstd_next = 0.f;
+  const auto load_row = [&](int64_t row, int64_t sample, int64_t token) {
+    rstd_next = rstd[row];
+    const T* g = grad_out + out_offset(sample, token, shape);
 #pragma unroll
     for (int k = 0; k < kPairs; ++k) {
       const int p = threadIdx.x + k * kThreads;
-      x_next[k] = grad_next[k] = make_float2(0.f, 0.f);
+      x_next[k] = grad_next[k] = cs_next[k] = make_float2(0.f, 0.f);
       if (p >= pairs) continue;
       x_next[k] = load2(x + row * shape.x_row_stride + 2 * p);
-      grad_next[k] = load2(grad_out + out_offset(row, shape) + 2 * p);
+      grad_next[k] = load2(g + 2 * p);
+      cs_next[k] = rotation_of(rotation, token, p, half_head);
     }
   };
 #pragma unroll
-  for (int k = 0; k < kPairs; ++k) dw[k] = make_float2(0.f, 0.f);
-  const int64_t first = static_cast<int64_t>(blockIdx.x) * kBackwardRowsPerBlock;
-  const int64_t last =
-      first + kBackwardRowsPerBlock < shape.rows ? first + kBackwardRowsPerBlock : shape.rows;
-  load_row(first);
+  for (int k = 0; k < kPairs; ++k) {
+    const int p = threadIdx.x + k * kThreads;
+    dw[k] = w[k] = make_float2(0.f, 0.f);
+    if (p < pairs) w[k] = load2(weight + 2 * p);
+  }
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block;
+  const int64_t last = first + rows_per_block < shape.rows ? first + rows_per_block : shape.rows;
+  int64_t sample = first / shape.tokens, token = first % shape.tokens;
+  load_row(first, sample, token);
   for (int64_t row = first; row < last; ++row) {
-    float2 h[kPairs], g[kPairs];
+    float2 h[kPairs], g[kPairs], cs[kPairs];
 #pragma unroll
     for (int k = 0; k < kPairs; ++k) {
       h[k] = x_next[k];
       g[k] = grad_next[k];
+      cs[k] = cs_next[k];
     }
-    const float r = rstd[row];
-    if (row + 1 < last) load_row(row + 1);
-    const int64_t token = row % shape.tokens;
+    const float r = rstd_next;
+    if (++token == shape.tokens) {
+      token = 0;
+      ++sample;
+    }
+    if (row + 1 < last) load_row(row + 1, sample, token);
     float dot = 0.f;
 #pragma unroll
     for (int k = 0; k < kPairs; ++k) {
       const int p = threadIdx.x + k * kThreads;
       if (p >= pairs) continue;
-      const float2 cs = rotation_of(rotation, token, p, half_head);
-      const float dz0 = g[k].x * cs.x + g[k].y * cs.y, dz1 = g[k].y * cs.x - g[k].x * cs.y;
+      const float dz0 = g[k].x * cs[k].x + g[k].y * cs[k].y,
+                  dz1 = g[k].y * cs[k].x - g[k].x * cs[k].y;
       h[k] = make_float2(h[k].x * r, h[k].y * r);
-      const float2 w = load2(weight + 2 * p);
-      g[k] = make_float2(dz0 * w.x, dz1 * w.y);
+      g[k] = make_float2(dz0 * w[k].x, dz1 * w[k].y);
       dw[k].x += dz0 * h[k].x;
       dw[k].y += dz1 * h[k].y;
       dot += g[k].x * h[k].x + g[k].y * h[k].y;
@@ -156,6 +166,24 @@ void with_pairs(int64_t width, F&& f) {
   }
 }
 
+// Rows per backward block: at least kMinBackwardRowsPerBlock, and no more blocks than the device
+// holds at once. Each block walks its rows one after another, so a second, partial wave of blocks
+// would leave most SMs idle while it runs (version 5 in docs/KERNELS.md: 576 blocks of 16 rows on
+// 528 resident slots took two waves).
+int64_t backward_rows_per_block(const RmsNormRopeShape& shape) {
+  int device = 0, sms = 0, per_sm = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  with_pairs(shape.width, [&](auto pairs) {
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        &per_sm, backward_kernel<__nv_bfloat16, decltype(pairs)::value>, kThreads, 0);
+  });
+  const int64_t resident = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
+  const int64_t blocks =
+      std::min(resident, (shape.rows + kMinBackwardRowsPerBlock - 1) / kMinBackwardRowsPerBlock);
+  return (shape.rows + blocks - 1) / std::max<int64_t>(1, blocks);
+}
+
 }  // namespace
 
 bool rms_norm_rope_supports(const RmsNormRopeShape& shape) {
@@ -169,7 +197,9 @@ bool rms_norm_rope_supports(const RmsNormRopeShape& shape) {
 }
 
 int64_t rms_norm_rope_backward_blocks(const RmsNormRopeShape& shape) {
-  return (shape.rows + kBackwardRowsPerBlock - 1) / kBackwardRowsPerBlock;
+  if (shape.rows == 0) return 0;
+  const int64_t rows_per_block = backward_rows_per_block(shape);
+  return (shape.rows + rows_per_block - 1) / rows_per_block;
 }
 
 void rms_norm_rope_forward(const void* x, const float* weight, const float* rotation, void* out,
@@ -177,14 +207,18 @@ void rms_norm_rope_forward(const void* x, const float* weight, const float* rota
                            Precision precision, CUstream_st* stream) {
   if (shape.rows == 0) return;
   const dim3 grid(static_cast<unsigned>(shape.rows)), block(kThreads);
-  if (precision == Precision::kBFloat16) {
-    forward_kernel<<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), weight,
-                                               rotation, static_cast<__nv_bfloat16*>(out), rstd,
-                                               shape, eps);
-  } else {
-    forward_kernel<<<grid, block, 0, stream>>>(static_cast<const float*>(x), weight, rotation,
-                                               static_cast<float*>(out), rstd, shape, eps);
-  }
+  with_pairs(shape.width, [&](auto pairs) {
+    constexpr int kPairs = decltype(pairs)::value;
+    if (precision == Precision::kBFloat16) {
+      forward_kernel<__nv_bfloat16, kPairs>
+          <<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), weight, rotation,
+                                       static_cast<__nv_bfloat16*>(out), rstd, shape, eps);
+    } else {
+      forward_kernel<float, kPairs>
+          <<<grid, block, 0, stream>>>(static_cast<const float*>(x), weight, rotation,
+                                       static_cast<float*>(out), rstd, shape, eps);
+    }
+  });
   check_launch("rms_norm_rope_forward");
 }
 
@@ -193,17 +227,20 @@ void rms_norm_rope_backward(const void* grad_out, const void* x, const float* we
                             float* grad_weight_partials, const RmsNormRopeShape& shape,
                             Precision precision, CUstream_st* stream) {
   if (shape.rows == 0) return;
-  const dim3 grid(static_cast<unsigned>(rms_norm_rope_backward_blocks(shape))), block(kThreads);
+  const int64_t rows_per_block = backward_rows_per_block(shape);
+  const dim3 grid(static_cast<unsigned>((shape.rows + rows_per_block - 1) / rows_per_block)),
+      block(kThreads);
   with_pairs(shape.width, [&](auto pairs) {
     constexpr int kPairs = decltype(pairs)::value;
     if (precision == Precision::kBFloat16) {
       backward_kernel<__nv_bfloat16, kPairs><<<grid, block, 0, stream>>>(
           static_cast<const __nv_bfloat16*>(grad_out), static_cast<const __nv_bfloat16*>(x), weight,
-          rotation, rstd, static_cast<__nv_bfloat16*>(grad_x), grad_weight_partials, shape);
+          rotation, rstd, static_cast<__nv_bfloat16*>(grad_x), grad_weight_partials, shape,
+          rows_per_block);
     } else {
       backward_kernel<float, kPairs><<<grid, block, 0, stream>>>(
           static_cast<const float*>(grad_out), static_cast<const float*>(x), weight, rotation, rstd,
-          static_cast<float*>(grad_x), grad_weight_partials, shape);
+          static_cast<float*>(grad_x), grad_weight_partials, shape, rows_per_block);
     }
   });
   check_launch("rms_norm_rope_backward");
