@@ -4,6 +4,9 @@
 # RoboTwin dataset, the text cache and the TunableOp results once, then times
 # `wam-pipeline bench --device-only` (base preset, batch 16) of each build, alternating, for each
 # memory setting, and profiles this tree's step (its kernels grouped by name, longest first).
+# Where python3 has PyTorch with torch.compile, each round also times the PyTorch peer of the step
+# (scripts/peer_step.py: the same model and step, each MoT layer compiled by Inductor) at the same
+# settings, as the "peer" rows of the same table (WAM_STEP_BENCH_NO_PEER=1 skips it).
 #   source .gpu/gpu-env.sh && source .gpu-extra/env.sh && scripts/step-bench.sh [BEFORE_DIR]
 # BEFORE_DIR: a source tree, e.g. `git archive PARENT | tar -x -C DIR`; without it only this tree
 # is timed. WAM_STEP_BENCH_ROUNDS (default 2) rounds; WAM_STEP_BENCH_ROWS picks rows by name
@@ -41,15 +44,21 @@ export ROBOTWIN_DATA_ROOT=$root
 base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
 "$bin" text-cache build pipelines/robotwin_online.json "${base[@]}" >/dev/null 2>&1
 "$bin" compile pipelines/robotwin_compile.json "${base[@]}" --steps 3 >/dev/null 2>&1
-# name | extra arguments
+# name | extra arguments | the peer's --recompute: as shipped (memory_budget 0.5) no group is
+# recomputed on the H200; memory_budget=0 recomputes every group of 3 layers.
 rows=(
-  "shipped|"
-  "recompute|--set nodes.step.params.memory_budget=0"
+  "shipped||0"
+  "recompute|--set nodes.step.params.memory_budget=0|3"
 )
+peer=""
+if [ -z "${WAM_STEP_BENCH_NO_PEER:-}" ] &&
+  python3 -c "import torch; torch.compile" 2>/dev/null; then
+  peer=1
+fi
 wanted=" ${WAM_STEP_BENCH_ROWS:-shipped recompute} "
 for round in $(seq "${WAM_STEP_BENCH_ROUNDS:-2}"); do
   for spec in "${rows[@]}"; do
-    IFS='|' read -r name extra <<<"$spec"
+    IFS='|' read -r name extra peer_recompute <<<"$spec"
     [[ "$wanted" == *" $name "* ]] || continue
     for b in "${builds[@]}"; do
       IFS='|' read -r which binary <<<"$b"
@@ -61,6 +70,15 @@ for round in $(seq "${WAM_STEP_BENCH_ROUNDS:-2}"); do
       peak=$(sed -n 's/.*peak device memory \(.*\)$/\1/p' "$log" | head -1)
       echo "round $round  $name  $which: step ${step:-?} ms, peak $peak"
     done
+    if [ -n "$peer" ]; then
+      log="$out/bench_${name}_peer_$round.txt"
+      python3 scripts/peer_step.py --model configs/model/base.json --batch 16 \
+        --recompute "$peer_recompute" --json "$out/peer_${name}_$round.json" >"$log" 2>&1 ||
+        { tail -5 "$log"; continue; }
+      pattern='s/^peer step: \([0-9.]*\) ms per batch, peak \(.* GiB\), .*/\1 ms, peak \2/p'
+      figures=$(sed -n "$pattern" "$log")
+      echo "round $round  $name  peer: step ${figures:-?}"
+    fi
   done
 done
 if [ -z "${WAM_STEP_BENCH_NO_PROFILE:-}" ]; then
