@@ -16,6 +16,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-h5py                                # the latent store test reads a shard with h5py
+  python3-torch                               # scripts/peer_step.py's test (PyTorch 1.13, CPU)
   clang-format                                # scripts/check-format.sh
   graphviz                                    # `graph -o F.svg|F.png`, the report's graph
   bsdutils                                    # `script`: the live view's test in a pseudo-terminal
