@@ -729,33 +729,46 @@ class Step:
         return dict(zip(names, values))
 
 
-SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16,
+                      "F64": torch.float64, "I64": torch.int64, "I32": torch.int32,
+                      "U8": torch.uint8, "BOOL": torch.bool}
+
+
+def read_safetensors(path):
+    """{name: CPU tensor} of a safetensors file (stages/common/safetensors.h describes the
+    format: an 8-byte little-endian header length, a JSON header, the tensors' bytes)."""
+    with open(path, "rb") as f:
+        header_size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(header_size))
+        data = f.read()
+    tensors = {}
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        raw = torch.frombuffer(bytearray(data[begin:end]), dtype=torch.uint8)
+        tensors[name] = raw.view(SAFETENSORS_DTYPES[entry["dtype"]]).view(entry["shape"])
+    return tensors
 
 
 def load_training_state(model, path):
     """Copies the "model.*" tensors of a TrainStep training-state file (step_<N>.safetensors,
     stages/train/training_state.cc) into the model; every parameter must be there with its shape,
     and nothing else under "model.". Returns the number of tensors copied."""
-    with open(path, "rb") as f:
-        header_size = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(header_size))
-        data = f.read()
-    saved = {k[len("model."):]: v for k, v in header.items() if k.startswith("model.")}
+    saved = {k[len("model."):]: v for k, v in read_safetensors(path).items()
+             if k.startswith("model.")}
     params = dict(model.named_parameters())
     problems = [f"missing {n}" for n in sorted(set(params) - set(saved))]
     problems += [f"not in the peer: {n}" for n in sorted(set(saved) - set(params))]
     for name in sorted(set(params) & set(saved)):
-        if list(params[name].shape) != saved[name]["shape"]:
-            problems.append(f"{name}: shape {saved[name]['shape']} in the file, "
+        if params[name].shape != saved[name].shape:
+            problems.append(f"{name}: shape {list(saved[name].shape)} in the file, "
                             f"{list(params[name].shape)} in the peer")
     if problems:
         raise SystemExit(f"peer_step: {path} does not match the peer's parameters: "
                          + "; ".join(problems))
     with torch.no_grad():
-        for name, entry in saved.items():
-            begin, end = entry["data_offsets"]
-            raw = torch.frombuffer(bytearray(data[begin:end]), dtype=torch.uint8)
-            tensor = raw.view(SAFETENSORS_DTYPES[entry["dtype"]]).view(entry["shape"])
+        for name, tensor in saved.items():
             params[name].copy_(tensor)
     return len(saved)
 

@@ -3,9 +3,10 @@
 # parameters (count, names and shapes) for each model preset, and a CPU eager step on the tiny
 # preset that trains. Runs Debian's PyTorch 1.13 (python3-torch, /usr/bin/python3, which
 # scripts/setup.sh installs), or where that has none the PATH's python3 (the GPU image's 2.11).
-# Usage: peer_step_test.sh WAM_PIPELINE_BINARY (run from the source root)
+# Usage: peer_step_test.sh WAM_PIPELINE_BINARY WAM_PEER_REFERENCE_BINARY (from the source root)
 set -uo pipefail
 bin=$1
+reference=$2
 py=/usr/bin/python3
 "$py" -c "import torch" 2>/dev/null || py=python3
 peer=scripts/peer_step.py
@@ -60,6 +61,48 @@ print(sum(k.startswith('model.') for k in json.loads(f.read(n))))" \
     "$(tail -3 "$work/out")"
 done
 
+# The same losses and gradients as the C++ model (tests/scripts/peer_reference.cc) from the same
+# weights, batch and noise, with the masks as booleans (eager) and as the compiled step's biases.
+for preset in tiny small; do
+  "$reference" "configs/model/$preset.json" "$work/reference_$preset.safetensors" >"$work/out" 2>&1
+  check "$preset: the C++ reference step runs" $? "$(tail -3 "$work/out")"
+  "$py" - "$work/reference_$preset.safetensors" "configs/model/$preset.json" <<'PY' ||
+import sys
+import torch
+sys.path.insert(0, "scripts")
+import peer_step as ps
+path, config = sys.argv[1:3]
+preset = config.split("/")[-1][:-len(".json")]
+reference = ps.read_safetensors(path)
+part = lambda prefix: {k[len(prefix):]: v for k, v in reference.items() if k.startswith(prefix)}
+batch, noise = part("batch."), part("noise.")
+ok = True
+for structure in ("eager", "compiled"):
+    model = ps.WorldActionModel(ps.MoTConfig.from_file(config))
+    ps.load_training_state(model, path)
+    terms = model.loss(batch, noise, compiled_structure=structure == "compiled")
+    terms["total"].backward()
+    for name in ("total", "video", "action", "future_delta", "semantic"):
+        want, got = reference["loss." + name].item(), terms[name].item()
+        good = abs(want - got) <= 1e-5 * max(1.0, abs(want)) and (name != "semantic" or want > 0)
+        ok &= good
+        print(("ok   " if good else "FAIL ") + f"{preset}, {structure}: loss {name} {got:.6f} "
+              f"(C++ {want:.6f})")
+    grads = part("grad.")
+    worst, where = 0.0, ""
+    for name, p in model.named_parameters():
+        error = ((p.grad - grads[name]).abs().max() / grads[name].abs().max().clamp_min(1e-12))
+        if error.item() > worst:
+            worst, where = error.item(), name
+    good = len(grads) == len(list(model.parameters())) and worst < 1e-4
+    ok &= good
+    print(("ok   " if good else "FAIL ") + f"{preset}, {structure}: the gradients of all "
+          f"{len(grads)} parameters (largest relative difference {worst:.2e}, {where})")
+sys.exit(0 if ok else 1)
+PY
+    failures=$((failures + 1))
+done
+
 # A CPU eager step on tiny: the line bench-like scripts parse, finite losses, and training that
 # lowers the loss (against the same steps at learning rate 0, where only the noise varies).
 tiny=(--model configs/model/tiny.json --device cpu --compile none --batch 2 --steps 10 --warmup 0)
@@ -71,7 +114,6 @@ check "tiny: the peer step line" $? "$(cat "$work/out")"
 "$py" "$peer" "${tiny[@]}" --lr 0 --json "$work/frozen.json" >/dev/null 2>&1
 "$py" "$peer" "${tiny[@]}" --lr 1e-2 --recompute 1 --json "$work/recompute.json" >/dev/null 2>&1
 "$py" - "$work/train.json" "$work/frozen.json" "$work/recompute.json" <<'PY' ||
-  failures=$((failures + 1))
 import json, math, sys
 train, frozen, recompute = (json.load(open(p)) for p in sys.argv[1:4])
 totals = lambda run: [s["total"] for s in run["losses"]]
@@ -92,6 +134,7 @@ check("tiny: the JSON's figures", train["parameters"] == 240160 and train["steps
       train["loss"] == t[-1] and train["peak_gib"] is None, json.dumps(train)[:300])
 sys.exit(0 if ok else 1)
 PY
+  failures=$((failures + 1))
 
 # Per-layer compilation needs torch.compile, which PyTorch 1.13 lacks: a clear refusal.
 if ! "$py" -c "import torch; torch.compile" 2>/dev/null; then
