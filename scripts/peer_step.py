@@ -746,8 +746,12 @@ def read_safetensors(path):
         if name == "__metadata__":
             continue
         begin, end = entry["data_offsets"]
+        dtype = SAFETENSORS_DTYPES[entry["dtype"]]
+        if begin == end:  # frombuffer refuses an empty buffer
+            tensors[name] = torch.empty(entry["shape"], dtype=dtype)
+            continue
         raw = torch.frombuffer(bytearray(data[begin:end]), dtype=torch.uint8)
-        tensors[name] = raw.view(SAFETENSORS_DTYPES[entry["dtype"]]).view(entry["shape"])
+        tensors[name] = raw.view(dtype).view(entry["shape"])
     return tensors
 
 
