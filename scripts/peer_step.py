@@ -59,6 +59,11 @@ VLM_CONTEXT_PAD_TO = 1024  # the compiled step pads the VLM context to this (vlm
 
 # ------------------------------------------------------------------------------------------------
 # BATCH SHAPES: what TrainStep receives from pipelines/robotwin_compile.json (batch B), one place.
+# Checked against wam-pipeline on a synthetic RoboTwin dataset (`dataset synth --preset robotwin`,
+# 640x480 cameras): `run pipelines/robotwin_compile.json --set include.model=configs/model/tiny.json
+# --set nodes.step.params.model.X=...` with a wrong action_dim, text_dim, vlm_dim or
+# future_delta_tokens names the sizes it got: action [B, 32, 80], context [B, 128, text_dim],
+# vlm_context [B, 1024, vlm_dim] (robotwin_online.json, unpadded: [B, 778, vlm_dim]), 24x16 latents.
 #
 # - video_latents [B, 48, 3, 24, 16]: VaeEncode (stages/encode/vae_encode.cc) writes
 #   [B, latent_channels, (T-1)/4+1, H/16, W/16] for Augment's 9-frame window (T = 9 -> 3 latent
