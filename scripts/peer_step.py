@@ -478,10 +478,13 @@ class WorldActionModel(nn.Module):
         so that older versions compile one per instance rather than falling back to eager."""
         import torch._dynamo
         limit = len(self.layers) + 8
-        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, limit)
-        if hasattr(torch._dynamo.config, "accumulated_cache_size_limit"):
-            torch._dynamo.config.accumulated_cache_size_limit = max(
-                torch._dynamo.config.accumulated_cache_size_limit, 4 * limit)
+        config = torch._dynamo.config
+        # recompile_limit is cache_size_limit's newer name; whichever this version has.
+        for name, value in (("recompile_limit", limit), ("cache_size_limit", limit),
+                            ("accumulated_recompile_limit", 4 * limit),
+                            ("accumulated_cache_size_limit", 4 * limit)):
+            if hasattr(config, name):
+                setattr(config, name, max(getattr(config, name), value))
         options = {} if mode == "default" else {"mode": mode}
         self.layer_calls = [torch.compile(layer, dynamic=False, **options)
                             for layer in self.layers]
