@@ -680,7 +680,7 @@ def random_batch(c, b, device, gen):
     action_dim_is_pad[:, [d for d in ROBOTWIN_DIMS if d < c.action_dim]] = False
     vlm_mask = torch.zeros(b, vlm_len, dtype=torch.bool)
     vlm_mask[:, :vlm_tokens] = True
-    vlm_context = randn(b, vlm_len, c.vlm_dim) * vlm_mask.unsqueeze(2)
+    vlm_context = randn(b, vlm_len, c.vlm_dim) * vlm_mask.unsqueeze(2).to(device)
     return {
         "video_latents": randn(b, c.latent_channels, LATENT_FRAMES, LATENT_H, LATENT_W, dtype=enc),
         "memory_video_anchor_latents": randn(b, c.latent_channels, 1, LATENT_H, LATENT_W,
