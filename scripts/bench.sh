@@ -28,6 +28,8 @@ if [ -z "${WAM_SKIP_SETUP:-}" ]; then
 fi
 build=${WAM_BUILD_DIR:-build}
 bin=$build/wam-pipeline
+# shellcheck source=scripts/ladder-data.sh
+. scripts/ladder-data.sh
 what=("${@:-runner data}")
 what=(${what[@]})
 
@@ -152,17 +154,7 @@ PY
       ;;
     ladder)
       for task in ${WAM_LADDER_TASKS:-libero robotwin}; do
-        upper=$(echo "$task" | tr a-z A-Z)
-        root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/${task}_ladder
-        export "${upper}_DATA_ROOT=$root"
-        # 8 episodes in all, spread over the data config's dataset directories (LIBERO has 4).
-        dirs=$(python3 -c "import json, os; print(' '.join(os.path.expandvars(d) for d in json.load(open('configs/data/${task}.json'))['sampler']['dataset_dirs']))")
-        for dir in $dirs; do
-          [ -f "$dir/meta/info.json" ] && continue
-          "$bin" dataset synth --preset "$task" --episodes $((8 / $(echo $dirs | wc -w))) \
-            --frames-per-episode "${WAM_LADDER_FRAMES:-128}" --gop 2 --codec av1 --out "$dir" \
-            >/dev/null 2>&1
-        done
+        ladder_data "$bin" "$task" "${WAM_LADDER_FRAMES:-128}"
         export WAM_LATENT_CACHE=${WAM_CACHE_ROOT:-.cache/wam}/bench/${task}_latents
         base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
         if [ -n "${WAM_ENCODERS:-}" ]; then
