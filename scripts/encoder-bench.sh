@@ -14,8 +14,8 @@ cd "$(dirname "$0")/.."
 build=${WAM_BUILD_DIR:-build}
 bin=$build/wam-pipeline
 steps=${WAM_ENCODER_BENCH_STEPS:-20}
-# shellcheck source=scripts/ladder-data.sh
-. scripts/ladder-data.sh
+# shellcheck source=scripts/bench-data.sh
+. scripts/bench-data.sh
 
 echo "# $(date -u +%F): frozen encoders, ms per batch (base preset, batch 16, $steps steps)"
 for task in ${WAM_ENCODER_BENCH_TASKS:-libero robotwin}; do
