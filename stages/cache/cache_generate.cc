@@ -75,6 +75,7 @@ PipelineConfig generation_graph(const ValidatedPipeline& pipeline, const CacheSp
       {"ordered", true},
       {"epochs", 1},
       {"threads", settings.threads},
+      {"host_memory_gib", settings.host_memory_gib},
       {"device", settings.device}};
   auto node = [&](std::string id, std::string type, std::vector<std::string> inputs,
                   nlohmann::json params) {
