@@ -243,6 +243,7 @@ class Run {
     threads_ = threads;
     oneapi::tbb::task_arena arena(static_cast<int>(threads));
     start_ = Clock::now();
+    if (options_.on_host_memory) options_.on_host_memory(budget_);
     create_gates();
     if (options_.trace) {
       std::vector<std::string> ids, types;

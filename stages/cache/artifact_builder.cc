@@ -104,6 +104,11 @@ void write_value_dataset(hid_t parent, const ValueSchema& value, const std::vect
 
 }  // namespace
 
+int64_t shard_rows_within(HostMemoryBudget* budget, int64_t shard_size, int64_t row_bytes) {
+  if (!budget) return shard_size;
+  return budget->claim("cache shard rows", 2 * row_bytes, shard_size, 1);
+}
+
 BuildLock::BuildLock(const std::string& root) {
   std::error_code ec;
   fs::create_directories(root, ec);

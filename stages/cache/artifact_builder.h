@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/latent_store.h"
+#include "wam/host_memory.h"
 
 namespace wam::cache {
 namespace internal {
@@ -43,6 +44,13 @@ class BuildLock {
  private:
   std::unique_ptr<internal::FileLock> lock_;
 };
+
+// The rows a shard of `cache generate` may hold: `shard_size`, or fewer when the run's host
+// memory budget cannot hold them (docs/RELIABILITY.md, "Host memory"). A row of `row_bytes` (every
+// artifact's value bytes of one sample) is held twice at the shard's end: the rows, and the
+// shard's contiguous copy that is written. Claimed from `budget` as "cache shard rows" (at least
+// one row); without a budget, `shard_size`.
+int64_t shard_rows_within(HostMemoryBudget* budget, int64_t shard_size, int64_t row_bytes);
 
 struct PublishResult {
   std::string artifact_id;

@@ -75,6 +75,7 @@ PipelineConfig generation_graph(const ValidatedPipeline& pipeline, const CacheSp
       {"ordered", true},
       {"epochs", 1},
       {"threads", settings.threads},
+      {"host_memory_gib", settings.host_memory_gib},
       {"device", settings.device}};
   auto node = [&](std::string id, std::string type, std::vector<std::string> inputs,
                   nlohmann::json params) {
@@ -165,14 +166,15 @@ struct PendingRows {
 };
 
 // A VLM row cropped to its valid tokens [first, last]; a row without any keeps one zero token.
+// Copies: a view would keep its whole batch's storage alive while the shard fills.
 std::pair<at::Tensor, at::Tensor> crop_vlm_row(const at::Tensor& context, const at::Tensor& mask) {
   const at::Tensor valid = at::nonzero(mask).flatten();
   if (valid.numel() == 0) {
     return {at::zeros({1, context.size(1)}, context.options()), at::zeros({1}, mask.options())};
   }
   const int64_t first = valid.min().item<int64_t>(), last = valid.max().item<int64_t>();
-  return {context.narrow(0, first, last - first + 1).contiguous(),
-          mask.narrow(0, first, last - first + 1).contiguous()};
+  return {context.narrow(0, first, last - first + 1).clone(),
+          mask.narrow(0, first, last - first + 1).clone()};
 }
 
 void check_latent(const at::Tensor& latent, const ValueSchema& schema,
@@ -192,7 +194,9 @@ void check_latent(const at::Tensor& latent, const ValueSchema& schema,
 // The encoded rows, arriving in sample id order, cut into shards of at most `shard_size` samples
 // or `shard_seconds` of work, whichever comes first (docs/RELIABILITY.md, "Signals"), each written
 // by every builder. A shard is named by its first sample id, so a rerun finds it whatever its size
-// and whichever rank wrote it.
+// and whichever rank wrote it. The rows waiting for their shard come from the run's host memory
+// budget: with the first batch, priced then, the writer claims as many rows as the budget holds
+// (docs/RELIABILITY.md, "Host memory"), and closes a shard there, before shard_size.
 class ShardWriter {
  public:
   ShardWriter(const std::vector<std::unique_ptr<ArtifactBuilder>>& builders,
@@ -206,7 +210,11 @@ class ShardWriter {
         pending_(builders.size()),
         done_(first_sample),
         written_end_(first_sample),
-        shard_began_(Clock::now()) {}
+        shard_began_(Clock::now()),
+        shard_rows_(options.shard_size) {}
+
+  // The run's budget, which the rows are claimed from with the first batch.
+  void use_budget(HostMemoryBudget& budget) { budget_ = &budget; }
 
   // The samples of one encoder batch; writes every shard they fill or whose time is up.
   void add_batch(const Sample& batch) {
@@ -224,9 +232,13 @@ class ShardWriter {
         outputs[b] = batch.tensor(kLatentOf.at(fields_[b])).to(at::kCPU);
       }
     }
+    if (!claimed_ && ids.size(0) > 0) {
+      claimed_ = true;
+      shard_rows_ = shard_rows_within(budget_, shard_size_, row_bytes(outputs, masks));
+    }
     for (int64_t r = 0; r < ids.size(0); ++r) {
       add_row(ids[r].item<int64_t>(), outputs, masks, r);
-      if (static_cast<int64_t>(pending_ids_.size()) == shard_size_ || done_ == end_sample_) {
+      if (static_cast<int64_t>(pending_ids_.size()) == shard_rows_ || done_ == end_sample_) {
         flush();
       }
     }
@@ -241,6 +253,18 @@ class ShardWriter {
   int64_t written_end() const { return written_end_; }  // the end of the last shard written
 
  private:
+  // Bytes one sample's rows hold, every artifact's together: a VLM row at its full padded length,
+  // the most its crop keeps.
+  static int64_t row_bytes(const std::vector<at::Tensor>& outputs,
+                           const std::vector<at::Tensor>& masks) {
+    int64_t bytes = 0;
+    for (size_t b = 0; b < outputs.size(); ++b) {
+      bytes += static_cast<int64_t>(outputs[b].nbytes()) / outputs[b].size(0);
+      if (masks[b].defined()) bytes += static_cast<int64_t>(masks[b].nbytes()) / masks[b].size(0);
+    }
+    return bytes;
+  }
+
   void add_row(int64_t id, const std::vector<at::Tensor>& outputs,
                const std::vector<at::Tensor>& masks, int64_t r) {
     if (id != done_) {
@@ -255,7 +279,8 @@ class ShardWriter {
         pending_[b].context.push_back(std::move(context));
         pending_[b].mask.push_back(std::move(mask));
       } else {
-        at::Tensor latent = outputs[b][r].contiguous();
+        // A copy: a view would keep its whole batch's storage alive while the shard fills.
+        at::Tensor latent = outputs[b][r].clone(at::MemoryFormat::Contiguous);
         check_latent(latent, builders_[b]->values()[0], builders_[b]->artifact_id());
         pending_[b].rows.push_back(std::move(latent));
       }
@@ -297,6 +322,9 @@ class ShardWriter {
   std::vector<int64_t> pending_ids_;
   int64_t done_, written_end_;
   Clock::time_point shard_began_;
+  HostMemoryBudget* budget_ = nullptr;
+  bool claimed_ = false;
+  int64_t shard_rows_;  // shard_size_, or what the budget holds
 };
 
 // The end of a staged shard's samples when they are [first, end) in order, else -1.
@@ -407,6 +435,7 @@ class Generation {
     graph.find("sampler")->source().restore({{"epoch", 0}, {"position", first_sample_}});
     ShardWriter writer(builders_, builder_fields_, options_, first_sample_, end_sample_);
     RunOptions run_options;
+    run_options.on_host_memory = [&](HostMemoryBudget& budget) { writer.use_budget(budget); };
     run_options.on_output = [&](const Sample& batch) {
       writer.add_batch(batch);
       if (options_.on_progress) {

@@ -7,12 +7,16 @@
 // Writes: context (float32 [B, 128, text_dim]), context_mask (bool [B, 128], all true)
 // Example: {"id": "text", "type": "TextEmbed", "inputs": ["vlm"],
 //           "params": {"cache": {"$ref": "data/text_cache"}, "text_dim": 4096}}
+// The embeddings kept in memory (memory_entries, 2 MiB each at text_dim 4096) are claimed from the
+// run's host memory budget with the first batch: fewer are kept when it cannot hold them all
+// (docs/RELIABILITY.md, "Host memory").
 #include <memory>
 #include <string>
 
 #include "common/lru_cache.h"
 #include "encode/text_cache_user.h"
 #include "models/text_encoder.h"
+#include "wam/host_memory.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 
@@ -41,6 +45,7 @@ class TextEmbedStage final : public Stage, public TextCacheUser {
   void open(Context& context) override {
     reader_ = std::make_unique<models::TextCacheReader>(params_);
     cache_reads_ = &context.counter("text_cache_reads");
+    budget_ = context.host_memory();
   }
 
   void process(Sample batch, Emitter& out) override {
@@ -48,6 +53,13 @@ class TextEmbedStage final : public Stage, public TextCacheUser {
     if (!prompts.is_array()) {
       throw Error("field \"prompt\" must be a Json array of strings (a batch), got " +
                   prompts.dump());
+    }
+    if (budget_) {
+      // One entry: float32 [128, text_dim].
+      const int64_t entries = budget_->claim(
+          "text embeddings", 4 * models::kTextTokens * params_.text_dim, params_.memory_entries, 1);
+      memory_ = LruCache<std::string, at::Tensor>(static_cast<size_t>(entries));
+      budget_ = nullptr;  // claimed once
     }
     std::vector<at::Tensor> contexts;
     for (const auto& prompt : prompts) {
@@ -79,6 +91,7 @@ class TextEmbedStage final : public Stage, public TextCacheUser {
   LruCache<std::string, at::Tensor> memory_;
   std::unique_ptr<models::TextCacheReader> reader_;
   Counter* cache_reads_ = nullptr;
+  HostMemoryBudget* budget_ = nullptr;  // until the first batch has claimed the entries
 };
 
 WAM_REGISTER_STAGE(TextEmbedStage);

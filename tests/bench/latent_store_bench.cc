@@ -6,6 +6,9 @@
 //   store: ArtifactReader::read_fixed
 //   pread: pread of the same row bytes from descriptors this program opens, at offsets it takes
 //          from HDF5 itself
+//   pread+xxh3: that pread, then the row's XXH3 (wam::cache::row_checksum) over the bytes read:
+//          the least a read that checks every row can cost, to set the store's bookkeeping apart
+//          from the hash
 //   hdf5:  H5Dread of a one-row hyperslab from datasets kept open (the naive reader), for scale
 // Each configuration runs 5 times, interleaved; the median is reported. Cold-cache (disk) reads
 // are not measured: both paths would measure the disk.
@@ -132,6 +135,9 @@ double thread_cpu_seconds() {
 struct Measurement {
   double samples_per_s = 0;
   double cores_used = 0;  // CPU seconds of the reading threads / wall seconds
+  // CPU microseconds per row of the reading threads: what a read costs, whatever share of the
+  // cores the other processes left (the samples/s of a loaded machine follow that share).
+  double cpu_us_per_row = 0;
 };
 
 // `threads` threads each reading kReadsPerThread random rows.
@@ -165,14 +171,21 @@ Measurement measure(int threads, const std::function<void(int64_t, void*)>& read
   if (checksum == 42) std::printf(" ");  // keeps the reads observable
   double cpu = 0;
   for (double c : cpu_seconds) cpu += c;
-  return {threads * kReadsPerThread / seconds, cpu / seconds};
+  return {threads * kReadsPerThread / seconds, cpu / seconds,
+          cpu * 1e6 / (threads * kReadsPerThread)};
 }
 
+// The round of median samples/s, with the median CPU time per row of all rounds.
 Measurement median(std::vector<Measurement> values) {
+  std::vector<double> cpu;
+  for (const Measurement& m : values) cpu.push_back(m.cpu_us_per_row);
+  std::sort(cpu.begin(), cpu.end());
   std::sort(values.begin(), values.end(), [](const Measurement& a, const Measurement& b) {
     return a.samples_per_s < b.samples_per_s;
   });
-  return values[values.size() / 2];
+  Measurement middle = values[values.size() / 2];
+  middle.cpu_us_per_row = cpu[cpu.size() / 2];
+  return middle;
 }
 
 }  // namespace
@@ -208,6 +221,11 @@ int main(int argc, char** argv) {
   const auto hdf5_read = [&](int64_t id, void* dst) { hdf5.read(id, dst); };
   const auto store_read = [&](int64_t id, void* dst) { reader->read_fixed(id, 0, dst); };
   const auto plain_read = [&](int64_t id, void* dst) { plain.read(id, dst); };
+  const auto hashed_read = [&](int64_t id, void* dst) {
+    plain.read(id, dst);
+    // Compared, so that the hash is not optimised away; 0 for a real row is a 2^-64 chance.
+    if (wam::cache::row_checksum(id, dst, kRowBytes) == 0) std::abort();
+  };
 
   // Warm pass: every row once, through both paths, and a check that they agree.
   std::vector<uint16_t> a(kRowWords), b(kRowWords);
@@ -225,7 +243,10 @@ int main(int argc, char** argv) {
 
   // Per reader, per thread count (1, 2): the measurements of every round.
   const std::vector<std::pair<const char*, std::function<void(int64_t, void*)>>> readers = {
-      {"store", store_read}, {"pread", plain_read}, {"hdf5", hdf5_read}};
+      {"store", store_read},
+      {"pread", plain_read},
+      {"pread+xxh3", hashed_read},
+      {"hdf5", hdf5_read}};
   std::vector<std::vector<std::vector<Measurement>>> rounds(
       readers.size(), std::vector<std::vector<Measurement>>(2));
   for (int round = 0; round < kRounds; ++round) {
@@ -242,16 +263,19 @@ int main(int argc, char** argv) {
       std::thread::hardware_concurrency());
   std::printf("write+publish (full validation): %.2f s, %.0f samples/s\n", write_s,
               kSamples / write_s);
-  std::printf("%-8s %8s %14s %8s %16s\n", "reader", "threads", "samples/s", "cores", "vs pread");
+  std::printf("%-10s %8s %12s %7s %10s %11s %13s\n", "reader", "threads", "samples/s", "cores",
+              "vs pread", "CPU us/row", "CPU vs pread");
   std::vector<std::vector<Measurement>> medians(readers.size());
   for (size_t r = 0; r < readers.size(); ++r) {
     for (int t = 0; t < 2; ++t) medians[r].push_back(median(rounds[r][t]));
   }
   for (size_t r = 0; r < readers.size(); ++r) {
     for (int t = 0; t < 2; ++t) {
-      std::printf("%-8s %8d %14.0f %8.2f %16.3f\n", readers[r].first, t + 1,
+      std::printf("%-10s %8d %12.0f %7.2f %10.3f %11.2f %13.3f\n", readers[r].first, t + 1,
                   medians[r][t].samples_per_s, medians[r][t].cores_used,
-                  medians[r][t].samples_per_s / medians[1][t].samples_per_s);
+                  medians[r][t].samples_per_s / medians[1][t].samples_per_s,
+                  medians[r][t].cpu_us_per_row,
+                  medians[1][t].cpu_us_per_row / medians[r][t].cpu_us_per_row);
     }
   }
   for (size_t r = 0; r < readers.size(); ++r) {

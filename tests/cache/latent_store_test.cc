@@ -977,6 +977,31 @@ float bf16_to_float(uint16_t word) {
   return value;
 }
 
+// cache generate's shard rows come from the run's host memory budget (docs/RELIABILITY.md, "Host
+// memory"): a shard closes at the rows the budget holds, each row counted twice (the rows and the
+// shard's contiguous copy), and at least one row when nothing is left.
+TEST(LatentStore, ShardRowsAreBoundedByTheHostMemoryBudget) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  constexpr int64_t kRow = 110592;  // the RoboTwin current latent, bf16 [48,3,24,16]
+  EXPECT_EQ(shard_rows_within(nullptr, 64, kRow), 64);  // no budget: the shard size
+
+  // Half of 16 MiB unclaimed holds 37 rows of 2 x 108 KiB, under the shard size of 64.
+  HostMemoryBudget small(16 * kMiB, "settings.host_memory_gib", 6, 20, 2);
+  EXPECT_EQ(shard_rows_within(&small, 64, kRow), 37);
+  EXPECT_EQ(small.start_line(),
+            "host memory budget 16.0 MiB (settings.host_memory_gib): up to 6 samples in flight, "
+            "37 cache shard rows (7.80 MiB)");
+
+  // A larger budget holds the whole shard.
+  HostMemoryBudget large(1024 * kMiB, "settings.host_memory_gib", 6, 20, 2);
+  EXPECT_EQ(shard_rows_within(&large, 64, kRow), 64);
+
+  // Claimed over the budget already (a decoder needs its sessions): one row per shard.
+  HostMemoryBudget spent(kMiB, "settings.host_memory_gib", 6, 20, 2);
+  spent.claim("decoder sessions", 2 * kMiB, 2, 1);
+  EXPECT_EQ(shard_rows_within(&spent, 64, kRow), 1);
+}
+
 TEST(LatentStore, H5pyReadsAShard) {
   if (std::system("/usr/bin/python3 -c 'import h5py' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "/usr/bin/python3 has no h5py (scripts/setup.sh installs python3-h5py)";

@@ -322,6 +322,34 @@ TEST(HostMemoryBudget, RunPrintsWhatTheBudgetAllowsWhenTheFirstItemLeaves) {
   EXPECT_EQ(result.stats.stop_reason, "exhausted");
 }
 
+// A caller's own buffers (cache generate's shard rows) are claimed through on_host_memory, once,
+// before the graph starts, and listed with the stages' claims.
+TEST(HostMemoryBudget, TheCallerClaimsItsBuffersBeforeTheGraphStarts) {
+  TempDir dir;
+  const std::string file = dir.write("p.json", kChain);
+  ValidatedPipeline pipeline = load_pipeline(
+      file, {{"settings.threads=1", "settings.max_in_flight=40", "settings.host_memory_gib=1"}},
+      testing::test_registry());
+  std::vector<std::string> lines;
+  int calls = 0;
+  int64_t granted = 0;
+  RunOptions options;
+  options.log = [&](const std::string& line) { lines.push_back(line); };
+  options.on_host_memory = [&](HostMemoryBudget& budget) {
+    ++calls;
+    EXPECT_EQ(budget.bytes(), int64_t{1} << 30);
+    granted = budget.claim("caller buffers", 16 << 20, 8, 1);
+  };
+  RunResult result = run_pipeline(pipeline, options);
+  ASSERT_FALSE(result.error) << result.error->what();
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(granted, 8);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.front(),
+            "host memory budget 1.00 GiB (settings.host_memory_gib): up to 40 samples in flight "
+            "(settings.max_in_flight's limit), 8 caller buffers (128 MiB)");
+}
+
 TEST(RunStats, JsonAndTableNameEveryNode) {
   Outcome o = run_json(kChain);
   json stats = o.result.stats.to_json();

@@ -430,5 +430,27 @@ TEST_F(LatentCache, TimeClosesShardsSmallerThanTheShardSize) {
   }
 }
 
+// The shard rows waiting to be written come from the run's host memory budget: a budget too small
+// for any (settings.host_memory_gib of about 1 KiB) closes a shard at every row, under the shard
+// size of 8; the cache is whole and valid.
+TEST_F(LatentCache, AHostMemoryBudgetTooSmallForTheShardClosesItEarly) {
+  cache::GenerateOptions options =
+      generate_options({"current"}, {"settings.host_memory_gib=0.000001"});
+  options.shard_seconds = 1e9;
+  const cache::GenerateResult result = cache::generate_cache(options);
+  ASSERT_EQ(result.published.size(), 1u);
+  EXPECT_EQ(result.published[0].samples, kSamples);
+  EXPECT_EQ(result.published[0].shards, kSamples);
+  const nlohmann::json manifest =
+      nlohmann::json::parse(std::ifstream(result.published[0].build_dir + "/manifest.json"));
+  ASSERT_EQ(manifest["shards"].size(), static_cast<size_t>(kSamples));
+  for (int64_t s = 0; s < kSamples; ++s) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "shards/shard%06lld.h5", static_cast<long long>(s));
+    EXPECT_EQ(manifest["shards"][s]["file"], name);
+    EXPECT_EQ(manifest["shards"][s]["rows"], 1);
+  }
+}
+
 }  // namespace
 }  // namespace wam

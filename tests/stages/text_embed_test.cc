@@ -8,6 +8,7 @@
 #include "models/text_encoder.h"
 #include "testing/expect_error.h"
 #include "testing/stage_harness.h"
+#include "wam/host_memory.h"
 #include "wam/tensor.h"
 
 namespace wam::testing {
@@ -98,6 +99,32 @@ TEST_F(TextEmbedTest, BuildsTheCacheAndLooksPromptsUp) {
   EXPECT_GT(context[0].narrow(0, 0, 5).abs().sum(-1).min().item<float>(), 0.0f);
   EXPECT_EQ(context[0].narrow(0, 5, 123).abs().sum().item<float>(), 0.0f);
   EXPECT_FALSE(torch::allclose(context[0], context[1]));
+}
+
+// The embeddings kept in memory come from the run's host memory budget (docs/RELIABILITY.md,
+// "Host memory"): a budget that holds one entry of float32 [128, 16] (8 KiB) reads a prompt again
+// from the file once another came between; a large one reads each prompt once.
+TEST_F(TextEmbedTest, TheHostMemoryBudgetBoundsTheEmbeddingsKeptInMemory) {
+  models::build_text_cache(params_, {"wipe", "stack the bowls"}, [](const std::string&) {});
+  const std::vector<std::string> prompts = {"wipe", "stack the bowls", "wipe", "stack the bowls"};
+
+  HostMemoryBudget tiny(20 << 10, "settings.host_memory_gib", 4, 8, 1);  // half of it: 10 KiB
+  HarnessOptions options;
+  options.host_memory = &tiny;
+  const StageRun bounded =
+      run_stage_counted("TextEmbed", stage_params(), {prompt_batch(prompts)}, options);
+  EXPECT_EQ(bounded.counters.at("text_cache_reads"), 4);
+  EXPECT_EQ(tiny.start_line(),
+            "host memory budget 20.0 KiB (settings.host_memory_gib): up to 4 samples in flight, "
+            "1 text embeddings (8.00 KiB)");
+
+  HostMemoryBudget large(int64_t{1} << 30, "settings.host_memory_gib", 4, 8, 1);
+  options.host_memory = &large;
+  const StageRun unbounded =
+      run_stage_counted("TextEmbed", stage_params(), {prompt_batch(prompts)}, options);
+  EXPECT_EQ(unbounded.counters.at("text_cache_reads"), 2);
+  EXPECT_TRUE(torch::equal(bounded.outputs.at(0).tensor("context"),
+                           unbounded.outputs.at(0).tensor("context")));
 }
 
 TEST_F(TextEmbedTest, MissingPromptNamesItAndTheCommand) {

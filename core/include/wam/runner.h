@@ -7,6 +7,7 @@
 #include <string>
 
 #include "wam/error.h"
+#include "wam/host_memory.h"
 #include "wam/metrics.h"
 #include "wam/pipeline.h"
 #include "wam/trace.h"
@@ -25,6 +26,10 @@ struct RunOptions {
   // Like on_output, with how many items each node had emitted by then, in pipeline node order
   // (bench separates batches the graph buffered before its timed window from those made in it).
   std::function<void(const Sample&, const std::vector<int64_t>& node_outputs)> on_output_counted;
+  // Called once before the graph starts, with the run's host memory budget (wam/host_memory.h):
+  // a caller whose on_output keeps buffers of its own (cache generate's shard rows) claims them
+  // from it, so that the samples in flight make room for them.
+  std::function<void(HostMemoryBudget&)> on_host_memory;
   // Called about every tick_every_s with the run's figures so far (the live view); and once more
   // at the end.
   std::function<void(const RunSnapshot&)> on_tick;

@@ -50,7 +50,8 @@ struct Settings {
       Min{0});
     v("host_memory_gib", host_memory_gib,
       "Host memory (GiB) that the samples in flight and the stages' buffers (frame caches, "
-      "decoder sessions, staging buffers) share: lowers max_in_flight and the caches to fit. 0: "
+      "decoder sessions, staging buffers, text embeddings, cache generate's shard rows) share: "
+      "lowers max_in_flight, the caches and the shards to fit. 0: "
       "auto, 1/32 of the machine's memory (its cgroup limit when lower), at least 0.5.",
       Min{0});
     v("ordered", ordered,
