@@ -346,8 +346,14 @@ TEST_F(LatentCache, PartialVlmMixesCachedAndOnlineRowsInOrder) {
       EXPECT_EQ(mixed.batches[b].tensor("vlm_cache_hit")[r].item<bool>(), sample < 6);
       const int64_t valid = want_mask[r].sum().item<int64_t>();
       ASSERT_EQ(got_mask[r].sum().item<int64_t>(), valid) << "sample " << sample;
-      EXPECT_TRUE(torch::equal(got[r].narrow(0, 0, valid), want[r].narrow(0, 0, valid)))
-          << "sample " << sample << (sample < 6 ? " (cached)" : " (encoded online)");
+      // Equal up to float32 rounding, not bit for bit: the rows were encoded in batches of other
+      // sizes (the build's last batch holds 2 rows, the online run's 4), and the BLAS of some CPUs
+      // (OpenBLAS on AVX2) rounds a row's products differently with the batch's row count. A row
+      // out of order differs by far more.
+      const at::Tensor got_row = got[r].narrow(0, 0, valid), want_row = want[r].narrow(0, 0, valid);
+      EXPECT_TRUE(at::allclose(got_row, want_row, 1e-5, 1e-5))
+          << "sample " << sample << (sample < 6 ? " (cached)" : " (encoded online)")
+          << ", max difference " << (got_row - want_row).abs().max().item<float>();
     }
   }
   EXPECT_EQ(counter(mixed.stats, "vlm", "rows_encoded"), kSamples - 6);
