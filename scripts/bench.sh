@@ -28,6 +28,8 @@ if [ -z "${WAM_SKIP_SETUP:-}" ]; then
 fi
 build=${WAM_BUILD_DIR:-build}
 bin=$build/wam-pipeline
+# shellcheck source=scripts/bench-data.sh
+. scripts/bench-data.sh
 what=("${@:-runner data}")
 what=(${what[@]})
 
@@ -41,10 +43,7 @@ for item in "${what[@]}"; do
       ;;
     data)
       root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gop2
-      if [ ! -f "$root/meta/info.json" ]; then
-        "$bin" dataset synth --preset robotwin --episodes 4 --frames-per-episode 96 --gop 2 \
-          --codec av1 --out "$root" >/dev/null 2>&1
-      fi
+      bench_dataset "$bin" robotwin 4 96 "$root"
       samples=${WAM_BENCH_SAMPLES:-96}
       # name | pipeline | stop after | extra overrides
       runs=(
@@ -78,10 +77,7 @@ PY
       ;;
     auto)
       root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gop2
-      if [ ! -f "$root/meta/info.json" ]; then
-        "$bin" dataset synth --preset robotwin --episodes 4 --frames-per-episode 96 --gop 2 \
-          --codec av1 --out "$root" >/dev/null 2>&1
-      fi
+      bench_dataset "$bin" robotwin 4 96 "$root"
       samples=${WAM_BENCH_SAMPLES:-96}
       rates=$(mktemp)
       for round in $(seq "${WAM_BENCH_ROUNDS:-3}"); do
@@ -120,10 +116,7 @@ PY
       ;;
     gpu)
       root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gpu
-      if [ ! -f "$root/meta/info.json" ]; then
-        "$bin" dataset synth --preset robotwin --episodes 8 --frames-per-episode 128 --gop 2 \
-          --codec av1 --out "$root" >/dev/null 2>&1
-      fi
+      bench_dataset "$bin" robotwin 8 128 "$root"
       export ROBOTWIN_DATA_ROOT=$root
       base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
       # Logs go to stderr: redirect it to keep them.
@@ -152,17 +145,7 @@ PY
       ;;
     ladder)
       for task in ${WAM_LADDER_TASKS:-libero robotwin}; do
-        upper=$(echo "$task" | tr a-z A-Z)
-        root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/${task}_ladder
-        export "${upper}_DATA_ROOT=$root"
-        # 8 episodes in all, spread over the data config's dataset directories (LIBERO has 4).
-        dirs=$(python3 -c "import json, os; print(' '.join(os.path.expandvars(d) for d in json.load(open('configs/data/${task}.json'))['sampler']['dataset_dirs']))")
-        for dir in $dirs; do
-          [ -f "$dir/meta/info.json" ] && continue
-          "$bin" dataset synth --preset "$task" --episodes $((8 / $(echo $dirs | wc -w))) \
-            --frames-per-episode "${WAM_LADDER_FRAMES:-128}" --gop 2 --codec av1 --out "$dir" \
-            >/dev/null 2>&1
-        done
+        ladder_data "$bin" "$task" "${WAM_LADDER_FRAMES:-128}"
         export WAM_LATENT_CACHE=${WAM_CACHE_ROOT:-.cache/wam}/bench/${task}_latents
         base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
         if [ -n "${WAM_ENCODERS:-}" ]; then

@@ -14,18 +14,12 @@ cd "$(dirname "$0")/.."
 build=${WAM_BUILD_DIR:-build}
 bin=$build/wam-pipeline
 steps=${WAM_ENCODER_BENCH_STEPS:-20}
+# shellcheck source=scripts/bench-data.sh
+. scripts/bench-data.sh
 
 echo "# $(date -u +%F): frozen encoders, ms per batch (base preset, batch 16, $steps steps)"
 for task in ${WAM_ENCODER_BENCH_TASKS:-libero robotwin}; do
-  upper=$(echo "$task" | tr a-z A-Z)
-  root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/${task}_ladder
-  export "${upper}_DATA_ROOT=$root"
-  dirs=$(python3 -c "import json, os; print(' '.join(os.path.expandvars(d) for d in json.load(open('configs/data/${task}.json'))['sampler']['dataset_dirs']))")
-  for dir in $dirs; do
-    [ -f "$dir/meta/info.json" ] && continue
-    "$bin" dataset synth --preset "$task" --episodes $((8 / $(echo $dirs | wc -w))) \
-      --frames-per-episode 128 --gop 2 --codec av1 --out "$dir" >/dev/null 2>&1
-  done
+  ladder_data "$bin" "$task" 128
   for encoders in builtin reference; do
     args=(--set include.model=configs/model/base.json --set settings.epochs=1000
           --set settings.batch_size=16 --set "include.encoders=configs/encoders/$encoders.json")

@@ -107,17 +107,9 @@ class VlmEncodeStage final : public Stage {
     if (params_.encoder == "torchscript") {
       scripted_.emplace(params_.path, params_.width, placement_);
     } else {
-      models::VlmConfig config{params_.width,          params_.layers,
-                               params_.heads,          params_.patch_size,
-                               params_.vocab_size,     params_.architecture,
-                               params_.language_width, params_.kv_heads,
-                               params_.head_dim,       params_.mlp,
-                               params_.vision_layers,  params_.vision_width,
-                               params_.vision_heads,   params_.vision_mlp,
-                               params_.spatial_merge,  params_.temporal_patch,
-                               params_.position_grid,  params_.deepstack_layers};
-      builtin_ = std::make_unique<models::BuiltinVlm>(config, static_cast<uint64_t>(params_.seed),
-                                                      placement_);
+      builtin_ =
+          std::make_unique<models::BuiltinVlm>(static_cast<const models::VlmConfig&>(params_),
+                                               static_cast<uint64_t>(params_.seed), placement_);
     }
     context.log("VlmEncode: " + params_.encoder + " model on " + placement_.device.str() + " (" +
                 params_.dtype + "), metadata reuse " + (params_.reuse_metadata ? "on" : "off"));
@@ -192,9 +184,8 @@ class VlmEncodeStage final : public Stage {
     }
 
     // qwen3_vl merges spatial_merge^2 patches into a token: sides are multiples of the group.
-    const int64_t factor = params_.encoder == "builtin" && params_.architecture == "qwen3_vl"
-                               ? params_.patch_size * params_.spatial_merge
-                               : params_.patch_size;
+    const int64_t factor =
+        params_.encoder == "builtin" ? params_.resize_factor() : params_.patch_size;
     const auto [height, width] =
         models::fit_image_size(frames.size(3), frames.size(4), params_.max_pixels, factor);
     at::Tensor images = frames.reshape({rows * views, 3, frames.size(3), frames.size(4)})

@@ -7,30 +7,13 @@
 #include <vector>
 
 #include "common/encoder_params.h"
+#include "models/vlm_config.h"
 #include "wam/params.h"
 
 namespace wam::stages {
 
-struct VlmEncodeParams : PlacedEncoderParams {
-  std::string architecture = "compact";
-  int64_t width = 2048;
-  int64_t layers = 2;
-  int64_t heads = 16;
-  int64_t patch_size = 16;
-  int64_t vocab_size = 32768;
-  // qwen3_vl only; the defaults are Qwen3-VL-2B's (docs/ENCODERS.md).
-  int64_t language_width = 2048;
-  int64_t kv_heads = 8;
-  int64_t head_dim = 128;
-  int64_t mlp = 6144;
-  int64_t vision_layers = 24;
-  int64_t vision_width = 1024;
-  int64_t vision_heads = 16;
-  int64_t vision_mlp = 4096;
-  int64_t spatial_merge = 2;
-  int64_t temporal_patch = 2;
-  int64_t position_grid = 48;
-  std::vector<int64_t> deepstack_layers = {5, 11, 17};
+// The model's structure is models::VlmConfig's; the stage adds where it runs and how it is fed.
+struct VlmEncodeParams : PlacedEncoderParams, models::VlmConfig {
   int64_t max_pixels = 65536;
   std::vector<std::string> view_names;
   bool reuse_metadata = false;
@@ -93,7 +76,7 @@ struct VlmEncodeParams : PlacedEncoderParams {
   }
 
   void check(ParamChecker& c) const {
-    if (architecture != "qwen3_vl") return;
+    if (!qwen3()) return;
     c.require(heads % kv_heads == 0, "kv_heads",
               "heads (" + std::to_string(heads) + ") must be a multiple of kv_heads (" +
                   std::to_string(kv_heads) + ")");

@@ -346,11 +346,13 @@ class Wan22EncoderImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Wan22Encoder);
 
-class Wan22Vae final : public VaeEncoder {
+// A built-in stand-in: `Module` (CausalVideoEncoder or Wan22Encoder) with weights drawn from
+// `seed`, frozen on `placement`.
+template <class Module>
+class SeededVae final : public VaeEncoder {
  public:
-  Wan22Vae(int64_t width, const std::vector<int64_t>& multipliers, int64_t res_blocks,
-           uint64_t seed, const EncoderPlacement& placement)
-      : placement_(placement), module_(width, multipliers, res_blocks) {
+  SeededVae(Module module, uint64_t seed, const EncoderPlacement& placement)
+      : placement_(placement), module_(std::move(module)) {
     init_frozen(*module_, seed, placement);
   }
   at::Tensor encode(const at::Tensor& video) override {
@@ -361,24 +363,7 @@ class Wan22Vae final : public VaeEncoder {
 
  private:
   EncoderPlacement placement_;
-  Wan22Encoder module_;
-};
-
-class BuiltinVae final : public VaeEncoder {
- public:
-  BuiltinVae(int64_t width, uint64_t seed, const EncoderPlacement& placement)
-      : placement_(placement), module_(width) {
-    init_frozen(*module_, seed, placement);
-  }
-  at::Tensor encode(const at::Tensor& video) override {
-    torch::NoGradGuard no_grad;
-    return module_->forward(video.to(placement_.device, placement_.dtype));
-  }
-  int64_t parameter_count() const override { return count_parameters(*module_); }
-
- private:
-  EncoderPlacement placement_;
-  CausalVideoEncoder module_;
+  Module module_;
 };
 
 class ScriptedVae final : public VaeEncoder {
@@ -418,7 +403,8 @@ class ScriptedVae final : public VaeEncoder {
 
 std::unique_ptr<VaeEncoder> make_builtin_vae(int64_t width, uint64_t seed,
                                              const EncoderPlacement& placement) {
-  return std::make_unique<BuiltinVae>(width, seed, placement);
+  return std::make_unique<SeededVae<CausalVideoEncoder>>(CausalVideoEncoder(width), seed,
+                                                         placement);
 }
 
 std::unique_ptr<VaeEncoder> make_wan22_vae(int64_t width, const std::vector<int64_t>& multipliers,
@@ -428,7 +414,8 @@ std::unique_ptr<VaeEncoder> make_wan22_vae(int64_t width, const std::vector<int6
     throw Error("VaeEncode: the wan22 encoder needs 4 width multipliers (16x spatial), got " +
                 std::to_string(multipliers.size()));
   }
-  return std::make_unique<Wan22Vae>(width, multipliers, res_blocks, seed, placement);
+  return std::make_unique<SeededVae<Wan22Encoder>>(Wan22Encoder(width, multipliers, res_blocks),
+                                                   seed, placement);
 }
 
 std::unique_ptr<VaeEncoder> load_torchscript_vae(const std::string& path,

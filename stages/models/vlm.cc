@@ -206,6 +206,30 @@ VisionMetadata qwen3_layout(VisionMetadata m, const VlmConfig& c, const at::Tens
   return m;
 }
 
+// The language model's RoPE tables and attention bias over [image tokens, prompt tokens]: the
+// prompt's positions continue after the images' (Qwen-VL's get_rope_index), attention is causal,
+// and no token attends to padding. `ids`: int64 [B, L] on the model's device.
+struct LanguageAttention {
+  at::Tensor cos, sin, bias;
+};
+LanguageAttention language_attention(const VisionMetadata& metadata, const at::Tensor& ids,
+                                     int64_t image_tokens, int64_t head_dim) {
+  const int64_t batch = ids.size(0), length = ids.size(1);
+  const int64_t total = image_tokens + length;
+  const at::Tensor text_positions =
+      torch::arange(metadata.text_position_start, metadata.text_position_start + length,
+                    metadata.image_positions.options())
+          .expand({3, length});
+  auto [cos, sin] =
+      rope_tables(torch::cat({metadata.image_positions, text_positions}, 1), head_dim);
+  const at::Tensor valid = torch::cat(
+      {torch::ones({batch, image_tokens}, ids.options().dtype(at::kBool)), ids != kPadToken}, 1);
+  const at::Tensor causal = torch::full({total, total}, -std::numeric_limits<float>::infinity(),
+                                        ids.options().dtype(at::kFloat))
+                                .triu(1);
+  return {std::move(cos), std::move(sin), causal + key_padding_bias(valid, at::kFloat)};
+}
+
 }  // namespace
 
 VisionMetadata BuiltinVlm::vision_metadata(int64_t images, int64_t grid_h, int64_t grid_w) const {
@@ -246,7 +270,7 @@ at::Tensor BuiltinVlm::encode(const at::Tensor& images, const at::Tensor& token_
                               const VisionMetadata& metadata) {
   if (qwen3_) return encode_qwen3(images, token_ids, metadata);
   torch::NoGradGuard no_grad;
-  const int64_t batch = token_ids.size(0), length = token_ids.size(1);
+  const int64_t batch = token_ids.size(0);
   const int64_t image_tokens = metadata.tokens();
   at::Tensor patches = modules_->patch_embed(images).flatten(2).transpose(1, 2);
   patches = patches.reshape({batch, image_tokens, config_.width});
@@ -255,19 +279,8 @@ at::Tensor BuiltinVlm::encode(const at::Tensor& images, const at::Tensor& token_
 
   const at::Tensor ids = token_ids.to(placement_.device);
   at::Tensor x = torch::cat({patches, modules_->token_embed(ids)}, 1);
-  const int64_t total = image_tokens + length;
-  const at::Tensor text_positions =
-      torch::arange(metadata.text_position_start, metadata.text_position_start + length,
-                    metadata.image_positions.options())
-          .expand({3, length});
-  const auto [cos, sin] = rope_tables(torch::cat({metadata.image_positions, text_positions}, 1),
-                                      config_.width / config_.heads);
-  const at::Tensor valid = torch::cat(
-      {torch::ones({batch, image_tokens}, ids.options().dtype(at::kBool)), ids != kPadToken}, 1);
-  const at::Tensor causal = torch::full({total, total}, -std::numeric_limits<float>::infinity(),
-                                        ids.options().dtype(at::kFloat))
-                                .triu(1);
-  const at::Tensor bias = causal + key_padding_bias(valid, at::kFloat);
+  const auto [cos, sin, bias] =
+      language_attention(metadata, ids, image_tokens, config_.width / config_.heads);
   for (auto& layer : modules_->layers) x = layer(x, cos, sin, bias);
   return modules_->final_norm(x);
 }
@@ -305,19 +318,7 @@ at::Tensor BuiltinVlm::encode_qwen3(const at::Tensor& images, const at::Tensor& 
 
   const at::Tensor ids = token_ids.to(placement_.device);
   at::Tensor h = torch::cat({merged, q.token_embed(ids)}, 1);
-  const int64_t total = image_tokens + length;
-  const at::Tensor text_positions =
-      torch::arange(metadata.text_position_start, metadata.text_position_start + length,
-                    metadata.image_positions.options())
-          .expand({3, length});
-  const auto [cos, sin] =
-      rope_tables(torch::cat({metadata.image_positions, text_positions}, 1), c.head_dim);
-  const at::Tensor valid = torch::cat(
-      {torch::ones({batch, image_tokens}, ids.options().dtype(at::kBool)), ids != kPadToken}, 1);
-  const at::Tensor causal = torch::full({total, total}, -std::numeric_limits<float>::infinity(),
-                                        ids.options().dtype(at::kFloat))
-                                .triu(1);
-  const at::Tensor bias = causal + key_padding_bias(valid, at::kFloat);
+  const auto [cos, sin, bias] = language_attention(metadata, ids, image_tokens, c.head_dim);
   for (size_t l = 0; l < q.layers.size(); ++l) {
     h = q.layers[l](h, cos, sin, bias);
     if (l < deepstack.size()) {  // Qwen3-VL's deepstack: vision features into the first layers

@@ -1,0 +1,28 @@
+# shellcheck shell=bash
+# Sourced by scripts/bench.sh and scripts/encoder-bench.sh, not run: the synthetic datasets they
+# measure on, each made once and kept for later runs. Run from the source root.
+
+# bench_dataset BIN PRESET EPISODES FRAMES DIR: BIN's `dataset synth` of PRESET (EPISODES episodes
+# of FRAMES frames, GOP 2, AV1) into DIR, unless DIR already holds a dataset (meta/info.json).
+bench_dataset() {
+  local bin=$1 preset=$2 episodes=$3 frames=$4 dir=$5
+  [ -f "$dir/meta/info.json" ] && return 0
+  "$bin" dataset synth --preset "$preset" --episodes "$episodes" --frames-per-episode "$frames" \
+    --gop 2 --codec av1 --out "$dir" >/dev/null 2>&1
+}
+
+# ladder_data BIN TASK FRAMES: the dataset of TASK's ladder runs. Points $<TASK>_DATA_ROOT
+# (exported) at ${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/TASK_ladder and makes each
+# dataset directory of configs/data/TASK.json: 8 episodes in all, spread over those directories
+# (LIBERO has 4), of FRAMES frames.
+ladder_data() {
+  local bin=$1 task=$2 frames=$3
+  local upper root dirs dir
+  upper=$(echo "$task" | tr '[:lower:]' '[:upper:]')
+  root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/${task}_ladder
+  export "${upper}_DATA_ROOT=$root"
+  dirs=$(python3 -c "import json, os; print(' '.join(os.path.expandvars(d) for d in json.load(open('configs/data/${task}.json'))['sampler']['dataset_dirs']))")
+  for dir in $dirs; do
+    bench_dataset "$bin" "$task" $((8 / $(echo "$dirs" | wc -w))) "$frames" "$dir"
+  done
+}
