@@ -20,13 +20,19 @@ if [ "${1:-}" = "--sanitize" ]; then
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:suppressions=$suppressions}
   exec ctest -L torch_free --output-on-failure -j "$(nproc)" --timeout 600
 fi
-scripts/setup.sh
-scripts/check-layers.sh
-scripts/check-format.sh
+# Each phase's wall time, so that a CI log shows where its limit goes.
+phase() {
+  local began=$SECONDS
+  "$@"
+  echo "test.sh: $* took $((SECONDS - began)) s (${SECONDS} s in all)"
+}
+phase scripts/setup.sh
+phase scripts/check-layers.sh
+phase scripts/check-format.sh
 # Hostile input first: the torch-free tests under the sanitizers, then each fuzz target for
 # WAM_FUZZ_SECONDS (default 60) from the corpus of every crash found so far.
-scripts/test.sh --sanitize
-scripts/fuzz.sh "${WAM_FUZZ_SECONDS:-60}"
-scripts/build.sh
+phase scripts/test.sh --sanitize
+phase scripts/fuzz.sh "${WAM_FUZZ_SECONDS:-60}"
+phase scripts/build.sh
 cd "${WAM_BUILD_DIR:-build}"
-ctest --output-on-failure -j "$(nproc)" --timeout 600
+phase ctest --output-on-failure -j "$(nproc)" --timeout 600
