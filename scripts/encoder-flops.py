@@ -6,7 +6,7 @@ and today's default stand-ins, for LIBERO and RoboTwin shapes. Counts multiply-a
 convolutions and matrix products as 2 FLOPs each (attention scores and their product with the
 values included); norms, activations, softmax, RoPE and the parameter-free shortcuts are left
 out (under 1% here). Also prints the stand-ins' parameter counts, which
-tests/stages/encoder_preset_test.cc checks against the built modules.
+tests/stages/encode/encoder_preset_test.cc checks against the built modules.
 Usage: scripts/encoder-flops.py
 """
 import math

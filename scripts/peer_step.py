@@ -743,7 +743,7 @@ SAFETENSORS_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch
 
 
 def read_safetensors(path):
-    """{name: CPU tensor} of a safetensors file (stages/common/safetensors.h describes the
+    """{name: CPU tensor} of a safetensors file (stages/common/io/safetensors.h describes the
     format: an 8-byte little-endian header length, a JSON header, the tensors' bytes)."""
     with open(path, "rb") as f:
         header_size = int.from_bytes(f.read(8), "little")

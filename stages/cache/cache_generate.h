@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cache/artifact_builder.h"
-#include "cache/latent_store.h"
+#include "formats/latent_store/artifact_builder.h"
+#include "formats/latent_store/latent_store.h"
 
 namespace wam::cache {
 
@@ -24,7 +24,7 @@ struct GenerateOptions {
   // batch that crosses it), so an interruption loses at most shard_size samples or about this
   // long of work, whichever is less (docs/RELIABILITY.md, "Signals"). 0: every batch.
   double shard_seconds = 30;
-  int64_t batch_size = 0;           // 0: the pipeline's
+  int64_t batch_size = 0;  // 0: the pipeline's
   bool overwrite = false;
   std::function<void(int64_t done, int64_t total)> on_progress;
   // Called before encoding when earlier runs wrote this rank's first shards: the first sample id

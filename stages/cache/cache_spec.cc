@@ -6,10 +6,10 @@
 #include <filesystem>
 #include <set>
 
-#include "cache/latent_store.h"
-#include "common/sha256.h"
+#include "common/io/sha256.h"
 #include "data/image_ops.h"
-#include "data/lerobot_dataset.h"
+#include "formats/latent_store/latent_store.h"
+#include "formats/lerobot/lerobot_dataset.h"
 #include "models/vae.h"
 #include "wam/error.h"
 

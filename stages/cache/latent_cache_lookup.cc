@@ -32,7 +32,7 @@
 #include <vector>
 
 #include "cache/cache_spec.h"
-#include "cache/latent_store.h"
+#include "formats/latent_store/latent_store.h"
 #include "models/frozen_encoder.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"

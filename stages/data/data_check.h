@@ -10,7 +10,7 @@
 
 #include "data/augment_params.h"
 #include "data/episode_sampler_params.h"
-#include "data/lerobot_dataset.h"
+#include "formats/lerobot/lerobot_dataset.h"
 #include "wam/data_check.h"
 
 namespace wam::data {

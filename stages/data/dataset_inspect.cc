@@ -11,8 +11,8 @@ extern "C" {
 #include <libavformat/avformat.h>
 }
 
-#include "common/ffmpeg.h"
-#include "data/lerobot_dataset.h"
+#include "common/io/ffmpeg.h"
+#include "formats/lerobot/lerobot_dataset.h"
 #include "wam/error.h"
 #include "wam/limits.h"
 

@@ -35,7 +35,7 @@
 #include "common/seeding.h"
 #include "data/dataset_sampler.h"
 #include "data/episode_sampler_params.h"
-#include "data/lerobot_dataset.h"
+#include "formats/lerobot/lerobot_dataset.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 

@@ -10,7 +10,7 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
-#include "common/ffmpeg.h"
+#include "common/io/ffmpeg.h"
 #include "data/pixel_kernels.h"
 #include "wam/error.h"
 #include "wam/tensor.h"

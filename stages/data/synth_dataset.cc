@@ -8,8 +8,8 @@
 #include <random>
 
 #include "common/seeding.h"
-#include "data/lerobot_dataset.h"
 #include "data/video_io.h"
+#include "formats/lerobot/lerobot_dataset.h"
 #include "wam/error.h"
 
 namespace wam::data {

@@ -12,7 +12,7 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
-#include "common/ffmpeg.h"
+#include "common/io/ffmpeg.h"
 #include "wam/atomic_file.h"
 #include "wam/error.h"
 

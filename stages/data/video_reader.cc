@@ -18,7 +18,7 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
-#include "common/ffmpeg.h"
+#include "common/io/ffmpeg.h"
 #include "wam/error.h"
 #include "wam/limits.h"
 

@@ -1,6 +1,6 @@
 #include "models/text_encoder.h"
 
-#include "common/hdf5.h"
+#include "common/io/hdf5.h"
 
 #include <hdf5.h>
 
@@ -10,7 +10,7 @@
 #include <map>
 #include <set>
 
-#include "common/sha256.h"
+#include "common/io/sha256.h"
 #include "models/frozen_encoder.h"
 #include "wam/atomic_file.h"
 #include "wam/error.h"

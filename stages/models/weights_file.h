@@ -9,7 +9,7 @@
 
 #include <torch/torch.h>
 
-#include "common/safetensors.h"
+#include "common/io/safetensors.h"
 
 namespace wam::models {
 

@@ -11,7 +11,7 @@
 #include <random>
 #include <string>
 
-#include "data/lerobot_dataset.h"
+#include "formats/lerobot/lerobot_dataset.h"
 
 namespace {
 

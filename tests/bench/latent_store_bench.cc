@@ -28,8 +28,8 @@
 #include <utility>
 #include <vector>
 
-#include "cache/artifact_builder.h"
-#include "cache/latent_store.h"
+#include "formats/latent_store/artifact_builder.h"
+#include "formats/latent_store/latent_store.h"
 
 namespace {
 

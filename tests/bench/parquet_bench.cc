@@ -14,7 +14,7 @@
 #include <random>
 #include <string>
 
-#include "parquet/parquet.h"
+#include "formats/parquet/parquet.h"
 
 namespace {
 

@@ -9,7 +9,7 @@
 #include <map>
 
 #include "common/distributed.h"
-#include "data/lerobot_dataset.h"
+#include "formats/lerobot/lerobot_dataset.h"
 #include "models/world_model.h"
 #include "testing/random_train_batch.h"
 #include "testing/stage_harness.h"

@@ -22,9 +22,9 @@
 #include <string_view>
 #include <vector>
 
-#include "cache/artifact_builder.h"
-#include "cache/latent_store.h"
-#include "common/sha256.h"
+#include "common/io/sha256.h"
+#include "formats/latent_store/artifact_builder.h"
+#include "formats/latent_store/latent_store.h"
 #include "fuzz/fuzz_files.h"
 #include "wam/error.h"
 #include "wam/limits.h"

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "data/lerobot_dataset.h"
+#include "formats/lerobot/lerobot_dataset.h"
 #include "fuzz/fuzz_files.h"
 #include "wam/error.h"
 

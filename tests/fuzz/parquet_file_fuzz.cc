@@ -12,7 +12,7 @@
 #include <fstream>
 #include <string>
 
-#include "parquet/parquet.h"
+#include "formats/parquet/parquet.h"
 #include "wam/error.h"
 
 namespace {

@@ -30,8 +30,9 @@ inline std::string hyparquet_missing() {
   return "";
 }
 
-// Every column of `path` as tests/parquet/read_with_hyparquet.mjs prints it: {"name": [value per
-// row]}, lists as arrays, int64 values as strings, non-finite floats as "NaN"/"Infinity".
+// Every column of `path` as tests/stages/formats/parquet/read_with_hyparquet.mjs prints it:
+// {"name": [value per row]}, lists as arrays, int64 values as strings, non-finite floats as
+// "NaN"/"Infinity".
 inline nlohmann::json read_with_hyparquet(const std::string& path) {
   const std::string command = "node " WAM_SOURCE_DIR "/tests/parquet/read_with_hyparquet.mjs '" +
                               node_prefix() + "' '" + path + "' 2>&1";
