@@ -584,6 +584,43 @@ std::string sizes_of(const at::Tensor& t) {
   return out.str();
 }
 
+// The latent raster in (1,2,2) patches: rows and columns of patches per frame.
+struct PatchRaster {
+  int64_t height, width;
+};
+
+// Checks a batch's shapes against the model config before loss() uses them.
+PatchRaster check_batch_shapes(const TrainBatch& batch, const MoTConfig& c) {
+  const at::Tensor& latents = batch.video_latents;
+  require(latents.dim() == 5 && latents.size(1) == c.latent_channels &&
+              latents.size(2) == 1 + c.future_latent_frames,
+          "video_latents must be [B, " + std::to_string(c.latent_channels) + ", " +
+              std::to_string(1 + c.future_latent_frames) +
+              ", h, w] (latent_channels, 1 + future_latent_frames), got " + sizes_of(latents));
+  const int64_t h = latents.size(3), w = latents.size(4);
+  require(h % kPatch == 0 && w % kPatch == 0,
+          "latent h and w must be even for the (1,2,2) patch, got " + sizes_of(latents));
+  const int64_t hp = h / kPatch, wp = w / kPatch, hw = hp * wp;
+  require(c.future_delta_tokens == hw,
+          "future_delta_tokens = " + std::to_string(c.future_delta_tokens) +
+              " must equal the latent raster's tokens per frame (" + std::to_string(hp) + "x" +
+              std::to_string(wp) + " = " + std::to_string(hw) + " for " + std::to_string(h) + "x" +
+              std::to_string(w) + " latents); set future_delta_tokens in the model config");
+  require(batch.action.dim() == 3 && batch.action.size(2) == c.action_dim,
+          "action must be [B, rows, " + std::to_string(c.action_dim) + "], got " +
+              sizes_of(batch.action));
+  require(batch.proprio.dim() == 3 && batch.proprio.size(2) == c.proprio_dim,
+          "proprio must be [B, rows, " + std::to_string(c.proprio_dim) + "], got " +
+              sizes_of(batch.proprio));
+  require(batch.context.dim() == 3 && batch.context.size(2) == c.text_dim,
+          "context must be [B, L, " + std::to_string(c.text_dim) + "] (text_dim), got " +
+              sizes_of(batch.context));
+  require(batch.vlm_context.dim() == 3 && batch.vlm_context.size(2) == c.vlm_dim,
+          "vlm_context must be [B, S, " + std::to_string(c.vlm_dim) + "] (vlm_dim), got " +
+              sizes_of(batch.vlm_context));
+  return {hp, wp};
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
@@ -816,35 +853,62 @@ detail::LayerOutputs WorldActionModelImpl::run_layers(at::Tensor video_tokens,
   return outputs;
 }
 
+detail::LayerInputs WorldActionModelImpl::layer_inputs(const TrainBatch& batch,
+                                                       const at::Tensor& video_t_mod,
+                                                       const at::Tensor& action_t_mod, int64_t hp,
+                                                       int64_t wp, int64_t video_tokens) {
+  const MoTConfig& c = config_;
+  const at::Tensor& latents = batch.video_latents;
+  const at::ScalarType dtype = patch_embed_->weight.scalar_type();
+  const int64_t frames = kConditionFrames + c.future_latent_frames, hw = hp * wp;
+  const int64_t rows = batch.action.size(1);
+  at::Tensor proprio_row = batch.proprio.narrow(1, 0, 1).to(dtype);
+  detail::LayerInputs inputs;
+  inputs.video_t_mod = video_t_mod;
+  inputs.action_t_mod = action_t_mod;
+  inputs.video_context = linear_act_linear(
+      text_embedding_, at::cat({batch.context.to(dtype), linear(proprio_to_text_, proprio_row)}, 1),
+      [](const at::Tensor& h) { return at::gelu(h, "tanh"); });
+  inputs.action_context =
+      at::cat({batch.vlm_context.to(dtype), linear(proprio_to_vlm_, proprio_row)}, 1);
+  at::TensorOptions float_options = latents.options().dtype(at::kFloat);
+  // Video: one group per latent frame plus the delta queries; the condition frames are clean.
+  inputs.video_groups.groups = frames + 1;
+  inputs.video_groups.segment_of_group =
+      at::arange(frames + 1, float_options.dtype(at::kLong)).ge(kConditionFrames).to(at::kLong);
+  inputs.video_rope = video_rope(frames, hp, wp, c.head_dim, float_options);
+  inputs.action_rope = action_rope(rows, c.head_dim, float_options);
+  inputs.joint_allowed = joint_attention_mask(frames, hw, batch.recent_is_pad.to(at::kBool),
+                                              batch.action_is_pad.to(at::kBool));
+  inputs.video_context_allowed = context_allowed(batch.context_mask);
+  inputs.fused_norms = fused_kernels_;
+  inputs.action_context_allowed = context_allowed(batch.vlm_mask);
+  if (fused_kernels_ && latents.is_cuda()) {
+    // The compiled step: the masks as biases of the attention's dtype, built once per step.
+    at::ScalarType attention_dtype = dtype;
+#if WAM_WITH_CUDA
+    if (at::autocast::is_autocast_enabled(at::kCUDA)) {
+      attention_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+    }
+#endif
+    inputs.joint_allowed =
+        attention_bias(inputs.joint_allowed, inputs.joint_allowed.size(2), attention_dtype);
+    inputs.video_context_allowed =
+        attention_bias(inputs.video_context_allowed, video_tokens, attention_dtype);
+    inputs.action_context_allowed =
+        attention_bias(inputs.action_context_allowed, rows, attention_dtype);
+    // The VLM rows are constants: projected without an input gradient, and cast once.
+    inputs.action_constant_context = batch.vlm_context.to(attention_dtype);
+    inputs.action_context = linear(proprio_to_vlm_, proprio_row);
+  }
+  return inputs;
+}
+
 LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& noise) {
   const MoTConfig& c = config_;
   const at::Tensor& latents = batch.video_latents;
-  require(latents.dim() == 5 && latents.size(1) == c.latent_channels &&
-              latents.size(2) == 1 + c.future_latent_frames,
-          "video_latents must be [B, " + std::to_string(c.latent_channels) + ", " +
-              std::to_string(1 + c.future_latent_frames) +
-              ", h, w] (latent_channels, 1 + future_latent_frames), got " + sizes_of(latents));
-  const int64_t b = latents.size(0), h = latents.size(3), w = latents.size(4);
-  require(h % kPatch == 0 && w % kPatch == 0,
-          "latent h and w must be even for the (1,2,2) patch, got " + sizes_of(latents));
-  const int64_t hp = h / kPatch, wp = w / kPatch, hw = hp * wp;
-  require(c.future_delta_tokens == hw,
-          "future_delta_tokens = " + std::to_string(c.future_delta_tokens) +
-              " must equal the latent raster's tokens per frame (" + std::to_string(hp) + "x" +
-              std::to_string(wp) + " = " + std::to_string(hw) + " for " + std::to_string(h) + "x" +
-              std::to_string(w) + " latents); set future_delta_tokens in the model config");
-  require(batch.action.dim() == 3 && batch.action.size(2) == c.action_dim,
-          "action must be [B, rows, " + std::to_string(c.action_dim) + "], got " +
-              sizes_of(batch.action));
-  require(batch.proprio.dim() == 3 && batch.proprio.size(2) == c.proprio_dim,
-          "proprio must be [B, rows, " + std::to_string(c.proprio_dim) + "], got " +
-              sizes_of(batch.proprio));
-  require(batch.context.dim() == 3 && batch.context.size(2) == c.text_dim,
-          "context must be [B, L, " + std::to_string(c.text_dim) + "] (text_dim), got " +
-              sizes_of(batch.context));
-  require(batch.vlm_context.dim() == 3 && batch.vlm_context.size(2) == c.vlm_dim,
-          "vlm_context must be [B, S, " + std::to_string(c.vlm_dim) + "] (vlm_dim), got " +
-              sizes_of(batch.vlm_context));
+  const PatchRaster raster = check_batch_shapes(batch, c);
+  const int64_t b = latents.size(0), hp = raster.height, wp = raster.width, hw = hp * wp;
 
   const at::ScalarType dtype = patch_embed_->weight.scalar_type();
   const int64_t future = c.future_latent_frames, frames = kConditionFrames + future;
@@ -887,46 +951,8 @@ LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& n
   auto [action_embedding, action_t_mod] = action_time_->forward(
       noise.action_sigma.to(at::kFloat).view({b, 1}) * kNumTrainTimesteps, dtype);
 
-  at::Tensor proprio_row = batch.proprio.narrow(1, 0, 1).to(dtype);
-  detail::LayerInputs inputs;
-  inputs.video_t_mod = video_t_mod;
-  inputs.action_t_mod = action_t_mod;
-  inputs.video_context = linear_act_linear(
-      text_embedding_, at::cat({batch.context.to(dtype), linear(proprio_to_text_, proprio_row)}, 1),
-      [](const at::Tensor& h) { return at::gelu(h, "tanh"); });
-  inputs.action_context =
-      at::cat({batch.vlm_context.to(dtype), linear(proprio_to_vlm_, proprio_row)}, 1);
-  at::TensorOptions float_options = latents.options().dtype(at::kFloat);
-  // Video: one group per latent frame plus the delta queries; the condition frames are clean.
-  inputs.video_groups.groups = frames + 1;
-  inputs.video_groups.segment_of_group =
-      at::arange(frames + 1, float_options.dtype(at::kLong)).ge(kConditionFrames).to(at::kLong);
-  inputs.video_rope = video_rope(frames, hp, wp, c.head_dim, float_options);
-  inputs.action_rope = action_rope(rows, c.head_dim, float_options);
-  inputs.joint_allowed = joint_attention_mask(frames, hw, batch.recent_is_pad.to(at::kBool),
-                                              batch.action_is_pad.to(at::kBool));
-  inputs.video_context_allowed = context_allowed(batch.context_mask);
-  inputs.fused_norms = fused_kernels_;
-  inputs.action_context_allowed = context_allowed(batch.vlm_mask);
-  if (fused_kernels_ && latents.is_cuda()) {
-    // The compiled step: the masks as biases of the attention's dtype, built once per step.
-    at::ScalarType attention_dtype = dtype;
-#if WAM_WITH_CUDA
-    if (at::autocast::is_autocast_enabled(at::kCUDA)) {
-      attention_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
-    }
-#endif
-    inputs.joint_allowed =
-        attention_bias(inputs.joint_allowed, inputs.joint_allowed.size(2), attention_dtype);
-    inputs.video_context_allowed =
-        attention_bias(inputs.video_context_allowed, video_tokens.size(1), attention_dtype);
-    inputs.action_context_allowed =
-        attention_bias(inputs.action_context_allowed, rows, attention_dtype);
-    // The VLM rows are constants: projected without an input gradient, and cast once.
-    inputs.action_constant_context = batch.vlm_context.to(attention_dtype);
-    inputs.action_context = linear(proprio_to_vlm_, proprio_row);
-  }
-
+  const detail::LayerInputs inputs =
+      layer_inputs(batch, video_t_mod, action_t_mod, hp, wp, video_tokens.size(1));
   const detail::LayerOutputs layers = run_layers(video_tokens, action_tokens, inputs);
   const at::Tensor& video_out = layers.video;
   const at::Tensor& action_out = layers.action;
@@ -960,7 +986,7 @@ LossTerms WorldActionModelImpl::loss(const TrainBatch& batch, const FlowNoise& n
     terms.semantic = semantic_alignment_loss(terms.semantic_student, terms.semantic_teacher,
                                              noise.video_sigma, c.semantic_max_sigma);
   } else {
-    terms.semantic = at::zeros({}, float_options);
+    terms.semantic = at::zeros({}, latents.options().dtype(at::kFloat));
   }
   terms.total = c.lambda_video * terms.video + c.lambda_action * terms.action +
                 c.lambda_future_delta * terms.future_delta + c.lambda_semantic * terms.semantic;

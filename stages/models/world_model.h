@@ -178,6 +178,11 @@ class WorldActionModelImpl : public torch::nn::Module {
   // when config_.activation_checkpoint_group > 0 and grad is on.
   detail::LayerOutputs run_layers(at::Tensor video_tokens, at::Tensor action_tokens,
                                   const detail::LayerInputs& inputs);
+  // What the layers of loss()'s step read besides the two streams: latent frames of hp x wp
+  // patches, `video_tokens` tokens on the video stream.
+  detail::LayerInputs layer_inputs(const TrainBatch& batch, const at::Tensor& video_t_mod,
+                                   const at::Tensor& action_t_mod, int64_t hp, int64_t wp,
+                                   int64_t video_tokens);
 
   MoTConfig config_;
   bool fused_kernels_ = false;

@@ -217,18 +217,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
         model_->parameters(), train::AdamWOptions{0.9, 0.95, 1e-8, params_.weight_decay});
     noise_gen_ = train::make_noise_generator(device_, noise_seed);
 
-    if (!params_.resume.empty()) {
-      const train::TrainProgress progress =
-          train::load_training_state(params_.resume, model_, *optimizer_);
-      step_ = progress.step;
-      if (world_->rank() == 0) {
-        std::lock_guard<std::mutex> lock(noise_gen_.mutex());
-        noise_gen_.set_state(progress.noise_rng_state);
-      } else {
-        noise_gen_ = train::make_noise_generator(
-            device_, seeding::mix_seed(noise_seed, static_cast<uint64_t>(step_)));
-      }
-    }
+    if (!params_.resume.empty()) resume_training_state(noise_seed);
     if (world_->distributed()) {
       std::vector<at::Tensor> state;
       for (const at::Tensor& p : model_->parameters()) state.push_back(p.detach());
@@ -276,18 +265,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
       runner_->set_gradient_sync(averager_.get());
     }
 
-    context.log(
-        "TrainStep: " + std::to_string(model_->parameter_count()) + " parameters on " +
-        device_.str() + ", mode " +
-        (compiled && !graph_capture ? std::string("eager (\"compiled\" without CUDA graphs)")
-                                    : std::string(enum_name(params_.mode))) +
-        ", checkpoint_group " + std::to_string(config_.activation_checkpoint_group) + ", " +
-        std::to_string(total) + " steps" +
-        (params_.resume.empty() ? std::string() : ", resumed at step " + std::to_string(step_)) +
-        (world_->distributed()
-             ? ", data-parallel " + world_->describe() + " (" +
-                   std::to_string(averager_->bucket_count()) + " gradient buckets)"
-             : std::string()));
+    log_opened(graph_capture);
     saved_step_ = step_;
     last_logged_step_ = step_;  // a resumed run logs only the steps it does
     start_ = std::chrono::steady_clock::now();
@@ -346,6 +324,37 @@ class TrainStepStage final : public Stage, public TrainingStep {
   }
 
  private:
+  // Continues the training state in params_.resume: model, optimizer and step count; rank 0 also
+  // continues the saved noise stream, each other rank starts its own from its seed and the step.
+  void resume_training_state(uint64_t noise_seed) {
+    const train::TrainProgress progress =
+        train::load_training_state(params_.resume, model_, *optimizer_);
+    step_ = progress.step;
+    if (world_->rank() == 0) {
+      std::lock_guard<std::mutex> lock(noise_gen_.mutex());
+      noise_gen_.set_state(progress.noise_rng_state);
+    } else {
+      noise_gen_ = train::make_noise_generator(
+          device_, seeding::mix_seed(noise_seed, static_cast<uint64_t>(step_)));
+    }
+  }
+
+  // The line open() logs: what is trained, where, how, and for how long.
+  void log_opened(bool graph_capture) const {
+    context_->log(
+        "TrainStep: " + std::to_string(model_->parameter_count()) + " parameters on " +
+        device_.str() + ", mode " +
+        (compiled() && !graph_capture ? std::string("eager (\"compiled\" without CUDA graphs)")
+                                      : std::string(enum_name(params_.mode))) +
+        ", checkpoint_group " + std::to_string(config_.activation_checkpoint_group) + ", " +
+        std::to_string(schedule_.total_steps) + " steps" +
+        (params_.resume.empty() ? std::string() : ", resumed at step " + std::to_string(step_)) +
+        (world_->distributed()
+             ? ", data-parallel " + world_->describe() + " (" +
+                   std::to_string(averager_->bucket_count()) + " gradient buckets)"
+             : std::string()));
+  }
+
   models::TrainBatch read_batch(const Sample& sample) const {
     auto field = [&](const char* name) { return sample.tensor(name).to(device_); };
     models::TrainBatch batch;
