@@ -10,9 +10,12 @@
 #    So no file of core/ includes a header of stages/, and no file of core/include or core/src
 #    includes one of core/cli. A quoted include is looked up where the compiler would: beside the
 #    file, then in core/include, core and stages.
+#    Inside stages/, each folder is one target and stages/CMakeLists.txt adds them lowest first: a
+#    folder includes only its own headers and those of folders added before it.
 # 2. No file-name pattern in CMake files (file(GLOB...), list(FILTER ... REGEX)): every source is
-#    named, and every .cc and .cu of core/, stages/ and tests/ is named in a CMake file (by its file
-#    name; a fuzz target's <name>_fuzz.cc by wam_add_fuzz_target(<name>)).
+#    named, and every .cc and .cu of core/, stages/ and tests/ is named in the CMakeLists.txt of its
+#    own folder (by its file name; a fuzz target's <name>_fuzz.cc by wam_add_fuzz_target(<name>)),
+#    so that each folder is one target.
 # 3. No function over 100 lines outside tests/. A heuristic, not a parser: comments, strings and
 #    preprocessor lines are blanked, then braces are counted; a brace opened at namespace or class
 #    level after text ending in ")" (or a trailing const, override, noexcept, -> type, ...) opens a
@@ -42,6 +45,21 @@ def layer(path):
     return 4
 LAYER_NAMES = {1: "core/include, core/src", 2: "core/cli", 3: "stages", 4: "tests"}
 include_re = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.M)
+# The folders of stages/ in the order stages/CMakeLists.txt adds them, lowest first.
+stage_folders = []
+if os.path.exists("stages/CMakeLists.txt"):
+    stage_folders = re.findall(r"^\s*add_subdirectory\(\s*([\w/]+)\s*\)",
+                               open("stages/CMakeLists.txt", encoding="utf-8").read(), re.M)
+def check_stage_folders(f, line, target):
+    here, there = (os.path.dirname(p)[len("stages/"):] for p in (f, target))
+    if here == there: return
+    for folder in (here, there):
+        if folder not in stage_folders:
+            problems.append(f"{f}:{line}: stages/{folder} is not added by stages/CMakeLists.txt")
+            return
+    if stage_folders.index(there) > stage_folders.index(here):
+        problems.append(f"{f}:{line}: includes {target}: stages/{here} must not include "
+                        f"stages/{there}, which stages/CMakeLists.txt adds after it")
 for f in files:
     if not f.endswith((".h", ".cc", ".cu")) or layer(f) == 4: continue
     text = open(f, encoding="utf-8", errors="replace").read()
@@ -52,28 +70,33 @@ for f in files:
             if os.path.exists(target): break
         else:
             continue  # a generated or system header
+        line = text.count("\n", 0, m.start()) + 1
         if layer(target) > layer(f):
-            line = text.count("\n", 0, m.start()) + 1
             problems.append(f"{f}:{line}: includes {target}: {LAYER_NAMES[layer(f)]} must not "
                             f"include {LAYER_NAMES[layer(target)]}")
+        elif layer(f) == layer(target) == 3:
+            check_stage_folders(f, line, target)
 
 # 2. CMake files name their sources.
 cmake_files = [f for f in files if os.path.basename(f) == "CMakeLists.txt" or f.endswith(".cmake")]
-cmake_text = ""
+cmake_text = {}  # folder -> its CMakeLists.txt
 pattern_re = re.compile(r"file\s*\(\s*GLOB|FILTER\s+\S+\s+(INCLUDE|EXCLUDE)\s+REGEX", re.I)
 for f in cmake_files:
     text = open(f, encoding="utf-8").read()
-    cmake_text += text
+    if os.path.basename(f) == "CMakeLists.txt":
+        cmake_text[os.path.dirname(f)] = text
     for number, line in enumerate(text.split("\n"), 1):
         if pattern_re.search(line.split("#", 1)[0]):
             problems.append(f"{f}:{number}: a file-name pattern; name the sources: {line.strip()}")
 for f in files:
     if not f.endswith((".cc", ".cu")) or not f.startswith(("core/", "stages/", "tests/")): continue
-    name = os.path.basename(f)
+    name, folder = os.path.basename(f), os.path.dirname(f)
+    own = cmake_text.get(folder, "")
     fuzz = re.fullmatch(r"(\w+)_fuzz\.cc", name)
-    if name in cmake_text or (fuzz and f"wam_add_fuzz_target({fuzz.group(1)}" in cmake_text):
+    if re.search(r"(?<![\w.])" + re.escape(name) + r"\b", own) or \
+            (fuzz and f"wam_add_fuzz_target({fuzz.group(1)}" in own):
         continue
-    problems.append(f"{f}: named in no CMake file, so never built")
+    problems.append(f"{f}: not named in {folder}/CMakeLists.txt, the target of its folder")
 
 # 3. Function length.
 def blank(text):
