@@ -36,7 +36,7 @@ struct EpisodeSamplerParams {
   int64_t rank = -1;
   int64_t world_size = -1;
   Normalization normalization = Normalization::kZScore;
-  // RoboTwin's merger (reference-system.md section 1).
+  // RoboTwin's merger into the 80-D layout (docs/DESIGN.md section 5.2).
   Layout action_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
   Layout state_layout = {{0, 6, 0}, {6, 7, 16}, {7, 13, 40}, {13, 14, 56}};
   double state_noise_std = 0.0;

@@ -1,4 +1,4 @@
-// The MoT world action model (reference-system.md section 3): a Wan-style video expert and an
+// The MoT world action model (docs/DESIGN.md section 5.5): a Wan-style video expert and an
 // action expert, each with its own weights, joined per layer in one masked self-attention over
 // [video tokens, future-delta queries, action tokens], trained with a flow-matching loss.
 //
