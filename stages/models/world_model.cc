@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "models/activation_checkpoint.h"
+#include "models/constant_rows_linear.h"
 #include "models/fused_norm.h"
 #include "models/modulation.h"
 #include "wam/error.h"
@@ -81,9 +82,9 @@ at::Tensor linear_act_linear(const torch::nn::Sequential& layers, const at::Tens
 
 // Linear layers applied to the same input as one GEMM over their concatenated weights: the input
 // is read (and cast, under autocast) once, and backward needs no gradient accumulation.
-// `constant_rows` [B, S, in], when defined, are more rows of x placed before it that carry no
-// gradient: projected apart, so that backward computes no input gradient for them (a GEMM as large
-// as their forward one).
+// `constant_rows` [B, S + L, in], when defined, are all the input's rows as a constant whose last
+// L hold x's values: projected as one product, with an input gradient for x's rows only (for the
+// others it would be a GEMM as large as the forward one; constant_rows_linear).
 at::Tensor fused_linear(const at::Tensor& x, std::initializer_list<torch::nn::Linear> layers,
                         const at::Tensor& constant_rows = at::Tensor()) {
   std::vector<at::Tensor> weights, biases;
@@ -92,11 +93,8 @@ at::Tensor fused_linear(const at::Tensor& x, std::initializer_list<torch::nn::Li
     biases.push_back(layer->bias);
   }
   const at::Tensor weight = at::cat(weights), bias = at::cat(biases);
-  at::Tensor out = at::linear(x, weight, bias);
-  if (constant_rows.defined()) {
-    out = at::cat({at::linear(constant_rows.detach(), weight, bias), out}, 1);
-  }
-  return out;
+  if (constant_rows.defined()) return constant_rows_linear(x, constant_rows, weight, bias);
+  return at::linear(x, weight, bias);
 }
 
 // fused_linear's product split into the layers' outputs.
@@ -392,8 +390,9 @@ class ExpertBlockImpl : public torch::nn::Module {
   QkNormWeights qk_norm_weights() const { return {q_norm_->weight(), k_norm_->weight()}; }
 
   // attended [B, N, H*d] from the joint attention; context [B, L, context_dim] with key mask
-  // context_allowed [B, 1, 1, L]. constant_context, when defined: the first rows of the context,
-  // which carry no gradient, apart ([B, S, context_dim]; context then holds the other L - S).
+  // context_allowed [B, 1, 1, L]. constant_context, when defined: all L rows of the context as a
+  // constant [B, L, context_dim] whose first rows carry no gradient; context then holds the last
+  // rows alone, which do (constant_rows_linear).
   at::Tensor post_attention(at::Tensor x, const at::Tensor& attended,
                             const std::vector<at::Tensor>& mods, const TokenGroups& layout,
                             const at::Tensor& context, const at::Tensor& context_allowed,
@@ -423,7 +422,7 @@ class ExpertBlockImpl : public torch::nn::Module {
                              const at::Tensor& context_allowed, bool fused,
                              const at::Tensor& constant_context) {
     const int64_t b = x.size(0),
-                  l = context.size(1) + (constant_context.defined() ? constant_context.size(1) : 0);
+                  l = constant_context.defined() ? constant_context.size(1) : context.size(1);
     at::Tensor q = normed_heads(cross_q_norm_, linear(cross_q_, x), nullptr, fused);
     std::vector<at::Tensor> kv = fused_linears(context, {cross_k_, cross_v_}, constant_context);
     at::Tensor k = normed_heads(cross_k_norm_, kv[0], nullptr, fused);
@@ -449,8 +448,9 @@ struct LayerInputs {
   at::Tensor video_context, action_context;  // [B, L+1, video_hidden], [B, S+1, vlm_dim]
   // Constants.
   TokenGroups video_groups, action_groups;
-  // The compiled step: the VLM rows of the action context apart ([B, S, vlm_dim]), action_context
-  // then holding the proprio token alone (ExpertBlockImpl::post_attention).
+  // The compiled step: the action context's rows as one constant ([B, S+1, vlm_dim], the proprio
+  // row's values last), action_context then holding the proprio row alone, through which its
+  // gradient flows (constant_rows_linear; ExpertBlockImpl::post_attention).
   at::Tensor action_constant_context;
   bool fused_norms = false;  // WorldActionModelImpl::set_fused_kernels
   Rope video_rope, action_rope;
@@ -898,8 +898,10 @@ detail::LayerInputs WorldActionModelImpl::layer_inputs(const TrainBatch& batch,
     inputs.action_context_allowed =
         attention_bias(inputs.action_context_allowed, rows, attention_dtype);
     // The VLM rows are constants: projected without an input gradient, and cast once.
-    inputs.action_constant_context = batch.vlm_context.to(attention_dtype);
     inputs.action_context = linear(proprio_to_vlm_, proprio_row);
+    inputs.action_constant_context = at::cat(
+        {batch.vlm_context.to(attention_dtype), inputs.action_context.detach().to(attention_dtype)},
+        1);
   }
   return inputs;
 }
