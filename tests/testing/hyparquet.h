@@ -34,7 +34,8 @@ inline std::string hyparquet_missing() {
 // {"name": [value per row]}, lists as arrays, int64 values as strings, non-finite floats as
 // "NaN"/"Infinity".
 inline nlohmann::json read_with_hyparquet(const std::string& path) {
-  const std::string command = "node " WAM_SOURCE_DIR "/tests/parquet/read_with_hyparquet.mjs '" +
+  const std::string command = "node " WAM_SOURCE_DIR
+                              "/tests/stages/formats/parquet/read_with_hyparquet.mjs '" +
                               node_prefix() + "' '" + path + "' 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (!pipe) throw Error("cannot run node for " + path);

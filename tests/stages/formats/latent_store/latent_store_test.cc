@@ -1010,7 +1010,8 @@ TEST(LatentStore, H5pyReadsAShard) {
   const std::string root = dir.file("cache");
   publish_vae(root, vae_contract(6), "b1", 6);
   publish_vlm(root, vlm_contract(6), "v1", 6);
-  const std::string script = std::string(WAM_SOURCE_DIR) + "/tests/cache/read_shard.py";
+  const std::string script =
+      std::string(WAM_SOURCE_DIR) + "/tests/stages/formats/latent_store/read_shard.py";
 
   const json latent = json::parse(
       run("/usr/bin/python3 " + script + " " + shard_path(root, kVae, "b1", 1) + " latent"));
