@@ -15,6 +15,9 @@ mkdir -p "$build"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$build/configure.log" 2>&1 ||
   { tail -30 "$build/configure.log"; echo "gpu-check: configure failed"; exit 1; }
 grep -E "wam-pipeline: (LibTorch|fused)" "$build/configure.log" || true
+# The GPU machine has nvcc: a build there without the fused kernels measures the wrong step.
+grep -q "wam-pipeline: fused CUDA kernels: ON" "$build/configure.log" ||
+  { echo "gpu-check: configured without the fused CUDA kernels (see $build/configure.log)"; exit 1; }
 began=$SECONDS
 if ! cmake --build "$build" -j "$(nproc)" >"$build/build.log" 2>&1; then
   grep -E "error|Error" "$build/build.log" | head -40

@@ -22,6 +22,7 @@ build_pipeline() {  # SOURCE BUILD
     cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$2.configure.log" 2>&1 ||
       { tail -20 "$2.configure.log"; return 1; }
   fi
+  grep -E "wam-pipeline: fused CUDA kernels" "$2.configure.log" | sed "s|^-- |$1: |"
   cmake --build "$2" -j "$(nproc)" --target wam-pipeline >"$2.build.log" 2>&1 ||
     { grep -E "error" "$2.build.log" | head -30; return 1; }
 }
