@@ -1,5 +1,6 @@
 #include "models/constant_rows_linear.h"
 
+#include "models/epilogue_linear.h"
 #include "wam/error.h"
 
 namespace wam::models {
@@ -28,11 +29,11 @@ class ConstantRowsLinear : public torch::autograd::Function<ConstantRowsLinear> 
     const int64_t constant_rows = ctx->saved_data["constant_rows"].toInt();
     const at::Tensor grad = grads[0].reshape({-1, grads[0].size(-1)});
     const at::Tensor flat_rows = rows.reshape({-1, rows.size(-1)});
-    const at::Tensor grad_weight = grad.t().mm(flat_rows).to(weight.scalar_type());
-    const at::Tensor grad_bias = at::sum(grad, {0}, /*keepdim=*/false, bias.scalar_type());
+    const LinearGrads params =
+        linear_param_grads(grad, flat_rows, weight.scalar_type(), bias.scalar_type());
     const int64_t x_rows = rows.size(1) - constant_rows;
     const at::Tensor grad_x = at::matmul(grads[0].narrow(1, constant_rows, x_rows), cast_weight);
-    return {grad_x, at::Tensor(), grad_weight, grad_bias};
+    return {grad_x, at::Tensor(), params.weight, params.bias};
   }
 };
 

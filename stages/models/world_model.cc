@@ -17,6 +17,7 @@
 
 #include "models/activation_checkpoint.h"
 #include "models/constant_rows_linear.h"
+#include "models/epilogue_linear.h"
 #include "models/fused_norm.h"
 #include "models/modulation.h"
 #include "wam/error.h"
@@ -71,6 +72,13 @@ at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x) {
   return at::linear(x, layer->weight, layer->bias);
 }
 
+// linear() in the compiled step (`fused`): the bias gradient from the weight-gradient product's
+// epilogue where it applies (epilogue_linear).
+at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x, bool fused) {
+  if (fused && epilogue_linears_apply(x)) return epilogue_linear(x, layer->weight, layer->bias);
+  return linear(layer, x);
+}
+
 // Linear, activation, Linear, as a Sequential of the three registers them (parameter names
 // "<name>.0.weight", "<name>.2.weight"), each product through linear() above.
 template <class Activation>
@@ -86,7 +94,7 @@ at::Tensor linear_act_linear(const torch::nn::Sequential& layers, const at::Tens
 // L hold x's values: projected as one product, with an input gradient for x's rows only (for the
 // others it would be a GEMM as large as the forward one; constant_rows_linear).
 at::Tensor fused_linear(const at::Tensor& x, std::initializer_list<torch::nn::Linear> layers,
-                        const at::Tensor& constant_rows = at::Tensor()) {
+                        bool fused, const at::Tensor& constant_rows = at::Tensor()) {
   std::vector<at::Tensor> weights, biases;
   for (const torch::nn::Linear& layer : layers) {
     weights.push_back(layer->weight);
@@ -94,16 +102,17 @@ at::Tensor fused_linear(const at::Tensor& x, std::initializer_list<torch::nn::Li
   }
   const at::Tensor weight = at::cat(weights), bias = at::cat(biases);
   if (constant_rows.defined()) return constant_rows_linear(x, constant_rows, weight, bias);
+  if (fused && epilogue_linears_apply(x)) return epilogue_linear(x, weight, bias);
   return at::linear(x, weight, bias);
 }
 
 // fused_linear's product split into the layers' outputs.
 std::vector<at::Tensor> fused_linears(const at::Tensor& x,
-                                      std::initializer_list<torch::nn::Linear> layers,
+                                      std::initializer_list<torch::nn::Linear> layers, bool fused,
                                       const at::Tensor& constant_rows = at::Tensor()) {
   std::vector<int64_t> widths;
   for (const torch::nn::Linear& layer : layers) widths.push_back(layer->weight.size(0));
-  return fused_linear(x, layers, constant_rows).split_with_sizes(widths, -1);
+  return fused_linear(x, layers, fused, constant_rows).split_with_sizes(widths, -1);
 }
 
 at::Tensor plain_layer_norm(const at::Tensor& x) {
@@ -373,7 +382,7 @@ class ExpertBlockImpl : public torch::nn::Module {
         (modulation_.view({1, 1, 6, hidden_}) + t_mod.view({x.size(0), t_mod.size(1), 6, hidden_}))
             .unbind(2);
     at::Tensor h = modulated_norm(x, out.mods[0], out.mods[1], layout, fused);
-    out.qkv = fused_linear(h, {q_, k_, v_});
+    out.qkv = fused_linear(h, {q_, k_, v_}, fused);
     return out;
   }
 
@@ -397,11 +406,14 @@ class ExpertBlockImpl : public torch::nn::Module {
                             const std::vector<at::Tensor>& mods, const TokenGroups& layout,
                             const at::Tensor& context, const at::Tensor& context_allowed,
                             bool fused, const at::Tensor& constant_context = at::Tensor()) {
-    x = gated_residual(x, linear(o_, attended), mods[2], layout, fused);
+    x = gated_residual(x, linear(o_, attended, fused), mods[2], layout, fused);
     x = x + cross_attention(cross_layer_norm(cross_norm_, x, fused), context, context_allowed,
                             fused, constant_context);
     at::Tensor h = modulated_norm(x, mods[3], mods[4], layout, fused);
-    at::Tensor ffn = linear(ffn_out_, at::gelu(linear(ffn_in_, h), "tanh"));
+    at::Tensor ffn = fused && epilogue_linears_apply(h)
+                         ? epilogue_gelu_mlp(h, ffn_in_->weight, ffn_in_->bias, ffn_out_->weight,
+                                             ffn_out_->bias)
+                         : linear(ffn_out_, at::gelu(linear(ffn_in_, h), "tanh"));
     return gated_residual(x, ffn, mods[5], layout, fused);
   }
 
@@ -423,11 +435,12 @@ class ExpertBlockImpl : public torch::nn::Module {
                              const at::Tensor& constant_context) {
     const int64_t b = x.size(0),
                   l = constant_context.defined() ? constant_context.size(1) : context.size(1);
-    at::Tensor q = normed_heads(cross_q_norm_, linear(cross_q_, x), nullptr, fused);
-    std::vector<at::Tensor> kv = fused_linears(context, {cross_k_, cross_v_}, constant_context);
+    at::Tensor q = normed_heads(cross_q_norm_, linear(cross_q_, x, fused), nullptr, fused);
+    std::vector<at::Tensor> kv =
+        fused_linears(context, {cross_k_, cross_v_}, fused, constant_context);
     at::Tensor k = normed_heads(cross_k_norm_, kv[0], nullptr, fused);
     at::Tensor v = kv[1].reshape({b, l, heads_, head_dim_});
-    return linear(cross_o_, attention(q, k, v, context_allowed));
+    return linear(cross_o_, attention(q, k, v, context_allowed), fused);
   }
 
   int64_t hidden_, heads_, head_dim_;

@@ -1,0 +1,232 @@
+// Written against cuBLASLt's C API by hand: LibTorch exposes none of these epilogues as an op
+// (kernels/epilogue_gemm.h says why they are worth it).
+#include "kernels/epilogue_gemm.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+namespace wam::kernels {
+namespace {
+
+void check(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    throw std::runtime_error(std::string("epilogue_gemm: ") + what + ": " +
+                             cublasLtGetStatusString(status));
+  }
+}
+
+cudaDataType_t data_type(Precision precision) {
+  return precision == Precision::kFloat32 ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+// The largest power of two up to 256 dividing the address: cuBLASLt picks kernels for the
+// alignment it is promised, and slices of tensors are less aligned than allocations.
+uint32_t alignment_of(const void* pointer) {
+  const auto address = reinterpret_cast<uintptr_t>(pointer);
+  uint32_t alignment = 256;
+  while (alignment > 1 && address % alignment != 0) alignment /= 2;
+  return alignment;
+}
+
+// One product in cuBLASLt's column-major terms: D [m, n] = op(A) [m, k] op(B) [k, n], a row-major
+// [r, c] tensor being a column-major [c, r] one. Everything that decides the algorithm.
+struct Product {
+  cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
+  int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldd = 0;
+  cudaDataType_t d_type = CUDA_R_16BF, bias_type = CUDA_R_16BF;
+  cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  int64_t aux_ld = 0;  // 0: no auxiliary matrix
+  uint32_t align_a = 0, align_b = 0, align_d = 0;
+  int device = 0;
+
+  auto key() const {
+    return std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb, ldd, d_type, bias_type, epilogue,
+                           aux_ld, align_a, align_b, align_d, device);
+  }
+  bool operator<(const Product& other) const { return key() < other.key(); }
+};
+
+struct Pointers {
+  const void* a = nullptr;
+  const void* b = nullptr;
+  void* d = nullptr;
+  void* bias = nullptr;
+  void* aux = nullptr;
+};
+
+// RAII for the descriptors one product needs.
+class Descriptors {
+ public:
+  explicit Descriptors(const Product& p) {
+    check(cublasLtMatmulDescCreate(&desc_, CUBLAS_COMPUTE_32F, CUDA_R_32F), "descriptor");
+    set(CUBLASLT_MATMUL_DESC_TRANSA, p.trans_a);
+    set(CUBLASLT_MATMUL_DESC_TRANSB, p.trans_b);
+    set(CUBLASLT_MATMUL_DESC_EPILOGUE, p.epilogue);
+    set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, p.bias_type);
+    if (p.aux_ld != 0) set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.aux_ld);
+    const bool a_n = p.trans_a == CUBLAS_OP_N, b_n = p.trans_b == CUBLAS_OP_N;
+    check(cublasLtMatrixLayoutCreate(&a_, CUDA_R_16BF, a_n ? p.m : p.k, a_n ? p.k : p.m, p.lda),
+          "layout of A");
+    check(cublasLtMatrixLayoutCreate(&b_, CUDA_R_16BF, b_n ? p.k : p.n, b_n ? p.n : p.k, p.ldb),
+          "layout of B");
+    check(cublasLtMatrixLayoutCreate(&d_, p.d_type, p.m, p.n, p.ldd), "layout of D");
+  }
+  ~Descriptors() {
+    if (d_) cublasLtMatrixLayoutDestroy(d_);
+    if (b_) cublasLtMatrixLayoutDestroy(b_);
+    if (a_) cublasLtMatrixLayoutDestroy(a_);
+    if (desc_) cublasLtMatmulDescDestroy(desc_);
+  }
+  Descriptors(const Descriptors&) = delete;
+  Descriptors& operator=(const Descriptors&) = delete;
+
+  template <class T>
+  void set(cublasLtMatmulDescAttributes_t attribute, const T& value) {
+    check(cublasLtMatmulDescSetAttribute(desc_, attribute, &value, sizeof(value)), "attribute");
+  }
+
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
+};
+
+cublasLtHandle_t handle_for(int device) {
+  static std::mutex mutex;
+  static std::map<int, cublasLtHandle_t> handles;  // one per device, kept for the process
+  std::lock_guard<std::mutex> lock(mutex);
+  cublasLtHandle_t& handle = handles[device];
+  if (handle == nullptr) check(cublasLtCreate(&handle), "cublasLtCreate");
+  return handle;
+}
+
+// The heuristic's first choice for a product, or none; asked once per Product (a host call of
+// tens of microseconds, and the step captures its launches once).
+bool algorithm_for(cublasLtHandle_t handle, const Product& p, const Descriptors& descriptors,
+                   cublasLtMatmulAlgo_t* algorithm) {
+  static std::mutex mutex;
+  static std::map<Product, std::pair<bool, cublasLtMatmulAlgo_t>> chosen;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = chosen.find(p);
+  if (found == chosen.end()) {
+    cublasLtMatmulPreference_t preference = nullptr;
+    check(cublasLtMatmulPreferenceCreate(&preference), "preference");
+    const uint64_t workspace = kEpilogueGemmWorkspaceBytes;
+    const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p.align_a},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p.align_b},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p.align_d},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p.align_d}};
+    cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
+        preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
+    for (const auto& [attribute, bytes] : alignments) {
+      if (status == CUBLAS_STATUS_SUCCESS) {
+        status = cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes));
+      }
+    }
+    cublasLtMatmulHeuristicResult_t result{};
+    int results = 0;
+    if (status == CUBLAS_STATUS_SUCCESS) {
+      status = cublasLtMatmulAlgoGetHeuristic(handle, descriptors.desc_, descriptors.a_,
+                                              descriptors.b_, descriptors.d_, descriptors.d_,
+                                              preference, 1, &result, &results);
+    }
+    cublasLtMatmulPreferenceDestroy(preference);
+    const bool usable = status == CUBLAS_STATUS_SUCCESS && results > 0;
+    found = chosen.emplace(p, std::make_pair(usable, result.algo)).first;
+  }
+  *algorithm = found->second.second;
+  return found->second.first;
+}
+
+bool run(Product p, const Pointers& pointers, void* workspace, CUstream_st* stream) {
+  if (cudaGetDevice(&p.device) != cudaSuccess) throw std::runtime_error("epilogue_gemm: no device");
+  p.align_a = alignment_of(pointers.a);
+  p.align_b = alignment_of(pointers.b);
+  p.align_d = alignment_of(pointers.d);
+  Descriptors descriptors(p);
+  if (pointers.bias != nullptr) descriptors.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, pointers.bias);
+  if (pointers.aux != nullptr) {
+    descriptors.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pointers.aux);
+  }
+  const cublasLtHandle_t handle = handle_for(p.device);
+  cublasLtMatmulAlgo_t algorithm;
+  if (!algorithm_for(handle, p, descriptors, &algorithm)) return false;
+  const float alpha = 1.0f, beta = 0.0f;
+  check(cublasLtMatmul(handle, descriptors.desc_, &alpha, pointers.a, descriptors.a_, pointers.b,
+                       descriptors.b_, &beta, pointers.d, descriptors.d_, pointers.d,
+                       descriptors.d_, &algorithm, workspace, kEpilogueGemmWorkspaceBytes,
+                       stream),
+        "cublasLtMatmul");
+  return true;
+}
+
+}  // namespace
+
+bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x, const LinearShape& shape,
+                                       void* grad_weight, void* grad_bias, Precision precision,
+                                       void* workspace, CUstream_st* stream) {
+  // grad_weight^T [in, out] = x^T [in, rows] grad_out [rows, out]: A = x (column-major [in,
+  // rows]), B = grad_out^T; BGRADB sums B over k = rows, one value per column of D.
+  Product p;
+  p.trans_a = CUBLAS_OP_N;
+  p.trans_b = CUBLAS_OP_T;
+  p.m = shape.in;
+  p.n = shape.out;
+  p.k = shape.rows;
+  p.lda = shape.in;
+  p.ldb = shape.out;
+  p.ldd = shape.in;
+  p.d_type = p.bias_type = data_type(precision);
+  p.epilogue = grad_bias != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
+  return run(p, {x, grad_out, grad_weight, grad_bias, nullptr}, workspace, stream);
+}
+
+bool linear_gelu_forward(const void* x, const void* weight, const void* bias,
+                         const LinearShape& shape, void* activated, void* pre_activation,
+                         void* workspace, CUstream_st* stream) {
+  // out^T [out, rows] = weight [out, in] x^T [in, rows]: A = weight^T stored (column-major [in,
+  // out]) transposed, B = x (column-major [in, rows]); bias and aux per row of D.
+  Product p;
+  p.trans_a = CUBLAS_OP_T;
+  p.trans_b = CUBLAS_OP_N;
+  p.m = shape.out;
+  p.n = shape.rows;
+  p.k = shape.in;
+  p.lda = shape.in;
+  p.ldb = shape.in;
+  p.ldd = shape.out;
+  p.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  p.aux_ld = shape.out;
+  return run(p, {weight, x, activated, const_cast<void*>(bias), pre_activation}, workspace,
+             stream);
+}
+
+bool linear_input_grad_through_gelu(const void* grad_out, const void* weight,
+                                    const void* pre_activation, const LinearShape& shape,
+                                    void* grad_pre, void* grad_bias, Precision bias_precision,
+                                    void* workspace, CUstream_st* stream) {
+  // grad_pre^T [in, rows] = weight^T [in, out] grad_out^T [out, rows]: A = weight (column-major
+  // [in, out]), B = grad_out (column-major [out, rows]); DGELU reads the pre-activation laid out
+  // as D, BGRAD sums D over n = rows, one value per row of D.
+  Product p;
+  p.trans_a = CUBLAS_OP_N;
+  p.trans_b = CUBLAS_OP_N;
+  p.m = shape.in;
+  p.n = shape.rows;
+  p.k = shape.out;
+  p.lda = shape.in;
+  p.ldb = shape.out;
+  p.ldd = shape.in;
+  p.bias_type = data_type(bias_precision);
+  p.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
+  p.aux_ld = shape.in;
+  return run(p, {weight, grad_out, grad_pre, grad_bias, const_cast<void*>(pre_activation)},
+             workspace, stream);
+}
+
+}  // namespace wam::kernels

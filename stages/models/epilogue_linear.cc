@@ -1,0 +1,205 @@
+#include "models/epilogue_linear.h"
+
+#include <optional>
+
+#if WAM_FUSED_KERNELS
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/epilogue_gemm.h"
+#endif
+
+namespace wam::models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+at::Tensor rows_of(const at::Tensor& x) { return x.reshape({-1, x.size(-1)}).contiguous(); }
+
+std::vector<int64_t> with_last(at::IntArrayRef sizes, int64_t last) {
+  std::vector<int64_t> out(sizes.begin(), sizes.end());
+  out.back() = last;
+  return out;
+}
+
+#if WAM_FUSED_KERNELS
+kernels::Precision precision_of(at::ScalarType dtype) {
+  return dtype == at::kFloat ? kernels::Precision::kFloat32 : kernels::Precision::kBFloat16;
+}
+
+at::Tensor workspace_for(const at::Tensor& like) {
+  return at::empty({static_cast<int64_t>(kernels::kEpilogueGemmWorkspaceBytes)},
+                   like.options().dtype(at::kByte));
+}
+
+// The precisions to ask cuBLASLt for, best first: the wanted one (float32: the parameters' own,
+// no cast pass), then bfloat16, which every epilogue supports, cast after.
+std::vector<at::ScalarType> precisions_for(at::ScalarType wanted) {
+  if (wanted == at::kBFloat16) return {at::kBFloat16};
+  return {at::kFloat, at::kBFloat16};
+}
+#endif
+
+}  // namespace
+
+bool epilogue_linears_apply(const at::Tensor& x) {
+#if WAM_FUSED_KERNELS
+  return x.is_cuda() && x.scalar_type() == at::kBFloat16;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+// The weight gradient, and the bias gradient where `bias_dtype` is given (the FFN's first layer
+// takes its bias gradient with GELU's derivative instead).
+LinearGrads param_grads(const at::Tensor& grad, const at::Tensor& x, at::ScalarType weight_dtype,
+                        std::optional<at::ScalarType> bias_dtype) {
+#if WAM_FUSED_KERNELS
+  if (epilogue_linears_apply(grad) && x.scalar_type() == at::kBFloat16 &&
+      bias_dtype.value_or(weight_dtype) == weight_dtype &&
+      (weight_dtype == at::kFloat || weight_dtype == at::kBFloat16)) {
+    const c10::cuda::CUDAGuard guard(grad.device());
+    const at::Tensor flat_grad = grad.contiguous(), flat_x = x.contiguous();
+    const kernels::LinearShape shape{grad.size(0), x.size(1), grad.size(1)};
+    const at::Tensor workspace = workspace_for(grad);
+    for (const at::ScalarType dtype : precisions_for(weight_dtype)) {
+      at::Tensor weight = at::empty({shape.out, shape.in}, grad.options().dtype(dtype));
+      at::Tensor bias;
+      if (bias_dtype) bias = at::empty({shape.out}, grad.options().dtype(dtype));
+      if (kernels::linear_weight_grad_with_bias_grad(
+              flat_grad.data_ptr(), flat_x.data_ptr(), shape, weight.data_ptr(),
+              bias_dtype ? bias.data_ptr() : nullptr, precision_of(dtype), workspace.data_ptr(),
+              at::cuda::getCurrentCUDAStream())) {
+        return {weight.to(weight_dtype), bias_dtype ? bias.to(*bias_dtype) : bias};
+      }
+    }
+  }
+#endif
+  LinearGrads grads{grad.t().mm(x).to(weight_dtype), at::Tensor()};
+  if (bias_dtype) grads.bias = at::sum(grad, {0}, /*keepdim=*/false, *bias_dtype);
+  return grads;
+}
+
+// Saves x and the cast weight, as ATen's linear under autocast does, and the parameters (no
+// memory) for their dtypes.
+class EpilogueLinear : public torch::autograd::Function<EpilogueLinear> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias) {
+    const at::Tensor cast_weight = weight.to(x.scalar_type());
+    ctx->save_for_backward({x, cast_weight, weight, bias});
+    return at::linear(x, cast_weight, bias.to(x.scalar_type()));
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &cast_weight = saved[1], &weight = saved[2], &bias = saved[3];
+    at::Tensor grad_x;
+    if (ctx->needs_input_grad(0)) grad_x = at::matmul(grads[0], cast_weight);
+    const LinearGrads params =
+        param_grads(rows_of(grads[0]), rows_of(x), weight.scalar_type(), bias.scalar_type());
+    return {grad_x, params.weight, params.bias};
+  }
+};
+
+// Saves x's rows, both cast weights, the pre-activation and the activation: what ATen's two
+// linears and GELU save under autocast.
+class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& in_weight,
+                            const at::Tensor& in_bias, const at::Tensor& out_weight,
+                            const at::Tensor& out_bias) {
+    const at::ScalarType dtype = x.scalar_type();
+    const at::Tensor rows = rows_of(x), cast_in_weight = in_weight.to(dtype),
+                     cast_in_bias = in_bias.to(dtype), cast_out_weight = out_weight.to(dtype);
+    at::Tensor pre_activation, activated;
+#if WAM_FUSED_KERNELS
+    if (epilogue_linears_apply(x)) {
+      const c10::cuda::CUDAGuard guard(x.device());
+      const kernels::LinearShape shape{rows.size(0), rows.size(1), in_weight.size(0)};
+      at::Tensor pre = at::empty({shape.rows, shape.out}, rows.options());
+      at::Tensor out = at::empty_like(pre);
+      const at::Tensor workspace = workspace_for(rows);
+      if (kernels::linear_gelu_forward(rows.data_ptr(), cast_in_weight.data_ptr(),
+                                       cast_in_bias.data_ptr(), shape, out.data_ptr(),
+                                       pre.data_ptr(), workspace.data_ptr(),
+                                       at::cuda::getCurrentCUDAStream())) {
+        pre_activation = pre;
+        activated = out;
+      }
+    }
+#endif
+    if (!pre_activation.defined()) {
+      pre_activation = at::linear(rows, cast_in_weight, cast_in_bias);
+      activated = at::gelu(pre_activation, "tanh");
+    }
+    ctx->save_for_backward({rows, cast_in_weight, cast_out_weight, pre_activation, activated,
+                            in_weight, in_bias, out_weight, out_bias});
+    const at::Tensor out = at::linear(activated, cast_out_weight, out_bias.to(dtype));
+    return out.view(with_last(x.sizes(), out_weight.size(0)));
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &rows = saved[0], &cast_in_weight = saved[1], &cast_out_weight = saved[2],
+                     &pre_activation = saved[3], &activated = saved[4], &in_weight = saved[5],
+                     &in_bias = saved[6], &out_weight = saved[7], &out_bias = saved[8];
+    const at::Tensor grad = rows_of(grads[0]);
+    const LinearGrads out_grads =
+        param_grads(grad, activated, out_weight.scalar_type(), out_bias.scalar_type());
+    at::Tensor grad_pre, grad_in_bias;
+#if WAM_FUSED_KERNELS
+    if (epilogue_linears_apply(grad) &&
+        (in_bias.scalar_type() == at::kFloat || in_bias.scalar_type() == at::kBFloat16)) {
+      const c10::cuda::CUDAGuard guard(grad.device());
+      const kernels::LinearShape shape{grad.size(0), out_weight.size(1), out_weight.size(0)};
+      const at::Tensor workspace = workspace_for(grad);
+      at::Tensor pre_grad = at::empty_like(pre_activation);
+      for (const at::ScalarType dtype : precisions_for(in_bias.scalar_type())) {
+        at::Tensor bias_grad = at::empty({shape.in}, grad.options().dtype(dtype));
+        if (kernels::linear_input_grad_through_gelu(
+                grad.data_ptr(), cast_out_weight.data_ptr(), pre_activation.data_ptr(), shape,
+                pre_grad.data_ptr(), bias_grad.data_ptr(), precision_of(dtype),
+                workspace.data_ptr(), at::cuda::getCurrentCUDAStream())) {
+          grad_pre = pre_grad;
+          grad_in_bias = bias_grad.to(in_bias.scalar_type());
+          break;
+        }
+      }
+    }
+#endif
+    if (!grad_pre.defined()) {
+      grad_pre = at::gelu_backward(grad.mm(cast_out_weight), pre_activation, "tanh");
+      grad_in_bias = at::sum(grad_pre, {0}, /*keepdim=*/false, in_bias.scalar_type());
+    }
+    const at::Tensor grad_in_weight =
+        param_grads(grad_pre, rows, in_weight.scalar_type(), std::nullopt).weight;
+    at::Tensor grad_x;
+    if (ctx->needs_input_grad(0)) {
+      grad_x = grad_pre.mm(cast_in_weight).view(with_last(grads[0].sizes(), rows.size(1)));
+    }
+    return {grad_x, grad_in_weight, grad_in_bias, out_grads.weight, out_grads.bias};
+  }
+};
+
+}  // namespace
+
+LinearGrads linear_param_grads(const at::Tensor& grad, const at::Tensor& x,
+                               at::ScalarType weight_dtype, at::ScalarType bias_dtype) {
+  return param_grads(grad, x, weight_dtype, bias_dtype);
+}
+
+at::Tensor epilogue_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
+  return EpilogueLinear::apply(x, weight, bias);
+}
+
+at::Tensor epilogue_gelu_mlp(const at::Tensor& x, const at::Tensor& in_weight,
+                             const at::Tensor& in_bias, const at::Tensor& out_weight,
+                             const at::Tensor& out_bias) {
+  return EpilogueGeluMlp::apply(x, in_weight, in_bias, out_weight, out_bias);
+}
+
+}  // namespace wam::models

@@ -1,0 +1,38 @@
+// The MoT's linear layers with their bias gradients, GELU and GELU's derivative carried by the
+// matrix products' cuBLASLt epilogues (kernels/epilogue_gemm.h) in the compiled step, instead of a
+// reduction or a pointwise pass of their own over the product's output (docs/KERNELS.md,
+// version 6). Each op computes the same with ATen's ops where the epilogues do not apply (no
+// kernels built, not CUDA, not bfloat16, or no cuBLASLt algorithm for the shape).
+#pragma once
+
+#include <torch/torch.h>
+
+namespace wam::models {
+
+// Whether the epilogue products can run for input x: the kernels built, x on CUDA in bfloat16 (as
+// the compiled step's autocast makes the MoT's activations).
+bool epilogue_linears_apply(const at::Tensor& x);
+
+// A linear layer's parameter gradients from its output gradient `grad` [rows, out] and input `x`
+// [rows, in] (the same dtype): the weight's [out, in] in `weight_dtype`, the bias's [out] in
+// `bias_dtype`; one product with the bias gradient in its epilogue where it applies.
+struct LinearGrads {
+  at::Tensor weight, bias;
+};
+LinearGrads linear_param_grads(const at::Tensor& grad, const at::Tensor& x,
+                               at::ScalarType weight_dtype, at::ScalarType bias_dtype);
+
+// at::linear(x, weight, bias) with weight and bias used in x's dtype (the casts autocast makes),
+// x [..., in]. Backward: the input gradient, and both parameter gradients from
+// linear_param_grads in the parameters' dtypes.
+at::Tensor epilogue_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
+
+// The FFN: linear(gelu_tanh(linear(x, in_weight, in_bias)), out_weight, out_bias), parameters used
+// in x's dtype. Forward, GELU in the first product's epilogue, which keeps the pre-activation for
+// backward (what ATen's GELU saves). Backward, GELU's derivative and the first bias's gradient in
+// the epilogue of the product that takes the gradient through the second layer.
+at::Tensor epilogue_gelu_mlp(const at::Tensor& x, const at::Tensor& in_weight,
+                             const at::Tensor& in_bias, const at::Tensor& out_weight,
+                             const at::Tensor& out_bias);
+
+}  // namespace wam::models

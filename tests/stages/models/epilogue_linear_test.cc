@@ -1,0 +1,234 @@
+// epilogue_linear, epilogue_gelu_mlp and linear_param_grads against the ATen compositions they
+// replace in the compiled step: values and every gradient, on float32 (CPU: the ATen path) and,
+// where the build has CUDA, on bfloat16 under autocast through cuBLASLt's epilogues at the base
+// preset's widths.
+#include "models/epilogue_linear.h"
+
+#include <gtest/gtest.h>
+
+#include <limits>
+
+#if WAM_WITH_CUDA
+#include <ATen/autocast_mode.h>
+#endif
+#if WAM_FUSED_KERNELS
+#include <ATen/cuda/CUDAContext.h>
+
+#include "kernels/epilogue_gemm.h"
+#endif
+
+namespace wam {
+namespace {
+
+struct Layer {
+  at::Tensor weight, bias;  // float32 leaves requiring gradients, as the MoT's parameters
+};
+
+Layer make_layer(int64_t in, int64_t out, const at::TensorOptions& options) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(in));
+  return {(at::randn({out, in}, options.dtype(at::kFloat)) * scale).requires_grad_(),
+          (at::randn({out}, options.dtype(at::kFloat)) * 0.1).requires_grad_()};
+}
+
+void clear_grads(std::initializer_list<at::Tensor> leaves) {
+  for (at::Tensor leaf : leaves) leaf.mutable_grad() = at::Tensor();
+}
+
+// The output and the gradients of x and of each layer's weight and bias.
+struct Result {
+  at::Tensor out;
+  std::vector<at::Tensor> grads;
+};
+
+template <class Forward>
+Result run(const at::Tensor& x, const std::vector<Layer>& layers, const at::Tensor& grad,
+           Forward forward) {
+  clear_grads({x});
+  for (const Layer& layer : layers) clear_grads({layer.weight, layer.bias});
+  at::Tensor out = forward();
+  out.backward(grad.to(out.scalar_type()));
+  Result result{out.detach(), {x.grad()}};
+  for (const Layer& layer : layers) {
+    result.grads.push_back(layer.weight.grad());
+    result.grads.push_back(layer.bias.grad());
+  }
+  return result;
+}
+
+void expect_close(const Result& got, const Result& want, double tolerance) {
+  ASSERT_EQ(got.grads.size(), want.grads.size());
+  std::vector<std::pair<at::Tensor, at::Tensor>> pairs = {{got.out, want.out}};
+  for (size_t i = 0; i < got.grads.size(); ++i) pairs.push_back({got.grads[i], want.grads[i]});
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const auto& [a, b] = pairs[i];
+    const std::string name = i == 0 ? "out" : "grad " + std::to_string(i - 1);
+    ASSERT_TRUE(a.defined()) << name;
+    EXPECT_EQ(a.sizes(), b.sizes()) << name;
+    EXPECT_EQ(a.scalar_type(), b.scalar_type()) << name;
+    const double error = (a.to(at::kFloat) - b.to(at::kFloat)).abs().max().item<double>();
+    const double scale = b.to(at::kFloat).abs().max().item<double>();
+    EXPECT_LE(error, tolerance * scale) << name << ": max error " << error << " of " << scale;
+  }
+}
+
+Result linear_composition(const at::Tensor& x, const Layer& layer, const at::Tensor& grad) {
+  return run(x, {layer}, grad, [&] { return at::linear(x, layer.weight, layer.bias); });
+}
+
+Result linear_fused(const at::Tensor& x, const Layer& layer, const at::Tensor& grad) {
+  return run(x, {layer}, grad,
+             [&] { return models::epilogue_linear(x, layer.weight, layer.bias); });
+}
+
+Result mlp_composition(const at::Tensor& x, const Layer& in, const Layer& out,
+                       const at::Tensor& grad) {
+  return run(x, {in, out}, grad, [&] {
+    return at::linear(at::gelu(at::linear(x, in.weight, in.bias), "tanh"), out.weight, out.bias);
+  });
+}
+
+Result mlp_fused(const at::Tensor& x, const Layer& in, const Layer& out, const at::Tensor& grad) {
+  return run(x, {in, out}, grad, [&] {
+    return models::epilogue_gelu_mlp(x, in.weight, in.bias, out.weight, out.bias);
+  });
+}
+
+TEST(EpilogueLinear, EqualsLinearWithItsGradients) {
+  at::manual_seed(1);
+  const at::Tensor x = at::randn({3, 5, 8}).requires_grad_();
+  const Layer layer = make_layer(8, 6, at::TensorOptions());
+  const at::Tensor grad = at::randn({3, 5, 6});
+  const Result got = linear_fused(x, layer, grad);
+  expect_close(got, linear_composition(x, layer, grad), 1e-6);
+  EXPECT_EQ(got.out.sizes(), (std::vector<int64_t>{3, 5, 6}));
+  EXPECT_EQ(got.grads[0].sizes(), (std::vector<int64_t>{3, 5, 8}));
+}
+
+TEST(EpilogueGeluMlp, EqualsLinearGeluLinearWithItsGradients) {
+  at::manual_seed(2);
+  const at::Tensor x = at::randn({2, 7, 8}).requires_grad_();
+  const Layer in = make_layer(8, 20, at::TensorOptions()), out = make_layer(20, 8, {});
+  const at::Tensor grad = at::randn({2, 7, 8});
+  const Result got = mlp_fused(x, in, out, grad);
+  expect_close(got, mlp_composition(x, in, out, grad), 1e-5);
+  EXPECT_EQ(got.grads[1].sizes(), (std::vector<int64_t>{20, 8}));
+  EXPECT_EQ(got.grads[2].sizes(), (std::vector<int64_t>{20}));
+}
+
+TEST(EpilogueGeluMlp, NaNInOneRowsGradientStaysInThatRowOfTheInputGradient) {
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({2, 4, 8}).requires_grad_();
+  const Layer in = make_layer(8, 16, at::TensorOptions()), out = make_layer(16, 8, {});
+  at::Tensor grad = at::randn({2, 4, 8});
+  grad[1][2][3] = std::numeric_limits<float>::quiet_NaN();
+  const Result got = mlp_fused(x, in, out, grad);
+  EXPECT_TRUE(got.grads[0][1][2].isnan().all().item<bool>());
+  EXPECT_FALSE(got.grads[0][0].isnan().any().item<bool>());
+  EXPECT_FALSE(got.grads[0][1][1].isnan().any().item<bool>());
+  EXPECT_TRUE(got.grads[4][3].isnan().item<bool>());   // the output bias's column 3
+  EXPECT_FALSE(got.grads[4][2].isnan().item<bool>());
+}
+
+TEST(LinearParamGrads, AreTheProductOfGradAndInputAndTheColumnSums) {
+  const at::Tensor grad = at::arange(6, at::kFloat).view({3, 2});  // [[0, 1], [2, 3], [4, 5]]
+  const at::Tensor x = at::ones({3, 4});
+  const models::LinearGrads grads = models::linear_param_grads(grad, x, at::kFloat, at::kDouble);
+  EXPECT_TRUE(at::equal(grads.weight, at::tensor({6.f, 9.f}).view({2, 1}).expand({2, 4})));
+  EXPECT_EQ(grads.bias.scalar_type(), at::kDouble);
+  EXPECT_TRUE(at::equal(grads.bias, at::tensor({6.0, 9.0}, at::kDouble)));
+}
+
+#if WAM_WITH_CUDA
+class EpilogueLinearCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  }
+  // As the compiled step runs them: bfloat16 activations under autocast, float32 parameters.
+  static void autocast(bool on) {
+    at::autocast::set_autocast_enabled(at::kCUDA, on);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+    if (!on) at::autocast::clear_cache();
+  }
+};
+
+// The video expert's widths (configs/model/base.json: hidden 1536, FFN 6144), 2 samples of 300
+// tokens, and a width cuBLASLt's epilogues cannot take (the ATen path then).
+TEST_F(EpilogueLinearCuda, MatchesTheCompositionUnderBf16Autocast) {
+  const at::TensorOptions cuda(at::kCUDA);
+  for (const auto& [hidden, ffn] : {std::pair<int64_t, int64_t>{1536, 6144}, {36, 52}}) {
+    at::manual_seed(4);
+    const at::Tensor x = at::randn({2, 300, hidden}, cuda).to(at::kBFloat16).requires_grad_();
+    const Layer in = make_layer(hidden, ffn, cuda), out = make_layer(ffn, hidden, cuda);
+    const at::Tensor grad = at::randn({2, 300, hidden}, cuda);
+    const at::Tensor linear_grad = at::randn({2, 300, ffn}, cuda);
+    autocast(true);
+    const Result want_linear = linear_composition(x, in, linear_grad),
+                 got_linear = linear_fused(x, in, linear_grad);
+    const Result want_mlp = mlp_composition(x, in, out, grad), got_mlp = mlp_fused(x, in, out, grad);
+    autocast(false);
+    expect_close(got_linear, want_linear, 2e-2);
+    expect_close(got_mlp, want_mlp, 2e-2);
+    // Parameter gradients in the parameters' dtype, as autocast's casts return them.
+    EXPECT_EQ(got_mlp.grads[1].scalar_type(), at::kFloat);
+    EXPECT_EQ(got_mlp.grads[2].scalar_type(), at::kFloat);
+  }
+}
+#endif
+
+#if WAM_FUSED_KERNELS
+// The epilogue products run (do not fall back) at the base preset's widths, and equal ATen's.
+TEST_F(EpilogueLinearCuda, CublasLtTakesTheBasePresetsShapes) {
+  const at::TensorOptions bf16 = at::TensorOptions(at::kCUDA).dtype(at::kBFloat16);
+  const at::Tensor workspace = at::empty(
+      {static_cast<int64_t>(kernels::kEpilogueGemmWorkspaceBytes)}, bf16.dtype(at::kByte));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  for (const auto& [in, out] : {std::pair<int64_t, int64_t>{1536, 4608}, {1536, 6144},
+                                {6144, 1536}, {512, 2048}, {2048, 512}, {2048, 3072}}) {
+    at::manual_seed(6);
+    const kernels::LinearShape shape{4800, in, out};
+    const at::Tensor x = at::randn({shape.rows, in}, bf16);
+    const at::Tensor grad = at::randn({shape.rows, out}, bf16);
+    const at::Tensor weight = at::randn({out, in}, bf16) / std::sqrt(static_cast<double>(in));
+    const at::Tensor bias = at::randn({out}, bf16);
+
+    at::Tensor grad_weight = at::empty({out, in}, bf16.dtype(at::kFloat));
+    at::Tensor grad_bias = at::empty({out}, bf16.dtype(at::kFloat));
+    ASSERT_TRUE(kernels::linear_weight_grad_with_bias_grad(
+        grad.data_ptr(), x.data_ptr(), shape, grad_weight.data_ptr(), grad_bias.data_ptr(),
+        kernels::Precision::kFloat32, workspace.data_ptr(), stream))
+        << in << " -> " << out;
+    const at::Tensor want_weight = grad.t().to(at::kFloat).mm(x.to(at::kFloat));
+    EXPECT_LE((grad_weight - want_weight).abs().max().item<double>(),
+              1e-2 * want_weight.abs().max().item<double>());
+    EXPECT_TRUE(at::allclose(grad_bias, grad.to(at::kFloat).sum(0), 1e-3, 1e-2));
+
+    at::Tensor pre = at::empty({shape.rows, out}, bf16), activated = at::empty_like(pre);
+    ASSERT_TRUE(kernels::linear_gelu_forward(x.data_ptr(), weight.data_ptr(), bias.data_ptr(),
+                                             shape, activated.data_ptr(), pre.data_ptr(),
+                                             workspace.data_ptr(), stream));
+    const at::Tensor want_pre = at::linear(x, weight, bias);
+    EXPECT_LE((pre - want_pre).abs().max().item<float>(), 0.05f);
+    EXPECT_LE((activated - at::gelu(pre, "tanh")).abs().max().item<float>(), 0.05f);
+
+    // The same layer seen as the FFN's second: grad [rows, in] through weight [in, out]^T.
+    const kernels::LinearShape second{shape.rows, out, in};
+    const at::Tensor second_grad = at::randn({shape.rows, in}, bf16);
+    const at::Tensor second_weight = at::randn({in, out}, bf16) / std::sqrt(1.0 * out);
+    at::Tensor grad_pre = at::empty({shape.rows, out}, bf16);
+    at::Tensor grad_in_bias = at::empty({out}, bf16.dtype(at::kFloat));
+    ASSERT_TRUE(kernels::linear_input_grad_through_gelu(
+        second_grad.data_ptr(), second_weight.data_ptr(), pre.data_ptr(), second, grad_pre.data_ptr(),
+        grad_in_bias.data_ptr(), kernels::Precision::kFloat32, workspace.data_ptr(), stream));
+    const at::Tensor want_grad_pre = at::gelu_backward(
+        second_grad.to(at::kFloat).mm(second_weight.to(at::kFloat)), pre.to(at::kFloat), "tanh");
+    EXPECT_LE((grad_pre.to(at::kFloat) - want_grad_pre).abs().max().item<double>(),
+              2e-2 * want_grad_pre.abs().max().item<double>());
+    EXPECT_LE((grad_in_bias - want_grad_pre.sum(0)).abs().max().item<double>(),
+              2e-2 * want_grad_pre.sum(0).abs().max().item<double>());
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace wam
