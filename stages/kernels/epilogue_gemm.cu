@@ -159,17 +159,16 @@ bool run(Product p, const Pointers& pointers, void* workspace, CUstream_st* stre
   const float alpha = 1.0f, beta = 0.0f;
   check(cublasLtMatmul(handle, descriptors.desc_, &alpha, pointers.a, descriptors.a_, pointers.b,
                        descriptors.b_, &beta, pointers.d, descriptors.d_, pointers.d,
-                       descriptors.d_, &algorithm, workspace, kEpilogueGemmWorkspaceBytes,
-                       stream),
+                       descriptors.d_, &algorithm, workspace, kEpilogueGemmWorkspaceBytes, stream),
         "cublasLtMatmul");
   return true;
 }
 
 }  // namespace
 
-bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x, const LinearShape& shape,
-                                       void* grad_weight, void* grad_bias, Precision precision,
-                                       void* workspace, CUstream_st* stream) {
+bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x,
+                                       const LinearShape& shape, void* grad_weight, void* grad_bias,
+                                       Precision precision, void* workspace, CUstream_st* stream) {
   // grad_weight^T [in, out] = x^T [in, rows] grad_out [rows, out]: A = x (column-major [in,
   // rows]), B = grad_out^T; BGRADB sums B over k = rows, one value per column of D.
   Product p;
@@ -202,8 +201,7 @@ bool linear_gelu_forward(const void* x, const void* weight, const void* bias,
   p.ldd = shape.out;
   p.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
   p.aux_ld = shape.out;
-  return run(p, {weight, x, activated, const_cast<void*>(bias), pre_activation}, workspace,
-             stream);
+  return run(p, {weight, x, activated, const_cast<void*>(bias), pre_activation}, workspace, stream);
 }
 
 bool linear_input_grad_through_gelu(const void* grad_out, const void* weight,

@@ -35,9 +35,9 @@ constexpr size_t kEpilogueGemmWorkspaceBytes = size_t{32} << 20;
 // grad_weight [out, in] = grad_out [rows, out]^T x [rows, in], and grad_bias [out] = the column
 // sums of grad_out, in one product (grad_bias null: the weight gradient alone). grad_weight and
 // grad_bias in `precision` (float32: the parameters' own, no cast pass).
-bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x, const LinearShape& shape,
-                                       void* grad_weight, void* grad_bias, Precision precision,
-                                       void* workspace, CUstream_st* stream);
+bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x,
+                                       const LinearShape& shape, void* grad_weight, void* grad_bias,
+                                       Precision precision, void* workspace, CUstream_st* stream);
 
 // pre_activation [rows, out] = x [rows, in] weight^T + bias [out], and
 // activated = gelu_tanh(pre_activation), in one product.

@@ -410,10 +410,10 @@ class ExpertBlockImpl : public torch::nn::Module {
     x = x + cross_attention(cross_layer_norm(cross_norm_, x, fused), context, context_allowed,
                             fused, constant_context);
     at::Tensor h = modulated_norm(x, mods[3], mods[4], layout, fused);
-    at::Tensor ffn = fused && epilogue_linears_apply(h)
-                         ? epilogue_gelu_mlp(h, ffn_in_->weight, ffn_in_->bias, ffn_out_->weight,
-                                             ffn_out_->bias)
-                         : linear(ffn_out_, at::gelu(linear(ffn_in_, h), "tanh"));
+    at::Tensor ffn =
+        fused && epilogue_linears_apply(h)
+            ? epilogue_gelu_mlp(h, ffn_in_->weight, ffn_in_->bias, ffn_out_->weight, ffn_out_->bias)
+            : linear(ffn_out_, at::gelu(linear(ffn_in_, h), "tanh"));
     return gated_residual(x, ffn, mods[5], layout, fused);
   }
 

@@ -125,7 +125,7 @@ TEST(EpilogueGeluMlp, NaNInOneRowsGradientStaysInThatRowOfTheInputGradient) {
   EXPECT_TRUE(got.grads[0][1][2].isnan().all().item<bool>());
   EXPECT_FALSE(got.grads[0][0].isnan().any().item<bool>());
   EXPECT_FALSE(got.grads[0][1][1].isnan().any().item<bool>());
-  EXPECT_TRUE(got.grads[4][3].isnan().item<bool>());   // the output bias's column 3
+  EXPECT_TRUE(got.grads[4][3].isnan().item<bool>());  // the output bias's column 3
   EXPECT_FALSE(got.grads[4][2].isnan().item<bool>());
 }
 
@@ -165,7 +165,8 @@ TEST_F(EpilogueLinearCuda, MatchesTheCompositionUnderBf16Autocast) {
     autocast(true);
     const Result want_linear = linear_composition(x, in, linear_grad),
                  got_linear = linear_fused(x, in, linear_grad);
-    const Result want_mlp = mlp_composition(x, in, out, grad), got_mlp = mlp_fused(x, in, out, grad);
+    const Result want_mlp = mlp_composition(x, in, out, grad),
+                 got_mlp = mlp_fused(x, in, out, grad);
     autocast(false);
     expect_close(got_linear, want_linear, 2e-2);
     expect_close(got_mlp, want_mlp, 2e-2);
@@ -183,8 +184,12 @@ TEST_F(EpilogueLinearCuda, CublasLtTakesTheBasePresetsShapes) {
   const at::Tensor workspace = at::empty(
       {static_cast<int64_t>(kernels::kEpilogueGemmWorkspaceBytes)}, bf16.dtype(at::kByte));
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
-  for (const auto& [in, out] : {std::pair<int64_t, int64_t>{1536, 4608}, {1536, 6144},
-                                {6144, 1536}, {512, 2048}, {2048, 512}, {2048, 3072}}) {
+  for (const auto& [in, out] : {std::pair<int64_t, int64_t>{1536, 4608},
+                                {1536, 6144},
+                                {6144, 1536},
+                                {512, 2048},
+                                {2048, 512},
+                                {2048, 3072}}) {
     at::manual_seed(6);
     const kernels::LinearShape shape{4800, in, out};
     const at::Tensor x = at::randn({shape.rows, in}, bf16);
@@ -218,8 +223,9 @@ TEST_F(EpilogueLinearCuda, CublasLtTakesTheBasePresetsShapes) {
     at::Tensor grad_pre = at::empty({shape.rows, out}, bf16);
     at::Tensor grad_in_bias = at::empty({out}, bf16.dtype(at::kFloat));
     ASSERT_TRUE(kernels::linear_input_grad_through_gelu(
-        second_grad.data_ptr(), second_weight.data_ptr(), pre.data_ptr(), second, grad_pre.data_ptr(),
-        grad_in_bias.data_ptr(), kernels::Precision::kFloat32, workspace.data_ptr(), stream));
+        second_grad.data_ptr(), second_weight.data_ptr(), pre.data_ptr(), second,
+        grad_pre.data_ptr(), grad_in_bias.data_ptr(), kernels::Precision::kFloat32,
+        workspace.data_ptr(), stream));
     const at::Tensor want_grad_pre = at::gelu_backward(
         second_grad.to(at::kFloat).mm(second_weight.to(at::kFloat)), pre.to(at::kFloat), "tanh");
     EXPECT_LE((grad_pre.to(at::kFloat) - want_grad_pre).abs().max().item<double>(),
