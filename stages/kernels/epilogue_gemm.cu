@@ -52,6 +52,23 @@ struct Product {
   bool operator<(const Product& other) const { return key() < other.key(); }
 };
 
+// A product of `epilogue`, D [m, n] = op(A) [m, k] op(B) [k, n], with A's, B's and D's leading
+// dimensions.
+Product product_of(cublasOperation_t trans_a, cublasOperation_t trans_b, int64_t m, int64_t n,
+                   int64_t k, int64_t lda, int64_t ldb, int64_t ldd, cublasLtEpilogue_t epilogue) {
+  Product p;
+  p.trans_a = trans_a;
+  p.trans_b = trans_b;
+  p.m = m;
+  p.n = n;
+  p.k = k;
+  p.lda = lda;
+  p.ldb = ldb;
+  p.ldd = ldd;
+  p.epilogue = epilogue;
+  return p;
+}
+
 struct Pointers {
   const void* a = nullptr;
   const void* b = nullptr;
@@ -171,17 +188,10 @@ bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x,
                                        Precision precision, void* workspace, CUstream_st* stream) {
   // grad_weight^T [in, out] = x^T [in, rows] grad_out [rows, out]: A = x (column-major [in,
   // rows]), B = grad_out^T; BGRADB sums B over k = rows, one value per column of D.
-  Product p;
-  p.trans_a = CUBLAS_OP_N;
-  p.trans_b = CUBLAS_OP_T;
-  p.m = shape.in;
-  p.n = shape.out;
-  p.k = shape.rows;
-  p.lda = shape.in;
-  p.ldb = shape.out;
-  p.ldd = shape.in;
+  Product p = product_of(
+      CUBLAS_OP_N, CUBLAS_OP_T, shape.in, shape.out, shape.rows, shape.in, shape.out, shape.in,
+      grad_bias != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT);
   p.d_type = p.bias_type = data_type(precision);
-  p.epilogue = grad_bias != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT;
   return run(p, {x, grad_out, grad_weight, grad_bias, nullptr}, workspace, stream);
 }
 
@@ -190,16 +200,8 @@ bool linear_gelu_forward(const void* x, const void* weight, const void* bias,
                          void* workspace, CUstream_st* stream) {
   // out^T [out, rows] = weight [out, in] x^T [in, rows]: A = weight^T stored (column-major [in,
   // out]) transposed, B = x (column-major [in, rows]); bias and aux per row of D.
-  Product p;
-  p.trans_a = CUBLAS_OP_T;
-  p.trans_b = CUBLAS_OP_N;
-  p.m = shape.out;
-  p.n = shape.rows;
-  p.k = shape.in;
-  p.lda = shape.in;
-  p.ldb = shape.in;
-  p.ldd = shape.out;
-  p.epilogue = CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  Product p = product_of(CUBLAS_OP_T, CUBLAS_OP_N, shape.out, shape.rows, shape.in, shape.in,
+                         shape.in, shape.out, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
   p.aux_ld = shape.out;
   return run(p, {weight, x, activated, const_cast<void*>(bias), pre_activation}, workspace, stream);
 }
@@ -211,17 +213,9 @@ bool linear_input_grad_through_gelu(const void* grad_out, const void* weight,
   // grad_pre^T [in, rows] = weight^T [in, out] grad_out^T [out, rows]: A = weight (column-major
   // [in, out]), B = grad_out (column-major [out, rows]); DGELU reads the pre-activation laid out
   // as D, BGRAD sums D over n = rows, one value per row of D.
-  Product p;
-  p.trans_a = CUBLAS_OP_N;
-  p.trans_b = CUBLAS_OP_N;
-  p.m = shape.in;
-  p.n = shape.rows;
-  p.k = shape.out;
-  p.lda = shape.in;
-  p.ldb = shape.out;
-  p.ldd = shape.in;
+  Product p = product_of(CUBLAS_OP_N, CUBLAS_OP_N, shape.in, shape.rows, shape.out, shape.in,
+                         shape.out, shape.in, CUBLASLT_EPILOGUE_DGELU_BGRAD);
   p.bias_type = data_type(bias_precision);
-  p.epilogue = CUBLASLT_EPILOGUE_DGELU_BGRAD;
   p.aux_ld = shape.in;
   return run(p, {weight, grad_out, grad_pre, grad_bias, const_cast<void*>(pre_activation)},
              workspace, stream);
