@@ -188,9 +188,8 @@ bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x,
                                        Precision precision, void* workspace, CUstream_st* stream) {
   // grad_weight^T [in, out] = x^T [in, rows] grad_out [rows, out]: A = x (column-major [in,
   // rows]), B = grad_out^T; BGRADB sums B over k = rows, one value per column of D.
-  Product p = product_of(
-      CUBLAS_OP_N, CUBLAS_OP_T, shape.in, shape.out, shape.rows, shape.in, shape.out, shape.in,
-      grad_bias != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT);
+  Product p = product_of(CUBLAS_OP_N, CUBLAS_OP_T, shape.in, shape.out, shape.rows, shape.in,
+                         shape.out, shape.in, CUBLASLT_EPILOGUE_BGRADB);
   p.d_type = p.bias_type = data_type(precision);
   return run(p, {x, grad_out, grad_weight, grad_bias, nullptr}, workspace, stream);
 }
@@ -204,21 +203,6 @@ bool linear_gelu_forward(const void* x, const void* weight, const void* bias,
                          shape.in, shape.out, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
   p.aux_ld = shape.out;
   return run(p, {weight, x, activated, const_cast<void*>(bias), pre_activation}, workspace, stream);
-}
-
-bool linear_input_grad_through_gelu(const void* grad_out, const void* weight,
-                                    const void* pre_activation, const LinearShape& shape,
-                                    void* grad_pre, void* grad_bias, Precision bias_precision,
-                                    void* workspace, CUstream_st* stream) {
-  // grad_pre^T [in, rows] = weight^T [in, out] grad_out^T [out, rows]: A = weight (column-major
-  // [in, out]), B = grad_out (column-major [out, rows]); DGELU reads the pre-activation laid out
-  // as D, BGRAD sums D over n = rows, one value per row of D.
-  Product p = product_of(CUBLAS_OP_N, CUBLAS_OP_N, shape.in, shape.rows, shape.out, shape.in,
-                         shape.out, shape.in, CUBLASLT_EPILOGUE_DGELU_BGRAD);
-  p.bias_type = data_type(bias_precision);
-  p.aux_ld = shape.in;
-  return run(p, {weight, grad_out, grad_pre, grad_bias, const_cast<void*>(pre_activation)},
-             workspace, stream);
 }
 
 }  // namespace wam::kernels

@@ -1,10 +1,9 @@
 // cuBLASLt products with epilogues for the compiled training step's linear layers: the bias
-// gradient taken in the weight-gradient product (BGRADB), GELU(tanh) in the FFN's first product
-// with its pre-activation kept (GELU_AUX_BIAS), and GELU's derivative and the bias gradient in the
-// FFN's input-gradient product (DGELU_BGRAD). ATen has no op for these; as separate kernels they
-// cost one read of the gradient each (docs/KERNELS.md, "Next"). NVIDIA's Apex fused_dense calls
-// cuBLASLt the same way. Raw pointers and a stream only: this header is shared by nvcc and the
-// host compiler.
+// gradient taken in the weight-gradient product (BGRADB) and GELU(tanh) in the FFN's first
+// product with its pre-activation kept (GELU_AUX_BIAS). ATen has no op for these; as separate
+// kernels they cost one read of the gradient each (docs/KERNELS.md, version 6). NVIDIA's Apex
+// fused_dense calls cuBLASLt the same way. Raw pointers and a stream only: this header is shared by
+// nvcc and the host compiler.
 //
 // Tensors are row-major, bf16 unless a Precision says otherwise. A linear layer's shape: `rows`
 // input rows (tokens), `in` features in, `out` features out; its weight is [out, in].
@@ -33,8 +32,8 @@ constexpr size_t kEpilogueGemmWorkspaceBytes = size_t{32} << 20;
 // ATen's ops. Choices are cached per shape, epilogue, precision and device.
 
 // grad_weight [out, in] = grad_out [rows, out]^T x [rows, in], and grad_bias [out] = the column
-// sums of grad_out, in one product (grad_bias null: the weight gradient alone). grad_weight and
-// grad_bias in `precision` (float32: the parameters' own, no cast pass).
+// sums of grad_out, in one product. grad_weight and grad_bias in `precision` (float32: the
+// parameters' own, no cast pass).
 bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x,
                                        const LinearShape& shape, void* grad_weight, void* grad_bias,
                                        Precision precision, void* workspace, CUstream_st* stream);
@@ -44,14 +43,5 @@ bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x,
 bool linear_gelu_forward(const void* x, const void* weight, const void* bias,
                          const LinearShape& shape, void* activated, void* pre_activation,
                          void* workspace, CUstream_st* stream);
-
-// The FFN's hidden gradient through GELU: grad_pre [rows, in] = (grad_out [rows, out] weight
-// [out, in]) * gelu_tanh'(pre_activation [rows, in]), and grad_bias [in] = the column sums of
-// grad_pre (the first layer's bias gradient), in `bias_precision`, in one product. `shape` is
-// the second layer's (in = the FFN's width).
-bool linear_input_grad_through_gelu(const void* grad_out, const void* weight,
-                                    const void* pre_activation, const LinearShape& shape,
-                                    void* grad_pre, void* grad_bias, Precision bias_precision,
-                                    void* workspace, CUstream_st* stream);
 
 }  // namespace wam::kernels

@@ -1,7 +1,5 @@
 #include "models/epilogue_linear.h"
 
-#include <optional>
-
 #if WAM_FUSED_KERNELS
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -51,37 +49,30 @@ bool epilogue_linears_apply(const at::Tensor& x) {
 #endif
 }
 
-namespace {
-
-// The weight gradient, and the bias gradient where `bias_dtype` is given (the FFN's first layer
-// takes its bias gradient with GELU's derivative instead).
-LinearGrads param_grads(const at::Tensor& grad, const at::Tensor& x, at::ScalarType weight_dtype,
-                        std::optional<at::ScalarType> bias_dtype) {
+LinearGrads linear_param_grads(const at::Tensor& grad, const at::Tensor& x,
+                               at::ScalarType weight_dtype, at::ScalarType bias_dtype) {
 #if WAM_FUSED_KERNELS
   if (epilogue_linears_apply(grad) && x.scalar_type() == at::kBFloat16 &&
-      bias_dtype.value_or(weight_dtype) == weight_dtype &&
-      (weight_dtype == at::kFloat || weight_dtype == at::kBFloat16)) {
+      bias_dtype == weight_dtype && (weight_dtype == at::kFloat || weight_dtype == at::kBFloat16)) {
     const c10::cuda::CUDAGuard guard(grad.device());
     const at::Tensor flat_grad = grad.contiguous(), flat_x = x.contiguous();
     const kernels::LinearShape shape{grad.size(0), x.size(1), grad.size(1)};
     const at::Tensor workspace = workspace_for(grad);
     for (const at::ScalarType dtype : precisions_for(weight_dtype)) {
       at::Tensor weight = at::empty({shape.out, shape.in}, grad.options().dtype(dtype));
-      at::Tensor bias;
-      if (bias_dtype) bias = at::empty({shape.out}, grad.options().dtype(dtype));
+      at::Tensor bias = at::empty({shape.out}, grad.options().dtype(dtype));
       if (kernels::linear_weight_grad_with_bias_grad(
-              flat_grad.data_ptr(), flat_x.data_ptr(), shape, weight.data_ptr(),
-              bias_dtype ? bias.data_ptr() : nullptr, precision_of(dtype), workspace.data_ptr(),
-              at::cuda::getCurrentCUDAStream())) {
-        return {weight.to(weight_dtype), bias_dtype ? bias.to(*bias_dtype) : bias};
+              flat_grad.data_ptr(), flat_x.data_ptr(), shape, weight.data_ptr(), bias.data_ptr(),
+              precision_of(dtype), workspace.data_ptr(), at::cuda::getCurrentCUDAStream())) {
+        return {weight.to(weight_dtype), bias.to(bias_dtype)};
       }
     }
   }
 #endif
-  LinearGrads grads{grad.t().mm(x).to(weight_dtype), at::Tensor()};
-  if (bias_dtype) grads.bias = at::sum(grad, {0}, /*keepdim=*/false, *bias_dtype);
-  return grads;
+  return {grad.t().mm(x).to(weight_dtype), at::sum(grad, {0}, /*keepdim=*/false, bias_dtype)};
 }
+
+namespace {
 
 // Saves x and the cast weight, as ATen's linear under autocast does, and the parameters (no
 // memory) for their dtypes.
@@ -100,7 +91,7 @@ class EpilogueLinear : public torch::autograd::Function<EpilogueLinear> {
     at::Tensor grad_x;
     if (ctx->needs_input_grad(0)) grad_x = at::matmul(grads[0], cast_weight);
     const LinearGrads params =
-        param_grads(rows_of(grads[0]), rows_of(x), weight.scalar_type(), bias.scalar_type());
+        linear_param_grads(rows_of(grads[0]), rows_of(x), weight.scalar_type(), bias.scalar_type());
     return {grad_x, params.weight, params.bias};
   }
 };
@@ -149,48 +140,22 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
                      &in_bias = saved[6], &out_weight = saved[7], &out_bias = saved[8];
     const at::Tensor grad = rows_of(grads[0]);
     const LinearGrads out_grads =
-        param_grads(grad, activated, out_weight.scalar_type(), out_bias.scalar_type());
-    at::Tensor grad_pre, grad_in_bias;
-#if WAM_FUSED_KERNELS
-    if (epilogue_linears_apply(grad) &&
-        (in_bias.scalar_type() == at::kFloat || in_bias.scalar_type() == at::kBFloat16)) {
-      const c10::cuda::CUDAGuard guard(grad.device());
-      const kernels::LinearShape shape{grad.size(0), out_weight.size(1), out_weight.size(0)};
-      const at::Tensor workspace = workspace_for(grad);
-      at::Tensor pre_grad = at::empty_like(pre_activation);
-      for (const at::ScalarType dtype : precisions_for(in_bias.scalar_type())) {
-        at::Tensor bias_grad = at::empty({shape.in}, grad.options().dtype(dtype));
-        if (kernels::linear_input_grad_through_gelu(
-                grad.data_ptr(), cast_out_weight.data_ptr(), pre_activation.data_ptr(), shape,
-                pre_grad.data_ptr(), bias_grad.data_ptr(), precision_of(dtype),
-                workspace.data_ptr(), at::cuda::getCurrentCUDAStream())) {
-          grad_pre = pre_grad;
-          grad_in_bias = bias_grad.to(in_bias.scalar_type());
-          break;
-        }
-      }
-    }
-#endif
-    if (!grad_pre.defined()) {
-      grad_pre = at::gelu_backward(grad.mm(cast_out_weight), pre_activation, "tanh");
-      grad_in_bias = at::sum(grad_pre, {0}, /*keepdim=*/false, in_bias.scalar_type());
-    }
-    const at::Tensor grad_in_weight =
-        param_grads(grad_pre, rows, in_weight.scalar_type(), std::nullopt).weight;
+        linear_param_grads(grad, activated, out_weight.scalar_type(), out_bias.scalar_type());
+    // GELU's derivative as ATen's pass: cuBLASLt's DGELU_BGRAD epilogue ran as a separate, slower
+    // kernel on the H200 (docs/KERNELS.md, version 6); the first layer's bias gradient then comes
+    // with its weight gradient.
+    const at::Tensor grad_pre = at::gelu_backward(grad.mm(cast_out_weight), pre_activation, "tanh");
+    const LinearGrads in_grads =
+        linear_param_grads(grad_pre, rows, in_weight.scalar_type(), in_bias.scalar_type());
     at::Tensor grad_x;
     if (ctx->needs_input_grad(0)) {
       grad_x = grad_pre.mm(cast_in_weight).view(with_last(grads[0].sizes(), rows.size(1)));
     }
-    return {grad_x, grad_in_weight, grad_in_bias, out_grads.weight, out_grads.bias};
+    return {grad_x, in_grads.weight, in_grads.bias, out_grads.weight, out_grads.bias};
   }
 };
 
 }  // namespace
-
-LinearGrads linear_param_grads(const at::Tensor& grad, const at::Tensor& x,
-                               at::ScalarType weight_dtype, at::ScalarType bias_dtype) {
-  return param_grads(grad, x, weight_dtype, bias_dtype);
-}
 
 at::Tensor epilogue_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   return EpilogueLinear::apply(x, weight, bias);

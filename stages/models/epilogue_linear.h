@@ -1,5 +1,5 @@
-// The MoT's linear layers with their bias gradients, GELU and GELU's derivative carried by the
-// matrix products' cuBLASLt epilogues (kernels/epilogue_gemm.h) in the compiled step, instead of a
+// The MoT's linear layers with their bias gradients and GELU carried by the matrix products'
+// cuBLASLt epilogues (kernels/epilogue_gemm.h) in the compiled step, instead of a
 // reduction or a pointwise pass of their own over the product's output (docs/KERNELS.md,
 // version 6). Each op computes the same with ATen's ops where the epilogues do not apply (no
 // kernels built, not CUDA, not bfloat16, or no cuBLASLt algorithm for the shape).
@@ -29,8 +29,8 @@ at::Tensor epilogue_linear(const at::Tensor& x, const at::Tensor& weight, const 
 
 // The FFN: linear(gelu_tanh(linear(x, in_weight, in_bias)), out_weight, out_bias), parameters used
 // in x's dtype. Forward, GELU in the first product's epilogue, which keeps the pre-activation for
-// backward (what ATen's GELU saves). Backward, GELU's derivative and the first bias's gradient in
-// the epilogue of the product that takes the gradient through the second layer.
+// backward (what ATen's GELU saves). Backward, ATen's GELU derivative, and each layer's
+// parameter gradients from linear_param_grads.
 at::Tensor epilogue_gelu_mlp(const at::Tensor& x, const at::Tensor& in_weight,
                              const at::Tensor& in_bias, const at::Tensor& out_weight,
                              const at::Tensor& out_bias);
