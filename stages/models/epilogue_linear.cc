@@ -32,7 +32,7 @@ at::Tensor workspace_for(const at::Tensor& like) {
 }
 
 // The precisions to ask cuBLASLt for, best first: the wanted one (float32: the parameters' own,
-// no cast pass), then bfloat16, which every epilogue supports, cast after.
+// no cast pass; the H200's cuBLASLt 13 has it), then bfloat16, cast after, for a cuBLASLt without.
 std::vector<at::ScalarType> precisions_for(at::ScalarType wanted) {
   if (wanted == at::kBFloat16) return {at::kBFloat16};
   return {at::kFloat, at::kBFloat16};
