@@ -43,7 +43,7 @@ const std::vector<std::string> kStandInStructureParams = {
     "position_grid",     "deepstack_layers"};
 
 // The encoder params that decide its weights and outputs (where it runs does not, its precision
-// does), plus the SHA-256 of a TorchScript file's bytes.
+// does), plus the SHA-256 of an exported module's bytes (TorchScript file or AOTInductor package).
 nlohmann::json producer(const nlohmann::json& encoder, const std::string& dtype,
                         const std::string& architecture) {
   nlohmann::json part = without(
@@ -56,7 +56,7 @@ nlohmann::json producer(const nlohmann::json& encoder, const std::string& dtype,
   }
   part["architecture"] = architecture;
   part["dtype"] = dtype;
-  if (encoder.value("encoder", "") == "torchscript") {
+  if (encoder.value("encoder", "builtin") != "builtin") {  // torchscript or aoti: the file's bytes
     part["weights_sha256"] = sha256_file_hex(encoder.at("path").get<std::string>());
   }
   return part;

@@ -11,19 +11,41 @@
 
 namespace wam {
 
+// Whether this build's LibTorch loads AOTInductor packages
+// (torch::inductor::AOTIModelPackageLoader, LibTorch 2.6 and later: the GPU image's 2.11 has it,
+// Debian's 1.13 has not).
+#if __has_include(<torch/csrc/inductor/aoti_package/model_package_loader.h>)
+#define WAM_AOTI_PACKAGES 1
+#else
+#define WAM_AOTI_PACKAGES 0
+#endif
+inline constexpr bool kAotiPackagesSupported = WAM_AOTI_PACKAGES;
+
 // Which encoder, and where its weights come from.
 struct FrozenEncoderParams {
   std::string encoder = "builtin";
   std::string path;
   int64_t seed = 0;
 
-  // `encoder_doc`: what "builtin" is and the forward() that a "torchscript" file must have.
+  // `encoder_doc`: what "builtin" is and the forward() that a "torchscript" file must have (an
+  // "aoti" package has the same).
   template <class V>
   void visit_encoder_params(V& v, const char* encoder_doc) {
-    v("encoder", encoder, encoder_doc, OneOf{"builtin", "torchscript"});
-    v("path", path, "TorchScript file (torch.jit.save) for encoder \"torchscript\".");
+    v("encoder", encoder, encoder_doc, OneOf{"builtin", "torchscript", "aoti"});
+    v("path", path,
+      "The exported module: a TorchScript file (torch.jit.save) for encoder \"torchscript\", an "
+      "AOTInductor package (.pt2, scripts/export_encoder.py) with the same forward for \"aoti\".");
     v("seed", seed, "Built-in stand-in: weight seed (the same seed gives the same weights).",
       Min{0});
+  }
+
+  // Called from the params' check(): "aoti" where LibTorch cannot load packages is refused at
+  // validate time, naming the field.
+  void check_encoder(ParamChecker& c) const {
+    c.require(encoder != "aoti" || kAotiPackagesSupported, "encoder",
+              "\"aoti\" needs a LibTorch with AOTInductor's package loader (2.6 or later), and "
+              "this build's has none: export the module with torch.jit.save and use encoder "
+              "\"torchscript\", or build against a newer LibTorch");
   }
 };
 

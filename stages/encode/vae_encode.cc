@@ -67,8 +67,8 @@ class VaeEncodeStage final : public Stage {
   void open(Context& context) override {
     const models::EncoderPlacement placement =
         models::resolve_placement(params_.device, params_.dtype, context.settings(), "VaeEncode");
-    if (params_.encoder == "torchscript") {
-      encoder_ = models::load_torchscript_vae(params_.path, placement);
+    if (params_.encoder != "builtin") {
+      encoder_ = models::load_exported_vae(params_.encoder, params_.path, placement);
     } else if (params_.architecture == "wan22") {
       encoder_ =
           models::make_wan22_vae(params_.width, params_.width_multipliers, params_.res_blocks,

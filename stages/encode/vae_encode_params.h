@@ -41,6 +41,7 @@ struct VaeEncodeParams : PlacedEncoderParams {
   }
 
   void check(ParamChecker& c) const {
+    check_encoder(c);
     if (architecture == "wan22") {
       c.require(width_multipliers.size() == 4, "width_multipliers",
                 "wan22 needs 4 levels (patchify 2x2 and 3 downsamplings: 16x spatial), got " +

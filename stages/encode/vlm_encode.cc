@@ -104,8 +104,8 @@ class VlmEncodeStage final : public Stage {
 
  private:
   void load_model(const Context& context) {
-    if (params_.encoder == "torchscript") {
-      scripted_.emplace(params_.path, params_.width, placement_);
+    if (params_.encoder != "builtin") {
+      exported_.emplace(params_.encoder, params_.path, params_.width, placement_);
     } else {
       builtin_ =
           std::make_unique<models::BuiltinVlm>(static_cast<const models::VlmConfig&>(params_),
@@ -207,7 +207,7 @@ class VlmEncodeStage final : public Stage {
           metadata_for(views, height / params_.patch_size, width / params_.patch_size);
       hidden = builtin_->encode(images, token_ids, metadata);
     } else {
-      hidden = scripted_->encode(images, token_ids);
+      hidden = exported_->encode(images, token_ids);
     }
     const int64_t image_tokens = hidden.size(1) - static_cast<int64_t>(longest);
     const at::Tensor mask =
@@ -264,7 +264,7 @@ class VlmEncodeStage final : public Stage {
   bool model_loaded_ = false;
   models::EncoderPlacement placement_;
   std::unique_ptr<models::BuiltinVlm> builtin_;
-  std::optional<models::ScriptedVlm> scripted_;
+  std::optional<models::ExportedVlm> exported_;
   LruCache<PromptKey, std::vector<int64_t>> prompts_{kPromptCacheSize};
   LruCache<GridKey, models::VisionMetadata> metadata_{kVisionMetadataCacheSize};
   Counter* prompt_hits_ = nullptr;

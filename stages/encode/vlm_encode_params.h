@@ -76,6 +76,7 @@ struct VlmEncodeParams : PlacedEncoderParams, models::VlmConfig {
   }
 
   void check(ParamChecker& c) const {
+    check_encoder(c);
     if (!qwen3()) return;
     c.require(heads % kv_heads == 0, "kv_heads",
               "heads (" + std::to_string(heads) + ") must be a multiple of kv_heads (" +

@@ -1,6 +1,7 @@
 #include "models/frozen_encoder.h"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <torch/script.h>
 
 #include <cmath>
 #include <filesystem>
@@ -8,7 +9,12 @@
 #include <sstream>
 
 #include "common/device.h"
+#include "common/encoder_params.h"  // WAM_AOTI_PACKAGES
 #include "wam/error.h"
+
+#if WAM_AOTI_PACKAGES
+#include <torch/csrc/inductor/aoti_package/model_package_loader.h>
+#endif
 
 namespace wam::models {
 
@@ -49,16 +55,41 @@ int64_t count_parameters(const torch::nn::Module& module) {
   return count;
 }
 
-torch::jit::Module load_frozen_script(const std::string& path, const std::string& what,
-                                      const EncoderPlacement& placement) {
-  if (path.empty()) {
-    throw Error(what +
-                ": param path is required with encoder \"torchscript\" (a file written by "
-                "torch.jit.save)");
+namespace {
+
+class ScriptModule final : public ExportedModule {
+ public:
+  ScriptModule(torch::jit::Module module, std::string what)
+      : module_(std::move(module)), what_(std::move(what)) {}
+
+  at::Tensor call(const std::vector<at::Tensor>& inputs) override {
+    torch::jit::IValue output;
+    try {
+      output = module_.forward(std::vector<torch::jit::IValue>(inputs.begin(), inputs.end()));
+    } catch (const c10::Error& e) {
+      throw Error(what_ + ": forward failed: " + e.what_without_backtrace());
+    }
+    if (!output.isTensor()) {
+      throw Error(what_ + ": forward must return a Tensor, got " + output.tagKind());
+    }
+    return output.toTensor();
   }
-  if (!std::filesystem::is_regular_file(path)) {
-    throw Error(what + ": TorchScript file " + path + " does not exist");
+
+  int64_t parameter_count() const override {
+    int64_t count = 0;
+    for (const auto& p : module_.parameters()) count += p.numel();
+    return count;
   }
+
+  const char* kind() const override { return "TorchScript"; }
+
+ private:
+  torch::jit::Module module_;
+  std::string what_;  // "VaeEncode: TorchScript file PATH"
+};
+
+std::unique_ptr<ExportedModule> load_script(const std::string& path, const std::string& what,
+                                            const EncoderPlacement& placement) {
   torch::jit::Module module;
   try {
     module = torch::jit::load(path, placement.device);
@@ -69,21 +100,80 @@ torch::jit::Module load_frozen_script(const std::string& path, const std::string
   module.eval();
   for (auto p : module.parameters()) p.set_requires_grad(false);
   module.to(placement.dtype);
-  return module;
+  return std::make_unique<ScriptModule>(std::move(module), what + ": TorchScript file " + path);
 }
 
-at::Tensor call_script(torch::jit::Module& module, std::vector<torch::jit::IValue> inputs,
-                       const std::string& what, const std::string& path) {
-  torch::jit::IValue output;
-  try {
-    output = module.forward(std::move(inputs));
-  } catch (const c10::Error& e) {
-    throw Error(what + " " + path + ": forward failed: " + e.what_without_backtrace());
+#if WAM_AOTI_PACKAGES
+class AotiPackage final : public ExportedModule {
+ public:
+  AotiPackage(const std::string& path, const std::string& what, const EncoderPlacement& placement)
+      : what_(what + ": AOTInductor package " + path), loader_(load(path, what, placement)) {}
+
+  at::Tensor call(const std::vector<at::Tensor>& inputs) override {
+    std::vector<at::Tensor> outputs;
+    try {
+      outputs = loader_->run(inputs);
+    } catch (const c10::Error& e) {
+      throw Error(what_ + ": forward failed: " + e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      throw Error(what_ + ": forward failed: " + e.what());
+    }
+    if (outputs.size() != 1) {
+      throw Error(what_ + ": forward must return one Tensor, got " +
+                  std::to_string(outputs.size()));
+    }
+    return outputs[0];
   }
-  if (!output.isTensor()) {
-    throw Error(what + " " + path + ": forward must return a Tensor, got " + output.tagKind());
+
+  int64_t parameter_count() const override { return -1; }
+
+  const char* kind() const override { return "AOTInductor"; }
+
+ private:
+  static std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load(
+      const std::string& path, const std::string& what, const EncoderPlacement& placement) {
+    try {
+      return std::make_unique<torch::inductor::AOTIModelPackageLoader>(
+          path, "model", /*run_single_threaded=*/false, /*num_runners=*/1,
+          placement.device.is_cuda() ? placement.device.index() : c10::DeviceIndex(-1));
+    } catch (const c10::Error& e) {
+      throw Error(what + ": cannot load AOTInductor package " + path + ": " +
+                  e.what_without_backtrace());
+    } catch (const std::exception& e) {
+      throw Error(what + ": cannot load AOTInductor package " + path + ": " + e.what());
+    }
   }
-  return output.toTensor();
+
+  std::string what_;
+  std::unique_ptr<torch::inductor::AOTIModelPackageLoader> loader_;
+};
+#endif
+
+}  // namespace
+
+std::unique_ptr<ExportedModule> load_exported_module(const std::string& encoder,
+                                                     const std::string& path,
+                                                     const std::string& what,
+                                                     const EncoderPlacement& placement) {
+  const bool aoti = encoder == "aoti";
+  if (path.empty()) {
+    throw Error(what + ": param path is required with encoder \"" + encoder + "\" (" +
+                (aoti ? "an AOTInductor package from scripts/export_encoder.py"
+                      : "a file written by torch.jit.save") +
+                ")");
+  }
+  if (!std::filesystem::is_regular_file(path)) {
+    throw Error(what + ": " + (aoti ? "AOTInductor package " : "TorchScript file ") + path +
+                " does not exist");
+  }
+  if (!aoti) return load_script(path, what, placement);
+#if WAM_AOTI_PACKAGES
+  return std::make_unique<AotiPackage>(path, what, placement);
+#else
+  throw Error(what +
+              ": encoder \"aoti\" needs a LibTorch with AOTInductor's package loader "
+              "(2.6 or later), and this build's has none");
+#endif
 }
 
 std::string shape_string(at::IntArrayRef sizes) {

@@ -1,17 +1,18 @@
 // What the frozen encoders (VAE, VLM, text) share: where they run, seeded initialisation of the
-// built-in stand-ins, loading a user's TorchScript export, and the pre-norm transformer block the
-// VLM and text stand-ins are made of.
+// built-in stand-ins, loading a user's exported module (TorchScript or AOTInductor), and the
+// pre-norm transformer block the VLM and text stand-ins are made of.
 //
 // Encoders run under torch::NoGradGuard, not InferenceMode: their outputs feed the trained model,
 // and inference tensors cannot be saved for its backward pass.
 #pragma once
 
-#include <torch/script.h>
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "wam/stage.h"
 
@@ -38,15 +39,29 @@ void init_frozen(torch::nn::Module& module, uint64_t seed, const EncoderPlacemen
 // The number of weights of `module` and its submodules.
 int64_t count_parameters(const torch::nn::Module& module);
 
-// Loads a TorchScript file in eval mode with gradients off, on `placement`. Throws wam::Error
-// naming `what` and the path when the file is missing or not TorchScript.
-torch::jit::Module load_frozen_script(const std::string& path, const std::string& what,
-                                      const EncoderPlacement& placement);
+// A user's exported frozen module: encoder "torchscript", a file written by torch.jit.save, or
+// "aoti", an AOTInductor package (torch._inductor.aoti_compile_and_package; scripts/
+// export_encoder.py), compiled for one device and dtype. Called with tensors, returns one tensor.
+class ExportedModule {
+ public:
+  virtual ~ExportedModule() = default;
+  // Runs forward(inputs); throws wam::Error naming the encoder and the path when it fails or does
+  // not return one tensor.
+  virtual at::Tensor call(const std::vector<at::Tensor>& inputs) = 0;
+  // Weights held: a TorchScript module's parameters; -1 for an AOTInductor package, whose weights
+  // are constants of the compiled code.
+  virtual int64_t parameter_count() const = 0;
+  // "TorchScript" or "AOTInductor", for messages.
+  virtual const char* kind() const = 0;
+};
 
-// Calls a TorchScript forward and returns its Tensor output; throws wam::Error naming `what` and
-// the path when it returns something else.
-at::Tensor call_script(torch::jit::Module& module, std::vector<torch::jit::IValue> inputs,
-                       const std::string& what, const std::string& path);
+// Loads `path` as `encoder` ("torchscript" or "aoti") on `placement`, gradients off. Throws
+// wam::Error naming `what` (the stage) and the path when the path is empty or not a file, the
+// file is not of that kind, or this LibTorch cannot load AOTInductor packages.
+std::unique_ptr<ExportedModule> load_exported_module(const std::string& encoder,
+                                                     const std::string& path,
+                                                     const std::string& what,
+                                                     const EncoderPlacement& placement);
 
 // "[1, 48, 2, 4, 4]"
 std::string shape_string(at::IntArrayRef sizes);

@@ -162,21 +162,21 @@ class BuiltinTextEncoder final : public TextEncoder {
   ByteTextEncoder module_;
 };
 
-class ScriptedTextEncoder final : public TextEncoder {
+class ExportedTextEncoder final : public TextEncoder {
  public:
-  ScriptedTextEncoder(std::string path, int64_t text_dim)
+  ExportedTextEncoder(const std::string& encoder, std::string path, int64_t text_dim)
       : path_(std::move(path)),
         text_dim_(text_dim),
-        module_(load_frozen_script(path_, "TextEmbed", EncoderPlacement{})) {
+        module_(load_exported_module(encoder, path_, "TextEmbed", EncoderPlacement{})) {
     encode({"probe"});
   }
   TextContext encode(const std::vector<std::string>& prompts) override {
     torch::NoGradGuard no_grad;
     const at::Tensor ids = text_byte_tokens(prompts);
-    const at::Tensor hidden = call_script(module_, {ids}, "TorchScript text encoder", path_);
+    const at::Tensor hidden = module_->call({ids});
     const std::vector<int64_t> expected = {ids.size(0), kTextTokens, text_dim_};
     if (hidden.sizes() != at::IntArrayRef(expected)) {
-      throw Error("TorchScript text encoder " + path_ + ": for token_ids " +
+      throw Error(std::string(module_->kind()) + " text encoder " + path_ + ": for token_ids " +
                   shape_string(ids.sizes()) + " expected [N, 128, text_dim] = " +
                   shape_string(expected) + ", got " + shape_string(hidden.sizes()));
     }
@@ -186,17 +186,19 @@ class ScriptedTextEncoder final : public TextEncoder {
  private:
   std::string path_;
   int64_t text_dim_;
-  torch::jit::Module module_;
+  std::unique_ptr<ExportedModule> module_;
 };
 
 }  // namespace
 
 std::string encoder_id(const TextCacheParams& params) {
-  if (params.encoder == "torchscript") {
+  if (params.encoder != "builtin") {
     if (!fs::is_regular_file(params.path)) {
-      throw Error("TextEmbed: TorchScript file " + params.path + " does not exist");
+      throw Error(std::string("TextEmbed: ") +
+                  (params.encoder == "aoti" ? "AOTInductor package " : "TorchScript file ") +
+                  params.path + " does not exist");
     }
-    return "torchscript:sha256=" + sha256_file_hex(params.path);
+    return params.encoder + ":sha256=" + sha256_file_hex(params.path);
   }
   std::string id =
       "builtin:width=" + std::to_string(params.width) + ",layers=" + std::to_string(params.layers) +
@@ -221,8 +223,8 @@ at::Tensor text_byte_tokens(const std::vector<std::string>& prompts) {
 }
 
 std::unique_ptr<TextEncoder> make_text_encoder(const TextCacheParams& params) {
-  if (params.encoder == "torchscript") {
-    return std::make_unique<ScriptedTextEncoder>(params.path, params.text_dim);
+  if (params.encoder != "builtin") {
+    return std::make_unique<ExportedTextEncoder>(params.encoder, params.path, params.text_dim);
   }
   if (params.width % params.heads != 0 || (params.width / params.heads) % 2 != 0) {
     throw Error("TextEmbed: param width (" + std::to_string(params.width) +

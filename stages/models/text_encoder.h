@@ -60,12 +60,15 @@ struct TextCacheParams : FrozenEncoderParams {
     v("memory_entries", memory_entries,
       "Embeddings kept in memory after reading them from the cache (LRU).", Min{1});
   }
+
+  void check(ParamChecker& c) const { check_encoder(c); }
 };
 
 // What produced a cache's entries: "builtin:width=512,layers=2,heads=8,seed=0" (then
 // ",ffn=10240,activation=gelu" when either differs from its default, so that caches built before
 // those params existed keep their id) or
-// "torchscript:sha256=<hex of the file>". Entries from another encoder are not reused.
+// "torchscript:sha256=<hex of the file>" ("aoti:sha256=..." for a package). Entries from another
+// encoder are not reused.
 std::string encoder_id(const TextCacheParams& params);
 
 // [N, 128] int64 byte tokens: each UTF-8 byte + 2, then 1 (end), then 0 (padding); truncated to

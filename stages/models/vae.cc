@@ -366,37 +366,33 @@ class SeededVae final : public VaeEncoder {
   Module module_;
 };
 
-class ScriptedVae final : public VaeEncoder {
+class ExportedVae final : public VaeEncoder {
  public:
-  ScriptedVae(std::string path, const EncoderPlacement& placement)
+  ExportedVae(const std::string& encoder, std::string path, const EncoderPlacement& placement)
       : path_(std::move(path)),
         placement_(placement),
-        module_(load_frozen_script(path_, "VaeEncode", placement)) {
+        module_(load_exported_module(encoder, path_, "VaeEncode", placement)) {
     encode(torch::zeros({1, 3, 5, 64, 64}));  // probe: rejects a wrong output shape now
   }
   at::Tensor encode(const at::Tensor& video) override {
     torch::NoGradGuard no_grad;
-    at::Tensor latents = call_script(module_, {video.to(placement_.device, placement_.dtype)},
-                                     "TorchScript VAE", path_);
+    at::Tensor latents = module_->call({video.to(placement_.device, placement_.dtype)});
     const std::vector<int64_t> expected = vae_latent_shape(video.sizes());
     if (latents.sizes() != at::IntArrayRef(expected)) {
-      throw Error("TorchScript VAE " + path_ + ": for a video " + shape_string(video.sizes()) +
+      throw Error(std::string(module_->kind()) + " VAE " + path_ + ": for a video " +
+                  shape_string(video.sizes()) +
                   " expected latents [B, 48, (T-1)/4+1, H/16, W/16] = " + shape_string(expected) +
                   ", got " + shape_string(latents.sizes()) +
                   "; export an encoder whose forward(video) returns the latent mean");
     }
     return latents;
   }
-  int64_t parameter_count() const override {
-    int64_t count = 0;
-    for (const auto& p : module_.parameters()) count += p.numel();
-    return count;
-  }
+  int64_t parameter_count() const override { return module_->parameter_count(); }
 
  private:
   std::string path_;
   EncoderPlacement placement_;
-  torch::jit::Module module_;
+  std::unique_ptr<ExportedModule> module_;
 };
 
 }  // namespace
@@ -418,9 +414,9 @@ std::unique_ptr<VaeEncoder> make_wan22_vae(int64_t width, const std::vector<int6
                                                    seed, placement);
 }
 
-std::unique_ptr<VaeEncoder> load_torchscript_vae(const std::string& path,
-                                                 const EncoderPlacement& placement) {
-  return std::make_unique<ScriptedVae>(path, placement);
+std::unique_ptr<VaeEncoder> load_exported_vae(const std::string& encoder, const std::string& path,
+                                              const EncoderPlacement& placement) {
+  return std::make_unique<ExportedVae>(encoder, path, placement);
 }
 
 }  // namespace wam::models

@@ -57,10 +57,11 @@ std::unique_ptr<VaeEncoder> make_wan22_vae(int64_t width, const std::vector<int6
                                            int64_t res_blocks, uint64_t seed,
                                            const EncoderPlacement& placement);
 
-// A TorchScript module whose forward(video float [B, 3, T, H, W] in [-1, 1]) returns the latent
-// mean as above. Checked at load with a probe video [1, 3, 5, 64, 64]: any other output shape than
-// [1, 48, 2, 4, 4] is an error naming the file, the expected and the returned shape.
-std::unique_ptr<VaeEncoder> load_torchscript_vae(const std::string& path,
-                                                 const EncoderPlacement& placement);
+// An exported module (load_exported_module: encoder "torchscript" or "aoti") whose forward(video
+// float [B, 3, T, H, W] in [-1, 1]) returns the latent mean as above. Checked at load with a probe
+// video [1, 3, 5, 64, 64]: any other output shape than [1, 48, 2, 4, 4] is an error naming the
+// file, the expected and the returned shape.
+std::unique_ptr<VaeEncoder> load_exported_vae(const std::string& encoder, const std::string& path,
+                                              const EncoderPlacement& placement);
 
 }  // namespace wam::models

@@ -330,24 +330,24 @@ at::Tensor BuiltinVlm::encode_qwen3(const at::Tensor& images, const at::Tensor& 
   return q.project ? q.project(h) : h;
 }
 
-ScriptedVlm::ScriptedVlm(std::string path, int64_t width, const EncoderPlacement& placement)
+ExportedVlm::ExportedVlm(const std::string& encoder, std::string path, int64_t width,
+                         const EncoderPlacement& placement)
     : path_(std::move(path)),
       width_(width),
       placement_(placement),
-      module_(load_frozen_script(path_, "VlmEncode", placement)) {
+      module_(load_exported_module(encoder, path_, "VlmEncode", placement)) {
   encode(torch::zeros({2, 3, 112, 112}), torch::arange(1, 9, at::kLong).view({1, 8}));
 }
 
-at::Tensor ScriptedVlm::encode(const at::Tensor& images, const at::Tensor& token_ids) {
+at::Tensor ExportedVlm::encode(const at::Tensor& images, const at::Tensor& token_ids) {
   torch::NoGradGuard no_grad;
-  const at::Tensor hidden = call_script(
-      module_, {images.to(placement_.device, placement_.dtype), token_ids.to(placement_.device)},
-      "TorchScript VLM", path_);
+  const at::Tensor hidden = module_->call(
+      {images.to(placement_.device, placement_.dtype), token_ids.to(placement_.device)});
   const int64_t batch = token_ids.size(0), length = token_ids.size(1);
   if (hidden.dim() != 3 || hidden.size(0) != batch || hidden.size(1) < length ||
       hidden.size(2) != width_) {
-    throw Error("TorchScript VLM " + path_ + ": for images " + shape_string(images.sizes()) +
-                " and token_ids " + shape_string(token_ids.sizes()) +
+    throw Error(std::string(module_->kind()) + " VLM " + path_ + ": for images " +
+                shape_string(images.sizes()) + " and token_ids " + shape_string(token_ids.sizes()) +
                 " expected hidden states [B, S >= L, width] = [" + std::to_string(batch) +
                 ", S >= " + std::to_string(length) + ", " + std::to_string(width_) + "], got " +
                 shape_string(hidden.sizes()) +

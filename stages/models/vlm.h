@@ -90,20 +90,22 @@ class BuiltinVlm {
   std::unique_ptr<Qwen3Modules> qwen3_;
 };
 
-// A TorchScript VLM: forward(images float [B * V, 3, h, w] in [0, 1], token_ids int64 [B, L]
-// right-padded with 0) -> last hidden states [B, S, width] with S >= L, laid out as the built-in's:
-// S - L image tokens first (all valid), then one row per token id (valid where the id is not 0).
-// Checked at load with a probe (images [2, 3, 112, 112], token_ids [1, 8]).
-class ScriptedVlm {
+// An exported VLM (load_exported_module: encoder "torchscript" or "aoti"): forward(images float [B
+// * V, 3, h, w] in [0, 1], token_ids int64 [B, L] right-padded with 0) -> last hidden states [B, S,
+// width] with S >= L, laid out as the built-in's: S - L image tokens first (all valid), then one
+// row per token id (valid where the id is not 0). Checked at load with a probe (images [2, 3, 112,
+// 112], token_ids [1, 8]).
+class ExportedVlm {
  public:
-  ScriptedVlm(std::string path, int64_t width, const EncoderPlacement& placement);
+  ExportedVlm(const std::string& encoder, std::string path, int64_t width,
+              const EncoderPlacement& placement);
   at::Tensor encode(const at::Tensor& images, const at::Tensor& token_ids);
 
  private:
   std::string path_;
   int64_t width_;
   EncoderPlacement placement_;
-  torch::jit::Module module_;
+  std::unique_ptr<ExportedModule> module_;
 };
 
 }  // namespace wam::models

@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "common/encoder_params.h"
 #include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/host_memory.h"
@@ -252,6 +253,27 @@ TEST(VaeEncodeTest, TorchScriptNeedsAnExistingPath) {
   EXPECT_EQ(encode_error(R"({"encoder": "torchscript", "path": "/nonexistent/vae.pt"})",
                          video_batch(1, 5, 64, 32)),
             "VaeEncode: TorchScript file /nonexistent/vae.pt does not exist");
+}
+
+// Encoder "aoti" (scripts/export_encoder.py; tests/scripts/export_encoder_test.sh loads real
+// packages where LibTorch can).
+TEST(VaeEncodeTest, AotiPackagesAreRefusedAtValidateWhereLibTorchCannotLoadThem) {
+  if (kAotiPackagesSupported) GTEST_SKIP() << "this LibTorch loads AOTInductor packages";
+  EXPECT_EQ(
+      encode_error(R"({"encoder": "aoti", "path": "/tmp/vae.pt2"})", video_batch(1, 5, 64, 32)),
+      "<test>:/params/encoder [VaeEncode]: \"aoti\" needs a LibTorch with AOTInductor's "
+      "package loader (2.6 or later), and this build's has none: export the module with "
+      "torch.jit.save and use encoder \"torchscript\", or build against a newer LibTorch");
+}
+
+TEST(VaeEncodeTest, AotiNeedsAnExistingPackage) {
+  if (!kAotiPackagesSupported) GTEST_SKIP() << "this LibTorch cannot load AOTInductor packages";
+  EXPECT_EQ(encode_error(R"({"encoder": "aoti"})", video_batch(1, 5, 64, 32)),
+            "VaeEncode: param path is required with encoder \"aoti\" (an AOTInductor package "
+            "from scripts/export_encoder.py)");
+  EXPECT_EQ(encode_error(R"({"encoder": "aoti", "path": "/nonexistent/vae.pt2"})",
+                         video_batch(1, 5, 64, 32)),
+            "VaeEncode: AOTInductor package /nonexistent/vae.pt2 does not exist");
 }
 
 }  // namespace

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Exports a frozen encoder, a PyTorch nn.Module, as an AOTInductor package (.pt2) that
+wam-pipeline loads with `"encoder": "aoti", "path": "<package>"` (VaeEncode, VlmEncode, TextEmbed's
+text-cache encoder). The package holds the module's weights and Inductor's compiled kernels for
+one device and dtype; its inputs keep the dynamic sizes the stages feed (docs/ENCODERS.md,
+"Exported encoders"):
+
+  vae   forward(video float [B, 3, T, H, W] in [-1, 1]) -> latent mean [B, 48, (T-1)/4+1, H/16, W/16]
+        (B, T = 4k+1, H and W multiples of 16 dynamic)
+  vlm   forward(images float [N, 3, h, w] in [0, 1], token_ids int64 [B, L]) -> hidden [B, S, width]
+        (N, B, L dynamic; h and w multiples of --image-multiple)
+  text  forward(token_ids int64 [N, 128]) -> [N, 128, text_dim] (N dynamic)
+
+  python3 scripts/export_encoder.py vae my_vae.py:build_encoder wan22_vae.pt2 --device cuda
+
+MODULE is FILE.py:NAME, NAME a callable returning the module (a class or a function). After
+compiling, the package is loaded back and compared with the module on two input shapes (the
+example and the one the stage probes with at open); --reference FILE writes the example inputs
+and the module's output as safetensors ("input0", "input1", ..., "output") for a C++ check.
+Needs PyTorch 2.6 or later (torch._inductor.aoti_compile_and_package), the GPU image's python3.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import struct
+import sys
+
+import torch
+
+
+def fail(message):
+    print(f"export_encoder: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def load_factory(spec):
+    path, _, name = spec.rpartition(":")
+    if not path or not name:
+        fail(f"MODULE {spec!r} is not FILE.py:NAME")
+    if not os.path.isfile(path):
+        fail(f"{path} does not exist")
+    loader_spec = importlib.util.spec_from_file_location("wam_exported_encoder", path)
+    module = importlib.util.module_from_spec(loader_spec)
+    loader_spec.loader.exec_module(module)
+    if not hasattr(module, name):
+        fail(f"{path} has no {name}")
+    return getattr(module, name)
+
+
+def inputs_for(kind, device, dtype, image_multiple):
+    """The example inputs, their dynamic sizes, and the inputs the stage probes with at open
+    (stages/models/vae.cc, vlm.cc, text_encoder.cc)."""
+    generator = torch.Generator().manual_seed(0)
+
+    def uniform(*shape, low=0.0, high=1.0):
+        values = torch.rand(*shape, generator=generator) * (high - low) + low
+        return values.to(device, dtype)
+
+    def token_ids(rows, length):
+        return torch.randint(2, 258, (rows, length), generator=generator).to(device)
+
+    Dim = torch.export.Dim
+    if kind == "vae":
+        frames = Dim("latent_frames_after_the_first", min=1, max=64)
+        height, width = Dim("height_16", min=2, max=256), Dim("width_16", min=2, max=256)
+        dynamic = ({0: Dim("batch", min=1, max=4096), 2: 4 * frames + 1, 3: 16 * height,
+                    4: 16 * width},)
+        return ((uniform(2, 3, 9, 64, 96, low=-1.0),), dynamic,
+                (uniform(1, 3, 5, 64, 64, low=-1.0),))
+    if kind == "vlm":
+        m = image_multiple
+        height, width = Dim("height_m", min=2, max=4096 // m), Dim("width_m", min=2, max=4096 // m)
+        dynamic = ({0: Dim("images", min=1, max=4096), 2: m * height, 3: m * width},
+                   {0: Dim("batch", min=1, max=4096), 1: Dim("tokens", min=2, max=8192)})
+        probe_side = -(-112 // m) * m
+        return ((uniform(4, 3, 4 * m, 6 * m), token_ids(2, 12)), dynamic,
+                (uniform(2, 3, probe_side, probe_side), token_ids(1, 8)))
+    dynamic = ({0: Dim("prompts", min=1, max=4096)},)
+    return (token_ids(3, 128),), dynamic, (token_ids(1, 128),)
+
+
+SAFETENSORS_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
+                      torch.int64: "I64"}
+
+
+def write_safetensors(path, tensors):
+    """The safetensors layout (an 8-byte header length, a JSON header, the raw bytes), written
+    here so that the check needs no package beyond torch."""
+    header, blobs, offset = {}, [], 0
+    for name, tensor in tensors.items():
+        tensor = tensor.detach().contiguous().cpu()
+        raw = tensor.view(torch.uint8).reshape(-1).numpy().tobytes()
+        header[name] = {"dtype": SAFETENSORS_DTYPES[tensor.dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    encoded = json.dumps(header).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    temporary = path + ".tmp"
+    with open(temporary, "wb") as out:
+        out.write(struct.pack("<Q", len(encoded)))
+        out.write(encoded)
+        for blob in blobs:
+            out.write(blob)
+    os.replace(temporary, path)
+
+
+def max_difference(got, want):
+    return (got.float() - want.float()).abs().max().item()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("kind", choices=["vae", "vlm", "text"])
+    parser.add_argument("module", help="FILE.py:NAME, NAME() returning the nn.Module")
+    parser.add_argument("out", help="the package to write (.pt2)")
+    parser.add_argument("--device", default="cuda", help="where the package runs (cuda, cpu)")
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
+                        help="the encoder's precision (default: bfloat16 on CUDA, float32 on "
+                             "the CPU, as the stages' dtype auto)")
+    parser.add_argument("--image-multiple", type=int, default=28,
+                        help="vlm: image sides are multiples of this (patch x merge; 28 for "
+                             "Qwen-VL)")
+    parser.add_argument("--reference", help="also write the example inputs and the module's "
+                                            "output here (safetensors)")
+    args = parser.parse_args()
+    try:
+        importlib.import_module("torch._inductor")  # not imported by `import torch`
+    except ImportError:
+        pass
+    if not hasattr(getattr(torch, "_inductor", None), "aoti_compile_and_package"):
+        fail(f"PyTorch {torch.__version__} has no torch._inductor.aoti_compile_and_package "
+             "(2.6 or later needed)")
+    device = torch.device(args.device)
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
+        args.dtype, torch.bfloat16 if device.type == "cuda" else torch.float32)
+
+    module = load_factory(args.module)()
+    if not isinstance(module, torch.nn.Module):
+        fail(f"{args.module} returned {type(module).__name__}, not a torch.nn.Module")
+    module = module.to(device, dtype).eval().requires_grad_(False)
+    example, dynamic, probe = inputs_for(args.kind, device, dtype, args.image_multiple)
+
+    with torch.no_grad():
+        program = torch.export.export(module, example, dynamic_shapes=dynamic)
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        torch._inductor.aoti_compile_and_package(program, package_path=args.out)
+        package = torch._inductor.aoti_load_package(args.out)
+        for name, inputs in (("example", example), ("probe", probe)):
+            want, got = module(*inputs), package(*inputs)
+            shapes = ", ".join(str(list(t.shape)) for t in inputs)
+            print(f"export_encoder: {name} inputs {shapes} -> {list(want.shape)}, package and "
+                  f"module differ by at most {max_difference(got, want):.3g}")
+            if got.shape != want.shape:
+                fail(f"the package returned {list(got.shape)} where the module returns "
+                     f"{list(want.shape)}")
+        if args.reference:
+            tensors = {f"input{i}": t for i, t in enumerate(example)}
+            tensors["output"] = module(*example)
+            write_safetensors(args.reference, tensors)
+    print(f"export_encoder: wrote {args.out} ({args.kind}, {device}, {str(dtype)[6:]})")
+
+
+if __name__ == "__main__":
+    main()

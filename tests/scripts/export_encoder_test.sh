@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# scripts/export_encoder.py against the stages: exports the small encoders of tiny_encoders.py as
+# AOTInductor packages on the CPU, then wam_export_encoder_check loads each the way the stages do
+# (the VAE through VaeEncode) and compares with the Python module's outputs. Needs a python3 with
+# PyTorch 2.6 or later and a LibTorch that loads packages (the GPU image); skipped (77) elsewhere,
+# saying which is missing. Usage: export_encoder_test.sh WAM_EXPORT_ENCODER_CHECK (from the source
+# root).
+set -uo pipefail
+check=$1
+py=python3
+if ! "$py" -c "import torch._inductor as i; i.aoti_compile_and_package" 2>/dev/null; then
+  echo "skipped: python3 has no PyTorch 2.6+ with torch._inductor.aoti_compile_and_package"
+  exit 77
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+if [ "$("$check" --supported)" != yes ]; then
+  echo "skipped: this build's LibTorch cannot load AOTInductor packages"
+  exit 77
+fi
+failures=0
+for spec in "vae TinyVae" "text TinyText"; do
+  read -r kind name <<<"$spec"
+  if "$py" scripts/export_encoder.py "$kind" "tests/scripts/tiny_encoders.py:$name" \
+    "$work/$kind.pt2" --device cpu --reference "$work/$kind.safetensors" >"$work/$kind.log" 2>&1 &&
+    "$check" "$kind" "$work/$kind.pt2" "$work/$kind.safetensors" >>"$work/$kind.log" 2>&1; then
+    echo "ok   $kind: the package loaded by the stages equals the Python module"
+  else
+    echo "FAIL $kind"
+    failures=$((failures + 1))
+  fi
+  cat "$work/$kind.log"
+done
+# A package that is not one is refused naming the file.
+echo "not a package" >"$work/bad.pt2"
+if "$check" vae "$work/bad.pt2" "$work/vae.safetensors" 2>&1 |
+  grep -q "export_encoder_check: cannot load AOTInductor package $work/bad.pt2"; then
+  echo "ok   a damaged package is refused naming it"
+else
+  echo "FAIL a damaged package"
+  failures=$((failures + 1))
+fi
+exit $((failures > 0))
