@@ -10,7 +10,11 @@
 #   source .gpu/gpu-env.sh && source .gpu-extra/env.sh && scripts/step-bench.sh [BEFORE_DIR]
 # BEFORE_DIR: a source tree, e.g. `git archive PARENT | tar -x -C DIR`; without it only this tree
 # is timed. WAM_STEP_BENCH_ROUNDS (default 2) rounds; WAM_STEP_BENCH_ROWS picks rows by name
-# (default "shipped recompute"); logs and the trace summary go to ${OUT:-/tmp/step-bench}.
+# (default "shipped recompute"; also "fp8" and "fp8-recompute": TrainStep's precision "fp8", no
+# peer); WAM_STEP_BENCH_PROFILE names the rows whose step is profiled (default "shipped");
+# WAM_STEP_BENCH_LOSS_STEPS=N also trains this tree N steps with bf16 and with fp8 products on the
+# same data (`wam-pipeline run`, a loss logged every step) and plots both (scripts/loss_plot.py).
+# Logs, the trace summaries and the plot go to ${OUT:-/tmp/step-bench}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/step-bench}
@@ -49,6 +53,8 @@ base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
 rows=(
   "shipped||0"
   "recompute|--set nodes.step.params.memory_budget=0|3"
+  "fp8|--set nodes.step.params.precision=fp8|"
+  "fp8-recompute|--set nodes.step.params.precision=fp8 --set nodes.step.params.memory_budget=0|"
 )
 peer=""
 if [ -z "${WAM_STEP_BENCH_NO_PEER:-}" ] &&
@@ -70,7 +76,7 @@ for round in $(seq "${WAM_STEP_BENCH_ROUNDS:-2}"); do
       peak=$(sed -n 's/.*peak device memory \(.*\)$/\1/p' "$log" | head -1)
       echo "round $round  $name  $which: step ${step:-?} ms, peak $peak"
     done
-    if [ -n "$peer" ]; then
+    if [ -n "$peer" ] && [ -n "$peer_recompute" ]; then
       log="$out/bench_${name}_peer_$round.txt"
       python3 scripts/peer_step.py --model configs/model/base.json --batch 16 \
         --recompute "$peer_recompute" --json "$out/peer_${name}_$round.json" >"$log" 2>&1 ||
@@ -81,10 +87,13 @@ for round in $(seq "${WAM_STEP_BENCH_ROUNDS:-2}"); do
     fi
   done
 done
-if [ -z "${WAM_STEP_BENCH_NO_PROFILE:-}" ]; then
-  "$bin" bench pipelines/robotwin_compile.json "${base[@]}" --device-only --steps 3 --warmup 4 \
-    --profile --trace "$out/trace.json" >"$out/profile.txt" 2>&1 || tail -5 "$out/profile.txt"
-  python3 - "$out/trace.json" >"$out/kernels.txt" <<'PY'
+profile_row() {  # NAME EXTRA: this tree's step at a row's settings, its kernels by name
+  local name=$1 extra=$2
+  # shellcheck disable=SC2086  # extra holds several arguments
+  "$bin" bench pipelines/robotwin_compile.json "${base[@]}" $extra --device-only --steps 3 \
+    --warmup 4 --profile --trace "$out/trace.json" >"$out/profile_$name.txt" 2>&1 ||
+    tail -5 "$out/profile_$name.txt"
+  python3 - "$out/trace.json" >"$out/kernels_$name.txt" <<'PY'
 import collections, json, sys
 events = json.load(open(sys.argv[1]))["traceEvents"]
 total, calls = collections.Counter(), collections.Counter()
@@ -98,5 +107,24 @@ for name, ms in total.most_common(45):
     print(f"{ms / steps:8.2f} ms {calls[name] // steps:6d} calls  {name}")
 PY
   rm -f "$out/trace.json"
-  head -50 "$out/kernels.txt"
+  echo "## kernels, $name"
+  head -50 "$out/kernels_$name.txt"
+}
+if [ -z "${WAM_STEP_BENCH_NO_PROFILE:-}" ]; then
+  for spec in "${rows[@]}"; do
+    IFS='|' read -r name extra _ <<<"$spec"
+    [[ " ${WAM_STEP_BENCH_PROFILE:-shipped} " == *" $name "* ]] && profile_row "$name" "$extra"
+  done
+fi
+if [ -n "${WAM_STEP_BENCH_LOSS_STEPS:-}" ]; then
+  runs=()
+  for precision in bf16 fp8; do
+    "$bin" run pipelines/robotwin_compile.json "${base[@]}" --steps "$WAM_STEP_BENCH_LOSS_STEPS" \
+      --set nodes.step.params.precision=$precision --set nodes.step.params.log_every=1 \
+      --set 'nodes.step.params.checkpoint_dir=""' >"$out/loss_$precision.log" 2>&1 ||
+      { tail -5 "$out/loss_$precision.log"; continue; }
+    runs+=("$precision=$out/loss_$precision.log")
+  done
+  python3 scripts/loss_plot.py "$out/fp8_loss.svg" \
+    "Base preset, batch 16, RoboTwin: bf16 and fp8 products, same data and noise" "${runs[@]}"
 fi

@@ -1,5 +1,5 @@
 // Written against cuBLASLt's C API by hand: LibTorch exposes none of these epilogues as an op
-// (kernels/epilogue_gemm.h says why they are worth it).
+// (kernels/epilogue_gemm.h says why they are worth it), and LibTorch 1.13 has no FP8 product.
 #include "kernels/epilogue_gemm.h"
 
 #include <cublasLt.h>
@@ -10,6 +10,8 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+
+#include "kernels/fp8.h"
 
 namespace wam::kernels {
 namespace {
@@ -39,15 +41,18 @@ uint32_t alignment_of(const void* pointer) {
 struct Product {
   cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
   int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldd = 0;
+  cudaDataType_t a_type = CUDA_R_16BF, b_type = CUDA_R_16BF;
   cudaDataType_t d_type = CUDA_R_16BF, bias_type = CUDA_R_16BF;
+  bool fast_accumulation = false;  // FP8 only
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   int64_t aux_ld = 0;  // 0: no auxiliary matrix
   uint32_t align_a = 0, align_b = 0, align_d = 0;
   int device = 0;
 
   auto key() const {
-    return std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb, ldd, d_type, bias_type, epilogue,
-                           aux_ld, align_a, align_b, align_d, device);
+    return std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb, ldd, a_type, b_type, d_type,
+                           bias_type, fast_accumulation, epilogue, aux_ld, align_a, align_b,
+                           align_d, device);
   }
   bool operator<(const Product& other) const { return key() < other.key(); }
 };
@@ -75,6 +80,8 @@ struct Pointers {
   void* d = nullptr;
   void* bias = nullptr;
   void* aux = nullptr;
+  const float* a_scale = nullptr;  // FP8 operands' dequantisation scales
+  const float* b_scale = nullptr;
 };
 
 // RAII for the descriptors one product needs.
@@ -87,10 +94,13 @@ class Descriptors {
     set(CUBLASLT_MATMUL_DESC_EPILOGUE, p.epilogue);
     set(CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, p.bias_type);
     if (p.aux_ld != 0) set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, p.aux_ld);
+    if (p.a_type != CUDA_R_16BF) {
+      set(CUBLASLT_MATMUL_DESC_FAST_ACCUM, static_cast<int8_t>(p.fast_accumulation ? 1 : 0));
+    }
     const bool a_n = p.trans_a == CUBLAS_OP_N, b_n = p.trans_b == CUBLAS_OP_N;
-    check(cublasLtMatrixLayoutCreate(&a_, CUDA_R_16BF, a_n ? p.m : p.k, a_n ? p.k : p.m, p.lda),
+    check(cublasLtMatrixLayoutCreate(&a_, p.a_type, a_n ? p.m : p.k, a_n ? p.k : p.m, p.lda),
           "layout of A");
-    check(cublasLtMatrixLayoutCreate(&b_, CUDA_R_16BF, b_n ? p.k : p.n, b_n ? p.n : p.k, p.ldb),
+    check(cublasLtMatrixLayoutCreate(&b_, p.b_type, b_n ? p.k : p.n, b_n ? p.n : p.k, p.ldb),
           "layout of B");
     check(cublasLtMatrixLayoutCreate(&d_, p.d_type, p.m, p.n, p.ldd), "layout of D");
   }
@@ -170,6 +180,12 @@ bool run(Product p, const Pointers& pointers, void* workspace, CUstream_st* stre
   if (pointers.aux != nullptr) {
     descriptors.set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, pointers.aux);
   }
+  if (pointers.a_scale != nullptr) {
+    descriptors.set(CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, pointers.a_scale);
+  }
+  if (pointers.b_scale != nullptr) {
+    descriptors.set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, pointers.b_scale);
+  }
   const cublasLtHandle_t handle = handle_for(p.device);
   cublasLtMatmulAlgo_t algorithm;
   if (!algorithm_for(handle, p, descriptors, &algorithm)) return false;
@@ -203,6 +219,35 @@ bool linear_gelu_forward(const void* x, const void* weight, const void* bias,
                          shape.in, shape.out, CUBLASLT_EPILOGUE_GELU_AUX_BIAS);
   p.aux_ld = shape.out;
   return run(p, {weight, x, activated, const_cast<void*>(bias), pre_activation}, workspace, stream);
+}
+
+namespace {
+
+cudaDataType_t data_type(Fp8Format format) {
+  return format == Fp8Format::kE4M3 ? CUDA_R_8F_E4M3 : CUDA_R_8F_E5M2;
+}
+
+}  // namespace
+
+bool fp8_product(const Fp8Operand& left, const Fp8Operand& right, int64_t rows, int64_t k,
+                 int64_t n, const void* bias, void* out, void* pre_activation,
+                 bool fast_accumulation, void* workspace, CUstream_st* stream) {
+  // Hopper's FP8 products take no E5M2 x E5M2 pair.
+  if (left.format == Fp8Format::kE5M2 && right.format == Fp8Format::kE5M2) return false;
+  // out^T [n, rows] = right [n, k] left^T [k, rows]: A = right (column-major [k, n]) transposed,
+  // B = left (column-major [k, rows]): the "TN" layout FP8 products require.
+  const cublasLtEpilogue_t epilogue = pre_activation != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS
+                                      : bias != nullptr         ? CUBLASLT_EPILOGUE_BIAS
+                                                                : CUBLASLT_EPILOGUE_DEFAULT;
+  Product p = product_of(CUBLAS_OP_T, CUBLAS_OP_N, n, rows, k, k, k, n, epilogue);
+  p.a_type = data_type(right.format);
+  p.b_type = data_type(left.format);
+  p.fast_accumulation = fast_accumulation;
+  if (pre_activation != nullptr) p.aux_ld = n;
+  Pointers pointers{right.data, left.data, out, const_cast<void*>(bias), pre_activation};
+  pointers.a_scale = right.scale_inverse;
+  pointers.b_scale = left.scale_inverse;
+  return run(p, pointers, workspace, stream);
 }
 
 }  // namespace wam::kernels

@@ -13,14 +13,6 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-at::Tensor rows_of(const at::Tensor& x) { return x.reshape({-1, x.size(-1)}).contiguous(); }
-
-std::vector<int64_t> with_last(at::IntArrayRef sizes, int64_t last) {
-  std::vector<int64_t> out(sizes.begin(), sizes.end());
-  out.back() = last;
-  return out;
-}
-
 #if WAM_FUSED_KERNELS
 kernels::Precision precision_of(at::ScalarType dtype) {
   return dtype == at::kFloat ? kernels::Precision::kFloat32 : kernels::Precision::kBFloat16;
@@ -40,6 +32,14 @@ std::vector<at::ScalarType> precisions_for(at::ScalarType wanted) {
 #endif
 
 }  // namespace
+
+at::Tensor linear_rows(const at::Tensor& x) { return x.reshape({-1, x.size(-1)}).contiguous(); }
+
+std::vector<int64_t> with_last_size(at::IntArrayRef sizes, int64_t last) {
+  std::vector<int64_t> out(sizes.begin(), sizes.end());
+  out.back() = last;
+  return out;
+}
 
 bool epilogue_linears_apply(const at::Tensor& x) {
 #if WAM_FUSED_KERNELS
@@ -90,8 +90,8 @@ class EpilogueLinear : public torch::autograd::Function<EpilogueLinear> {
     const at::Tensor &x = saved[0], &cast_weight = saved[1], &weight = saved[2], &bias = saved[3];
     at::Tensor grad_x;
     if (ctx->needs_input_grad(0)) grad_x = at::matmul(grads[0], cast_weight);
-    const LinearGrads params =
-        linear_param_grads(rows_of(grads[0]), rows_of(x), weight.scalar_type(), bias.scalar_type());
+    const LinearGrads params = linear_param_grads(linear_rows(grads[0]), linear_rows(x),
+                                                  weight.scalar_type(), bias.scalar_type());
     return {grad_x, params.weight, params.bias};
   }
 };
@@ -104,7 +104,7 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
                             const at::Tensor& in_bias, const at::Tensor& out_weight,
                             const at::Tensor& out_bias) {
     const at::ScalarType dtype = x.scalar_type();
-    const at::Tensor rows = rows_of(x), cast_in_weight = in_weight.to(dtype),
+    const at::Tensor rows = linear_rows(x), cast_in_weight = in_weight.to(dtype),
                      cast_in_bias = in_bias.to(dtype), cast_out_weight = out_weight.to(dtype);
     at::Tensor pre_activation, activated;
 #if WAM_FUSED_KERNELS
@@ -130,7 +130,7 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
     ctx->save_for_backward({rows, cast_in_weight, cast_out_weight, pre_activation, activated,
                             in_weight, in_bias, out_weight, out_bias});
     const at::Tensor out = at::linear(activated, cast_out_weight, out_bias.to(dtype));
-    return out.view(with_last(x.sizes(), out_weight.size(0)));
+    return out.view(with_last_size(x.sizes(), out_weight.size(0)));
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -138,7 +138,7 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
     const at::Tensor &rows = saved[0], &cast_in_weight = saved[1], &cast_out_weight = saved[2],
                      &pre_activation = saved[3], &activated = saved[4], &in_weight = saved[5],
                      &in_bias = saved[6], &out_weight = saved[7], &out_bias = saved[8];
-    const at::Tensor grad = rows_of(grads[0]);
+    const at::Tensor grad = linear_rows(grads[0]);
     const LinearGrads out_grads =
         linear_param_grads(grad, activated, out_weight.scalar_type(), out_bias.scalar_type());
     // GELU's derivative as ATen's pass: cuBLASLt's DGELU_BGRAD epilogue ran as a separate, slower
@@ -149,7 +149,7 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
         linear_param_grads(grad_pre, rows, in_weight.scalar_type(), in_bias.scalar_type());
     at::Tensor grad_x;
     if (ctx->needs_input_grad(0)) {
-      grad_x = grad_pre.mm(cast_in_weight).view(with_last(grads[0].sizes(), rows.size(1)));
+      grad_x = grad_pre.mm(cast_in_weight).view(with_last_size(grads[0].sizes(), rows.size(1)));
     }
     return {grad_x, in_grads.weight, in_grads.bias, out_grads.weight, out_grads.bias};
   }

@@ -13,6 +13,11 @@ namespace wam::models {
 // the compiled step's autocast makes the MoT's activations).
 bool epilogue_linears_apply(const at::Tensor& x);
 
+// x [..., in] as contiguous rows [rows, in]: what a product reads.
+at::Tensor linear_rows(const at::Tensor& x);
+// sizes with the last replaced: a product's output shape from its input's.
+std::vector<int64_t> with_last_size(at::IntArrayRef sizes, int64_t last);
+
 // A linear layer's parameter gradients from its output gradient `grad` [rows, out] and input `x`
 // [rows, in] (the same dtype): the weight's [out, in] in `weight_dtype`, the bias's [out] in
 // `bias_dtype`; one product with the bias gradient in its epilogue where it applies.

@@ -18,6 +18,7 @@
 #include "models/activation_checkpoint.h"
 #include "models/constant_rows_linear.h"
 #include "models/epilogue_linear.h"
+#include "models/fp8_linear.h"
 #include "models/fused_norm.h"
 #include "models/modulation.h"
 #include "wam/error.h"
@@ -72,11 +73,20 @@ at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x) {
   return at::linear(x, layer->weight, layer->bias);
 }
 
-// linear() in the compiled step (`fused`): the bias gradient from the weight-gradient product's
-// epilogue where it applies (epilogue_linear).
-at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x, bool fused) {
-  if (fused && epilogue_linears_apply(x)) return epilogue_linear(x, layer->weight, layer->bias);
-  return linear(layer, x);
+// A product of the compiled step (`fused`): FP8 where `fp8` is given and it applies
+// (fp8_linear), otherwise with the bias gradient from the weight-gradient product's epilogue
+// where that applies (epilogue_linear). `state_weight` keys the layer's FP8 state.
+at::Tensor fused_product(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                         bool fused, Fp8Linears* fp8, const at::Tensor& state_weight) {
+  if (fused && fp8 != nullptr) return fp8_linear(x, weight, bias, fp8->state_for(state_weight));
+  if (fused && epilogue_linears_apply(x)) return epilogue_linear(x, weight, bias);
+  return at::linear(x, weight, bias);
+}
+
+// linear() in the compiled step (`fused`), through fused_product.
+at::Tensor linear(const torch::nn::Linear& layer, const at::Tensor& x, bool fused,
+                  Fp8Linears* fp8 = nullptr) {
+  return fused_product(x, layer->weight, layer->bias, fused, fp8, layer->weight);
 }
 
 // Linear, activation, Linear, as a Sequential of the three registers them (parameter names
@@ -94,7 +104,8 @@ at::Tensor linear_act_linear(const torch::nn::Sequential& layers, const at::Tens
 // L hold x's values: projected as one product, with an input gradient for x's rows only (for the
 // others it would be a GEMM as large as the forward one; constant_rows_linear).
 at::Tensor fused_linear(const at::Tensor& x, std::initializer_list<torch::nn::Linear> layers,
-                        bool fused, const at::Tensor& constant_rows = at::Tensor()) {
+                        bool fused, Fp8Linears* fp8,
+                        const at::Tensor& constant_rows = at::Tensor()) {
   std::vector<at::Tensor> weights, biases;
   for (const torch::nn::Linear& layer : layers) {
     weights.push_back(layer->weight);
@@ -102,17 +113,17 @@ at::Tensor fused_linear(const at::Tensor& x, std::initializer_list<torch::nn::Li
   }
   const at::Tensor weight = at::cat(weights), bias = at::cat(biases);
   if (constant_rows.defined()) return constant_rows_linear(x, constant_rows, weight, bias);
-  if (fused && epilogue_linears_apply(x)) return epilogue_linear(x, weight, bias);
-  return at::linear(x, weight, bias);
+  return fused_product(x, weight, bias, fused, fp8, layers.begin()->get()->weight);
 }
 
 // fused_linear's product split into the layers' outputs.
 std::vector<at::Tensor> fused_linears(const at::Tensor& x,
                                       std::initializer_list<torch::nn::Linear> layers, bool fused,
+                                      Fp8Linears* fp8,
                                       const at::Tensor& constant_rows = at::Tensor()) {
   std::vector<int64_t> widths;
   for (const torch::nn::Linear& layer : layers) widths.push_back(layer->weight.size(0));
-  return fused_linear(x, layers, fused, constant_rows).split_with_sizes(widths, -1);
+  return fused_linear(x, layers, fused, fp8, constant_rows).split_with_sizes(widths, -1);
 }
 
 at::Tensor plain_layer_norm(const at::Tensor& x) {
@@ -382,7 +393,7 @@ class ExpertBlockImpl : public torch::nn::Module {
         (modulation_.view({1, 1, 6, hidden_}) + t_mod.view({x.size(0), t_mod.size(1), 6, hidden_}))
             .unbind(2);
     at::Tensor h = modulated_norm(x, out.mods[0], out.mods[1], layout, fused);
-    out.qkv = fused_linear(h, {q_, k_, v_}, fused);
+    out.qkv = fused_linear(h, {q_, k_, v_}, fused, fp8_);
     return out;
   }
 
@@ -398,6 +409,9 @@ class ExpertBlockImpl : public torch::nn::Module {
 
   QkNormWeights qk_norm_weights() const { return {q_norm_->weight(), k_norm_->weight()}; }
 
+  // The compiled step's products in FP8 (WorldActionModelImpl::set_fp8); null: bf16.
+  void set_fp8(Fp8Linears* fp8) { fp8_ = fp8; }
+
   // attended [B, N, H*d] from the joint attention; context [B, L, context_dim] with key mask
   // context_allowed [B, 1, 1, L]. constant_context, when defined: all L rows of the context as a
   // constant [B, L, context_dim] whose first rows carry no gradient; context then holds the last
@@ -406,14 +420,19 @@ class ExpertBlockImpl : public torch::nn::Module {
                             const std::vector<at::Tensor>& mods, const TokenGroups& layout,
                             const at::Tensor& context, const at::Tensor& context_allowed,
                             bool fused, const at::Tensor& constant_context = at::Tensor()) {
-    x = gated_residual(x, linear(o_, attended, fused), mods[2], layout, fused);
+    x = gated_residual(x, linear(o_, attended, fused, fp8_), mods[2], layout, fused);
     x = x + cross_attention(cross_layer_norm(cross_norm_, x, fused), context, context_allowed,
                             fused, constant_context);
     at::Tensor h = modulated_norm(x, mods[3], mods[4], layout, fused);
-    at::Tensor ffn =
-        fused && epilogue_linears_apply(h)
-            ? epilogue_gelu_mlp(h, ffn_in_->weight, ffn_in_->bias, ffn_out_->weight, ffn_out_->bias)
-            : linear(ffn_out_, at::gelu(linear(ffn_in_, h), "tanh"));
+    at::Tensor ffn;
+    if (fused && fp8_ != nullptr) {
+      ffn = fp8_gelu_mlp(h, ffn_in_->weight, ffn_in_->bias, ffn_out_->weight, ffn_out_->bias,
+                         fp8_->state_for(ffn_in_->weight), fp8_->state_for(ffn_out_->weight));
+    } else if (fused && epilogue_linears_apply(h)) {
+      ffn = epilogue_gelu_mlp(h, ffn_in_->weight, ffn_in_->bias, ffn_out_->weight, ffn_out_->bias);
+    } else {
+      ffn = linear(ffn_out_, at::gelu(linear(ffn_in_, h), "tanh"));
+    }
     return gated_residual(x, ffn, mods[5], layout, fused);
   }
 
@@ -435,16 +454,17 @@ class ExpertBlockImpl : public torch::nn::Module {
                              const at::Tensor& constant_context) {
     const int64_t b = x.size(0),
                   l = constant_context.defined() ? constant_context.size(1) : context.size(1);
-    at::Tensor q = normed_heads(cross_q_norm_, linear(cross_q_, x, fused), nullptr, fused);
+    at::Tensor q = normed_heads(cross_q_norm_, linear(cross_q_, x, fused, fp8_), nullptr, fused);
     std::vector<at::Tensor> kv =
-        fused_linears(context, {cross_k_, cross_v_}, fused, constant_context);
+        fused_linears(context, {cross_k_, cross_v_}, fused, fp8_, constant_context);
     at::Tensor k = normed_heads(cross_k_norm_, kv[0], nullptr, fused);
     at::Tensor v = kv[1].reshape({b, l, heads_, head_dim_});
-    return linear(cross_o_, attention(q, k, v, context_allowed), fused);
+    return linear(cross_o_, attention(q, k, v, context_allowed), fused, fp8_);
   }
 
   int64_t hidden_, heads_, head_dim_;
-  at::Tensor modulation_;  // [6, D]
+  Fp8Linears* fp8_ = nullptr;  // owned by the model
+  at::Tensor modulation_;      // [6, D]
   torch::nn::Linear q_{nullptr}, k_{nullptr}, v_{nullptr}, o_{nullptr};
   RMSNorm q_norm_{nullptr}, k_norm_{nullptr};
   torch::nn::LayerNorm cross_norm_{nullptr};
@@ -502,6 +522,11 @@ class MoTLayerImpl : public torch::nn::Module {
         action, attended.narrow(1, video_tokens, action.size(1)), a.mods, in.action_groups,
         in.action_context, in.action_context_allowed, in.fused_norms, in.action_constant_context);
     return {video_out, action_out};
+  }
+
+  void set_fp8(Fp8Linears* fp8) {
+    video_->set_fp8(fp8);
+    action_->set_fp8(fp8);
   }
 
   // Attention over the video tokens then the action tokens, each expert with its own q/k norms
@@ -798,6 +823,11 @@ WorldActionModelImpl::WorldActionModelImpl(const MoTConfig& config) : config_(co
                                         c.video_hidden, c.future_latent_frames * patch_features));
   action_head_ = register_module(
       "action_head", std::make_shared<detail::OutputHeadImpl>(c.action_hidden, c.action_dim));
+}
+
+void WorldActionModelImpl::set_fp8(const at::Tensor& steps_done) {
+  fp8_ = steps_done.defined() ? std::make_shared<Fp8Linears>(steps_done) : nullptr;
+  for (const auto& layer : *layers_) layer->as<detail::MoTLayerImpl>()->set_fp8(fp8_.get());
 }
 
 int64_t WorldActionModelImpl::parameter_count() const {

@@ -146,6 +146,8 @@ struct LossTerms {
   at::Tensor semantic_student, semantic_teacher;
 };
 
+class Fp8Linears;
+
 namespace detail {
 class TimestepEmbedderImpl;
 class MoTLayerImpl;
@@ -166,6 +168,10 @@ class WorldActionModelImpl : public torch::nn::Module {
   // Routes the q/k norms and RoPE through the fused CUDA kernels (models/fused_norm.h) where they
   // apply; TrainStep's compiled mode turns this on. Same maths, other rounding.
   void set_fused_kernels(bool on) { fused_kernels_ = on; }
+  // The fused kernels' linear layers of the MoT with FP8 products where they apply
+  // (models/fp8_linear.h; TrainStep's precision "fp8"), their delayed scaling tagged by
+  // `steps_done`, the optimizer's float32 device step count. Undefined: bf16 products.
+  void set_fp8(const at::Tensor& steps_done);
   // Activation checkpointing recomputes only the first `groups` checkpoint groups in backward
   // (-1: all of them); the later groups keep their activations, trading memory for the second
   // forward. StepRunner's compiled step sets it from a memory budget.
@@ -186,6 +192,7 @@ class WorldActionModelImpl : public torch::nn::Module {
 
   MoTConfig config_;
   bool fused_kernels_ = false;
+  std::shared_ptr<Fp8Linears> fp8_;  // set_fp8
   int64_t recomputed_groups_ = -1;
   torch::nn::Linear patch_embed_{nullptr};         // (C*2*2) -> video_hidden
   at::Tensor delta_queries_;                       // [future_delta_tokens, video_hidden]

@@ -109,6 +109,7 @@ StepRunner::StepRunner(models::WorldActionModel model, AdamW& optimizer, at::Dev
       tunableop_results_(std::move(tunableop_results)) {
   // The compiled step runs the fused kernels, as the reference's compiled layers run Inductor's.
   model_->set_fused_kernels(compiled_);
+  model_->set_fp8(compiled_ && options_.fp8 ? optimizer_.step_tensor() : at::Tensor());
 #if WAM_WITH_CUDA
   if (compiled_ && !tunableop_results_.empty()) {
     fs::create_directories(fs::path(tunableop_results_).parent_path());

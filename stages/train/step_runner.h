@@ -41,6 +41,8 @@ struct StepOptions {
   // and with none, and recomputes only as many groups as the budget needs.
   double memory_budget = 0;
   CollectivePlacement collectives = CollectivePlacement::kInGraph;  // compiled data-parallel step
+  // Compiled step: the MoT linear layers' products in FP8 (models/fp8_linear.h).
+  bool fp8 = false;
 };
 
 // Called around the backward pass of every step: data-parallel gradient averaging

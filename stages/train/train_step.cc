@@ -44,6 +44,7 @@
 #include "common/device.h"
 #include "common/distributed.h"
 #include "common/seeding.h"
+#include "models/fp8_linear.h"
 #include "models/fused_norm.h"
 #include "models/world_model.h"
 #include "train/data_parallel.h"
@@ -76,6 +77,13 @@ constexpr auto enum_names(StepMode) {
   return std::array{EnumName{StepMode::kEager, "eager"}, EnumName{StepMode::kCompiled, "compiled"}};
 }
 
+// The MoT linear layers' products in the compiled step (models/fp8_linear.h).
+enum class ProductPrecision { kBf16, kFp8 };
+constexpr auto enum_names(ProductPrecision) {
+  return std::array{EnumName{ProductPrecision::kBf16, "bf16"},
+                    EnumName{ProductPrecision::kFp8, "fp8"}};
+}
+
 struct TrainStepParams {
   models::MoTConfig model;
   StepMode mode = StepMode::kEager;
@@ -91,6 +99,7 @@ struct TrainStepParams {
   int64_t save_every = 0;
   std::string resume;
   bool autocast_bf16 = true;
+  ProductPrecision precision = ProductPrecision::kBf16;
   int64_t seed = -1;
   int64_t vlm_context_pad_to = 1024;
   double memory_budget = 0;
@@ -124,6 +133,10 @@ struct TrainStepParams {
       "Save the training state every N steps (0: only at the end of the run).", Min{0});
     v("resume", resume, "Training-state file or directory to continue from (\"\": start fresh).");
     v("autocast_bf16", autocast_bf16, "bf16 autocast for the forward pass (CUDA only).");
+    v("precision", precision,
+      "compiled: the MoT linear layers' matrix products. bf16; or fp8 (Hopper): inputs and "
+      "weights in E4M3, output gradients in E5M2, each scaled per tensor by its amax over the "
+      "last 15 steps; weight gradients, weights and the optimizer stay bf16/float32.");
     v("seed", seed, "Seeds model init and the noise generator (-1: settings.seed).", Min{-1});
     v("vlm_context_pad_to", vlm_context_pad_to,
       "compiled: VLM context tokens padded to this for a stable graph; longer is an error.",
@@ -140,6 +153,19 @@ struct TrainStepParams {
       "Compiled data-parallel step: in_graph captures the all-reduces in the CUDA graph, "
       "overlapped with backward; outside_graph runs them between a forward+backward graph and "
       "an update graph.");
+  }
+
+  void check(ParamChecker& c) const {
+    if (precision != ProductPrecision::kFp8) return;
+    c.require(mode == StepMode::kCompiled, "precision",
+              "\"fp8\" is the compiled step's: set mode to \"compiled\", or precision to "
+              "\"bf16\"");
+    if (mode != StepMode::kCompiled) return;
+    c.require(autocast_bf16, "precision",
+              "\"fp8\" casts the bf16 activations of autocast: set autocast_bf16 to true");
+    c.require(models::fp8_linears_built(), "precision",
+              "\"fp8\" needs the fused CUDA kernels (stages/kernels, built where LibTorch has "
+              "CUDA and nvcc is found), and this build has none: set precision to \"bf16\"");
   }
 };
 
@@ -256,7 +282,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
     runner_ = std::make_unique<train::StepRunner>(
         model_, *optimizer_, device_,
         train::StepOptions{params_.max_grad_norm, params_.autocast_bf16, params_.memory_budget,
-                           params_.collectives},
+                           params_.collectives, params_.precision == ProductPrecision::kFp8},
         graph_capture, tunableop_results);
     if (world_->distributed()) {
       averager_ = std::make_unique<train::GradientAverager>(
@@ -346,8 +372,10 @@ class TrainStepStage final : public Stage, public TrainingStep {
         device_.str() + ", mode " +
         (compiled() && !graph_capture ? std::string("eager (\"compiled\" without CUDA graphs)")
                                       : std::string(enum_name(params_.mode))) +
-        ", checkpoint_group " + std::to_string(config_.activation_checkpoint_group) + ", " +
-        std::to_string(schedule_.total_steps) + " steps" +
+        ", checkpoint_group " + std::to_string(config_.activation_checkpoint_group) +
+        (graph_capture ? ", products " + std::string(enum_name(params_.precision))
+                       : std::string()) +
+        ", " + std::to_string(schedule_.total_steps) + " steps" +
         (params_.resume.empty() ? std::string() : ", resumed at step " + std::to_string(step_)) +
         (world_->distributed()
              ? ", data-parallel " + world_->describe() + " (" +

@@ -1,6 +1,7 @@
 // TrainStep and its machinery (schedule, AdamW, clipping, checkpoints, compiled step) on the tiny
 // preset. CUDA-only checks skip without a GPU.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -8,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "models/fp8_linear.h"
 #include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "testing/temp_dir.h"
@@ -345,6 +347,27 @@ TEST(TrainStepTest, ScheduleNeedsARunLength) {
                "params.total_steps or settings.steps (both are 0)");
 }
 
+TEST(TrainStepTest, Fp8IsForTheCompiledStepWithTheFusedKernels) {
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  EXPECT_ERROR(testing::run_stage("TrainStep", params({{"total_steps", 1}, {"precision", "fp8"}}),
+                                  {make_batch(config, 1)}, cpu_settings()),
+               "<test>:/params/precision [TrainStep]: \"fp8\" is the compiled step's: set mode "
+               "to \"compiled\", or precision to \"bf16\"");
+  EXPECT_ERROR(testing::run_stage("TrainStep",
+                                  params({{"total_steps", 1},
+                                          {"mode", "compiled"},
+                                          {"precision", "fp8"},
+                                          {"autocast_bf16", false}}),
+                                  {make_batch(config, 1)}, cpu_settings()),
+               std::string("<test>:/params/precision [TrainStep]: \"fp8\" casts the bf16 "
+                           "activations of autocast: set autocast_bf16 to true") +
+                   (models::fp8_linears_built()
+                        ? ""
+                        : "\n<test>:/params/precision [TrainStep]: \"fp8\" needs the fused "
+                          "CUDA kernels (stages/kernels, built where LibTorch has CUDA and nvcc "
+                          "is found), and this build has none: set precision to \"bf16\""));
+}
+
 models::TrainBatch to_train_batch(const Sample& s, at::Device device) {
   auto f = [&](const char* name) { return s.tensor(name).to(device); };
   return {f("video_latents"),
@@ -415,6 +438,47 @@ TEST(TrainStepCudaTest, CompiledMatchesEagerAfterFiveSteps) {
     EXPECT_GT(cosine, 0.99) << "run " << run;
     EXPECT_LT(relative, 0.1) << "run " << run;  // bf16 autocast: the paths round differently
   }
+}
+
+// FP8 products (E4M3 forward, E5M2 input gradients) train the tiny preset as the bf16 ones do:
+// the same losses to within FP8's rounding over 5 steps, the parameters moved the same way.
+TEST(TrainStepCudaTest, Fp8StepFollowsTheBf16Step) {
+  if (!torch::cuda::is_available() || !models::fp8_linears_built()) {
+    GTEST_SKIP() << "no CUDA device, or no FP8 kernels in this build";
+  }
+  const at::Device device(at::kCUDA, 0);
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  std::vector<std::vector<double>> losses(2);
+  std::vector<at::Tensor> deltas;
+  for (const bool fp8 : {false, true}) {
+    torch::manual_seed(5);
+    models::WorldActionModel model(config);
+    model->to(device);
+    model->train();
+    std::vector<at::Tensor> initial;
+    for (const auto& p : model->parameters()) initial.push_back(p.detach().flatten().clone());
+    train::AdamW adamw(model->parameters(), train::AdamWOptions{});
+    train::StepOptions options;
+    options.fp8 = fp8;
+    train::StepRunner runner(model, adamw, device, options, /*compiled=*/true, "");
+    at::Generator gen = train::make_noise_generator(device, 9);
+    for (int step = 1; step <= 5; ++step) {
+      models::TrainBatch batch = to_train_batch(make_batch(config, step), device);
+      train::pad_vlm_context(batch, 8);
+      losses[fp8].push_back(runner.step(batch, 1e-3, gen).total);
+    }
+    std::vector<at::Tensor> moved;
+    size_t i = 0;
+    for (const auto& p : model->parameters()) moved.push_back(p.detach().flatten() - initial[i++]);
+    deltas.push_back(torch::cat(moved));
+  }
+  for (size_t step = 0; step < losses[0].size(); ++step) {
+    EXPECT_TRUE(std::isfinite(losses[1][step]));
+    EXPECT_NEAR(losses[1][step], losses[0][step], 0.03 * losses[0][step]) << "step " << step + 1;
+  }
+  const double cosine =
+      (torch::dot(deltas[0], deltas[1]) / (deltas[0].norm() * deltas[1].norm())).item<double>();
+  EXPECT_GT(cosine, 0.9);
 }
 
 }  // namespace
