@@ -44,7 +44,9 @@ bool fp8_cast(const void* x, Precision precision, int64_t n, Fp8Format format,
 
 // The same cast of a row-major [rows, cols] matrix, written as it is into out and transposed into
 // out_transposed [cols, rows]: a weight for the forward product and for the input gradient's.
-void fp8_cast_transposed(const void* x, Precision precision, int64_t rows, int64_t cols,
+// Returns false, having written nothing, unless rows and cols are multiples of 4, x is 16-byte
+// aligned and the outputs 4-byte aligned.
+bool fp8_cast_transposed(const void* x, Precision precision, int64_t rows, int64_t cols,
                          Fp8Format format, const Fp8Scaling& scaling, void* out,
                          void* out_transposed, CUstream_st* stream);
 

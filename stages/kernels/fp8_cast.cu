@@ -13,8 +13,12 @@ namespace wam::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTile = 32;  // the transposing cast's tile: 32 x 32 elements, 32 x 8 threads
-constexpr int kTileRowsPerPass = kThreads / kTile;
+// The transposing cast's tile: 64 x 64 elements, each thread reading 4 consecutive ones and
+// writing them as 4 bytes, both ways (1-byte stores of a 32 x 32 tile ran at a third of the
+// memory's rate: docs/KERNELS.md, version 7).
+constexpr int kTile = 64;
+constexpr int kQuadsPerTileRow = kTile / 4;                    // 16
+constexpr int kTileRowsPerPass = kThreads / kQuadsPerTileRow;  // 16
 
 template <Fp8Format kFormat>
 struct Fp8Traits;
@@ -29,20 +33,12 @@ struct Fp8Traits<Fp8Format::kE5M2> {
   static constexpr __nv_fp8_interpretation_t kInterpretation = __NV_E5M2;
 };
 
-template <Fp8Format kFormat>
-__device__ __forceinline__ uint8_t to_fp8(float value) {
-  return __nv_cvt_float_to_fp8(value, __NV_SATFINITE, Fp8Traits<kFormat>::kInterpretation);
-}
-
 // Two values as two FP8 bytes, the first in the low byte (the lower address).
 template <Fp8Format kFormat>
 __device__ __forceinline__ uint32_t to_fp8x2(float first, float second) {
   return __nv_cvt_float2_to_fp8x2(make_float2(first, second), __NV_SATFINITE,
                                   Fp8Traits<kFormat>::kInterpretation);
 }
-
-__device__ __forceinline__ float to_float(float value) { return value; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
 
 // Eight consecutive elements from p (16-byte aligned) as floats.
 __device__ __forceinline__ void load8(const float* p, float* v) {
@@ -128,33 +124,40 @@ __global__ void __launch_bounds__(kThreads)
   record_amax(amax, scaling, current_tag(scaling) - (kWrite ? 0u : 1u));
 }
 
-// One 32 x 32 tile per block: read once, written row-major from registers and transposed through
-// shared memory.
+// One 64 x 64 tile per block: read once, 4 elements a thread; written row-major from registers and
+// transposed through shared memory, 4 bytes a thread both ways. rows and cols multiples of 4.
 template <class In, Fp8Format kFormat>
 __global__ void __launch_bounds__(kThreads)
     cast_transposed_kernel(const In* x, int64_t rows, int64_t cols, Fp8Scaling scaling,
                            uint8_t* out, uint8_t* out_transposed) {
-  __shared__ uint8_t tile[kTile][kTile + 4];
+  __shared__ uint32_t tile[kTile][kQuadsPerTileRow + 1];  // 4 bytes of a tile row per word
   const float scale = block_scale<kFormat>(scaling);
   float amax = 0.f;
-  const int64_t col = blockIdx.x * int64_t{kTile} + threadIdx.x;
-  for (int i = threadIdx.y; i < kTile; i += kTileRowsPerPass) {
-    const int64_t row = blockIdx.y * int64_t{kTile} + i;
-    uint8_t value = 0;
+  const int quad = threadIdx.x % kQuadsPerTileRow, first_row = threadIdx.x / kQuadsPerTileRow;
+  const int64_t col = blockIdx.x * int64_t{kTile} + quad * 4;
+  for (int r = first_row; r < kTile; r += kTileRowsPerPass) {
+    const int64_t row = blockIdx.y * int64_t{kTile} + r;
+    uint32_t packed = 0;
     if (row < rows && col < cols) {
-      const float v = to_float(x[row * cols + col]);
-      amax = fmaxf(amax, fabsf(v));
-      value = to_fp8<kFormat>(v * scale);
-      out[row * cols + col] = value;
+      const float4 v = load4(x + row * cols + col);
+      amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+      packed = to_fp8x2<kFormat>(v.x * scale, v.y * scale) |
+               to_fp8x2<kFormat>(v.z * scale, v.w * scale) << 16;
+      *reinterpret_cast<uint32_t*>(out + row * cols + col) = packed;
     }
-    tile[i][threadIdx.x] = value;
+    tile[r][quad] = packed;
   }
   __syncthreads();
-  const int64_t row = blockIdx.y * int64_t{kTile} + threadIdx.x;
-  for (int i = threadIdx.y; i < kTile; i += kTileRowsPerPass) {
-    const int64_t transposed_row = blockIdx.x * int64_t{kTile} + i;
+  // Transposed: thread (tile column c, row quad g) writes tile rows 4g .. 4g+3 of column c.
+  const auto byte_of = [&](int r, int c) { return (tile[r][c / 4] >> (8 * (c % 4))) & 0xffu; };
+  const int g = threadIdx.x % kQuadsPerTileRow;
+  const int64_t row = blockIdx.y * int64_t{kTile} + g * 4;
+  for (int c = threadIdx.x / kQuadsPerTileRow; c < kTile; c += kTileRowsPerPass) {
+    const int64_t transposed_row = blockIdx.x * int64_t{kTile} + c;
     if (transposed_row < cols && row < rows) {
-      out_transposed[transposed_row * rows + row] = tile[threadIdx.x][i];
+      const uint32_t packed = byte_of(g * 4, c) | byte_of(g * 4 + 1, c) << 8 |
+                              byte_of(g * 4 + 2, c) << 16 | byte_of(g * 4 + 3, c) << 24;
+      *reinterpret_cast<uint32_t*>(out_transposed + transposed_row * rows + row) = packed;
     }
   }
   record_amax(amax, scaling, current_tag(scaling));
@@ -219,13 +222,17 @@ void fp8_record_previous_amax(const void* x, Precision precision, int64_t n,
   launch_cast<false>(x, precision, n, Fp8Format::kE4M3, scaling, nullptr, stream);
 }
 
-void fp8_cast_transposed(const void* x, Precision precision, int64_t rows, int64_t cols,
+bool fp8_cast_transposed(const void* x, Precision precision, int64_t rows, int64_t cols,
                          Fp8Format format, const Fp8Scaling& scaling, void* out,
                          void* out_transposed, CUstream_st* stream) {
-  if (rows <= 0 || cols <= 0) return;
+  if (rows <= 0 || cols <= 0 || rows % 4 != 0 || cols % 4 != 0 || !vector_aligned(x) ||
+      reinterpret_cast<uintptr_t>(out) % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(out_transposed) % 4 != 0) {
+    return false;
+  }
   const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
                   static_cast<unsigned>((rows + kTile - 1) / kTile));
-  const dim3 block(kTile, kTileRowsPerPass);
+  const dim3 block(kThreads);
   auto* o = static_cast<uint8_t*>(out);
   auto* t = static_cast<uint8_t*>(out_transposed);
   const bool e4m3 = format == Fp8Format::kE4M3;
@@ -249,6 +256,7 @@ void fp8_cast_transposed(const void* x, Precision precision, int64_t rows, int64
     }
   }
   check_launch("fp8_cast_transposed");
+  return true;
 }
 
 }  // namespace wam::kernels

@@ -238,9 +238,13 @@ Fp8LinearState::Cast Fp8LinearState::cast_transposed(Role role, const at::Tensor
   Cast cast{at::empty({rows, cols}, bytes), at::empty({cols, rows}, bytes),
             at::empty({1}, source.options().dtype(at::kFloat))};
   const kernels::Fp8Scaling scaling = scaling_for(role, source, cast.scale_inverse);
-  kernels::fp8_cast_transposed(source.data_ptr(), precision_of(source), rows, cols, format_of(role),
-                               scaling, cast.data.data_ptr(), cast.transposed.data_ptr(),
-                               at::cuda::getCurrentCUDAStream());
+  if (!kernels::fp8_cast_transposed(source.data_ptr(), precision_of(source), rows, cols,
+                                    format_of(role), scaling, cast.data.data_ptr(),
+                                    cast.transposed.data_ptr(), at::cuda::getCurrentCUDAStream())) {
+    throw std::logic_error("Fp8LinearState::cast_transposed: [" + std::to_string(rows) + ", " +
+                           std::to_string(cols) +
+                           "], not multiples of 4 (fp8_linear_applies lets none through)");
+  }
   return cast;
 }
 
