@@ -99,12 +99,10 @@ __device__ void record_amax(float amax, const Fp8Scaling& scaling, uint32_t tag)
   }
 }
 
-// kWrite: the cast (eight elements a thread at a time); otherwise the amax alone, recorded under
-// the previous step's tag.
-template <class In, Fp8Format kFormat, bool kWrite>
+// The amax alone, eight elements a thread at a time, recorded under the previous step's tag.
+template <class In>
 __global__ void __launch_bounds__(kThreads)
-    cast_kernel(const In* x, int64_t chunks, Fp8Scaling scaling, uint2* out) {
-  const float scale = kWrite ? block_scale<kFormat>(scaling) : 1.f;
+    previous_amax_kernel(const In* x, int64_t chunks, Fp8Scaling scaling) {
   float amax = 0.f;
   for (int64_t chunk = blockIdx.x * int64_t{kThreads} + threadIdx.x; chunk < chunks;
        chunk += int64_t{gridDim.x} * kThreads) {
@@ -112,16 +110,8 @@ __global__ void __launch_bounds__(kThreads)
     load8(x + chunk * 8, v);
 #pragma unroll
     for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    if (kWrite) {
-      uint2 packed;
-      packed.x = to_fp8x2<kFormat>(v[0] * scale, v[1] * scale) |
-                 to_fp8x2<kFormat>(v[2] * scale, v[3] * scale) << 16;
-      packed.y = to_fp8x2<kFormat>(v[4] * scale, v[5] * scale) |
-                 to_fp8x2<kFormat>(v[6] * scale, v[7] * scale) << 16;
-      out[chunk] = packed;
-    }
   }
-  record_amax(amax, scaling, current_tag(scaling) - (kWrite ? 0u : 1u));
+  record_amax(amax, scaling, current_tag(scaling) - 1u);
 }
 
 // One 64 x 64 tile per block: read once, 4 elements a thread; written row-major from registers and
@@ -129,10 +119,12 @@ __global__ void __launch_bounds__(kThreads)
 template <class In, Fp8Format kFormat>
 __global__ void __launch_bounds__(kThreads)
     cast_transposed_kernel(const In* x, int64_t rows, int64_t cols, Fp8Scaling scaling,
-                           uint8_t* out, uint8_t* out_transposed) {
+                           uint8_t* out, uint8_t* out_transposed, float* column_partials) {
   __shared__ uint32_t tile[kTile][kQuadsPerTileRow + 1];  // 4 bytes of a tile row per word
+  __shared__ float4 column_sums[kTileRowsPerPass][kQuadsPerTileRow];
   const float scale = block_scale<kFormat>(scaling);
   float amax = 0.f;
+  float4 sums = make_float4(0.f, 0.f, 0.f, 0.f);
   const int quad = threadIdx.x % kQuadsPerTileRow, first_row = threadIdx.x / kQuadsPerTileRow;
   const int64_t col = blockIdx.x * int64_t{kTile} + quad * 4;
   for (int r = first_row; r < kTile; r += kTileRowsPerPass) {
@@ -141,13 +133,23 @@ __global__ void __launch_bounds__(kThreads)
     if (row < rows && col < cols) {
       const float4 v = load4(x + row * cols + col);
       amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+      sums = sums + v;
       packed = to_fp8x2<kFormat>(v.x * scale, v.y * scale) |
                to_fp8x2<kFormat>(v.z * scale, v.w * scale) << 16;
       *reinterpret_cast<uint32_t*>(out + row * cols + col) = packed;
     }
     tile[r][quad] = packed;
   }
+  column_sums[first_row][quad] = sums;
   __syncthreads();
+  // The tile's column sums, its 16 row groups added in a fixed order.
+  if (column_partials != nullptr && threadIdx.x < kQuadsPerTileRow && col < cols) {
+    float4 total = column_sums[0][threadIdx.x];
+    for (int group = 1; group < kTileRowsPerPass; ++group) {
+      total = total + column_sums[group][threadIdx.x];
+    }
+    store4(column_partials + blockIdx.y * cols + col, total);
+  }
   // Transposed: thread (tile column c, row quad g) writes tile rows 4g .. 4g+3 of column c.
   const auto byte_of = [&](int r, int c) { return (tile[r][c / 4] >> (8 * (c % 4))) & 0xffu; };
   const int g = threadIdx.x % kQuadsPerTileRow;
@@ -173,45 +175,9 @@ int64_t grid_for(int64_t chunks) {
   return std::max<int64_t>(1, std::min<int64_t>(needed, int64_t{processors} * 8));
 }
 
-template <bool kWrite>
-void launch_cast(const void* x, Precision precision, int64_t n, Fp8Format format,
-                 const Fp8Scaling& scaling, void* out, CUstream_st* stream) {
-  const int64_t chunks = n / 8;
-  const dim3 grid(static_cast<unsigned>(grid_for(chunks)));
-  auto* packed = static_cast<uint2*>(out);
-  const bool e4m3 = format == Fp8Format::kE4M3;
-  if (precision == Precision::kBFloat16) {
-    const auto* in = static_cast<const __nv_bfloat16*>(x);
-    if (e4m3) {
-      cast_kernel<__nv_bfloat16, Fp8Format::kE4M3, kWrite>
-          <<<grid, kThreads, 0, stream>>>(in, chunks, scaling, packed);
-    } else {
-      cast_kernel<__nv_bfloat16, Fp8Format::kE5M2, kWrite>
-          <<<grid, kThreads, 0, stream>>>(in, chunks, scaling, packed);
-    }
-  } else {
-    const auto* in = static_cast<const float*>(x);
-    if (e4m3) {
-      cast_kernel<float, Fp8Format::kE4M3, kWrite>
-          <<<grid, kThreads, 0, stream>>>(in, chunks, scaling, packed);
-    } else {
-      cast_kernel<float, Fp8Format::kE5M2, kWrite>
-          <<<grid, kThreads, 0, stream>>>(in, chunks, scaling, packed);
-    }
-  }
-  check_launch(kWrite ? "fp8_cast" : "fp8_record_previous_amax");
-}
-
 bool vector_aligned(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
 }  // namespace
-
-bool fp8_cast(const void* x, Precision precision, int64_t n, Fp8Format format,
-              const Fp8Scaling& scaling, void* out, CUstream_st* stream) {
-  if (n <= 0 || n % 8 != 0 || !vector_aligned(x) || !vector_aligned(out)) return false;
-  launch_cast<true>(x, precision, n, format, scaling, out, stream);
-  return true;
-}
 
 void fp8_record_previous_amax(const void* x, Precision precision, int64_t n,
                               const Fp8Scaling& scaling, CUstream_st* stream) {
@@ -219,12 +185,22 @@ void fp8_record_previous_amax(const void* x, Precision precision, int64_t n,
   if (n % 8 != 0 || !vector_aligned(x)) {
     throw std::runtime_error("fp8_record_previous_amax: needs 8k elements, 16-byte aligned");
   }
-  launch_cast<false>(x, precision, n, Fp8Format::kE4M3, scaling, nullptr, stream);
+  const int64_t chunks = n / 8;
+  const dim3 grid(static_cast<unsigned>(grid_for(chunks)));
+  if (precision == Precision::kBFloat16) {
+    previous_amax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x),
+                                                        chunks, scaling);
+  } else {
+    previous_amax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x), chunks,
+                                                        scaling);
+  }
+  check_launch("fp8_record_previous_amax");
 }
 
 bool fp8_cast_transposed(const void* x, Precision precision, int64_t rows, int64_t cols,
                          Fp8Format format, const Fp8Scaling& scaling, void* out,
-                         void* out_transposed, CUstream_st* stream) {
+                         void* out_transposed, float* column_partials, CUstream_st* stream) {
+  static_assert(kTile == kFp8TileRows, "the partial sums' rows are the tile's");
   if (rows <= 0 || cols <= 0 || rows % 4 != 0 || cols % 4 != 0 || !vector_aligned(x) ||
       reinterpret_cast<uintptr_t>(out) % 4 != 0 ||
       reinterpret_cast<uintptr_t>(out_transposed) % 4 != 0) {
@@ -240,19 +216,19 @@ bool fp8_cast_transposed(const void* x, Precision precision, int64_t rows, int64
     const auto* in = static_cast<const __nv_bfloat16*>(x);
     if (e4m3) {
       cast_transposed_kernel<__nv_bfloat16, Fp8Format::kE4M3>
-          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t);
+          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t, column_partials);
     } else {
       cast_transposed_kernel<__nv_bfloat16, Fp8Format::kE5M2>
-          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t);
+          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t, column_partials);
     }
   } else {
     const auto* in = static_cast<const float*>(x);
     if (e4m3) {
       cast_transposed_kernel<float, Fp8Format::kE4M3>
-          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t);
+          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t, column_partials);
     } else {
       cast_transposed_kernel<float, Fp8Format::kE5M2>
-          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t);
+          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t, column_partials);
     }
   }
   check_launch("fp8_cast_transposed");
