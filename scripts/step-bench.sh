@@ -52,8 +52,8 @@ base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
 # recomputed on the H200; memory_budget=0 recomputes every group of 3 layers.
 rows=(
   "shipped||0"
-  "recompute|--set nodes.step.params.memory_budget=0|3"
   "fp8|--set nodes.step.params.precision=fp8|"
+  "recompute|--set nodes.step.params.memory_budget=0|3"
   "fp8-recompute|--set nodes.step.params.precision=fp8 --set nodes.step.params.memory_budget=0|"
 )
 peer=""
