@@ -17,7 +17,11 @@ TAIL = 20
 
 def read_losses(path):
     losses = {}
-    for line in open(path, errors="replace"):
+    try:
+        lines = open(path, errors="replace").readlines()
+    except OSError as e:
+        sys.exit(f"loss_plot.py: cannot read {path}: {e.strerror}")
+    for line in lines:
         match = LINE.search(line)
         if match:
             losses[int(match.group(1))] = float(match.group(2))
@@ -38,6 +42,8 @@ def main(out, title, runs):
     curves = []
     for run in runs:
         name, _, path = run.partition("=")
+        if not name or not path:
+            sys.exit(f"loss_plot.py: '{run}' is not NAME=LOG (e.g. fp8=loss_fp8.log)")
         curves.append((name, read_losses(path)))
     print(f"## {title}")
     print(f"  {'run':<8} {'steps':>6} {'first loss':>11} {'mean of last ' + str(TAIL):>17} "

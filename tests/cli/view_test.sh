@@ -222,6 +222,38 @@ else
   echo "skip report in Chromium: no chromium (scripts/setup.sh installs it)"
 fi
 
+# The bf16/fp8 loss curves (scripts/step-bench.sh, WAM_STEP_BENCH_LOSS_STEPS) from [train] lines.
+/usr/bin/python3 - "$work" <<'PY'
+import sys
+for run, offset in (("bf16", 0.0), ("fp8", 0.02)):
+    with open(f"{sys.argv[1]}/loss_{run}.log", "w") as log:
+        for step in range(1, 31):
+            log.write(f"[step] [train] epoch=0 step={step}/30 loss={2 + 1 / step + offset:.4f} "
+                      "video=1.0000 action=1.0000\n")
+PY
+/usr/bin/python3 scripts/loss_plot.py "$work/loss.svg" "bf16 and fp8" bf16="$work/loss_bf16.log" \
+  fp8="$work/loss_fp8.log" >"$work/out"
+/usr/bin/python3 - "$work/loss.svg" "$work/out" <<'PY' || failures=$((failures + 1))
+import sys, xml.dom.minidom
+svg = xml.dom.minidom.parse(sys.argv[1])
+lines = svg.getElementsByTagName("polyline")
+table = open(sys.argv[2]).read()
+# Last 20 steps (11..30): bf16 mean 2 + mean(1/s), fp8 0.02 above it.
+bf16 = 2 + sum(1 / s for s in range(11, 31)) / 20
+ok = (len(lines) == 4 and all(len(l.getAttribute("points").split()) == 30 for l in lines)
+      and f"  bf16         30      3.0000 {bf16:17.4f}     +0.00%" in table
+      and f"  fp8          30      3.0200 {bf16 + 0.02:17.4f} {0.02 / bf16 * 100:+9.2f}%" in table)
+print(("ok   " if ok else f"FAIL loss plot {len(lines)}:\n{table}") + "the loss curves' SVG and table")
+sys.exit(0 if ok else 1)
+PY
+if /usr/bin/python3 scripts/loss_plot.py "$work/l.svg" t fp8="$work/none.log" 2>"$work/err"; then
+  fail "loss_plot.py read a missing log"
+elif contains "$work/err" "loss_plot.py: cannot read $work/none.log: No such file or directory"; then
+  ok "loss_plot.py names a missing log"
+else
+  fail "loss_plot.py's error for a missing log" "$work/err"
+fi
+
 # The profile ladder's plot (scripts/bench.sh ladder) from `bench P1 P2... --json`'s table.
 cat >"$work/ladder.json" <<'JSON'
 {"table": [
