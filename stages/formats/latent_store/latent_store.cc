@@ -17,6 +17,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -1131,6 +1132,23 @@ std::unique_ptr<ArtifactReader> open_stored_artifact(const std::string& root,
 
 namespace {
 
+// `key` of a manifest object for `cache info`, `fallback` where absent. Anything but an integer in
+// int64's range is named: nlohmann converts a double to int64 without a range check (undefined
+// behaviour past it; tests/fuzz/regressions/cache_json/manifest_sample_count_huge_float).
+int64_t manifest_integer(const json& object, const char* key, int64_t fallback,
+                         const std::string& what, const std::string& pointer) {
+  if (!object.is_object() || !object.contains(key)) return fallback;
+  const json& value = object[key];
+  if (!value.is_number_integer() ||
+      (value.is_number_unsigned() &&
+       value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+    throw CacheError(what + ": " + pointer + " is " +
+                     value.dump(-1, ' ', false, json::error_handler_t::replace) +
+                     ", not an integer");
+  }
+  return value.get<int64_t>();
+}
+
 ArtifactInfo summarize(const std::string& root, const std::string& id, const json& entry) {
   ArtifactInfo info;
   info.artifact_id = id;
@@ -1144,9 +1162,11 @@ ArtifactInfo summarize(const std::string& root, const std::string& id, const jso
   const json manifest =
       internal::parse_json(internal::read_file(manifest_path, id + " manifest"), manifest_path);
   const json shards = manifest.value("shards", json::array());
+  const std::string what = id + " manifest " + manifest_path;
   for (const json& shard : shards) {
+    info.bytes += manifest_integer(shard, "bytes", 0, what,
+                                   "/shards/" + std::to_string(info.shards) + "/bytes");
     ++info.shards;
-    info.bytes += shard.value("bytes", int64_t{0});
   }
   const std::string index_file = manifest.value("index_file", std::string("index.json"));
   if (!internal::stays_inside(index_file)) {
@@ -1158,7 +1178,8 @@ ArtifactInfo summarize(const std::string& root, const std::string& id, const jso
       internal::parse_json(internal::read_file(index_path, id + " index"), index_path);
   info.samples = static_cast<int64_t>(index.value("entries", json::object()).size());
   const json contract = manifest.value("contract", json::object());
-  const int64_t sample_count = contract.value("sample_count", int64_t{0});
+  const int64_t sample_count =
+      manifest_integer(contract, "sample_count", 0, what, "/contract/sample_count");
   info.coverage = sample_count > 0 ? static_cast<double>(info.samples) / sample_count : 0.0;
   json dependencies = json::object();
   const json contract_dependencies = contract.value("dependencies", json::object());

@@ -636,6 +636,22 @@ TEST_F(PublishedVae, ManifestCountsAndPathsAreBoundedAndNamed) {
                 ": /index_file \"/etc/hostname\" leaves the build directory");
 }
 
+// `cache info` once converted a manifest's huge floating-point count to int64 unchecked
+// (undefined behaviour, found by fuzz_cache_json).
+TEST_F(PublishedVae, CacheInfoNamesCountsThatAreNotIntegers) {
+  const std::string manifest = root_ + "/artifacts/vae_latent.current/builds/b1/manifest.json";
+  const std::string original = read_bytes(manifest);
+  edit_manifest(root_, [](json& m) { m["contract"]["sample_count"] = 3.3e107; });
+  EXPECT_EQ(error_of([&] { cache_info(root_); }),
+            "vae_latent.current manifest " + manifest +
+                ": /contract/sample_count is 3.3e+107, not an integer");
+  write_bytes(manifest, original);
+  edit_manifest(root_, [](json& m) { m["shards"][1]["bytes"] = "many"; });
+  EXPECT_EQ(
+      error_of([&] { cache_info(root_); }),
+      "vae_latent.current manifest " + manifest + ": /shards/1/bytes is \"many\", not an integer");
+}
+
 // A catalog entry of the wrong type once surfaced as a raw [json.exception.type_error.306].
 TEST_F(PublishedVae, CatalogEntriesOfTheWrongTypeNameTheCatalog) {
   const std::string catalog_path = root_ + "/catalog.json";
