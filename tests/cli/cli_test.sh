@@ -208,11 +208,21 @@ catalog_before=$(sha256sum "$work/latents/catalog.json")
 "$bin" cache generate pipelines/robotwin_cache.json "${cache_args[@]}" --fields current --overwrite \
   --shard-size 2 --batch-size 2 >"$work/killed.log" 2>&1 &
 generating=$!
-for _ in $(seq 600); do
-  [ -n "$(find "$work/latents/.tmp" -name 'shard*.h5' 2>/dev/null | head -1)" ] && break
+# A shard counts for a rerun once its record (state/ARTIFACT/shardN.json, written after the shard
+# file is renamed into place) exists; killing between the two leaves nothing to resume. A loaded
+# CI machine may take minutes to reach the first shard.
+shard_recorded=0
+for _ in $(seq 3000); do
+  if [ -n "$(find "$work/latents/.tmp" -path '*/state/*' -name 'shard*.json' 2>/dev/null |
+    head -1)" ]; then
+    shard_recorded=1
+    break
+  fi
   sleep 0.1
 done
 kill -9 "$generating" 2>/dev/null; wait "$generating" 2>/dev/null
+[ "$shard_recorded" = 1 ] ||
+  { echo "FAIL the killed build recorded no shard in 300 s"; cat "$work/killed.log"; failures=$((failures + 1)); }
 [ "$(sha256sum "$work/latents/catalog.json")" = "$catalog_before" ] ||
   { echo "FAIL a killed build changed catalog.json"; failures=$((failures + 1)); }
 expect_contains "the killed build's catalog still validates" 0 "Cache preflight passed" \
