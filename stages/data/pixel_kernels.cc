@@ -27,11 +27,12 @@ WAM_INLINE float log_unit(float x) {
   const int32_t bits = std::bit_cast<int32_t>(x);
   float e = static_cast<float>(((bits >> 23) & 0xff) - 126);
   float m = std::bit_cast<float>((bits & 0x007fffff) | 0x3f000000);  // [0.5, 1)
-  // Both sides computed, one selected: a select vectorises, a branch does not.
+  // m - 1, or 2m - 1 below sqrt(1/2) (both exact), by selects on the operands: a select
+  // vectorises, a branch does not, and selecting between m + m - 1 and m - 1 led GCC to evaluate
+  // the polynomial below on both.
   const bool low = m < 0.707106781186547524f;
-  const float e_low = e - 1.0f, m_low = m + m - 1.0f, m_high = m - 1.0f;
-  e = low ? e_low : e;
-  m = low ? m_low : m_high;
+  e -= low ? 1.0f : 0.0f;
+  m = (m - 1.0f) + (low ? m : 0.0f);
   const float z = m * m;
   float y = 7.0376836292e-2f;
   y = y * m - 1.1514610310e-1f;
@@ -66,93 +67,121 @@ WAM_INLINE float exp_clamped(float x) {
   return y * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
 }
 
-// x^gamma for x in [0, 1]: 0 stays 0 (as exp(gamma * log 0) = exp(-inf) does).
-WAM_INLINE float power_unit(float x, float gamma) {
-  const float y = exp_clamped(gamma * log_unit(std::max(x, 1e-30f)));
-  return x > 0.0f ? clamp_unit(y) : 0.0f;
+// row[x] = row[x]^gamma for values in [0, 1]; 0 stays 0 (as exp(gamma * log 0) = exp(-inf)
+// does). In two loops through `scratch`: in one, the log's and the exp's constants did not fit the
+// vector registers together, and it ran 1.7x slower (docs/BENCHMARKS.md, issue 24).
+WAM_INLINE void power_row(float* __restrict row, float* __restrict scratch, int64_t width,
+                          float gamma) {
+  for (int64_t x = 0; x < width; ++x) scratch[x] = gamma * log_unit(std::max(row[x], 1e-30f));
+  for (int64_t x = 0; x < width; ++x) {
+    const float y = exp_clamped(scratch[x]);
+    row[x] = row[x] > 0.0f ? clamp_unit(y) : 0.0f;
+  }
 }
 
 WAM_INLINE float grey(float r, float g, float b) { return r * 0.299f + g * 0.587f + b * 0.114f; }
 
-// Row `y` of the image as [0, 1] floats with brightness applied.
-WAM_INLINE void load_row(const uint8_t* source, int64_t source_plane, int64_t source_row, int64_t y,
-                         int64_t width, float brightness, float* rows[3]) {
-  for (int c = 0; c < 3; ++c) {
-    const uint8_t* in = source + c * source_plane + y * source_row;
-    float* row = rows[c];
-    for (int64_t x = 0; x < width; ++x) row[x] = static_cast<float>(in[x]) / 255.0f;
-    if (brightness != 1.0f) {
-      for (int64_t x = 0; x < width; ++x) row[x] = clamp_unit(row[x] * brightness);
-    }
-  }
-}
-
-// The steps after brightness, in place on one row; `mean_grey` is the contrast's blend target.
-WAM_INLINE void jitter_row(const ColourJitter& j, float mean_grey, const float* attenuation,
-                           int64_t width, float* rows[3]) {
+// One row of the image (`source` at the row, planes `source_plane` bytes apart) through every
+// step, into `rows` ([0, 1] floats); `mean_grey` is the contrast's blend target. Brightness,
+// contrast and saturation run in one loop over the pixels, as do RGB gain and shadow: a factor of
+// 1 (and no shadow) gives back its input bit for bit, so within a loop no step needs skipping, and
+// one pass does the work of a pass per step. Skipped: a loop whose every step is the identity (the
+// deterministic configs' canvas), and gamma at 1, which is no identity in floats (exp(log x)
+// rounds).
+WAM_INLINE void jitter_row(const uint8_t* source, int64_t source_plane, const ColourJitter& j,
+                           float mean_grey, const float* attenuation, int64_t width, float* rows[3],
+                           float* scratch) {
+  const uint8_t* __restrict in_r = source;
+  const uint8_t* __restrict in_g = source + source_plane;
+  const uint8_t* __restrict in_b = source + 2 * source_plane;
   float* __restrict r = rows[0];
   float* __restrict g = rows[1];
   float* __restrict b = rows[2];
-  if (j.contrast != 1.0f) {
-    const float keep = j.contrast, add = (1.0f - j.contrast) * mean_grey;
+  const float brightness = j.brightness;
+  const float contrast = j.contrast, contrast_add = (1.0f - j.contrast) * mean_grey;
+  const float saturation = j.saturation, saturation_blend = 1.0f - j.saturation;
+  if (brightness == 1.0f && contrast == 1.0f && saturation == 1.0f) {
     for (int64_t x = 0; x < width; ++x) {
-      r[x] = clamp_unit(r[x] * keep + add);
-      g[x] = clamp_unit(g[x] * keep + add);
-      b[x] = clamp_unit(b[x] * keep + add);
+      r[x] = static_cast<float>(in_r[x]) / 255.0f;
+      g[x] = static_cast<float>(in_g[x]) / 255.0f;
+      b[x] = static_cast<float>(in_b[x]) / 255.0f;
     }
-  }
-  if (j.saturation != 1.0f) {
-    const float keep = j.saturation, blend = 1.0f - j.saturation;
+  } else {
     for (int64_t x = 0; x < width; ++x) {
-      const float level = grey(r[x], g[x], b[x]) * blend;
-      r[x] = clamp_unit(r[x] * keep + level);
-      g[x] = clamp_unit(g[x] * keep + level);
-      b[x] = clamp_unit(b[x] * keep + level);
+      float red = clamp_unit(static_cast<float>(in_r[x]) / 255.0f * brightness);
+      float green = clamp_unit(static_cast<float>(in_g[x]) / 255.0f * brightness);
+      float blue = clamp_unit(static_cast<float>(in_b[x]) / 255.0f * brightness);
+      red = clamp_unit(red * contrast + contrast_add);
+      green = clamp_unit(green * contrast + contrast_add);
+      blue = clamp_unit(blue * contrast + contrast_add);
+      const float level = grey(red, green, blue) * saturation_blend;
+      r[x] = clamp_unit(red * saturation + level);
+      g[x] = clamp_unit(green * saturation + level);
+      b[x] = clamp_unit(blue * saturation + level);
     }
   }
   if (j.gamma != 1.0f) {
-    const float gamma = j.gamma;
-    for (int64_t x = 0; x < width; ++x) r[x] = power_unit(r[x], gamma);
-    for (int64_t x = 0; x < width; ++x) g[x] = power_unit(g[x], gamma);
-    for (int64_t x = 0; x < width; ++x) b[x] = power_unit(b[x], gamma);
+    for (float* row : {r, g, b}) power_row(row, scratch, width, j.gamma);
   }
   for (int c = 0; c < 3; ++c) {
     float* __restrict row = rows[c];
     const float gain = j.gain[c];
-    if (gain != 1.0f) {
-      for (int64_t x = 0; x < width; ++x) row[x] = clamp_unit(row[x] * gain);
-    }
     if (attenuation) {
-      for (int64_t x = 0; x < width; ++x) row[x] *= attenuation[x];
+      for (int64_t x = 0; x < width; ++x) row[x] = clamp_unit(row[x] * gain) * attenuation[x];
+    } else if (gain != 1.0f) {
+      for (int64_t x = 0; x < width; ++x) row[x] = clamp_unit(row[x] * gain);
     }
   }
 }
 
-// The contrast's blend target: the mean grey of the brightness-adjusted image. Rows are summed in
-// float and added up in double, a sum of the same accuracy as torch's mean.
+// The contrast's blend target: the mean ITU-R 601 grey of the brightness-adjusted image. Each
+// channel's mean comes from two integer sums, of the levels that brightness leaves below 1 and of
+// the count it clamps to 1: they vectorise and are exact in any order, where the float sum of
+// per-pixel greys this replaces could not vectorise (reordering a float sum changes its bits) and
+// cost a fifth of the kernel. Torch's mean rounds in its own reduction order; both are within
+// float rounding of the exact mean.
 WAM_INLINE float mean_grey(const uint8_t* source, int64_t source_plane, int64_t source_row,
-                           int64_t height, int64_t width, float brightness, float* rows[3]) {
-  double total = 0.0;
-  for (int64_t y = 0; y < height; ++y) {
-    load_row(source, source_plane, source_row, y, width, brightness, rows);
-    float sum = 0.0f;
-    for (int64_t x = 0; x < width; ++x) sum += grey(rows[0][x], rows[1][x], rows[2][x]);
-    total += sum;
+                           int64_t height, int64_t width, float brightness) {
+  int saturating = 256;  // the first level that brightness takes to 1
+  while (saturating > 0 &&
+         clamp_unit(static_cast<float>(saturating - 1) / 255.0f * brightness) == 1.0f) {
+    --saturating;
   }
-  return static_cast<float>(total / static_cast<double>(height * width));
+  double channel_means[3];
+  for (int c = 0; c < 3; ++c) {
+    uint64_t below = 0, saturated = 0;
+    for (int64_t y = 0; y < height; ++y) {
+      const uint8_t* __restrict in = source + c * source_plane + y * source_row;
+      uint32_t row_below = 0, row_saturated = 0;  // a row of up to 16 M levels fits
+      for (int64_t x = 0; x < width; ++x) {
+        const uint32_t level = in[x];
+        const bool clamped = level >= static_cast<uint32_t>(saturating);
+        row_below += clamped ? 0u : level;
+        row_saturated += clamped ? 1u : 0u;
+      }
+      below += row_below;
+      saturated += row_saturated;
+    }
+    channel_means[c] =
+        (static_cast<double>(below) * brightness / 255.0 + static_cast<double>(saturated)) /
+        static_cast<double>(height * width);
+  }
+  return static_cast<float>(0.299 * channel_means[0] + 0.587 * channel_means[1] +
+                            0.114 * channel_means[2]);
 }
 
 template <class Store>
 WAM_INLINE void jitter(const uint8_t* source, int64_t source_plane, int64_t source_row,
                        int64_t height, int64_t width, const ColourJitter& j, Store store) {
-  std::vector<float> buffer(static_cast<size_t>(3 * width));
+  std::vector<float> buffer(static_cast<size_t>(4 * width));
   float* rows[3] = {buffer.data(), buffer.data() + width, buffer.data() + 2 * width};
-  const float mean = j.contrast != 1.0f ? mean_grey(source, source_plane, source_row, height, width,
-                                                    j.brightness, rows)
-                                        : 0.0f;
+  float* scratch = buffer.data() + 3 * width;
+  const float mean = j.contrast != 1.0f
+                         ? mean_grey(source, source_plane, source_row, height, width, j.brightness)
+                         : 0.0f;
   for (int64_t y = 0; y < height; ++y) {
-    load_row(source, source_plane, source_row, y, width, j.brightness, rows);
-    jitter_row(j, mean, j.attenuation ? j.attenuation + y * width : nullptr, width, rows);
+    jitter_row(source + y * source_row, source_plane, j, mean,
+               j.attenuation ? j.attenuation + y * width : nullptr, width, rows, scratch);
     for (int c = 0; c < 3; ++c) store(c, y, rows[c]);
   }
 }
@@ -172,6 +201,42 @@ void deinterleave_rgb(const uint8_t* packed, int64_t height, int64_t width, uint
       g[x] = in[3 * x + 1];
       b[x] = in[3 * x + 2];
     }
+  }
+}
+
+WAM_PIXEL_KERNEL
+void halve_plane(const uint8_t* source, int64_t source_row, int64_t height, int64_t width,
+                 uint8_t* out, int64_t out_row) {
+  // A row of vertical sums (at most 8 * 255) with the edge repeated one past each end, read
+  // horizontally as pairs (v[2x], v[2x + 1]) in one 32-bit word, so that the horizontal pass
+  // loads contiguously and vectorises (little-endian: the low half is v[2x]).
+  static_assert(std::endian::native == std::endian::little);
+  using Pair [[gnu::may_alias]] = uint32_t;
+  std::vector<uint16_t> sums(static_cast<size_t>(width + 4));
+  uint16_t* __restrict v = sums.data() + 2;  // v[-1] and v[width] are the repeated edges
+  const Pair* __restrict pairs = reinterpret_cast<const Pair*>(v);
+  const int64_t out_width = width / 2;
+  for (int64_t y = 0; y < height / 2; ++y) {
+    const uint8_t* __restrict above = source + std::max<int64_t>(2 * y - 1, 0) * source_row;
+    const uint8_t* __restrict top = source + 2 * y * source_row;
+    const uint8_t* __restrict bottom = source + (2 * y + 1) * source_row;
+    const uint8_t* __restrict below = source + std::min(2 * y + 2, height - 1) * source_row;
+    for (int64_t x = 0; x < width; ++x) {
+      v[x] = static_cast<uint16_t>(above[x] + 3 * (top[x] + bottom[x]) + below[x]);
+    }
+    v[-1] = v[0];
+    v[width] = v[width - 1];
+    uint8_t* __restrict line = out + y * out_row;
+    // Integer sums (at most 64 * 255): exact, so the order of the two passes does not matter.
+    line[0] = static_cast<uint8_t>((v[-1] + 3 * (v[0] + v[1]) + v[2] + 32) >> 6);
+    for (int64_t x = 1; x < out_width - 1; ++x) {
+      const uint32_t left = pairs[x - 1] >> 16, middle = (pairs[x] & 0xffff) + (pairs[x] >> 16),
+                     right = pairs[x + 1] & 0xffff;
+      line[x] = static_cast<uint8_t>((left + 3 * middle + right + 32) >> 6);
+    }
+    const int64_t last = out_width - 1;
+    line[last] = static_cast<uint8_t>(
+        (v[2 * last - 1] + 3 * (v[2 * last] + v[2 * last + 1]) + v[2 * last + 2] + 32) >> 6);
   }
 }
 
