@@ -8,6 +8,10 @@
 #include <iostream>
 #include <thread>
 
+extern "C" {
+#include <libswscale/swscale.h>
+}
+
 #include "data/augment_params.h"
 #include "data/image_ops.h"
 #include "testing/expect_error.h"
@@ -382,6 +386,50 @@ TEST(AugmentImageOpsTest, ResizePlanesMatchesTorchAntialiasedBilinear) {
   // The same size is no work at all.
   const auto planes = ops::to_planes(noise_frames(1, 1, 8, 8).select(0, 0));
   EXPECT_TRUE(ops::resize_planes(planes, 8, 8).is_same(planes));
+}
+
+// A halving takes pixel_kernels' halve_plane instead of libswscale: the same bits as libswscale's
+// bilinear with the flags resize_planes gives it, on noise and on the extremes 0 and 255 side by
+// side, from the smallest size it takes (8 a side: four output pixels, each near an edge) up.
+// Below that libswscale narrows its filter, and resize_planes leaves halvings to it.
+TEST(AugmentImageOpsTest, HalvingIsLibswscalesBilinearBitForBit) {
+  const auto checkerboard = [](int64_t height, int64_t width) {
+    const auto rows = torch::arange(height).view({height, 1}), columns = torch::arange(width);
+    return ((rows + columns) % 2 * 255).to(torch::kUInt8).expand({1, 3, height, width});
+  };
+  struct Case {
+    int64_t height, width;
+  };
+  for (const Case& c : {Case{480, 640}, Case{38, 54}, Case{8, 8}, Case{8, 12}, Case{4, 6}}) {
+    for (const auto& planes :
+         {ops::to_planes(noise_frames(1, 2, c.height, c.width).select(0, 0)),
+          ops::to_planes(checkerboard(c.height, c.width).permute({0, 2, 3, 1}).contiguous())}) {
+      const auto ours = ops::resize_planes(planes, c.height / 2, c.width / 2);
+      ASSERT_EQ(ours.sizes(), (std::vector<int64_t>{planes.size(0), 3, c.height / 2, c.width / 2}));
+      SwsContext* scaler = sws_getContext(
+          static_cast<int>(c.width), static_cast<int>(c.height), AV_PIX_FMT_GRAY8,
+          static_cast<int>(c.width / 2), static_cast<int>(c.height / 2), AV_PIX_FMT_GRAY8,
+          SWS_BILINEAR | SWS_ACCURATE_RND | SWS_BITEXACT, nullptr, nullptr, nullptr);
+      ASSERT_NE(scaler, nullptr);
+      at::Tensor expected = torch::empty(ours.sizes(), torch::kUInt8);
+      for (int64_t i = 0; i < planes.size(0); ++i) {
+        for (int64_t k = 0; k < 3; ++k) {
+          const at::Tensor source = planes[i][k].contiguous();
+          at::Tensor destination = expected[i][k];
+          const uint8_t* source_data[1] = {source.data_ptr<uint8_t>()};
+          const int source_stride[1] = {static_cast<int>(c.width)};
+          uint8_t* destination_data[1] = {destination.data_ptr<uint8_t>()};
+          const int destination_stride[1] = {static_cast<int>(c.width / 2)};
+          sws_scale(scaler, source_data, source_stride, 0, static_cast<int>(c.height),
+                    destination_data, destination_stride);
+        }
+      }
+      sws_freeContext(scaler);
+      EXPECT_TRUE(torch::equal(ours.contiguous(), expected))
+          << c.height << "x" << c.width << ": " << difference(ours, expected).max
+          << " levels apart at most";
+    }
+  }
 }
 
 TEST(AugmentImageOpsTest, WarpPlanesMatchesTorchGridSample) {
