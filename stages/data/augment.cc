@@ -184,18 +184,14 @@ class AugmentStage final : public Stage, public CanvasRenderer {
       draws = draw(source, cameras);
     }
     const SampleDraws* drawn = draws ? &*draws : nullptr;
-    // Planar uint8 copies of each camera's frames; `frames` itself is only read.
-    std::vector<at::Tensor> planes;
-    for (int64_t camera = 0; camera < cameras; ++camera) {
-      planes.push_back(image_ops::to_planes(frames.select(0, camera)));
-    }
+    // `frames` itself is only read.
     sample.set_tensor("vlm_current_images",
-                      vlm_images(planes, all_frames() ? kWindowStart : 0, drawn));
+                      vlm_images(frames, all_frames() ? kWindowStart : 0, drawn));
     if (all_frames()) {
       // [T, 3, H, W] -> [3, T, H, W], each output its own compact tensor. Copied explicitly:
       // contiguous() would hand out the one-frame outputs as views of the whole canvas (a
       // [3, 1, H, W] slice of it counts as contiguous), keeping all of it alive downstream.
-      const at::Tensor canvas = render(planes, drawn).permute({1, 0, 2, 3});
+      const at::Tensor canvas = render(frames, drawn).permute({1, 0, 2, 3});
       const int64_t window = frames.size(1) - kWindowStart;
       at::Tensor video = canvas.narrow(1, kWindowStart, window);
       if (video_as_levels()) video = image_ops::signed_unit_to_levels(video);
@@ -320,13 +316,14 @@ class AugmentStage final : public Stage, public CanvasRenderer {
 
   // The current frame of each camera at its raw size, uint8 [V, 3, H, W]: untouched, or with the
   // sample's camera jitter (the camera's own warp) and colour jitter when sync_vlm_* says so.
-  at::Tensor vlm_images(const std::vector<at::Tensor>& planes, int64_t current,
-                        const SampleDraws* draws) const {
+  at::Tensor vlm_images(const at::Tensor& frames, int64_t current, const SampleDraws* draws) const {
     std::vector<at::Tensor> images;
-    for (size_t camera = 0; camera < planes.size(); ++camera) {
-      at::Tensor image = planes[camera].narrow(0, current, 1);
-      if (draws && params_.sync_vlm_camera_jitter && draws->camera_warps[camera]) {
-        image = image_ops::warp_planes(image, *draws->camera_warps[camera]);
+    for (int64_t camera = 0; camera < frames.size(0); ++camera) {
+      at::Tensor image = image_ops::to_planes(frames.select(0, camera).narrow(0, current, 1));
+      if (draws && params_.sync_vlm_camera_jitter) {
+        if (const auto& warp = draws->camera_warps[static_cast<size_t>(camera)]) {
+          image = image_ops::warp_planes(image, *warp);
+        }
       }
       images.push_back(std::move(image));
     }
@@ -337,17 +334,17 @@ class AugmentStage final : public Stage, public CanvasRenderer {
     return out;
   }
 
-  // Per-camera planes uint8 [T, 3, H, W] -> canvas float [T, 3, 384, 256] in [-1, 1]. `draws` is
-  // null when deterministic.
-  at::Tensor render(const std::vector<at::Tensor>& planes, const SampleDraws* draws) const {
-    const int64_t cameras = static_cast<int64_t>(planes.size());
+  // Frames uint8 [V, T, H, W, 3] -> canvas float [T, 3, 384, 256] in [-1, 1]. `draws` is null
+  // when deterministic.
+  at::Tensor render(const at::Tensor& frames, const SampleDraws* draws) const {
+    const int64_t cameras = frames.size(0);
     const auto slots =
         image_ops::canvas_layout(params_.canvas, cameras, kCanvasHeight, kCanvasWidth);
     std::vector<at::Tensor> images;
     for (int64_t camera = 0; camera < cameras; ++camera) {
       at::Tensor image =
-          image_ops::resize_planes_as(planes[static_cast<size_t>(camera)], params_.camera_size[0],
-                                      params_.camera_size[1], params_.resize, fill());
+          image_ops::frames_to_planes_as(frames.select(0, camera), params_.camera_size[0],
+                                         params_.camera_size[1], params_.resize, fill());
       if (draws && draws->camera_warps[static_cast<size_t>(camera)]) {
         image = image_ops::warp_planes(image, *draws->camera_warps[static_cast<size_t>(camera)]);
       }

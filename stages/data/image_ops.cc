@@ -134,12 +134,26 @@ at::Tensor padded_planes(int64_t n, int64_t c, int64_t h, int64_t w) {
   return at::empty({n, c, h, stride}, at::kByte).narrow(3, 0, w);
 }
 
-at::Tensor to_planes(const at::Tensor& frames_nhwc) {
+namespace {
+
+void check_frames(const at::Tensor& frames_nhwc, const char* what) {
   if (frames_nhwc.dim() != 4 || frames_nhwc.scalar_type() != at::kByte ||
       frames_nhwc.size(3) != 3) {
-    throw Error("to_planes: expected uint8 RGB frames [N, H, W, 3], got " +
+    throw Error(std::string(what) + ": expected uint8 RGB frames [N, H, W, 3], got " +
                 describe_tensor(frames_nhwc));
   }
+}
+
+// Whether resizing h x w to height x width halves it in a way halve_plane / halve_rgb compute as
+// libswscale does: below 8 source pixels a side libswscale narrows its filter.
+bool halves(int64_t h, int64_t w, int64_t height, int64_t width) {
+  return h == 2 * height && w == 2 * width && h >= 8 && w >= 8;
+}
+
+}  // namespace
+
+at::Tensor to_planes(const at::Tensor& frames_nhwc) {
+  check_frames(frames_nhwc, "to_planes");
   const at::Tensor packed = frames_nhwc.contiguous();
   const int64_t n = packed.size(0), h = packed.size(1), w = packed.size(2);
   at::Tensor out = padded_planes(n, 3, h, w);
@@ -158,9 +172,7 @@ at::Tensor resize_planes(const at::Tensor& planes, int64_t height, int64_t width
   const int64_t n = planes.size(0), c = planes.size(1), h = planes.size(2), w = planes.size(3);
   if (h == height && w == width) return planes;
   at::Tensor out = padded_planes(n, c, height, width);
-  // libswscale's own output, faster (pixel_kernels.h); below 8 source pixels a side libswscale
-  // narrows its filter.
-  if (h == 2 * height && w == 2 * width && h >= 8 && w >= 8) {
+  if (halves(h, w, height, width)) {  // libswscale's own output, faster (pixel_kernels.h)
     for (int64_t i = 0; i < n; ++i) {
       for (int64_t k = 0; k < c; ++k) {
         pixel_kernels::halve_plane(plane(planes, i, k), planes.stride(2), h, w, plane(out, i, k),
@@ -200,6 +212,23 @@ at::Tensor resize_planes_as(const at::Tensor& planes, int64_t height, int64_t wi
   out.narrow(2, p.target.top, p.target.height)
       .narrow(3, p.target.left, p.target.width)
       .copy_(resize_planes(kept, p.target.height, p.target.width));
+  return out;
+}
+
+at::Tensor frames_to_planes_as(const at::Tensor& frames_nhwc, int64_t height, int64_t width,
+                               ResizeMode mode, uint8_t fill) {
+  check_frames(frames_nhwc, "frames_to_planes_as");
+  const int64_t n = frames_nhwc.size(0), h = frames_nhwc.size(1), w = frames_nhwc.size(2);
+  // A halving keeps the aspect ratio, so every resize mode places the whole frame on the target.
+  if (!halves(h, w, height, width)) {
+    return resize_planes_as(to_planes(frames_nhwc), height, width, mode, fill);
+  }
+  const at::Tensor packed = frames_nhwc.contiguous();
+  at::Tensor out = padded_planes(n, 3, height, width);
+  for (int64_t i = 0; i < n; ++i) {
+    pixel_kernels::halve_rgb(packed.data_ptr<uint8_t>() + i * h * w * 3, h, w, plane(out, i, 0),
+                             plane(out, i, 1), plane(out, i, 2), out.stride(2));
+  }
   return out;
 }
 

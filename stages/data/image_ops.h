@@ -52,6 +52,12 @@ at::Tensor resize_planes(const at::Tensor& planes, int64_t height, int64_t width
 at::Tensor resize_planes_as(const at::Tensor& planes, int64_t height, int64_t width,
                             ResizeMode mode, uint8_t fill);
 
+// Decoder frames uint8 [N, H, W, 3] -> planes [N, 3, height, width]: resize_planes_as(
+// to_planes(frames), ...), bit for bit. A halving (RoboTwin's 640x480 cameras to 240x320) goes
+// straight from the packed frames (pixel_kernels' halve_rgb), never making the full-size planes.
+at::Tensor frames_to_planes_as(const at::Tensor& frames_nhwc, int64_t height, int64_t width,
+                               ResizeMode mode, uint8_t fill);
+
 // A camera-motion warp. Output pixel p samples the input at c + scale * R(rotation) * (p - c) + t,
 // where c is the image centre and t = (translate_x * W, translate_y * H): scale < 1 zooms in,
 // keeping that fraction of the field of view. The map is in fractions of the image, so the same

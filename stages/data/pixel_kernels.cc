@@ -7,8 +7,8 @@
 
 // Each entry point is built for x86-64's baseline (SSE2), AVX2 and AVX-512, and the loader picks
 // one per machine (AVX-512 halves the time of the gamma's log and exp against AVX2). None uses FMA
-// and no loop reorders a sum, so all give the same bits (as an -O0 build did, checked once): a
-// sample renders identically on every machine of a job.
+// and no loop reorders a float sum (integer sums are exact in any order), so all give the same bits
+// (as an -O0 build did, checked once): a sample renders identically on every machine of a job.
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define WAM_PIXEL_KERNEL __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
@@ -186,6 +186,47 @@ WAM_INLINE void jitter(const uint8_t* source, int64_t source_plane, int64_t sour
   }
 }
 
+// Halving (halve_plane, halve_rgb): each output pixel is the (1, 3, 3, 1) / 8 filter per axis over
+// the 4 x 4 source pixels around it, in integer sums (at most 64 * 255), exact, so the order of the
+// vertical and the horizontal pass does not matter.
+
+// One row of vertical sums (at most 8 * 255) of four source rows, `count` values.
+WAM_INLINE void vertical_sums(const uint8_t* __restrict above, const uint8_t* __restrict top,
+                              const uint8_t* __restrict bottom, const uint8_t* __restrict below,
+                              int64_t count, uint16_t* __restrict sums) {
+  for (int64_t x = 0; x < count; ++x) {
+    sums[x] = static_cast<uint16_t>(above[x] + 3 * (top[x] + bottom[x]) + below[x]);
+  }
+}
+
+// The horizontal pass over one plane's row of vertical sums `v` (`width` values, with v[-1] and
+// v[width] holding the repeated edges) into `width / 2` output levels, rounded half up. Read as
+// pairs (v[2x], v[2x + 1]) in one 32-bit word, so that the loop loads contiguously and vectorises
+// (little-endian: the low half is v[2x]).
+WAM_INLINE void halve_row(const uint16_t* v, int64_t width, uint8_t* __restrict line) {
+  static_assert(std::endian::native == std::endian::little);
+  using Pair [[gnu::may_alias]] = uint32_t;
+  const Pair* __restrict pairs = reinterpret_cast<const Pair*>(v);
+  const int64_t last = width / 2 - 1;
+  line[0] = static_cast<uint8_t>((v[-1] + 3 * (v[0] + v[1]) + v[2] + 32) >> 6);
+  for (int64_t x = 1; x < last; ++x) {
+    const uint32_t left = pairs[x - 1] >> 16, middle = (pairs[x] & 0xffff) + (pairs[x] >> 16),
+                   right = pairs[x + 1] & 0xffff;
+    line[x] = static_cast<uint8_t>((left + 3 * middle + right + 32) >> 6);
+  }
+  line[last] = static_cast<uint8_t>(
+      (v[2 * last - 1] + 3 * (v[2 * last] + v[2 * last + 1]) + v[2 * last + 2] + 32) >> 6);
+}
+
+// Row y's four source rows (2y - 1 to 2y + 2, the edge rows repeated), `row` bytes apart.
+struct SourceRows {
+  const uint8_t *above, *top, *bottom, *below;
+};
+WAM_INLINE SourceRows source_rows(const uint8_t* source, int64_t row, int64_t height, int64_t y) {
+  return {source + std::max<int64_t>(2 * y - 1, 0) * row, source + 2 * y * row,
+          source + (2 * y + 1) * row, source + std::min(2 * y + 2, height - 1) * row};
+}
+
 }  // namespace
 
 WAM_PIXEL_KERNEL
@@ -207,36 +248,39 @@ void deinterleave_rgb(const uint8_t* packed, int64_t height, int64_t width, uint
 WAM_PIXEL_KERNEL
 void halve_plane(const uint8_t* source, int64_t source_row, int64_t height, int64_t width,
                  uint8_t* out, int64_t out_row) {
-  // A row of vertical sums (at most 8 * 255) with the edge repeated one past each end, read
-  // horizontally as pairs (v[2x], v[2x + 1]) in one 32-bit word, so that the horizontal pass
-  // loads contiguously and vectorises (little-endian: the low half is v[2x]).
-  static_assert(std::endian::native == std::endian::little);
-  using Pair [[gnu::may_alias]] = uint32_t;
+  // 4-byte aligned, for halve_row's pairs; v[-1] and v[width] are the repeated edges.
   std::vector<uint16_t> sums(static_cast<size_t>(width + 4));
-  uint16_t* __restrict v = sums.data() + 2;  // v[-1] and v[width] are the repeated edges
-  const Pair* __restrict pairs = reinterpret_cast<const Pair*>(v);
-  const int64_t out_width = width / 2;
+  uint16_t* v = sums.data() + 2;
   for (int64_t y = 0; y < height / 2; ++y) {
-    const uint8_t* __restrict above = source + std::max<int64_t>(2 * y - 1, 0) * source_row;
-    const uint8_t* __restrict top = source + 2 * y * source_row;
-    const uint8_t* __restrict bottom = source + (2 * y + 1) * source_row;
-    const uint8_t* __restrict below = source + std::min(2 * y + 2, height - 1) * source_row;
-    for (int64_t x = 0; x < width; ++x) {
-      v[x] = static_cast<uint16_t>(above[x] + 3 * (top[x] + bottom[x]) + below[x]);
-    }
+    const SourceRows rows = source_rows(source, source_row, height, y);
+    vertical_sums(rows.above, rows.top, rows.bottom, rows.below, width, v);
     v[-1] = v[0];
     v[width] = v[width - 1];
-    uint8_t* __restrict line = out + y * out_row;
-    // Integer sums (at most 64 * 255): exact, so the order of the two passes does not matter.
-    line[0] = static_cast<uint8_t>((v[-1] + 3 * (v[0] + v[1]) + v[2] + 32) >> 6);
-    for (int64_t x = 1; x < out_width - 1; ++x) {
-      const uint32_t left = pairs[x - 1] >> 16, middle = (pairs[x] & 0xffff) + (pairs[x] >> 16),
-                     right = pairs[x + 1] & 0xffff;
-      line[x] = static_cast<uint8_t>((left + 3 * middle + right + 32) >> 6);
+    halve_row(v, width, out + y * out_row);
+  }
+}
+
+WAM_PIXEL_KERNEL
+void halve_rgb(const uint8_t* packed, int64_t height, int64_t width, uint8_t* red, uint8_t* green,
+               uint8_t* blue, int64_t out_row) {
+  // The vertical pass on the packed rows (contiguous), then its sums split into planes in the
+  // cache: the frame is read from memory once, where deinterleaving it first wrote and read it
+  // again whole.
+  const int64_t row = 3 * width, plane_sums = width + 4;
+  std::vector<uint16_t> packed_sums(static_cast<size_t>(row));
+  std::vector<uint16_t> sums(static_cast<size_t>(3 * plane_sums));
+  uint8_t* const out[3] = {red, green, blue};
+  for (int64_t y = 0; y < height / 2; ++y) {
+    const SourceRows rows = source_rows(packed, row, height, y);
+    vertical_sums(rows.above, rows.top, rows.bottom, rows.below, row, packed_sums.data());
+    for (int c = 0; c < 3; ++c) {
+      uint16_t* __restrict v = sums.data() + c * plane_sums + 2;
+      const uint16_t* __restrict in = packed_sums.data() + c;
+      for (int64_t x = 0; x < width; ++x) v[x] = in[3 * x];
+      v[-1] = v[0];
+      v[width] = v[width - 1];
+      halve_row(v, width, out[c] + y * out_row);
     }
-    const int64_t last = out_width - 1;
-    line[last] = static_cast<uint8_t>(
-        (v[2 * last - 1] + 3 * (v[2 * last] + v[2 * last + 1]) + v[2 * last + 2] + 32) >> 6);
   }
 }
 

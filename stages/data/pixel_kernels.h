@@ -23,6 +23,10 @@ void deinterleave_rgb(const uint8_t* packed, int64_t height, int64_t width, uint
 // its time: RoboTwin's 640x480 cameras go to 240x320 so (docs/BENCHMARKS.md, issue 24).
 void halve_plane(const uint8_t* source, int64_t source_row, int64_t height, int64_t width,
                  uint8_t* out, int64_t out_row);
+// The same halving of packed RGB rows (3 * width bytes each, rows back to back) into three
+// planes: deinterleave_rgb then halve_plane on each plane, bit for bit, reading the frame once.
+void halve_rgb(const uint8_t* packed, int64_t height, int64_t width, uint8_t* red, uint8_t* green,
+               uint8_t* blue, int64_t out_row);
 
 // The colour work of one image, in this order, each step clamped to [0, 1] (the same steps as
 // image_ops' adjust_color_, apply_rgb_gain_ and apply_shadow_, which define it): levels / 255,

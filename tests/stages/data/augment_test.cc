@@ -488,6 +488,30 @@ TEST(AugmentImageOpsTest, FusedColourJitterMatchesTheTorchOps) {
   }
 }
 
+// Augment's camera resize from the decoder's packed frames: to_planes then resize_planes_as, bit
+// for bit, in every resize mode, whether it halves (straight from the packed frames), does not, or
+// halves a frame too small for the halving kernel.
+TEST(AugmentImageOpsTest, FramesToPlanesAsIsToPlanesThenResizePlanesAs) {
+  struct Case {
+    int64_t height, width, out_height, out_width;
+  };
+  for (const Case& c : {Case{480, 640, 240, 320}, Case{38, 54, 19, 27}, Case{30, 40, 24, 32},
+                        Case{30, 40, 15, 10}, Case{6, 8, 3, 4}}) {
+    const auto frames = noise_frames(1, 2, c.height, c.width).select(0, 0);
+    for (const auto mode :
+         {ops::ResizeMode::kStretch, ops::ResizeMode::kFit, ops::ResizeMode::kFill}) {
+      const auto ours = ops::frames_to_planes_as(frames, c.out_height, c.out_width, mode, 7);
+      const auto expected =
+          ops::resize_planes_as(ops::to_planes(frames), c.out_height, c.out_width, mode, 7);
+      ASSERT_EQ(ours.sizes(), expected.sizes());
+      EXPECT_TRUE(torch::equal(ours, expected))
+          << c.height << "x" << c.width << " -> " << c.out_height << "x" << c.out_width << ", mode "
+          << static_cast<int>(mode) << ": " << difference(ours, expected).max
+          << " levels apart at most";
+    }
+  }
+}
+
 // The whole deterministic RoboTwin canvas at the real sizes (480x640 -> 240x320 -> 256x256 and
 // 128x128 slots) against the float path Augment had before: torch antialiased resizes in float.
 TEST(AugmentTest, CanvasMatchesTheFloatResizePipelineItReplaces) {
