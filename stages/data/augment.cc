@@ -6,11 +6,12 @@
 // for every frame of it, so a sample is bit-identical serial or parallel, run to run.
 //
 // Cost: the geometry (resize, camera jitter, slot resize, composition) runs on uint8 planes
-// (libswscale resizes, a uint8 warp), so float work only ever touches the 384x256 canvas, never
-// the raw frames; the colour, gain and shadow jitter are one fused pass that makes the float
-// canvas (and the jittered VLM images straight in uint8), not a torch op per step. `video_dtype:
-// uint8` quantises here, per sample and in parallel, what HostToDevice's video_as_uint8 would
-// otherwise quantise per batch on its one thread.
+// (libswscale resizes, or a halving kernel of libswscale's bits straight from the packed frames; a
+// uint8 warp), so float work only ever touches the 384x256 canvas, never the raw frames; only the
+// VLM's current frame is made into full-size planes. The colour, gain and shadow jitter are one
+// fused pass that makes the float canvas (and the jittered VLM images straight in uint8), not a
+// torch op per step. `video_dtype: uint8` quantises here, per sample and in parallel, what
+// HostToDevice's video_as_uint8 would otherwise quantise per batch on its one thread.
 //
 // Reads:  frames (Tensor uint8 [V, T, H, W, 3]; T = 11 [anchor, recent, window 0..8] with
 //         `frames: all`, T = 1 [current] with `frames: current`); sample_id, epoch (Int) unless
