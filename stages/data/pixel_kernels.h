@@ -15,12 +15,11 @@ void deinterleave_rgb(const uint8_t* packed, int64_t height, int64_t width, uint
                       uint8_t* green, uint8_t* blue, int64_t plane_stride);
 
 // One plane halved: `height` x `width` (both even, at least 8; rows `source_row` bytes apart) ->
-// height / 2
-// x width / 2 at `out` (rows `out_row` bytes apart), each output the (1, 3, 3, 1) / 8 filter per
-// axis over the 4 x 4 source pixels around it (edge pixels repeated), rounded half up. This is
-// what libswscale's bilinear (SWS_BILINEAR | SWS_ACCURATE_RND | SWS_BITEXACT, the filter widened
-// by the scale) computes for a halving, bit for bit (augment_test checks), at about a third of
-// its time: RoboTwin's 640x480 cameras go to 240x320 so (docs/BENCHMARKS.md, issue 24).
+// height / 2 x width / 2 at `out` (rows `out_row` bytes apart), each output the (1, 3, 3, 1) / 8
+// filter per axis over the 4 x 4 source pixels around it (edge pixels repeated), rounded half up.
+// This is what libswscale's bilinear (SWS_BILINEAR | SWS_ACCURATE_RND | SWS_BITEXACT, the filter
+// widened by the scale) computes for a halving, bit for bit (augment_test checks), at about a
+// third of its time: RoboTwin's 640x480 cameras go to 240x320 so (docs/BENCHMARKS.md, issue 24).
 void halve_plane(const uint8_t* source, int64_t source_row, int64_t height, int64_t width,
                  uint8_t* out, int64_t out_row);
 // The same halving of packed RGB rows (3 * width bytes each, rows back to back) into three
