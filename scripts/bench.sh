@@ -83,11 +83,15 @@ PY
       ;;
     percore)
       before=${WAM_BENCH_BEFORE:?set WAM_BENCH_BEFORE to the wam-pipeline binary to compare with}
+      if [ ! -x "$before" ]; then
+        echo "bench.sh percore: WAM_BENCH_BEFORE=$before is not an executable wam-pipeline" >&2
+        exit 2
+      fi
       root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gop2
       bench_dataset "$bin" robotwin 4 96 "$root"
       ROBOTWIN_DATA_ROOT=$root python3 - "$before" "$bin" "${WAM_BENCH_SAMPLES:-96}" \
         "${WAM_BENCH_ROUNDS:-5}" "$(nproc)" <<'PY'
-import json, os, resource, statistics, subprocess, sys, tempfile
+import json, resource, statistics, subprocess, sys, tempfile
 before, after, samples, rounds, cores = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 def cpu():
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -95,10 +99,12 @@ def cpu():
 def run(binary, threads, count):
     with tempfile.NamedTemporaryFile(suffix=".json") as stats:
         start = cpu()
-        subprocess.run([binary, "run", "pipelines/robotwin_data_online.json", "--stop-after", "augment",
-                        "--threads", str(threads), "--report-every", "0", "--quiet", "--stats-out", stats.name,
-                        "--set", "settings.seed=7", "--set", f"nodes.sampler.params.max_samples={count}"],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        done = subprocess.run([binary, "run", "pipelines/robotwin_data_online.json", "--stop-after", "augment",
+                               "--threads", str(threads), "--report-every", "0", "--quiet", "--stats-out", stats.name,
+                               "--set", "settings.seed=7", "--set", f"nodes.sampler.params.max_samples={count}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode != 0:
+            sys.exit(f"bench.sh percore: {binary} failed (exit {done.returncode}):\n{done.stderr.strip()}")
         used = cpu() - start
         result = json.load(open(stats.name))
     busy = {n["id"]: 1000 * n["busy_s"] / count for n in result["nodes"]}
