@@ -230,8 +230,9 @@ cudaDataType_t data_type(Fp8Format format) {
 }  // namespace
 
 bool fp8_product(const Fp8Operand& left, const Fp8Operand& right, int64_t rows, int64_t k,
-                 int64_t n, const void* bias, void* out, void* pre_activation,
-                 bool fast_accumulation, void* workspace, CUstream_st* stream) {
+                 int64_t n, const void* bias, void* out, Precision out_precision,
+                 void* pre_activation, bool fast_accumulation, void* workspace,
+                 CUstream_st* stream) {
   // Hopper's FP8 products take no E5M2 x E5M2 pair.
   if (left.format == Fp8Format::kE5M2 && right.format == Fp8Format::kE5M2) return false;
   // out^T [n, rows] = right [n, k] left^T [k, rows]: A = right (column-major [k, n]) transposed,
@@ -243,6 +244,8 @@ bool fp8_product(const Fp8Operand& left, const Fp8Operand& right, int64_t rows, 
   p.a_type = data_type(right.format);
   p.b_type = data_type(left.format);
   p.fast_accumulation = fast_accumulation;
+  p.d_type = data_type(out_precision);
+  if (bias == nullptr) p.bias_type = p.d_type;
   if (pre_activation != nullptr) p.aux_ld = n;
   Pointers pointers{right.data, left.data, out, const_cast<void*>(bias), pre_activation};
   pointers.a_scale = right.scale_inverse;

@@ -36,17 +36,23 @@ struct Fp8Scaling {
   float* scale_inverse = nullptr;  // written by the cast: 1 / scale, the product's dequantisation
 };
 
-// out[i] = x[i] * scale rounded to `format`, saturated at its largest finite value (NaN stays
-// NaN); x's amax is recorded under this step's tag. x in `precision`, n elements. Returns false,
-// having written nothing, unless n is a multiple of 8 and x and out are 16-byte aligned.
-bool fp8_cast(const void* x, Precision precision, int64_t n, Fp8Format format,
-              const Fp8Scaling& scaling, void* out, CUstream_st* stream);
-
-// The same cast of a row-major [rows, cols] matrix, written as it is into out and transposed into
-// out_transposed [cols, rows]: a weight for the forward product and for the input gradient's.
-void fp8_cast_transposed(const void* x, Precision precision, int64_t rows, int64_t cols,
+// A row-major [rows, cols] matrix x (in `precision`) cast: out = x * scale rounded to `format`,
+// saturated at its largest finite value (NaN stays NaN), scale = the format's largest over the
+// largest amax of the previous steps in the history, 1 when none; x's amax recorded under this
+// step's tag. Written as it is into out and transposed into out_transposed [cols, rows]: the
+// operands of the products that take the other dimension as K (a weight's for the input gradient,
+// an input's and an output gradient's for the weight gradient).
+// With column_partials given, also the sums of x's columns (before scaling) over each block of
+// kFp8TileRows rows, float [fp8_column_partial_rows(rows), cols]: a bias gradient, added up by
+// the caller in a fixed order. Returns false, having written nothing, unless rows and cols are
+// multiples of 4, x is 16-byte aligned and the outputs 4-byte aligned.
+constexpr int64_t kFp8TileRows = 64;
+inline int64_t fp8_column_partial_rows(int64_t rows) {
+  return (rows + kFp8TileRows - 1) / kFp8TileRows;
+}
+bool fp8_cast_transposed(const void* x, Precision precision, int64_t rows, int64_t cols,
                          Fp8Format format, const Fp8Scaling& scaling, void* out,
-                         void* out_transposed, CUstream_st* stream);
+                         void* out_transposed, float* column_partials, CUstream_st* stream);
 
 // Records x's amax under the previous step's tag: a tensor's first cast (a fresh model, or one
 // resumed from a checkpoint, which keeps no history) then scales by its own amax instead of 1.
@@ -60,14 +66,15 @@ struct Fp8Operand {
   const float* scale_inverse = nullptr;
 };
 
-// out [rows, n] (bf16) = left [rows, k] right [n, k]^T, each operand multiplied by its
-// scale_inverse, + bias [n] (bf16) when given. With pre_activation given, out is
-// gelu_tanh(pre_activation) and pre_activation the product (cuBLASLt's GELU_AUX_BIAS). At most one
-// operand may be E5M2. `fast_accumulation`: Hopper's faster, less exact FP8 accumulation (the
+// out [rows, n] (in out_precision) = left [rows, k] right [n, k]^T, each operand multiplied by
+// its scale_inverse, + bias [n] (bf16, with a bf16 out) when given. With pre_activation given, out
+// is gelu_tanh(pre_activation) and pre_activation the product (cuBLASLt's GELU_AUX_BIAS). At most
+// one operand may be E5M2. `fast_accumulation`: Hopper's faster, less exact FP8 accumulation (the
 // forward product's, as Transformer Engine uses it). Returns false, having written nothing, when
 // cuBLASLt has no algorithm for the shape (k and n must be multiples of 16).
 bool fp8_product(const Fp8Operand& left, const Fp8Operand& right, int64_t rows, int64_t k,
-                 int64_t n, const void* bias, void* out, void* pre_activation,
-                 bool fast_accumulation, void* workspace, CUstream_st* stream);
+                 int64_t n, const void* bias, void* out, Precision out_precision,
+                 void* pre_activation, bool fast_accumulation, void* workspace,
+                 CUstream_st* stream);
 
 }  // namespace wam::kernels

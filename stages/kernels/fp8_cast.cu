@@ -13,8 +13,12 @@ namespace wam::kernels {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTile = 32;  // the transposing cast's tile: 32 x 32 elements, 32 x 8 threads
-constexpr int kTileRowsPerPass = kThreads / kTile;
+// The transposing cast's tile: 64 x 64 elements, each thread reading 4 consecutive ones and
+// writing them as 4 bytes, both ways (1-byte stores of a 32 x 32 tile ran at a third of the
+// memory's rate: docs/KERNELS.md, version 7).
+constexpr int kTile = 64;
+constexpr int kQuadsPerTileRow = kTile / 4;                    // 16
+constexpr int kTileRowsPerPass = kThreads / kQuadsPerTileRow;  // 16
 
 template <Fp8Format kFormat>
 struct Fp8Traits;
@@ -29,20 +33,12 @@ struct Fp8Traits<Fp8Format::kE5M2> {
   static constexpr __nv_fp8_interpretation_t kInterpretation = __NV_E5M2;
 };
 
-template <Fp8Format kFormat>
-__device__ __forceinline__ uint8_t to_fp8(float value) {
-  return __nv_cvt_float_to_fp8(value, __NV_SATFINITE, Fp8Traits<kFormat>::kInterpretation);
-}
-
 // Two values as two FP8 bytes, the first in the low byte (the lower address).
 template <Fp8Format kFormat>
 __device__ __forceinline__ uint32_t to_fp8x2(float first, float second) {
   return __nv_cvt_float2_to_fp8x2(make_float2(first, second), __NV_SATFINITE,
                                   Fp8Traits<kFormat>::kInterpretation);
 }
-
-__device__ __forceinline__ float to_float(float value) { return value; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 value) { return __bfloat162float(value); }
 
 // Eight consecutive elements from p (16-byte aligned) as floats.
 __device__ __forceinline__ void load8(const float* p, float* v) {
@@ -103,12 +99,10 @@ __device__ void record_amax(float amax, const Fp8Scaling& scaling, uint32_t tag)
   }
 }
 
-// kWrite: the cast (eight elements a thread at a time); otherwise the amax alone, recorded under
-// the previous step's tag.
-template <class In, Fp8Format kFormat, bool kWrite>
+// The amax alone, eight elements a thread at a time, recorded under the previous step's tag.
+template <class In>
 __global__ void __launch_bounds__(kThreads)
-    cast_kernel(const In* x, int64_t chunks, Fp8Scaling scaling, uint2* out) {
-  const float scale = kWrite ? block_scale<kFormat>(scaling) : 1.f;
+    previous_amax_kernel(const In* x, int64_t chunks, Fp8Scaling scaling) {
   float amax = 0.f;
   for (int64_t chunk = blockIdx.x * int64_t{kThreads} + threadIdx.x; chunk < chunks;
        chunk += int64_t{gridDim.x} * kThreads) {
@@ -116,45 +110,56 @@ __global__ void __launch_bounds__(kThreads)
     load8(x + chunk * 8, v);
 #pragma unroll
     for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
-    if (kWrite) {
-      uint2 packed;
-      packed.x = to_fp8x2<kFormat>(v[0] * scale, v[1] * scale) |
-                 to_fp8x2<kFormat>(v[2] * scale, v[3] * scale) << 16;
-      packed.y = to_fp8x2<kFormat>(v[4] * scale, v[5] * scale) |
-                 to_fp8x2<kFormat>(v[6] * scale, v[7] * scale) << 16;
-      out[chunk] = packed;
-    }
   }
-  record_amax(amax, scaling, current_tag(scaling) - (kWrite ? 0u : 1u));
+  record_amax(amax, scaling, current_tag(scaling) - 1u);
 }
 
-// One 32 x 32 tile per block: read once, written row-major from registers and transposed through
-// shared memory.
+// One 64 x 64 tile per block: read once, 4 elements a thread; written row-major from registers and
+// transposed through shared memory, 4 bytes a thread both ways. rows and cols multiples of 4.
 template <class In, Fp8Format kFormat>
 __global__ void __launch_bounds__(kThreads)
     cast_transposed_kernel(const In* x, int64_t rows, int64_t cols, Fp8Scaling scaling,
-                           uint8_t* out, uint8_t* out_transposed) {
-  __shared__ uint8_t tile[kTile][kTile + 4];
+                           uint8_t* out, uint8_t* out_transposed, float* column_partials) {
+  __shared__ uint32_t tile[kTile][kQuadsPerTileRow + 1];  // 4 bytes of a tile row per word
+  __shared__ float4 column_sums[kTileRowsPerPass][kQuadsPerTileRow];
   const float scale = block_scale<kFormat>(scaling);
   float amax = 0.f;
-  const int64_t col = blockIdx.x * int64_t{kTile} + threadIdx.x;
-  for (int i = threadIdx.y; i < kTile; i += kTileRowsPerPass) {
-    const int64_t row = blockIdx.y * int64_t{kTile} + i;
-    uint8_t value = 0;
+  float4 sums = make_float4(0.f, 0.f, 0.f, 0.f);
+  const int quad = threadIdx.x % kQuadsPerTileRow, first_row = threadIdx.x / kQuadsPerTileRow;
+  const int64_t col = blockIdx.x * int64_t{kTile} + quad * 4;
+  for (int r = first_row; r < kTile; r += kTileRowsPerPass) {
+    const int64_t row = blockIdx.y * int64_t{kTile} + r;
+    uint32_t packed = 0;
     if (row < rows && col < cols) {
-      const float v = to_float(x[row * cols + col]);
-      amax = fmaxf(amax, fabsf(v));
-      value = to_fp8<kFormat>(v * scale);
-      out[row * cols + col] = value;
+      const float4 v = load4(x + row * cols + col);
+      amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+      sums = sums + v;
+      packed = to_fp8x2<kFormat>(v.x * scale, v.y * scale) |
+               to_fp8x2<kFormat>(v.z * scale, v.w * scale) << 16;
+      *reinterpret_cast<uint32_t*>(out + row * cols + col) = packed;
     }
-    tile[i][threadIdx.x] = value;
+    tile[r][quad] = packed;
   }
+  column_sums[first_row][quad] = sums;
   __syncthreads();
-  const int64_t row = blockIdx.y * int64_t{kTile} + threadIdx.x;
-  for (int i = threadIdx.y; i < kTile; i += kTileRowsPerPass) {
-    const int64_t transposed_row = blockIdx.x * int64_t{kTile} + i;
+  // The tile's column sums, its 16 row groups added in a fixed order.
+  if (column_partials != nullptr && threadIdx.x < kQuadsPerTileRow && col < cols) {
+    float4 total = column_sums[0][threadIdx.x];
+    for (int group = 1; group < kTileRowsPerPass; ++group) {
+      total = total + column_sums[group][threadIdx.x];
+    }
+    store4(column_partials + blockIdx.y * cols + col, total);
+  }
+  // Transposed: thread (tile column c, row quad g) writes tile rows 4g .. 4g+3 of column c.
+  const auto byte_of = [&](int r, int c) { return (tile[r][c / 4] >> (8 * (c % 4))) & 0xffu; };
+  const int g = threadIdx.x % kQuadsPerTileRow;
+  const int64_t row = blockIdx.y * int64_t{kTile} + g * 4;
+  for (int c = threadIdx.x / kQuadsPerTileRow; c < kTile; c += kTileRowsPerPass) {
+    const int64_t transposed_row = blockIdx.x * int64_t{kTile} + c;
     if (transposed_row < cols && row < rows) {
-      out_transposed[transposed_row * rows + row] = tile[threadIdx.x][i];
+      const uint32_t packed = byte_of(g * 4, c) | byte_of(g * 4 + 1, c) << 8 |
+                              byte_of(g * 4 + 2, c) << 16 | byte_of(g * 4 + 3, c) << 24;
+      *reinterpret_cast<uint32_t*>(out_transposed + transposed_row * rows + row) = packed;
     }
   }
   record_amax(amax, scaling, current_tag(scaling));
@@ -170,45 +175,9 @@ int64_t grid_for(int64_t chunks) {
   return std::max<int64_t>(1, std::min<int64_t>(needed, int64_t{processors} * 8));
 }
 
-template <bool kWrite>
-void launch_cast(const void* x, Precision precision, int64_t n, Fp8Format format,
-                 const Fp8Scaling& scaling, void* out, CUstream_st* stream) {
-  const int64_t chunks = n / 8;
-  const dim3 grid(static_cast<unsigned>(grid_for(chunks)));
-  auto* packed = static_cast<uint2*>(out);
-  const bool e4m3 = format == Fp8Format::kE4M3;
-  if (precision == Precision::kBFloat16) {
-    const auto* in = static_cast<const __nv_bfloat16*>(x);
-    if (e4m3) {
-      cast_kernel<__nv_bfloat16, Fp8Format::kE4M3, kWrite>
-          <<<grid, kThreads, 0, stream>>>(in, chunks, scaling, packed);
-    } else {
-      cast_kernel<__nv_bfloat16, Fp8Format::kE5M2, kWrite>
-          <<<grid, kThreads, 0, stream>>>(in, chunks, scaling, packed);
-    }
-  } else {
-    const auto* in = static_cast<const float*>(x);
-    if (e4m3) {
-      cast_kernel<float, Fp8Format::kE4M3, kWrite>
-          <<<grid, kThreads, 0, stream>>>(in, chunks, scaling, packed);
-    } else {
-      cast_kernel<float, Fp8Format::kE5M2, kWrite>
-          <<<grid, kThreads, 0, stream>>>(in, chunks, scaling, packed);
-    }
-  }
-  check_launch(kWrite ? "fp8_cast" : "fp8_record_previous_amax");
-}
-
 bool vector_aligned(const void* pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
 
 }  // namespace
-
-bool fp8_cast(const void* x, Precision precision, int64_t n, Fp8Format format,
-              const Fp8Scaling& scaling, void* out, CUstream_st* stream) {
-  if (n <= 0 || n % 8 != 0 || !vector_aligned(x) || !vector_aligned(out)) return false;
-  launch_cast<true>(x, precision, n, format, scaling, out, stream);
-  return true;
-}
 
 void fp8_record_previous_amax(const void* x, Precision precision, int64_t n,
                               const Fp8Scaling& scaling, CUstream_st* stream) {
@@ -216,16 +185,30 @@ void fp8_record_previous_amax(const void* x, Precision precision, int64_t n,
   if (n % 8 != 0 || !vector_aligned(x)) {
     throw std::runtime_error("fp8_record_previous_amax: needs 8k elements, 16-byte aligned");
   }
-  launch_cast<false>(x, precision, n, Fp8Format::kE4M3, scaling, nullptr, stream);
+  const int64_t chunks = n / 8;
+  const dim3 grid(static_cast<unsigned>(grid_for(chunks)));
+  if (precision == Precision::kBFloat16) {
+    previous_amax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(x),
+                                                        chunks, scaling);
+  } else {
+    previous_amax_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const float*>(x), chunks,
+                                                        scaling);
+  }
+  check_launch("fp8_record_previous_amax");
 }
 
-void fp8_cast_transposed(const void* x, Precision precision, int64_t rows, int64_t cols,
+bool fp8_cast_transposed(const void* x, Precision precision, int64_t rows, int64_t cols,
                          Fp8Format format, const Fp8Scaling& scaling, void* out,
-                         void* out_transposed, CUstream_st* stream) {
-  if (rows <= 0 || cols <= 0) return;
+                         void* out_transposed, float* column_partials, CUstream_st* stream) {
+  static_assert(kTile == kFp8TileRows, "the partial sums' rows are the tile's");
+  if (rows <= 0 || cols <= 0 || rows % 4 != 0 || cols % 4 != 0 || !vector_aligned(x) ||
+      reinterpret_cast<uintptr_t>(out) % 4 != 0 ||
+      reinterpret_cast<uintptr_t>(out_transposed) % 4 != 0) {
+    return false;
+  }
   const dim3 grid(static_cast<unsigned>((cols + kTile - 1) / kTile),
                   static_cast<unsigned>((rows + kTile - 1) / kTile));
-  const dim3 block(kTile, kTileRowsPerPass);
+  const dim3 block(kThreads);
   auto* o = static_cast<uint8_t*>(out);
   auto* t = static_cast<uint8_t*>(out_transposed);
   const bool e4m3 = format == Fp8Format::kE4M3;
@@ -233,22 +216,23 @@ void fp8_cast_transposed(const void* x, Precision precision, int64_t rows, int64
     const auto* in = static_cast<const __nv_bfloat16*>(x);
     if (e4m3) {
       cast_transposed_kernel<__nv_bfloat16, Fp8Format::kE4M3>
-          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t);
+          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t, column_partials);
     } else {
       cast_transposed_kernel<__nv_bfloat16, Fp8Format::kE5M2>
-          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t);
+          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t, column_partials);
     }
   } else {
     const auto* in = static_cast<const float*>(x);
     if (e4m3) {
       cast_transposed_kernel<float, Fp8Format::kE4M3>
-          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t);
+          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t, column_partials);
     } else {
       cast_transposed_kernel<float, Fp8Format::kE5M2>
-          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t);
+          <<<grid, block, 0, stream>>>(in, rows, cols, scaling, o, t, column_partials);
     }
   }
   check_launch("fp8_cast_transposed");
+  return true;
 }
 
 }  // namespace wam::kernels

@@ -26,6 +26,7 @@ bool fp8_linears_built() {
 bool fp8_linear_applies(const at::Tensor& x, const at::Tensor& weight) {
   return fp8_linears_built() && epilogue_linears_apply(x) && weight.dim() == 2 &&
          weight.size(0) % 16 == 0 && weight.size(1) % 16 == 0 && x.size(-1) == weight.size(1) &&
+         (x.numel() / x.size(-1)) % 16 == 0 &&
          (weight.scalar_type() == at::kFloat || weight.scalar_type() == at::kBFloat16);
 }
 
@@ -70,15 +71,23 @@ at::Tensor workspace_for(const at::Tensor& like) {
                    like.options().dtype(at::kByte));
 }
 
-// out [rows, n] = left [rows, k] right [n, k]^T (+ bias); see kernels::fp8_product.
+// out [rows, n] = left [rows, k] right [n, k]^T (+ bias); see kernels::fp8_product. False when
+// cuBLASLt has no algorithm for it.
+bool try_product(const kernels::Fp8Operand& left, const kernels::Fp8Operand& right, int64_t rows,
+                 int64_t k, int64_t n, const at::Tensor& bias, const at::Tensor& out,
+                 const at::Tensor& pre_activation, bool fast_accumulation) {
+  const at::Tensor workspace = workspace_for(out);
+  return kernels::fp8_product(
+      left, right, rows, k, n, bias.defined() ? bias.data_ptr() : nullptr, out.data_ptr(),
+      precision_of(out), pre_activation.defined() ? pre_activation.data_ptr() : nullptr,
+      fast_accumulation, workspace.data_ptr(), at::cuda::getCurrentCUDAStream());
+}
+
+// try_product, an error saying what to do when it cannot run.
 void product(const kernels::Fp8Operand& left, const kernels::Fp8Operand& right, int64_t rows,
              int64_t k, int64_t n, const at::Tensor& bias, const at::Tensor& out,
              const at::Tensor& pre_activation, bool fast_accumulation) {
-  const at::Tensor workspace = workspace_for(out);
-  if (!kernels::fp8_product(
-          left, right, rows, k, n, bias.defined() ? bias.data_ptr() : nullptr, out.data_ptr(),
-          pre_activation.defined() ? pre_activation.data_ptr() : nullptr, fast_accumulation,
-          workspace.data_ptr(), at::cuda::getCurrentCUDAStream())) {
+  if (!try_product(left, right, rows, k, n, bias, out, pre_activation, fast_accumulation)) {
     throw std::runtime_error("FP8 product: cuBLASLt has no algorithm for [" + std::to_string(rows) +
                              " x " + std::to_string(k) + "] x [" + std::to_string(n) + " x " +
                              std::to_string(k) +
@@ -86,21 +95,34 @@ void product(const kernels::Fp8Operand& left, const kernels::Fp8Operand& right, 
   }
 }
 
-bool try_gelu_product(const kernels::Fp8Operand& left, const kernels::Fp8Operand& right,
-                      int64_t rows, int64_t k, int64_t n, const at::Tensor& bias,
-                      const at::Tensor& activated, const at::Tensor& pre_activation) {
-  const at::Tensor workspace = workspace_for(activated);
-  return kernels::fp8_product(left, right, rows, k, n, bias.data_ptr(), activated.data_ptr(),
-                              pre_activation.data_ptr(), /*fast_accumulation=*/true,
-                              workspace.data_ptr(), at::cuda::getCurrentCUDAStream());
-}
-
 Fp8LinearState* state_of(AutogradContext* ctx, const char* key) {
   return reinterpret_cast<Fp8LinearState*>(ctx->saved_data[key].toInt());
 }
 
-// Saves x's rows (for the bf16 weight-gradient product) and the weight's transposed FP8 copy
-// (for the input gradient's product): half the bytes of the bf16 weight the bf16 path saves.
+// A layer's parameter gradients from its output gradient's cast (with its column sums, the bias
+// gradient) and its input's transposed cast: grad_weight [out, in] = grad^T x as one FP8 product
+// over the rows, written in float32.
+LinearGrads fp8_param_grads(const Cast& grad8, const at::Tensor& x_transposed,
+                            const at::Tensor& x_scale, const at::Tensor& weight,
+                            const at::Tensor& bias) {
+  const int64_t out = grad8.transposed.size(0), rows = grad8.transposed.size(1),
+                in = x_transposed.size(0);
+  const kernels::Fp8Operand left =
+      operand(grad8.transposed, grad8.scale_inverse, kernels::Fp8Format::kE5M2);
+  const kernels::Fp8Operand right = operand(x_transposed, x_scale, kernels::Fp8Format::kE4M3);
+  at::Tensor grad_weight = at::empty({out, in}, grad8.data.options().dtype(at::kFloat));
+  // Float32 straight from the product where cuBLASLt has it, else bf16 and a cast.
+  if (!try_product(left, right, out, rows, in, at::Tensor(), grad_weight, at::Tensor(),
+                   /*fast_accumulation=*/false)) {
+    grad_weight = at::empty({out, in}, grad8.data.options().dtype(at::kBFloat16));
+    product(left, right, out, rows, in, at::Tensor(), grad_weight, at::Tensor(),
+            /*fast_accumulation=*/false);
+  }
+  return {grad_weight.to(weight.scalar_type()), grad8.column_sums.to(bias.scalar_type())};
+}
+
+// Saves the input's and the weight's transposed FP8 copies (the weight gradient's and the input
+// gradient's operands): a byte an element where the bf16 path saves two.
 class Fp8Linear : public torch::autograd::Function<Fp8Linear> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
@@ -109,40 +131,42 @@ class Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     const at::Tensor rows = linear_rows(x);
     const int64_t m = rows.size(0), k = rows.size(1), n = weight.size(0);
     const Cast x8 = state->cast(Fp8LinearState::kInput, rows);
-    const Cast w8 = state->cast_transposed(Fp8LinearState::kWeight, weight.contiguous());
+    const Cast w8 = state->cast(Fp8LinearState::kWeight, weight.contiguous());
     const at::Tensor out = at::empty({m, n}, rows.options());
     product(operand(x8.data, x8.scale_inverse, kernels::Fp8Format::kE4M3),
             operand(w8.data, w8.scale_inverse, kernels::Fp8Format::kE4M3), m, k, n,
             bias.to(rows.scalar_type()), out, at::Tensor(), /*fast_accumulation=*/true);
-    ctx->save_for_backward({rows, w8.transposed, w8.scale_inverse, weight, bias});
+    ctx->save_for_backward(
+        {x8.transposed, x8.scale_inverse, w8.transposed, w8.scale_inverse, weight, bias});
     ctx->saved_data["state"] = reinterpret_cast<int64_t>(state);
     return out.view(with_last_size(x.sizes(), n));
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &rows = saved[0], &weight_t8 = saved[1], &weight_scale = saved[2],
-                     &weight = saved[3], &bias = saved[4];
-    const c10::cuda::CUDAGuard guard(rows.device());
+    const at::Tensor &x_t8 = saved[0], &x_scale = saved[1], &weight_t8 = saved[2],
+                     &weight_scale = saved[3], &weight = saved[4], &bias = saved[5];
+    const c10::cuda::CUDAGuard guard(x_t8.device());
     const at::Tensor grad = linear_rows(grads[0]);
+    const int64_t m = grad.size(0), n = grad.size(1), k = x_t8.size(0);
+    const Cast g8 = state_of(ctx, "state")
+                        ->cast(Fp8LinearState::kOutputGradient, grad,
+                               /*column_sums=*/true);
     at::Tensor grad_x;
     if (ctx->needs_input_grad(0)) {
-      const Cast g8 = state_of(ctx, "state")->cast(Fp8LinearState::kOutputGradient, grad);
-      grad_x = at::empty({grad.size(0), rows.size(1)}, grad.options());
+      grad_x = at::empty({m, k}, grad.options());
       product(operand(g8.data, g8.scale_inverse, kernels::Fp8Format::kE5M2),
-              operand(weight_t8, weight_scale, kernels::Fp8Format::kE4M3), grad.size(0),
-              grad.size(1), rows.size(1), at::Tensor(), grad_x, at::Tensor(),
-              /*fast_accumulation=*/false);
-      grad_x = grad_x.view(with_last_size(grads[0].sizes(), rows.size(1)));
+              operand(weight_t8, weight_scale, kernels::Fp8Format::kE4M3), m, n, k, at::Tensor(),
+              grad_x, at::Tensor(), /*fast_accumulation=*/false);
+      grad_x = grad_x.view(with_last_size(grads[0].sizes(), k));
     }
-    const LinearGrads params =
-        linear_param_grads(grad, rows, weight.scalar_type(), bias.scalar_type());
+    const LinearGrads params = fp8_param_grads(g8, x_t8, x_scale, weight, bias);
     return {grad_x, params.weight, params.bias, at::Tensor()};
   }
 };
 
-// Saves x's rows, the pre-activation and the activation (as the bf16 path does) and both weights'
-// transposed FP8 copies.
+// Saves the pre-activation (for GELU's derivative), the input's and the activation's transposed
+// FP8 copies and both weights': the bf16 path saves the input and the activation in bf16.
 class Fp8GeluMlp : public torch::autograd::Function<Fp8GeluMlp> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& in_weight,
@@ -154,7 +178,7 @@ class Fp8GeluMlp : public torch::autograd::Function<Fp8GeluMlp> {
     const at::ScalarType dtype = rows.scalar_type();
     const int64_t m = rows.size(0), d = rows.size(1), f = in_weight.size(0);
     const Cast x8 = in_state->cast(Fp8LinearState::kInput, rows);
-    const Cast in8 = in_state->cast_transposed(Fp8LinearState::kWeight, in_weight.contiguous());
+    const Cast in8 = in_state->cast(Fp8LinearState::kWeight, in_weight.contiguous());
     const at::Tensor in_bias_cast = in_bias.to(dtype);
     const kernels::Fp8Operand x_operand =
         operand(x8.data, x8.scale_inverse, kernels::Fp8Format::kE4M3);
@@ -162,21 +186,21 @@ class Fp8GeluMlp : public torch::autograd::Function<Fp8GeluMlp> {
         operand(in8.data, in8.scale_inverse, kernels::Fp8Format::kE4M3);
     const at::Tensor pre_activation = at::empty({m, f}, rows.options());
     at::Tensor activated = at::empty({m, f}, rows.options());
-    if (!try_gelu_product(x_operand, in_operand, m, d, f, in_bias_cast, activated,
-                          pre_activation)) {
+    if (!try_product(x_operand, in_operand, m, d, f, in_bias_cast, activated, pre_activation,
+                     /*fast_accumulation=*/true)) {
       product(x_operand, in_operand, m, d, f, in_bias_cast, pre_activation, at::Tensor(),
               /*fast_accumulation=*/true);
       activated = at::gelu(pre_activation, "tanh");
     }
     const Cast a8 = out_state->cast(Fp8LinearState::kInput, activated);
-    const Cast out8 = out_state->cast_transposed(Fp8LinearState::kWeight, out_weight.contiguous());
+    const Cast out8 = out_state->cast(Fp8LinearState::kWeight, out_weight.contiguous());
     const at::Tensor out = at::empty({m, out_weight.size(0)}, rows.options());
     product(operand(a8.data, a8.scale_inverse, kernels::Fp8Format::kE4M3),
             operand(out8.data, out8.scale_inverse, kernels::Fp8Format::kE4M3), m, f,
             out_weight.size(0), out_bias.to(dtype), out, at::Tensor(), /*fast_accumulation=*/true);
-    ctx->save_for_backward({rows, pre_activation, activated, in8.transposed, in8.scale_inverse,
-                            out8.transposed, out8.scale_inverse, in_weight, in_bias, out_weight,
-                            out_bias});
+    ctx->save_for_backward({x8.transposed, x8.scale_inverse, pre_activation, a8.transposed,
+                            a8.scale_inverse, in8.transposed, in8.scale_inverse, out8.transposed,
+                            out8.scale_inverse, in_weight, in_bias, out_weight, out_bias});
     ctx->saved_data["in_state"] = reinterpret_cast<int64_t>(in_state);
     ctx->saved_data["out_state"] = reinterpret_cast<int64_t>(out_state);
     return out.view(with_last_size(x.sizes(), out_weight.size(0)));
@@ -184,27 +208,29 @@ class Fp8GeluMlp : public torch::autograd::Function<Fp8GeluMlp> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &rows = saved[0], &pre_activation = saved[1], &activated = saved[2],
-                     &in_t8 = saved[3], &in_scale = saved[4], &out_t8 = saved[5],
-                     &out_scale = saved[6], &in_weight = saved[7], &in_bias = saved[8],
-                     &out_weight = saved[9], &out_bias = saved[10];
-    const c10::cuda::CUDAGuard guard(rows.device());
+    const at::Tensor &x_t8 = saved[0], &x_scale = saved[1], &pre_activation = saved[2],
+                     &activated_t8 = saved[3], &activated_scale = saved[4], &in_t8 = saved[5],
+                     &in_scale = saved[6], &out_t8 = saved[7], &out_scale = saved[8],
+                     &in_weight = saved[9], &in_bias = saved[10], &out_weight = saved[11],
+                     &out_bias = saved[12];
+    const c10::cuda::CUDAGuard guard(x_t8.device());
     const at::Tensor grad = linear_rows(grads[0]);
-    const int64_t m = grad.size(0), d = rows.size(1), f = pre_activation.size(1);
+    const int64_t m = grad.size(0), d = x_t8.size(0), f = pre_activation.size(1);
+    const Cast g8 = state_of(ctx, "out_state")
+                        ->cast(Fp8LinearState::kOutputGradient, grad, /*column_sums=*/true);
     const LinearGrads out_grads =
-        linear_param_grads(grad, activated, out_weight.scalar_type(), out_bias.scalar_type());
-    const Cast g8 = state_of(ctx, "out_state")->cast(Fp8LinearState::kOutputGradient, grad);
+        fp8_param_grads(g8, activated_t8, activated_scale, out_weight, out_bias);
     const at::Tensor grad_activated = at::empty({m, f}, grad.options());
     product(operand(g8.data, g8.scale_inverse, kernels::Fp8Format::kE5M2),
             operand(out_t8, out_scale, kernels::Fp8Format::kE4M3), m, grad.size(1), f, at::Tensor(),
             grad_activated, at::Tensor(), /*fast_accumulation=*/false);
     // GELU's derivative as ATen's pass, as in the bf16 path (docs/KERNELS.md, version 6).
     const at::Tensor grad_pre = at::gelu_backward(grad_activated, pre_activation, "tanh");
-    const LinearGrads in_grads =
-        linear_param_grads(grad_pre, rows, in_weight.scalar_type(), in_bias.scalar_type());
+    const Cast p8 = state_of(ctx, "in_state")
+                        ->cast(Fp8LinearState::kOutputGradient, grad_pre, /*column_sums=*/true);
+    const LinearGrads in_grads = fp8_param_grads(p8, x_t8, x_scale, in_weight, in_bias);
     at::Tensor grad_x;
     if (ctx->needs_input_grad(0)) {
-      const Cast p8 = state_of(ctx, "in_state")->cast(Fp8LinearState::kOutputGradient, grad_pre);
       grad_x = at::empty({m, d}, grad.options());
       product(operand(p8.data, p8.scale_inverse, kernels::Fp8Format::kE5M2),
               operand(in_t8, in_scale, kernels::Fp8Format::kE4M3), m, f, d, at::Tensor(), grad_x,
@@ -218,29 +244,27 @@ class Fp8GeluMlp : public torch::autograd::Function<Fp8GeluMlp> {
 
 }  // namespace
 
-Fp8LinearState::Cast Fp8LinearState::cast(Role role, const at::Tensor& x) {
-  const at::Tensor source = aligned(x.contiguous());
-  Cast cast{at::empty(source.sizes(), source.options().dtype(at::kByte)), at::Tensor(),
-            at::empty({1}, source.options().dtype(at::kFloat))};
-  const kernels::Fp8Scaling scaling = scaling_for(role, source, cast.scale_inverse);
-  if (!kernels::fp8_cast(source.data_ptr(), precision_of(source), source.numel(), format_of(role),
-                         scaling, cast.data.data_ptr(), at::cuda::getCurrentCUDAStream())) {
-    throw std::logic_error("Fp8LinearState::cast: " + std::to_string(source.numel()) +
-                           " elements, not a multiple of 8 (fp8_linear_applies lets none through)");
-  }
-  return cast;
-}
-
-Fp8LinearState::Cast Fp8LinearState::cast_transposed(Role role, const at::Tensor& matrix) {
+Fp8LinearState::Cast Fp8LinearState::cast(Role role, const at::Tensor& matrix, bool column_sums) {
   const at::Tensor source = aligned(matrix.contiguous());
   const int64_t rows = source.size(0), cols = source.size(1);
-  const at::TensorOptions bytes = source.options().dtype(at::kByte);
-  Cast cast{at::empty({rows, cols}, bytes), at::empty({cols, rows}, bytes),
-            at::empty({1}, source.options().dtype(at::kFloat))};
+  const at::TensorOptions bytes = source.options().dtype(at::kByte),
+                          floats = source.options().dtype(at::kFloat);
+  Cast cast{at::empty({rows, cols}, bytes), at::empty({cols, rows}, bytes), at::empty({1}, floats),
+            at::Tensor()};
+  const at::Tensor partials =
+      column_sums ? at::empty({kernels::fp8_column_partial_rows(rows), cols}, floats)
+                  : at::Tensor();
   const kernels::Fp8Scaling scaling = scaling_for(role, source, cast.scale_inverse);
-  kernels::fp8_cast_transposed(source.data_ptr(), precision_of(source), rows, cols, format_of(role),
-                               scaling, cast.data.data_ptr(), cast.transposed.data_ptr(),
-                               at::cuda::getCurrentCUDAStream());
+  if (!kernels::fp8_cast_transposed(
+          source.data_ptr(), precision_of(source), rows, cols, format_of(role), scaling,
+          cast.data.data_ptr(), cast.transposed.data_ptr(),
+          column_sums ? partials.data_ptr<float>() : nullptr, at::cuda::getCurrentCUDAStream())) {
+    throw std::logic_error("Fp8LinearState::cast: [" + std::to_string(rows) + ", " +
+                           std::to_string(cols) +
+                           "], not multiples of 4 (fp8_linear_applies lets none through)");
+  }
+  // The blocks' partial sums added in a fixed order: the same bits on every run.
+  if (column_sums) cast.column_sums = partials.sum(0);
   return cast;
 }
 
@@ -278,11 +302,7 @@ at::Tensor fp8_gelu_mlp(const at::Tensor& x, const at::Tensor& in_weight, const 
 
 #else  // no fused kernels: fp8_linear_applies is false, and the bf16 paths run
 
-Fp8LinearState::Cast Fp8LinearState::cast(Role, const at::Tensor&) {
-  throw std::logic_error("FP8 casts need the fused CUDA kernels, which this build lacks");
-}
-
-Fp8LinearState::Cast Fp8LinearState::cast_transposed(Role, const at::Tensor&) {
+Fp8LinearState::Cast Fp8LinearState::cast(Role, const at::Tensor&, bool) {
   throw std::logic_error("FP8 casts need the fused CUDA kernels, which this build lacks");
 }
 

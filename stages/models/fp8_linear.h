@@ -1,8 +1,8 @@
 // The MoT's linear layers with FP8 products (TrainStep's `precision: "fp8"`, compiled step):
-// the input and the weight cast to E4M3 for the forward product, the output gradient to E5M2 for
-// the input gradient's product, each with per-tensor delayed scaling (kernels/fp8.h); the weight
-// gradient stays a bf16 product with its bias gradient (linear_param_grads), the parameters and
-// the optimizer float32. docs/KERNELS.md, version 7, has the recipe and its cost.
+// inputs and weights cast to E4M3, output gradients to E5M2, each with per-tensor delayed scaling
+// (kernels/fp8.h), and all three products of a layer in FP8 (forward, input gradient, weight
+// gradient; the bias gradient from the output gradient's cast). The parameters and the optimizer
+// stay float32. docs/KERNELS.md, versions 7 and 8, have the recipe and its cost.
 #pragma once
 
 #include <map>
@@ -29,16 +29,14 @@ class Fp8LinearState {
   // steps_done: the optimizer's step count, a float32 device scalar (tags the history).
   explicit Fp8LinearState(at::Tensor steps_done);
 
-  // An FP8 copy of a tensor and the scale its product multiplies by; `transposed` the matrix's
-  // transpose, when asked for.
+  // A matrix's FP8 copy, as it is and transposed (the products take either dimension as K), the
+  // scale its products multiply by, and, when asked for, its column sums (float32).
   struct Cast {
-    at::Tensor data, transposed, scale_inverse;
+    at::Tensor data, transposed, scale_inverse, column_sums;
   };
-  // x (bfloat16 or float32, contiguous) cast for `role`: E5M2 for the output gradient, E4M3
-  // otherwise.
-  Cast cast(Role role, const at::Tensor& x);
-  // A [rows, cols] matrix cast for `role` and also written transposed.
-  Cast cast_transposed(Role role, const at::Tensor& matrix);
+  // A [rows, cols] matrix (bfloat16 or float32) cast for `role`: E5M2 for the output gradient,
+  // E4M3 otherwise.
+  Cast cast(Role role, const at::Tensor& matrix, bool column_sums = false);
 
   // The history of `role`, [kFp8HistoryLength] int64 tagged amaxes (tests read it).
   at::Tensor history(Role role) const { return history_[role]; }
@@ -70,7 +68,8 @@ class Fp8Linears {
 };
 
 // Whether the FP8 products apply: built, x bfloat16 on CUDA (the compiled step's autocast), and
-// in and out multiples of 16 (cuBLASLt's FP8 products need them).
+// x's rows, in and out multiples of 16 (each is K of one of the three FP8 products, which cuBLASLt
+// needs in multiples of 16).
 bool fp8_linear_applies(const at::Tensor& x, const at::Tensor& weight);
 
 // epilogue_linear (models/epilogue_linear.h) with FP8 products where fp8_linear_applies, the bf16
