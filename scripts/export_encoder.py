@@ -13,13 +13,21 @@ one device and dtype; its inputs keep the dynamic sizes the stages feed (docs/EN
 
   python3 scripts/export_encoder.py vae my_vae.py:build_encoder wan22_vae.pt2 --device cuda
 
-MODULE is FILE.py:NAME, NAME a callable returning the module (a class or a function). After
-compiling, the package is loaded back and compared with the module on two input shapes (the
-example and the one the stage probes with at open); --reference FILE writes the example inputs
-and the module's output as safetensors ("input0", "input1", ..., "output") for a C++ check.
-Needs PyTorch 2.6 or later (torch._inductor.aoti_compile_and_package), the GPU image's python3.
+MODULE is FILE.py:NAME, NAME a callable returning the module (a class or a function), called
+with the --arg KEY=VALUE pairs as keyword arguments (VALUE an integer, a number or else a
+string). After compiling, the package is loaded back and compared with the module on two input
+shapes (the example and the one the stage probes with at open); --reference FILE writes the
+example inputs and the module's output as safetensors ("input0", "input1", ..., "output") for a
+C++ check; --torchscript FILE also saves the same module, weights, device and dtype as
+TorchScript (torch.jit.script, checked the same way), so that the two loaders can be timed on one
+module (scripts/exported-vae-bench.sh). Needs PyTorch 2.6 or later
+(torch._inductor.aoti_compile_and_package), the GPU image's python3.
+
+  python3 scripts/export_encoder.py vae scripts/vae_standin.py:CausalVideoEncoder vae.pt2 \
+    --arg width=128 --torchscript vae.pt
 """
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -97,23 +105,62 @@ def write_safetensors(path, tensors):
         offset += len(raw)
     encoded = json.dumps(header).encode()
     encoded += b" " * (-len(encoded) % 8)
-    temporary = path + ".tmp"
-    with open(temporary, "wb") as out:
+    with written_atomically(path, "") as temporary, open(temporary, "wb") as out:
         out.write(struct.pack("<Q", len(encoded)))
         out.write(encoded)
         for blob in blobs:
             out.write(blob)
-    os.replace(temporary, path)
 
 
 def max_difference(got, want):
     return (got.float() - want.float()).abs().max().item()
 
 
+@contextlib.contextmanager
+def written_atomically(path, suffix):
+    """Yields a temporary path beside `path` (ending in `suffix`), renamed to `path` when the block
+    ends normally and removed when it does not (sys.exit from fail() included)."""
+    temporary = f"{path}.tmp.{os.getpid()}{suffix}"
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+def keyword_arguments(pairs):
+    """--arg KEY=VALUE pairs as keyword arguments: VALUE as an int, else a float, else a str."""
+    kwargs = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.isidentifier():
+            fail(f"--arg {pair!r} is not KEY=VALUE with KEY a Python name")
+        for convert in (int, float, str):
+            try:
+                kwargs[key] = convert(text)
+                break
+            except ValueError:
+                continue
+    return kwargs
+
+
+def check_against_module(what, module, exported, example, probe):
+    """Runs `exported` and `module` on the example and probe inputs; fails on another shape."""
+    for name, inputs in (("example", example), ("probe", probe)):
+        want, got = module(*inputs), exported(*inputs)
+        shapes = ", ".join(str(list(t.shape)) for t in inputs)
+        print(f"export_encoder: {name} inputs {shapes} -> {list(want.shape)}, {what} and "
+              f"module differ by at most {max_difference(got, want):.3g}")
+        if got.shape != want.shape:
+            fail(f"the {what} returned {list(got.shape)} where the module returns "
+                 f"{list(want.shape)}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("kind", choices=["vae", "vlm", "text"])
-    parser.add_argument("module", help="FILE.py:NAME, NAME() returning the nn.Module")
+    parser.add_argument("module", help="FILE.py:NAME, NAME(**args) returning the nn.Module")
     parser.add_argument("out", help="the package to write (.pt2)")
     parser.add_argument("--device", default="cuda", help="where the package runs (cuda, cpu)")
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16"],
@@ -122,8 +169,12 @@ def main():
     parser.add_argument("--image-multiple", type=int, default=28,
                         help="vlm: image sides are multiples of this (patch x merge; 28 for "
                              "Qwen-VL)")
+    parser.add_argument("--arg", action="append", default=[], metavar="KEY=VALUE",
+                        help="a keyword argument for NAME (repeatable)")
     parser.add_argument("--reference", help="also write the example inputs and the module's "
                                             "output here (safetensors)")
+    parser.add_argument("--torchscript", metavar="FILE",
+                        help="also save the module as TorchScript here (torch.jit.script)")
     args = parser.parse_args()
     try:
         importlib.import_module("torch._inductor")  # not imported by `import torch`
@@ -136,7 +187,7 @@ def main():
     dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
         args.dtype, torch.bfloat16 if device.type == "cuda" else torch.float32)
 
-    module = load_factory(args.module)()
+    module = load_factory(args.module)(**keyword_arguments(args.arg))
     if not isinstance(module, torch.nn.Module):
         fail(f"{args.module} returned {type(module).__name__}, not a torch.nn.Module")
     module = module.to(device, dtype).eval().requires_grad_(False)
@@ -145,16 +196,18 @@ def main():
     with torch.no_grad():
         program = torch.export.export(module, example, dynamic_shapes=dynamic)
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        torch._inductor.aoti_compile_and_package(program, package_path=args.out)
-        package = torch._inductor.aoti_load_package(args.out)
-        for name, inputs in (("example", example), ("probe", probe)):
-            want, got = module(*inputs), package(*inputs)
-            shapes = ", ".join(str(list(t.shape)) for t in inputs)
-            print(f"export_encoder: {name} inputs {shapes} -> {list(want.shape)}, package and "
-                  f"module differ by at most {max_difference(got, want):.3g}")
-            if got.shape != want.shape:
-                fail(f"the package returned {list(got.shape)} where the module returns "
-                     f"{list(want.shape)}")
+        # Each file is written beside its target and renamed once checked: a failed or
+        # interrupted export leaves neither a file nor a temporary behind.
+        with written_atomically(args.out, ".pt2") as temporary:
+            torch._inductor.aoti_compile_and_package(program, package_path=temporary)
+            check_against_module("package", module, torch._inductor.aoti_load_package(temporary),
+                                 example, probe)
+        if args.torchscript:
+            scripted = torch.jit.script(module)
+            check_against_module("TorchScript module", module, scripted, example, probe)
+            with written_atomically(args.torchscript, ".pt") as temporary:
+                torch.jit.save(scripted, temporary)
+            print(f"export_encoder: wrote {args.torchscript} (TorchScript, same weights)")
         if args.reference:
             tensors = {f"input{i}": t for i, t in enumerate(example)}
             tensors["output"] = module(*example)

@@ -1,8 +1,9 @@
 // The C++ half of tests/scripts/export_encoder_test.sh: loads an AOTInductor package written by
-// scripts/export_encoder.py the way the stages do (models::load_exported_module, and for a VAE
-// through VaeEncode itself), runs it on the example inputs the script saved, and compares with the
-// Python module's output saved beside them. Usage:
-//   wam_export_encoder_check KIND PACKAGE REFERENCE.safetensors
+// scripts/export_encoder.py (or the TorchScript file its --torchscript wrote) the way the stages
+// do (models::load_exported_module, and for a VAE through VaeEncode itself), runs it on the
+// example inputs the script saved, and compares with the Python module's output saved beside
+// them. Usage:
+//   wam_export_encoder_check KIND FILE REFERENCE.safetensors [aoti|torchscript]  (default aoti)
 //   wam_export_encoder_check --supported     (prints whether this LibTorch loads packages)
 // Prints the largest differences; exits 1 when one exceeds 1e-4 of the output's largest value.
 #include <torch/torch.h>
@@ -31,8 +32,10 @@ int main(int argc, char** argv) {
     std::cout << (wam::kAotiPackagesSupported ? "yes" : "no") << "\n";
     return 0;
   }
-  if (argc != 4) {
-    std::cerr << "usage: wam_export_encoder_check vae|vlm|text PACKAGE REFERENCE.safetensors\n";
+  const std::string encoder = argc == 5 ? argv[4] : "aoti";
+  if ((argc != 4 && argc != 5) || (encoder != "aoti" && encoder != "torchscript")) {
+    std::cerr << "usage: wam_export_encoder_check vae|vlm|text FILE REFERENCE.safetensors "
+                 "[aoti|torchscript]\n";
     return 2;
   }
   const std::string kind = argv[1], package = argv[2];
@@ -50,23 +53,23 @@ int main(int argc, char** argv) {
     }
     const wam::models::EncoderPlacement placement{at::kCPU, want.scalar_type()};
     const std::unique_ptr<wam::models::ExportedModule> module =
-        wam::models::load_exported_module("aoti", package, "export_encoder_check", placement);
+        wam::models::load_exported_module(encoder, package, "export_encoder_check", placement);
     const double direct = relative_difference(module->call(inputs), want);
-    std::cout << "package through load_exported_module: largest difference " << direct
+    std::cout << encoder << " file through load_exported_module: largest difference " << direct
               << " of the output's scale\n";
     bool ok = direct <= 1e-4;
     if (kind == "vae") {
       const std::string dtype = want.scalar_type() == at::kBFloat16 ? "bfloat16" : "float32";
-      wam::testing::SteppedStage stage("VaeEncode", R"({"encoder": "aoti", "device": "cpu",
-          "dtype": ")" + dtype + R"(", "path": ")" + package +
-                                                        R"("})");
+      wam::testing::SteppedStage stage(
+          "VaeEncode", R"({"encoder": ")" + encoder + R"(", "device": "cpu", "dtype": ")" + dtype +
+                           R"(", "path": ")" + package + R"("})");
       wam::Sample sample;
       for (const char* field : {"video", "memory_video_anchor", "memory_video_recent"}) {
         sample.set_tensor(field, inputs[0]);
       }
       const wam::Sample out = stage.process_one(std::move(sample));
       const double staged = relative_difference(out.tensor("video_latents"), want);
-      std::cout << "package through VaeEncode: largest difference " << staged
+      std::cout << encoder << " file through VaeEncode: largest difference " << staged
                 << " of the output's scale\n";
       ok = ok && staged <= 1e-4;
     }

@@ -19,10 +19,13 @@ if [ "$("$check" --supported)" != yes ]; then
   exit 77
 fi
 failures=0
-for spec in "vae TinyVae" "text TinyText"; do
-  read -r kind name <<<"$spec"
+# The VAE also as TorchScript from the same module (--torchscript), loaded as the stages load it.
+for spec in "vae TinyVae --torchscript $work/vae.pt" "text TinyText"; do
+  read -r kind name extra <<<"$spec"
+  # shellcheck disable=SC2086  # extra holds an option and its value, or nothing
   if "$py" scripts/export_encoder.py "$kind" "tests/scripts/tiny_encoders.py:$name" \
-    "$work/$kind.pt2" --device cpu --reference "$work/$kind.safetensors" >"$work/$kind.log" 2>&1 &&
+    "$work/$kind.pt2" --device cpu --reference "$work/$kind.safetensors" $extra \
+    >"$work/$kind.log" 2>&1 &&
     "$check" "$kind" "$work/$kind.pt2" "$work/$kind.safetensors" >>"$work/$kind.log" 2>&1; then
     echo "ok   $kind: the package loaded by the stages equals the Python module"
   else
@@ -31,6 +34,13 @@ for spec in "vae TinyVae" "text TinyText"; do
   fi
   cat "$work/$kind.log"
 done
+if "$check" vae "$work/vae.pt" "$work/vae.safetensors" torchscript >"$work/ts.log" 2>&1; then
+  echo "ok   vae: its TorchScript export loaded by the stages equals the Python module"
+else
+  echo "FAIL vae as TorchScript"
+  failures=$((failures + 1))
+fi
+cat "$work/ts.log"
 # A package that is not one is refused naming the file.
 echo "not a package" >"$work/bad.pt2"
 if "$check" vae "$work/bad.pt2" "$work/vae.safetensors" 2>&1 |
