@@ -43,11 +43,13 @@ const std::vector<std::string> kStandInStructureParams = {
     "position_grid",     "deepstack_layers"};
 
 // The encoder params that decide its weights and outputs (where it runs does not, its precision
-// does), plus the SHA-256 of an exported module's bytes (TorchScript file or AOTInductor package).
+// does), plus the SHA-256 of the file that holds the weights: an exported module's (TorchScript
+// file or AOTInductor package) or a built-in stand-in's `weights` (safetensors). The files' paths
+// stay out, so a moved file keeps its caches and a changed one does not.
 nlohmann::json producer(const nlohmann::json& encoder, const std::string& dtype,
                         const std::string& architecture) {
-  nlohmann::json part = without(
-      encoder, {"device", "dtype", "reuse_metadata", "deduplicate_identical_anchor_batch", "path"});
+  nlohmann::json part = without(encoder, {"device", "dtype", "reuse_metadata",
+                                          "deduplicate_identical_anchor_batch", "path", "weights"});
   const std::string stand_in = part.value("architecture", "compact");
   if (stand_in == "compact") {
     part = without(part, kStandInStructureParams);
@@ -58,6 +60,8 @@ nlohmann::json producer(const nlohmann::json& encoder, const std::string& dtype,
   part["dtype"] = dtype;
   if (encoder.value("encoder", "builtin") != "builtin") {  // torchscript or aoti: the file's bytes
     part["weights_sha256"] = sha256_file_hex(encoder.at("path").get<std::string>());
+  } else if (!encoder.value("weights", "").empty()) {
+    part["weights_sha256"] = sha256_file_hex(encoder.at("weights").get<std::string>());
   }
   return part;
 }

@@ -26,6 +26,7 @@ struct FrozenEncoderParams {
   std::string encoder = "builtin";
   std::string path;
   int64_t seed = 0;
+  std::string weights;
 
   // `encoder_doc`: what "builtin" is and the forward() that a "torchscript" file must have (an
   // "aoti" package has the same).
@@ -37,11 +38,18 @@ struct FrozenEncoderParams {
       "AOTInductor package (.pt2, scripts/export_encoder.py) with the same forward for \"aoti\".");
     v("seed", seed, "Built-in stand-in: weight seed (the same seed gives the same weights).",
       Min{0});
+    v("weights", weights,
+      "Built-in stand-in: a safetensors file whose tensors replace the seeded weights by "
+      "parameter name (\"\": the seeded ones). A parameter the file lacks, a tensor the stand-in "
+      "has no parameter for and a shape that differs are each named in one error.");
   }
 
   // Called from the params' check(): "aoti" where LibTorch cannot load packages is refused at
   // validate time, naming the field.
   void check_encoder(ParamChecker& c) const {
+    c.require(weights.empty() || encoder == "builtin", "weights",
+              "a weights file initialises the built-in stand-in; an exported module (encoder \"" +
+                  encoder + "\") carries its own weights: drop `weights`");
     c.require(encoder != "aoti" || kAotiPackagesSupported, "encoder",
               "\"aoti\" needs a LibTorch with AOTInductor's package loader (2.6 or later), and "
               "this build's has none: export the module with torch.jit.save and use encoder "

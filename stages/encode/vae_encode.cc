@@ -67,15 +67,14 @@ class VaeEncodeStage final : public Stage {
   void open(Context& context) override {
     const models::EncoderPlacement placement =
         models::resolve_placement(params_.device, params_.dtype, context.settings(), "VaeEncode");
+    const models::BuiltinWeights weights{static_cast<uint64_t>(params_.seed), params_.weights};
     if (params_.encoder != "builtin") {
       encoder_ = models::load_exported_vae(params_.encoder, params_.path, placement);
     } else if (params_.architecture == "wan22") {
-      encoder_ =
-          models::make_wan22_vae(params_.width, params_.width_multipliers, params_.res_blocks,
-                                 static_cast<uint64_t>(params_.seed), placement);
+      encoder_ = models::make_wan22_vae(params_.width, params_.width_multipliers,
+                                        params_.res_blocks, weights, placement);
     } else {
-      encoder_ =
-          models::make_builtin_vae(params_.width, static_cast<uint64_t>(params_.seed), placement);
+      encoder_ = models::make_builtin_vae(params_.width, weights, placement);
     }
     deduplicated_anchor_batches_ = &context.counter("deduplicated_anchor_batches");
     if (placement.device.is_cpu()) {

@@ -107,9 +107,9 @@ class VlmEncodeStage final : public Stage {
     if (params_.encoder != "builtin") {
       exported_.emplace(params_.encoder, params_.path, params_.width, placement_);
     } else {
-      builtin_ =
-          std::make_unique<models::BuiltinVlm>(static_cast<const models::VlmConfig&>(params_),
-                                               static_cast<uint64_t>(params_.seed), placement_);
+      builtin_ = std::make_unique<models::BuiltinVlm>(
+          static_cast<const models::VlmConfig&>(params_),
+          models::BuiltinWeights{static_cast<uint64_t>(params_.seed), params_.weights}, placement_);
     }
     context.log("VlmEncode: " + params_.encoder + " model on " + placement_.device.str() + " (" +
                 params_.dtype + "), metadata reuse " + (params_.reuse_metadata ? "on" : "off"));

@@ -10,6 +10,7 @@
 
 #include "common/device.h"
 #include "common/encoder_params.h"  // WAM_AOTI_PACKAGES
+#include "models/weights_file.h"
 #include "wam/error.h"
 
 #if WAM_AOTI_PACKAGES
@@ -27,9 +28,10 @@ EncoderPlacement resolve_placement(const std::string& device, const std::string&
   return placement;
 }
 
-void init_frozen(torch::nn::Module& module, uint64_t seed, const EncoderPlacement& placement) {
+void init_frozen(torch::nn::Module& module, const BuiltinWeights& weights,
+                 const EncoderPlacement& placement) {
   torch::NoGradGuard no_grad;
-  at::Generator generator = at::detail::createCPUGenerator(seed);
+  at::Generator generator = at::detail::createCPUGenerator(weights.seed);
   // named_parameters() is ordered by registration, so the draws are the same on every build.
   for (auto& item : module.named_parameters(/*recurse=*/true)) {
     at::Tensor& p = item.value();
@@ -47,6 +49,7 @@ void init_frozen(torch::nn::Module& module, uint64_t seed, const EncoderPlacemen
   }
   module.eval();
   module.to(placement.device, placement.dtype);
+  if (!weights.file.empty()) load_module_weights(module, weights.file);
 }
 
 int64_t count_parameters(const torch::nn::Module& module) {

@@ -31,10 +31,20 @@ struct EncoderPlacement {
 EncoderPlacement resolve_placement(const std::string& device, const std::string& dtype,
                                    const Settings& settings, const std::string& owner);
 
-// Gives every parameter of `module` a value drawn from `seed` alone (matrices normal with std
-// 1/sqrt(fan_in), norm scales 1, biases 0), then freezes it: no gradients, eval mode, and moves it
-// to `placement`. The same seed gives the same weights on every machine.
-void init_frozen(torch::nn::Module& module, uint64_t seed, const EncoderPlacement& placement);
+// Where a built-in stand-in's weights come from: drawn from `seed`, then, when `file` is given,
+// replaced by that safetensors file's tensors of the same names (the encoders' `weights` param).
+struct BuiltinWeights {
+  uint64_t seed = 0;
+  std::string file;
+};
+
+// Gives every parameter of `module` a value drawn from `weights.seed` alone (matrices normal with
+// std 1/sqrt(fan_in), norm scales 1, biases 0), then freezes it: no gradients, eval mode, and moves
+// it to `placement`. The same seed gives the same weights on every machine. With `weights.file`,
+// the file's tensors then replace them by name (load_module_weights: every missing, unexpected or
+// mis-shaped tensor named in one wam::Error).
+void init_frozen(torch::nn::Module& module, const BuiltinWeights& weights,
+                 const EncoderPlacement& placement);
 
 // The number of weights of `module` and its submodules.
 int64_t count_parameters(const torch::nn::Module& module);

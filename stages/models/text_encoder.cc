@@ -150,7 +150,7 @@ TextContext masked(const at::Tensor& hidden, const at::Tensor& token_ids) {
 class BuiltinTextEncoder final : public TextEncoder {
  public:
   explicit BuiltinTextEncoder(const TextCacheParams& params) : module_(params) {
-    init_frozen(*module_, static_cast<uint64_t>(params.seed), EncoderPlacement{});
+    init_frozen(*module_, {static_cast<uint64_t>(params.seed), params.weights}, EncoderPlacement{});
   }
   TextContext encode(const std::vector<std::string>& prompts) override {
     torch::NoGradGuard no_grad;
@@ -206,6 +206,7 @@ std::string encoder_id(const TextCacheParams& params) {
   if (params.ffn != 0 || params.activation != "silu") {
     id += ",ffn=" + std::to_string(params.ffn) + ",activation=" + params.activation;
   }
+  if (!params.weights.empty()) id += ",weights_sha256=" + sha256_file_hex(params.weights);
   return id;
 }
 

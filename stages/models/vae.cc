@@ -351,15 +351,22 @@ TORCH_MODULE(Wan22Encoder);
 template <class Module>
 class SeededVae final : public VaeEncoder {
  public:
-  SeededVae(Module module, uint64_t seed, const EncoderPlacement& placement)
+  SeededVae(Module module, const BuiltinWeights& weights, const EncoderPlacement& placement)
       : placement_(placement), module_(std::move(module)) {
-    init_frozen(*module_, seed, placement);
+    init_frozen(*module_, weights, placement);
   }
   at::Tensor encode(const at::Tensor& video) override {
     torch::NoGradGuard no_grad;
     return module_->forward(video.to(placement_.device, placement_.dtype));
   }
   int64_t parameter_count() const override { return count_parameters(*module_); }
+  std::vector<std::pair<std::string, at::Tensor>> named_weights() const override {
+    std::vector<std::pair<std::string, at::Tensor>> named;
+    for (const auto& item : module_->named_parameters(/*recurse=*/true)) {
+      named.emplace_back(item.key(), item.value());
+    }
+    return named;
+  }
 
  private:
   EncoderPlacement placement_;
@@ -397,21 +404,21 @@ class ExportedVae final : public VaeEncoder {
 
 }  // namespace
 
-std::unique_ptr<VaeEncoder> make_builtin_vae(int64_t width, uint64_t seed,
+std::unique_ptr<VaeEncoder> make_builtin_vae(int64_t width, const BuiltinWeights& weights,
                                              const EncoderPlacement& placement) {
-  return std::make_unique<SeededVae<CausalVideoEncoder>>(CausalVideoEncoder(width), seed,
+  return std::make_unique<SeededVae<CausalVideoEncoder>>(CausalVideoEncoder(width), weights,
                                                          placement);
 }
 
 std::unique_ptr<VaeEncoder> make_wan22_vae(int64_t width, const std::vector<int64_t>& multipliers,
-                                           int64_t res_blocks, uint64_t seed,
+                                           int64_t res_blocks, const BuiltinWeights& weights,
                                            const EncoderPlacement& placement) {
   if (multipliers.size() != 4) {
     throw Error("VaeEncode: the wan22 encoder needs 4 width multipliers (16x spatial), got " +
                 std::to_string(multipliers.size()));
   }
   return std::make_unique<SeededVae<Wan22Encoder>>(Wan22Encoder(width, multipliers, res_blocks),
-                                                   seed, placement);
+                                                   weights, placement);
 }
 
 std::unique_ptr<VaeEncoder> load_exported_vae(const std::string& encoder, const std::string& path,

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "models/frozen_encoder.h"
@@ -34,6 +35,9 @@ class VaeEncoder {
   virtual at::Tensor encode(const at::Tensor& video) = 0;
   // Weights held (docs/ENCODERS.md derives the built-in ones' from their structure).
   virtual int64_t parameter_count() const = 0;
+  // A built-in stand-in's parameters by name, as its `weights` file holds them (save_safetensors
+  // writes one); empty for an exported module.
+  virtual std::vector<std::pair<std::string, at::Tensor>> named_weights() const { return {}; }
 };
 
 // The stand-in: space-to-depth 2x2, causal 3-D convolutions (time padded on the past side only),
@@ -41,7 +45,7 @@ class VaeEncoder {
 // alone and pair the following frames, then a head giving mean and log-variance (the mean is
 // returned). Latent frame 0 therefore depends on video frame 0 only, as in Wan2.2. `width` is the
 // channel count of the first stage (doubled twice).
-std::unique_ptr<VaeEncoder> make_builtin_vae(int64_t width, uint64_t seed,
+std::unique_ptr<VaeEncoder> make_builtin_vae(int64_t width, const BuiltinWeights& weights,
                                              const EncoderPlacement& placement);
 
 // Wan2.2's VAE encoder (Wan2_2_VAE's WanVAE_ encoder with z_dim 48; docs/ENCODERS.md): patchify
@@ -54,7 +58,7 @@ std::unique_ptr<VaeEncoder> make_builtin_vae(int64_t width, uint64_t seed,
 // carrying its last frames from one chunk to the next (the causal cache). `multipliers` must have
 // 4 entries (16x spatial with the patchify).
 std::unique_ptr<VaeEncoder> make_wan22_vae(int64_t width, const std::vector<int64_t>& multipliers,
-                                           int64_t res_blocks, uint64_t seed,
+                                           int64_t res_blocks, const BuiltinWeights& weights,
                                            const EncoderPlacement& placement);
 
 // An exported module (load_exported_module: encoder "torchscript" or "aoti") whose forward(video

@@ -162,14 +162,15 @@ struct BuiltinVlm::Qwen3Modules : torch::nn::Module {
   torch::nn::Linear project{nullptr};
 };
 
-BuiltinVlm::BuiltinVlm(const VlmConfig& config, uint64_t seed, const EncoderPlacement& placement)
+BuiltinVlm::BuiltinVlm(const VlmConfig& config, const BuiltinWeights& weights,
+                       const EncoderPlacement& placement)
     : config_(config), placement_(placement) {
   if (config.qwen3()) {
     qwen3_ = std::make_unique<Qwen3Modules>(config);
-    init_frozen(*qwen3_, seed, placement);
+    init_frozen(*qwen3_, weights, placement);
   } else {
     modules_ = std::make_unique<Modules>(config);
-    init_frozen(*modules_, seed, placement);
+    init_frozen(*modules_, weights, placement);
   }
 }
 

@@ -63,7 +63,8 @@ struct VisionMetadata {
 
 class BuiltinVlm {
  public:
-  BuiltinVlm(const VlmConfig& config, uint64_t seed, const EncoderPlacement& placement);
+  BuiltinVlm(const VlmConfig& config, const BuiltinWeights& weights,
+             const EncoderPlacement& placement);
   ~BuiltinVlm();
 
   const VlmConfig& config() const { return config_; }

@@ -46,6 +46,7 @@
 #include "common/seeding.h"
 #include "models/fp8_linear.h"
 #include "models/fused_norm.h"
+#include "models/weights_file.h"
 #include "models/world_model.h"
 #include "train/data_parallel.h"
 #include "train/optimizer.h"
@@ -98,6 +99,8 @@ struct TrainStepParams {
   std::string training_state_dir;
   int64_t save_every = 0;
   std::string resume;
+  std::string weights;
+  std::string weights_prefix;
   bool autocast_bf16 = true;
   ProductPrecision precision = ProductPrecision::kBf16;
   int64_t seed = -1;
@@ -132,6 +135,13 @@ struct TrainStepParams {
     v("save_every", save_every,
       "Save the training state every N steps (0: only at the end of the run).", Min{0});
     v("resume", resume, "Training-state file or directory to continue from (\"\": start fresh).");
+    v("weights", weights,
+      "A safetensors file whose tensors replace the seeded initial weights by parameter name "
+      "(\"\": the seeded ones); the optimizer and schedule start fresh. Every parameter the file "
+      "lacks, tensor the model has none of and shape that differs is named in one error.");
+    v("weights_prefix", weights_prefix,
+      "The prefix of the model's tensors in `weights` (\"model.\" for a training-state file "
+      "step_<N>.safetensors).");
     v("autocast_bf16", autocast_bf16, "bf16 autocast for the forward pass (CUDA only).");
     v("precision", precision,
       "compiled: the MoT linear layers' matrix products. bf16; or fp8 (Hopper): inputs and "
@@ -156,6 +166,9 @@ struct TrainStepParams {
   }
 
   void check(ParamChecker& c) const {
+    c.require(weights.empty() || resume.empty(), "weights",
+              "a resumed training state brings its own weights: set `weights` or `resume`, not "
+              "both");
     if (precision != ProductPrecision::kFp8) return;
     c.require(mode == StepMode::kCompiled, "precision",
               "\"fp8\" is the compiled step's: set mode to \"compiled\", or precision to "
@@ -238,6 +251,9 @@ class TrainStepStage final : public Stage, public TrainingStep {
     torch::manual_seed(seed);  // model initialisation
     model_ = models::WorldActionModel(config_);
     model_->to(device_);
+    if (!params_.weights.empty()) {
+      models::load_module_weights(*model_, params_.weights, params_.weights_prefix);
+    }
     model_->train();
     optimizer_ = std::make_unique<train::AdamW>(
         model_->parameters(), train::AdamWOptions{0.9, 0.95, 1e-8, params_.weight_decay});
@@ -377,6 +393,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
                        : std::string()) +
         ", " + std::to_string(schedule_.total_steps) + " steps" +
         (params_.resume.empty() ? std::string() : ", resumed at step " + std::to_string(step_)) +
+        (params_.weights.empty() ? std::string() : ", weights from " + params_.weights) +
         (world_->distributed()
              ? ", data-parallel " + world_->describe() + " (" +
                    std::to_string(averager_->bucket_count()) + " gradient buckets)"

@@ -4,6 +4,9 @@
 // example inputs the script saved, and compares with the Python module's output saved beside
 // them. Usage:
 //   wam_export_encoder_check KIND FILE REFERENCE.safetensors [aoti|torchscript]  (default aoti)
+//   wam_export_encoder_check vae WEIGHTS.safetensors REFERENCE.safetensors builtin
+// The last form runs VaeEncode's built-in stand-in with the weights file (its width read from
+// stem.conv.weight): scripts/vae_standin.py's weights give its output (vae_standin_test.sh).
 //   wam_export_encoder_check --supported     (prints whether this LibTorch loads packages)
 // Prints the largest differences; exits 1 when one exceeds 1e-4 of the output's largest value.
 #include <torch/torch.h>
@@ -33,9 +36,10 @@ int main(int argc, char** argv) {
     return 0;
   }
   const std::string encoder = argc == 5 ? argv[4] : "aoti";
-  if ((argc != 4 && argc != 5) || (encoder != "aoti" && encoder != "torchscript")) {
+  if ((argc != 4 && argc != 5) ||
+      (encoder != "aoti" && encoder != "torchscript" && encoder != "builtin")) {
     std::cerr << "usage: wam_export_encoder_check vae|vlm|text FILE REFERENCE.safetensors "
-                 "[aoti|torchscript]\n";
+                 "[aoti|torchscript|builtin]\n";
     return 2;
   }
   const std::string kind = argv[1], package = argv[2];
@@ -52,17 +56,28 @@ int main(int argc, char** argv) {
       }
     }
     const wam::models::EncoderPlacement placement{at::kCPU, want.scalar_type()};
-    const std::unique_ptr<wam::models::ExportedModule> module =
-        wam::models::load_exported_module(encoder, package, "export_encoder_check", placement);
-    const double direct = relative_difference(module->call(inputs), want);
-    std::cout << encoder << " file through load_exported_module: largest difference " << direct
-              << " of the output's scale\n";
-    bool ok = direct <= 1e-4;
+    bool ok = true;
+    std::string vae_params = R"("encoder": ")" + encoder + R"(", "path": ")" + package + R"(")";
+    if (encoder == "builtin") {
+      const wam::safetensors::Reader weights(package);
+      for (const wam::safetensors::TensorInfo& info : weights.tensors()) {
+        if (info.name == "stem.conv.weight") {
+          vae_params =
+              R"("weights": ")" + package + R"(", "width": )" + std::to_string(info.shape.at(0));
+        }
+      }
+    } else {
+      const std::unique_ptr<wam::models::ExportedModule> module =
+          wam::models::load_exported_module(encoder, package, "export_encoder_check", placement);
+      const double direct = relative_difference(module->call(inputs), want);
+      std::cout << encoder << " file through load_exported_module: largest difference " << direct
+                << " of the output's scale\n";
+      ok = direct <= 1e-4;
+    }
     if (kind == "vae") {
       const std::string dtype = want.scalar_type() == at::kBFloat16 ? "bfloat16" : "float32";
       wam::testing::SteppedStage stage(
-          "VaeEncode", R"({"encoder": ")" + encoder + R"(", "device": "cpu", "dtype": ")" + dtype +
-                           R"(", "path": ")" + package + R"("})");
+          "VaeEncode", "{" + vae_params + R"(, "device": "cpu", "dtype": ")" + dtype + R"("})");
       wam::Sample sample;
       for (const char* field : {"video", "memory_video_anchor", "memory_video_recent"}) {
         sample.set_tensor(field, inputs[0]);

@@ -10,7 +10,9 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/io/sha256.h"
 #include "formats/latent_store/latent_store.h"
+#include "testing/temp_dir.h"
 #include "wam/pipeline.h"
 
 namespace wam::cache {
@@ -153,18 +155,20 @@ TEST(CacheContract, ResizeEntersTheContractOnlyWhereItChangesTheImages) {
 // The reference-cost stand-ins' structure params (configs/encoders/reference.json) enter the
 // producer, so a cache of the default encoders is refused under the preset; with the default
 // compact stand-ins they stay out, as ShippedPipelinesKeepTheirContracts checks.
+// The producer of libero_cache.json's `field` latents, with `overrides`.
+nlohmann::json producer_of(const std::string& field, std::vector<std::string> overrides) {
+  overrides.push_back("settings.device=cpu");
+  const ValidatedPipeline pipeline =
+      load_pipeline(std::string(WAM_SOURCE_DIR) + "/pipelines/libero_cache.json", {overrides});
+  const LatentCacheReader* reader = nullptr;
+  for (const ValidatedNode& node : pipeline.nodes()) {
+    if (auto* found = dynamic_cast<const LatentCacheReader*>(node.stage.get())) reader = found;
+  }
+  const CacheSpec spec = reader->cache_spec(pipeline.settings());
+  return artifact_contract(field, spec, fixed_dataset(), 100).at("dependencies").at("producer");
+}
+
 TEST(CacheContract, ReferenceEncoderStructureEntersTheProducerCompactDoesNot) {
-  auto producer_of = [](const std::string& field, std::vector<std::string> overrides) {
-    overrides.push_back("settings.device=cpu");
-    const ValidatedPipeline pipeline =
-        load_pipeline(std::string(WAM_SOURCE_DIR) + "/pipelines/libero_cache.json", {overrides});
-    const LatentCacheReader* reader = nullptr;
-    for (const ValidatedNode& node : pipeline.nodes()) {
-      if (auto* found = dynamic_cast<const LatentCacheReader*>(node.stage.get())) reader = found;
-    }
-    const CacheSpec spec = reader->cache_spec(pipeline.settings());
-    return artifact_contract(field, spec, fixed_dataset(), 100).at("dependencies").at("producer");
-  };
   const std::string preset =
       "include.encoders=" + std::string(WAM_SOURCE_DIR) + "/configs/encoders/reference.json";
   const nlohmann::json compact_vae = producer_of("current", {});
@@ -187,6 +191,25 @@ TEST(CacheContract, ReferenceEncoderStructureEntersTheProducerCompactDoesNot) {
   EXPECT_EQ(reference_vlm.at("layers"), 28);
   EXPECT_EQ(reference_vlm.at("vision_layers"), 24);
   EXPECT_EQ(reference_vlm.at("deepstack_layers"), nlohmann::json({5, 11, 17}));
+}
+
+// A built-in stand-in's weights file enters the producer by its bytes, not its path: a copy
+// elsewhere keeps the contract, other bytes change it.
+TEST(CacheContract, AWeightsFileEntersTheProducerByItsBytes) {
+  wam::testing::TempDir dir;
+  const auto with_weights = [&](const std::string& weights) {
+    const std::string encoders = dir.write(
+        "encoders.json", R"({"vae": {"weights": ")" + weights + R"("}, "vlm": {}, "text": {}})");
+    return producer_of("current", {"include.encoders=" + encoders});
+  };
+  const nlohmann::json seeded = producer_of("current", {});
+  EXPECT_FALSE(seeded.contains("weights_sha256"));
+  const nlohmann::json first = with_weights(dir.write("a/vae.safetensors", "first bytes"));
+  EXPECT_EQ(first.at("weights_sha256"), sha256_hex("first bytes"));
+  EXPECT_FALSE(first.contains("weights"));
+  EXPECT_EQ(with_weights(dir.write("b/copy.safetensors", "first bytes")), first);
+  EXPECT_EQ(with_weights(dir.write("a/vae.safetensors", "other bytes")).at("weights_sha256"),
+            sha256_hex("other bytes"));
 }
 
 }  // namespace

@@ -105,7 +105,7 @@ TEST(EncoderPreset, Wan22ParameterCountIsTheDocumentedFormula) {
   // The figure docs/ENCODERS.md gives for the preset (scripts/encoder-flops.py prints it too).
   EXPECT_EQ(wan22_parameters(vae.at("width"), multipliers, vae.at("res_blocks")), 149637088);
   for (int64_t blocks : {1, 2}) {
-    const auto encoder = models::make_wan22_vae(8, multipliers, blocks, 0, {});
+    const auto encoder = models::make_wan22_vae(8, multipliers, blocks, {}, {});
     EXPECT_EQ(encoder->parameter_count(), wan22_parameters(8, multipliers, blocks)) << blocks;
   }
 }
@@ -127,7 +127,7 @@ TEST(EncoderPreset, Qwen3VlParameterCountIsTheDocumentedFormula) {
   config.position_grid = 6;
   config.vocab_size = 64;
   config.deepstack_layers = {0, 2};
-  const models::BuiltinVlm vlm(config, 0, {});
+  const models::BuiltinVlm vlm(config, {}, {});
   EXPECT_EQ(vlm.parameter_count(), qwen3_vl_parameters(config));
 }
 
@@ -137,7 +137,7 @@ TEST(EncoderPreset, Wan22EncoderGivesTheLatentShapeCausally) {
   const nlohmann::json vae = preset().at("vae");
   const auto encoder = models::make_wan22_vae(
       vae.at("width"), vae.at("width_multipliers").get<std::vector<int64_t>>(),
-      vae.at("res_blocks"), 0, {});
+      vae.at("res_blocks"), {}, {});
   torch::manual_seed(5);
   const at::Tensor video = torch::rand({1, 3, 5, 32, 32}) * 2 - 1;
   const at::Tensor latents = encoder->encode(video);

@@ -4,6 +4,8 @@
 #include <filesystem>
 
 #include "common/encoder_params.h"
+#include "models/vae.h"
+#include "models/weights_file.h"
 #include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/host_memory.h"
@@ -274,6 +276,49 @@ TEST(VaeEncodeTest, AotiNeedsAnExistingPackage) {
   EXPECT_EQ(encode_error(R"({"encoder": "aoti", "path": "/nonexistent/vae.pt2"})",
                          video_batch(1, 5, 64, 32)),
             "VaeEncode: AOTInductor package /nonexistent/vae.pt2 does not exist");
+}
+
+// `weights` replaces the built-in stand-in's seeded weights by name: the seed-0 stand-in with the
+// seed-1 one's weights file encodes as the seed-1 stand-in does.
+TEST(VaeEncodeTest, AWeightsFileReplacesTheSeededWeightsByName) {
+  const std::string path = temp_file("seed1.safetensors");
+  models::save_safetensors(path, models::make_builtin_vae(4, {1, ""}, {})->named_weights(), {});
+  const Sample input = video_batch(2, 5, 64, 32);
+  const at::Tensor seed0 = encode(kBuiltin, input).tensor("video_latents");
+  const at::Tensor seed1 =
+      encode(R"({"width": 4, "device": "cpu", "seed": 1})", input).tensor("video_latents");
+  const at::Tensor loaded =
+      encode(R"({"width": 4, "device": "cpu", "weights": ")" + path + R"("})", input)
+          .tensor("video_latents");
+  EXPECT_FALSE(torch::equal(seed0, seed1));
+  EXPECT_TRUE(torch::equal(loaded, seed1));
+  std::filesystem::remove(path);
+}
+
+TEST(VaeEncodeTest, AWeightsFileThatDoesNotFitNamesEveryMisfit) {
+  const std::string path = temp_file("misfit.safetensors");
+  auto tensors = models::make_builtin_vae(4, {}, {})->named_weights();
+  ASSERT_EQ(tensors[0].first, "stem.conv.weight");
+  ASSERT_EQ(tensors[1].first, "stem.conv.bias");
+  tensors[0].second = torch::zeros({4, 12, 3, 3, 1});
+  tensors.erase(tensors.begin() + 1);
+  tensors.emplace_back("stem.norm.weight", torch::ones({4}));
+  models::save_safetensors(path, tensors, {});
+  EXPECT_EQ(encode_error(R"({"width": 4, "device": "cpu", "weights": ")" + path + R"("})",
+                         video_batch(1, 5, 64, 32)),
+            path +
+                ": the weights do not fit the model: missing 1: stem.conv.bias; unexpected 1: "
+                "stem.norm.weight; mis-shaped 1: stem.conv.weight (file [4, 12, 3, 3, 1], model "
+                "[4, 12, 3, 3, 3])");
+  std::filesystem::remove(path);
+}
+
+TEST(VaeEncodeTest, OnlyTheBuiltinStandInTakesAWeightsFile) {
+  EXPECT_EQ(encode_error(R"({"encoder": "torchscript", "path": "/tmp/vae.pt", "weights": "w"})",
+                         video_batch(1, 5, 64, 32)),
+            "<test>:/params/weights [VaeEncode]: a weights file initialises the built-in "
+            "stand-in; an exported module (encoder \"torchscript\") carries its own weights: drop "
+            "`weights`");
 }
 
 }  // namespace

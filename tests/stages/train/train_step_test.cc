@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "models/fp8_linear.h"
+#include "models/weights_file.h"
 #include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "testing/temp_dir.h"
@@ -234,6 +235,51 @@ TEST(TrainStepTest, ResumeFromAnotherPresetIsRefused) {
             std::string::npos)
       << error;
   EXPECT_NE(error.find("resume with the same model preset"), std::string::npos);
+}
+
+// `weights` starts the model from a file's tensors: with a learning rate and decay of 0 the state
+// saved after one step holds exactly the file's values, a training-state file's "model." tensors
+// included; a misfit is named, and `weights` with `resume` is refused.
+TEST(TrainStepTest, WeightsStartTheModelFromAFileByName) {
+  const auto config = models::MoTConfig::from_json(tiny_preset());
+  testing::TempDir dir;
+  testing::run_stage("TrainStep", params({{"total_steps", 1}, {"checkpoint_dir", dir.file("a")}}),
+                     {make_batch(config, 1)}, cpu_settings());
+  const std::string trained = dir.file("a") + "/step_1.safetensors";
+  testing::run_stage("TrainStep",
+                     params({{"total_steps", 1},
+                             {"seed", 9},
+                             {"learning_rate", 0.0},
+                             {"weight_decay", 0.0},
+                             {"weights", trained},
+                             {"weights_prefix", "model."},
+                             {"checkpoint_dir", dir.file("b")}}),
+                     {make_batch(config, 2)}, cpu_settings());
+  const safetensors::Reader want(trained), got(dir.file("b") + "/step_1.safetensors");
+  int64_t compared = 0;
+  for (const safetensors::TensorInfo& info : want.tensors()) {
+    if (info.name.rfind("model.", 0) != 0) continue;
+    const safetensors::TensorInfo* other = got.find(info.name);
+    ASSERT_NE(other, nullptr) << info.name;
+    EXPECT_TRUE(torch::equal(models::read_tensor(got, *other), models::read_tensor(want, info)))
+        << info.name;
+    ++compared;
+  }
+  EXPECT_GT(compared, 10);
+
+  EXPECT_EQ(testing::error_of([&] {
+              testing::run_stage("TrainStep", params({{"total_steps", 1}, {"weights", trained}}),
+                                 {make_batch(config, 1)}, cpu_settings());
+            }).rfind(trained + ": the weights do not fit the model: missing ", 0),
+            0u);
+  EXPECT_EQ(testing::error_of([&] {
+              testing::run_stage(
+                  "TrainStep",
+                  params({{"total_steps", 1}, {"weights", trained}, {"resume", dir.file("a")}}),
+                  {make_batch(config, 1)}, cpu_settings());
+            }),
+            "<test>:/params/weights [TrainStep]: a resumed training state brings its own "
+            "weights: set `weights` or `resume`, not both");
 }
 
 TEST(TrainStepTest, LogsInTheReferenceFormat) {
