@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "common/io/sha256.h"
@@ -122,21 +123,28 @@ TEST(CacheContract, ShippedPipelinesKeepTheirContracts) {
   EXPECT_EQ(actual, expected);
 }
 
+// The contract dependencies of libero_cache.json's `field` latents, with `overrides`.
+nlohmann::json dependencies_of(const std::string& field, std::vector<std::string> overrides) {
+  overrides.push_back("settings.device=cpu");
+  const ValidatedPipeline pipeline =
+      load_pipeline(std::string(WAM_SOURCE_DIR) + "/pipelines/libero_cache.json", {overrides});
+  const LatentCacheReader* reader = nullptr;
+  for (const ValidatedNode& node : pipeline.nodes()) {
+    if (auto* found = dynamic_cast<const LatentCacheReader*>(node.stage.get())) reader = found;
+  }
+  const CacheSpec spec = reader->cache_spec(pipeline.settings());
+  return artifact_contract(field, spec, fixed_dataset(), 100).at("dependencies");
+}
+
+nlohmann::json producer_of(const std::string& field, std::vector<std::string> overrides) {
+  return dependencies_of(field, std::move(overrides)).at("producer");
+}
+
 // Augment's resize came after the first caches (all stretched): it enters the contract only when
 // it changes the images, and resize_fill only with fit, whose bars it fills.
 TEST(CacheContract, ResizeEntersTheContractOnlyWhereItChangesTheImages) {
   auto preprocess_with = [](std::vector<std::string> overrides) {
-    overrides.push_back("settings.device=cpu");
-    const ValidatedPipeline pipeline =
-        load_pipeline(std::string(WAM_SOURCE_DIR) + "/pipelines/libero_cache.json", {overrides});
-    const LatentCacheReader* reader = nullptr;
-    for (const ValidatedNode& node : pipeline.nodes()) {
-      if (auto* found = dynamic_cast<const LatentCacheReader*>(node.stage.get())) reader = found;
-    }
-    const CacheSpec spec = reader->cache_spec(pipeline.settings());
-    return artifact_contract("current", spec, fixed_dataset(), 100)
-        .at("dependencies")
-        .at("image_preprocess");
+    return dependencies_of("current", std::move(overrides)).at("image_preprocess");
   };
   const nlohmann::json stretch = preprocess_with({});
   EXPECT_FALSE(stretch.contains("resize"));
@@ -155,19 +163,6 @@ TEST(CacheContract, ResizeEntersTheContractOnlyWhereItChangesTheImages) {
 // The reference-cost stand-ins' structure params (configs/encoders/reference.json) enter the
 // producer, so a cache of the default encoders is refused under the preset; with the default
 // compact stand-ins they stay out, as ShippedPipelinesKeepTheirContracts checks.
-// The producer of libero_cache.json's `field` latents, with `overrides`.
-nlohmann::json producer_of(const std::string& field, std::vector<std::string> overrides) {
-  overrides.push_back("settings.device=cpu");
-  const ValidatedPipeline pipeline =
-      load_pipeline(std::string(WAM_SOURCE_DIR) + "/pipelines/libero_cache.json", {overrides});
-  const LatentCacheReader* reader = nullptr;
-  for (const ValidatedNode& node : pipeline.nodes()) {
-    if (auto* found = dynamic_cast<const LatentCacheReader*>(node.stage.get())) reader = found;
-  }
-  const CacheSpec spec = reader->cache_spec(pipeline.settings());
-  return artifact_contract(field, spec, fixed_dataset(), 100).at("dependencies").at("producer");
-}
-
 TEST(CacheContract, ReferenceEncoderStructureEntersTheProducerCompactDoesNot) {
   const std::string preset =
       "include.encoders=" + std::string(WAM_SOURCE_DIR) + "/configs/encoders/reference.json";
