@@ -189,16 +189,17 @@ class AugmentStage final : public Stage, public CanvasRenderer {
     sample.set_tensor("vlm_current_images",
                       vlm_images(frames, all_frames() ? kWindowStart : 0, drawn));
     if (all_frames()) {
-      // [T, 3, H, W] -> [3, T, H, W], each output its own compact tensor. Copied explicitly:
-      // contiguous() would hand out the one-frame outputs as views of the whole canvas (a
-      // [3, 1, H, W] slice of it counts as contiguous), keeping all of it alive downstream.
-      const at::Tensor canvas = render(frames, drawn).permute({1, 0, 2, 3});
+      // The unit canvas [T, 3, H, W] -> each output its own compact [3, frames, H, W] tensor in
+      // [-1, 1] (or levels), written straight from the canvas: views of it would keep all of it
+      // alive downstream.
+      const at::Tensor canvas = render(frames, drawn);
       const int64_t window = frames.size(1) - kWindowStart;
-      at::Tensor video = canvas.narrow(1, kWindowStart, window);
-      if (video_as_levels()) video = image_ops::signed_unit_to_levels(video);
-      sample.set_tensor("video", compact(video));
-      sample.set_tensor("memory_video_anchor", compact(canvas.narrow(1, kAnchorIndex, 1)));
-      sample.set_tensor("memory_video_recent", compact(canvas.narrow(1, kRecentIndex, 1)));
+      sample.set_tensor("video", image_ops::unit_frames_to_video(canvas, kWindowStart, window,
+                                                                 video_as_levels()));
+      sample.set_tensor("memory_video_anchor",
+                        image_ops::unit_frames_to_video(canvas, kAnchorIndex, 1, false));
+      sample.set_tensor("memory_video_recent",
+                        image_ops::unit_frames_to_video(canvas, kRecentIndex, 1, false));
     }
     sample.erase("frames");
     out.emit(std::move(sample));
@@ -212,10 +213,6 @@ class AugmentStage final : public Stage, public CanvasRenderer {
   // Whether samples are drawn at all: `frames: current` writes only the VLM images, which only
   // the sync_vlm_* jitter touches.
   bool uses_random() const { return !params_.deterministic && (all_frames() || sync_vlm()); }
-
-  static at::Tensor compact(const at::Tensor& view) {
-    return at::empty(view.sizes(), view.options()).copy_(view);
-  }
 
   void check_frames(const at::Tensor& frames) const {
     const bool layout_ok = frames.dim() == 5 && frames.scalar_type() == at::kByte &&
@@ -335,8 +332,8 @@ class AugmentStage final : public Stage, public CanvasRenderer {
     return out;
   }
 
-  // Frames uint8 [V, T, H, W, 3] -> canvas float [T, 3, 384, 256] in [-1, 1]. `draws` is null
-  // when deterministic.
+  // Frames uint8 [V, T, H, W, 3] -> canvas float [T, 3, 384, 256] in [0, 1], contiguous. `draws`
+  // is null when deterministic.
   at::Tensor render(const at::Tensor& frames, const SampleDraws* draws) const {
     const int64_t cameras = frames.size(0);
     const auto slots =
@@ -369,7 +366,6 @@ class AugmentStage final : public Stage, public CanvasRenderer {
         if (!noisy.is_same(region)) region.copy_(noisy);
       }
     }
-    image_ops::to_signed_unit_(canvas);
     return canvas;
   }
 

@@ -464,8 +464,6 @@ at::Tensor add_gaussian_noise(const at::Tensor& images, double stddev, at::Gener
   return (images + stddev * noise).clamp(0.0, 1.0);
 }
 
-void to_signed_unit_(at::Tensor& images) { images.mul_(2.0).sub_(1.0); }
-
 // One temporary, updated in place: 2.3x faster than a fresh tensor per operation (132 vs 311 ms
 // for a RoboTwin batch of 16 on one EPYC core, measured when HostToDevice did this per batch).
 at::Tensor signed_unit_to_levels(const at::Tensor& images) {
@@ -473,5 +471,30 @@ at::Tensor signed_unit_to_levels(const at::Tensor& images) {
 }
 
 void levels_to_signed_unit_(at::Tensor& levels) { levels.div_(127.5).sub_(1.0); }
+
+at::Tensor unit_frames_to_video(const at::Tensor& canvas, int64_t first, int64_t count,
+                                bool as_levels) {
+  TORCH_CHECK(canvas.dim() == 4 && canvas.size(1) == 3 && canvas.scalar_type() == at::kFloat &&
+                  canvas.is_contiguous() && first >= 0 && count >= 0 &&
+                  first + count <= canvas.size(0),
+              "unit_frames_to_video: needs a contiguous float [T, 3, H, W] canvas holding frames [",
+              first, ", ", first + count, "), got ", canvas.sizes());
+  const int64_t plane = canvas.size(2) * canvas.size(3);
+  at::Tensor video =
+      at::empty({3, count, canvas.size(2), canvas.size(3)}, as_levels ? at::kByte : at::kFloat);
+  const float* frames = canvas.data_ptr<float>();
+  for (int64_t c = 0; c < 3; ++c) {
+    for (int64_t t = 0; t < count; ++t) {
+      const float* source = frames + ((first + t) * 3 + c) * plane;
+      const int64_t out = (c * count + t) * plane;
+      if (as_levels) {
+        pixel_kernels::unit_to_levels(source, plane, video.data_ptr<uint8_t>() + out);
+      } else {
+        pixel_kernels::unit_to_signed(source, plane, video.data_ptr<float>() + out);
+      }
+    }
+  }
+  return video;
+}
 
 }  // namespace wam::image_ops

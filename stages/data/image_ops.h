@@ -152,9 +152,6 @@ at::Tensor downsample_upsample(const at::Tensor& images, double scale);
 
 at::Tensor add_gaussian_noise(const at::Tensor& images, double stddev, at::Generator& generator);
 
-// [0, 1] -> [-1, 1], i.e. Normalize(mean 0.5, std 0.5).
-void to_signed_unit_(at::Tensor& images);
-
 // ---- video as uint8 levels ----------------------------------------------------------------------
 // `video` can travel as uint8 levels (a quarter of the bytes): Augment writes them with
 // video_dtype uint8, HostToDevice turns them back into float. Both ends use these two, so a level
@@ -167,5 +164,12 @@ at::Tensor signed_unit_to_levels(const at::Tensor& images);
 // Levels held in a float tensor (e.g. a float copy of the uint8 levels) -> [-1, 1] in place:
 // x / 127.5 - 1, within half a level of what signed_unit_to_levels() was given.
 void levels_to_signed_unit_(at::Tensor& levels);
+
+// Frames [first, first + count) of a unit canvas (float [T, 3, H, W] in [0, 1], contiguous) -> a
+// new compact [3, count, H, W]: x * 2 - 1 in [-1, 1] (Normalize(mean 0.5, std 0.5), rounded as
+// torch's x.mul_(2).sub_(1) rounds it), or with `as_levels` the uint8 levels signed_unit_to_levels
+// makes of those, bit for bit; one pass per plane, where the torch ops made seven over the window.
+at::Tensor unit_frames_to_video(const at::Tensor& canvas, int64_t first, int64_t count,
+                                bool as_levels);
 
 }  // namespace wam::image_ops

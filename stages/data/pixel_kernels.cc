@@ -307,4 +307,18 @@ void jitter_image_levels(const uint8_t* source, int64_t source_plane, int64_t so
          });
 }
 
+WAM_PIXEL_KERNEL
+void unit_to_signed(const float* unit, int64_t count, float* out) {
+  for (int64_t i = 0; i < count; ++i) out[i] = unit[i] * 2.0f - 1.0f;
+}
+
+WAM_PIXEL_KERNEL
+void unit_to_levels(const float* unit, int64_t count, uint8_t* out) {
+  for (int64_t i = 0; i < count; ++i) {
+    const float scaled = ((unit[i] * 2.0f - 1.0f) + 1.0f) * 127.5f;
+    const float level = (scaled + 12582912.0f) - 12582912.0f;  // halves to even, as torch's round_
+    out[i] = static_cast<uint8_t>(std::min(std::max(level, 0.0f), 255.0f));
+  }
+}
+
 }  // namespace wam::pixel_kernels

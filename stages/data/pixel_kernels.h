@@ -48,4 +48,13 @@ void jitter_image(const uint8_t* source, int64_t source_plane, int64_t source_ro
 void jitter_image_levels(const uint8_t* source, int64_t source_plane, int64_t source_row,
                          int64_t height, int64_t width, const ColourJitter& jitter, uint8_t* out);
 
+// `count` floats in [0, 1] -> x * 2 - 1 at `out`, as torch's mul_(2) then sub_(1) round them: x * 2
+// is exact, the subtraction rounds once.
+void unit_to_signed(const float* unit, int64_t count, float* out);
+
+// `count` floats in [0, 1] -> uint8 levels at `out`: unit_to_signed then image_ops'
+// signed_unit_to_levels in one pass, each step rounded as those torch ops round it (((x * 2 - 1) +
+// 1) * 127.5, halves to even, clamped to [0, 255]), so the levels are theirs bit for bit.
+void unit_to_levels(const float* unit, int64_t count, uint8_t* out);
+
 }  // namespace wam::pixel_kernels

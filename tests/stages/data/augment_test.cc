@@ -756,5 +756,28 @@ TEST(AugmentImageOpsTest, EveryLevelSurvivesTheRoundTripThroughSignedUnit) {
                            torch::tensor({0, 128, 255}, torch::kUInt8)));
 }
 
+// Augment's outputs come straight from the unit canvas: the same bits as the torch ops they
+// replace (x.mul_(2).sub_(1), the frames moved to [3, T, H, W], then signed_unit_to_levels), on
+// random values, every level's edges and the ends of [0, 1].
+TEST(AugmentImageOpsTest, UnitFramesToVideoIsTheTorchOpsBitForBit) {
+  torch::manual_seed(4);
+  at::Tensor canvas = torch::rand({6, 3, 16, 24});
+  const at::Tensor edges = (torch::arange(256, torch::kFloat) + 0.5f) / 255.0f;
+  canvas.view(-1).narrow(0, 0, 256).copy_(edges);
+  canvas.view(-1).narrow(0, 256, 256).copy_(torch::arange(256, torch::kFloat) / 255.0f);
+  canvas.view(-1)[600] = 0.0f;
+  canvas.view(-1)[601] = 1.0f;
+  const at::Tensor signed_frames = canvas.clone().mul_(2.0).sub_(1.0).permute({1, 0, 2, 3});
+  for (const auto& [first, count] : {std::pair<int64_t, int64_t>{0, 1}, {2, 4}, {0, 6}}) {
+    SCOPED_TRACE("frames " + std::to_string(first) + " + " + std::to_string(count));
+    const at::Tensor want = signed_frames.narrow(1, first, count);
+    const at::Tensor as_float = ops::unit_frames_to_video(canvas, first, count, false);
+    EXPECT_TRUE(as_float.is_contiguous());
+    EXPECT_TRUE(torch::equal(as_float, want));
+    EXPECT_TRUE(torch::equal(ops::unit_frames_to_video(canvas, first, count, true),
+                             ops::signed_unit_to_levels(want)));
+  }
+}
+
 }  // namespace
 }  // namespace wam::testing
