@@ -168,7 +168,8 @@ void levels_to_signed_unit_(at::Tensor& levels);
 // Frames [first, first + count) of a unit canvas (float [T, 3, H, W] in [0, 1], contiguous) -> a
 // new compact [3, count, H, W]: x * 2 - 1 in [-1, 1] (Normalize(mean 0.5, std 0.5), rounded as
 // torch's x.mul_(2).sub_(1) rounds it), or with `as_levels` the uint8 levels signed_unit_to_levels
-// makes of those, bit for bit; one pass per plane, where the torch ops made seven over the window.
+// makes of those, bit for bit; one pass per plane, where the torch ops and a compacting copy made
+// up to eight.
 at::Tensor unit_frames_to_video(const at::Tensor& canvas, int64_t first, int64_t count,
                                 bool as_levels);
 
