@@ -196,7 +196,7 @@ expect "validate checks the cache node's sampler block" 2 \
   "pipelines/robotwin_cache.json:/nodes/1/params/sampler/num_frames [cache: LatentCacheLookup]: The sampled RGB window must satisfy T % 4 == 1 for the Wan VAE: num_frames=29 and action_video_freq_ratio=4 give T=8" \
   -- "$bin" validate pipelines/robotwin_cache.json --set nodes.cache.params.sampler.num_frames=29
 expect "validate checks the cache node's encoder blocks" 2 \
-  "pipelines/robotwin_cache.json:/nodes/1/params/vae/sed [cache: LatentCacheLookup]: unknown param \"sed\"; did you mean \"seed\"? (allowed: encoder, path, seed, device, dtype, architecture, width, width_multipliers, res_blocks, deduplicate_identical_anchor_batch)" \
+  "pipelines/robotwin_cache.json:/nodes/1/params/vae/sed [cache: LatentCacheLookup]: unknown param \"sed\"; did you mean \"seed\"? (allowed: encoder, path, seed, weights, device, dtype, architecture, width, width_multipliers, res_blocks, deduplicate_identical_anchor_batch)" \
   -- "$bin" validate pipelines/robotwin_cache.json --set nodes.cache.params.vae.sed=1
 expect "cache generate names bad fields" 1 \
   "error: Unsupported video latent cache fields [curent]; allowed: current, memory_anchor, memory_recent, vlm." \
