@@ -33,6 +33,12 @@ if ! cmake --build "$build" -j "$(nproc)" >"$build/build.log" 2>&1; then
   exit 1
 fi
 echo "gpu-check: built every target in $((SECONDS - began)) s"
+# The toolchain and how wam-pipeline was linked: the order of its shared libraries decides which
+# libstdc++ runs (docs/RELIABILITY.md, "Linking against LibTorch").
+cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
+echo "gpu-check: $("$cxx" --version | head -1); $(ld --version | head -1); $(cmake --version | head -1)"
+echo "gpu-check: wam-pipeline's shared libraries:" \
+  "$(readelf -d "$build/wam-pipeline" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | head -8 | xargs)"
 [ "$phase" = build ] && exit 0
 began=$SECONDS
 # Half the cores: the stage tests share one GPU and each compiles little.
