@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "wam/limits.h"
 #include "wam/params.h"
 
 namespace wam {
@@ -44,16 +45,34 @@ struct FrozenEncoderParams {
       "has no parameter for and a shape that differs are each named in one error.");
   }
 
-  // Called from the params' check(): "aoti" where LibTorch cannot load packages is refused at
-  // validate time, naming the field.
+  // Called from the params' check(): "aoti" where LibTorch cannot load packages, and a module or
+  // weights file that is missing or not a regular file, are refused at validate time, naming the
+  // field (the stages check again when they open the file). One error per mistake: a file is
+  // looked at only where the encoder would read it.
   void check_encoder(ParamChecker& c) const {
-    c.require(weights.empty() || encoder == "builtin", "weights",
+    const bool builtin = encoder == "builtin";
+    c.require(weights.empty() || builtin, "weights",
               "a weights file initialises the built-in stand-in; an exported module (encoder \"" +
                   encoder + "\") carries its own weights: drop `weights`");
-    c.require(encoder != "aoti" || kAotiPackagesSupported, "encoder",
+    if (builtin && !weights.empty()) {
+      if (const std::string problem = regular_file_problem(weights); !problem.empty()) {
+        c.error("weights", "weights file " + weights + ": " + problem);
+      }
+    }
+    const bool aoti = encoder == "aoti";
+    c.require(!aoti || kAotiPackagesSupported, "encoder",
               "\"aoti\" needs a LibTorch with AOTInductor's package loader (2.6 or later), and "
               "this build's has none: export the module with torch.jit.save and use encoder "
               "\"torchscript\", or build against a newer LibTorch");
+    if (builtin || (aoti && !kAotiPackagesSupported)) return;
+    const std::string kind = aoti ? "AOTInductor package" : "TorchScript file";
+    if (path.empty()) {
+      c.error("path",
+              "required with encoder \"" + encoder + "\": the " + kind +
+                  (aoti ? " from scripts/export_encoder.py" : " written by torch.jit.save"));
+    } else if (const std::string problem = regular_file_problem(path); !problem.empty()) {
+      c.error("path", kind + " " + path + ": " + problem);
+    }
   }
 };
 

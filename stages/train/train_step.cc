@@ -55,6 +55,7 @@
 #include "train/training_state.h"
 #include "train/training_step.h"
 #include "train/tunableop.h"
+#include "wam/limits.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 
@@ -169,6 +170,11 @@ struct TrainStepParams {
     c.require(weights.empty() || resume.empty(), "weights",
               "a resumed training state brings its own weights: set `weights` or `resume`, not "
               "both");
+    if (!weights.empty() && resume.empty()) {
+      if (const std::string problem = regular_file_problem(weights); !problem.empty()) {
+        c.error("weights", "weights file " + weights + ": " + problem);
+      }
+    }
     if (precision != ProductPrecision::kFp8) return;
     c.require(mode == StepMode::kCompiled, "precision",
               "\"fp8\" is the compiled step's: set mode to \"compiled\", or precision to "

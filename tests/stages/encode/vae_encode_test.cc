@@ -2,6 +2,7 @@
 #include <torch/script.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "common/encoder_params.h"
 #include "models/vae.h"
@@ -250,11 +251,16 @@ def forward(self, video):
 
 TEST(VaeEncodeTest, TorchScriptNeedsAnExistingPath) {
   EXPECT_EQ(encode_error(R"({"encoder": "torchscript"})", video_batch(1, 5, 64, 32)),
-            "VaeEncode: param path is required with encoder \"torchscript\" (a file written by "
-            "torch.jit.save)");
+            "<test>:/params/path [VaeEncode]: required with encoder \"torchscript\": the "
+            "TorchScript file written by torch.jit.save");
   EXPECT_EQ(encode_error(R"({"encoder": "torchscript", "path": "/nonexistent/vae.pt"})",
                          video_batch(1, 5, 64, 32)),
-            "VaeEncode: TorchScript file /nonexistent/vae.pt does not exist");
+            "<test>:/params/path [VaeEncode]: TorchScript file /nonexistent/vae.pt: no such file");
+  const std::string directory = std::filesystem::temp_directory_path().string();
+  EXPECT_EQ(encode_error(R"({"encoder": "torchscript", "path": ")" + directory + R"("})",
+                         video_batch(1, 5, 64, 32)),
+            "<test>:/params/path [VaeEncode]: TorchScript file " + directory +
+                ": not a regular file (a directory)");
 }
 
 // Encoder "aoti" (scripts/export_encoder.py; tests/scripts/export_encoder_test.sh loads real
@@ -271,11 +277,12 @@ TEST(VaeEncodeTest, AotiPackagesAreRefusedAtValidateWhereLibTorchCannotLoadThem)
 TEST(VaeEncodeTest, AotiNeedsAnExistingPackage) {
   if (!kAotiPackagesSupported) GTEST_SKIP() << "this LibTorch cannot load AOTInductor packages";
   EXPECT_EQ(encode_error(R"({"encoder": "aoti"})", video_batch(1, 5, 64, 32)),
-            "VaeEncode: param path is required with encoder \"aoti\" (an AOTInductor package "
-            "from scripts/export_encoder.py)");
+            "<test>:/params/path [VaeEncode]: required with encoder \"aoti\": the AOTInductor "
+            "package from scripts/export_encoder.py");
   EXPECT_EQ(encode_error(R"({"encoder": "aoti", "path": "/nonexistent/vae.pt2"})",
                          video_batch(1, 5, 64, 32)),
-            "VaeEncode: AOTInductor package /nonexistent/vae.pt2 does not exist");
+            "<test>:/params/path [VaeEncode]: AOTInductor package /nonexistent/vae.pt2: no such "
+            "file");
 }
 
 // `weights` replaces the built-in stand-in's seeded weights by name: the seed-0 stand-in with the
@@ -314,11 +321,23 @@ TEST(VaeEncodeTest, AWeightsFileThatDoesNotFitNamesEveryMisfit) {
 }
 
 TEST(VaeEncodeTest, OnlyTheBuiltinStandInTakesAWeightsFile) {
-  EXPECT_EQ(encode_error(R"({"encoder": "torchscript", "path": "/tmp/vae.pt", "weights": "w"})",
-                         video_batch(1, 5, 64, 32)),
-            "<test>:/params/weights [VaeEncode]: a weights file initialises the built-in "
-            "stand-in; an exported module (encoder \"torchscript\") carries its own weights: drop "
-            "`weights`");
+  const std::string module = temp_file("any.pt");
+  std::ofstream(module) << "a module";
+  EXPECT_EQ(
+      encode_error(R"({"encoder": "torchscript", "path": ")" + module + R"(", "weights": "w"})",
+                   video_batch(1, 5, 64, 32)),
+      "<test>:/params/weights [VaeEncode]: a weights file initialises the built-in "
+      "stand-in; an exported module (encoder \"torchscript\") carries its own weights: drop "
+      "`weights`");
+  std::filesystem::remove(module);
+}
+
+TEST(VaeEncodeTest, AMissingWeightsFileIsRefusedAtValidate) {
+  EXPECT_EQ(
+      encode_error(R"({"width": 4, "device": "cpu", "weights": "/nonexistent/w.safetensors"})",
+                   video_batch(1, 5, 64, 32)),
+      "<test>:/params/weights [VaeEncode]: weights file /nonexistent/w.safetensors: no such "
+      "file");
 }
 
 }  // namespace

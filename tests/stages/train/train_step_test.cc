@@ -280,6 +280,13 @@ TEST(TrainStepTest, WeightsStartTheModelFromAFileByName) {
             }),
             "<test>:/params/weights [TrainStep]: a resumed training state brings its own "
             "weights: set `weights` or `resume`, not both");
+  EXPECT_EQ(
+      testing::error_of([&] {
+        testing::run_stage("TrainStep",
+                           params({{"total_steps", 1}, {"weights", dir.file("missing")}}),
+                           {make_batch(config, 1)}, cpu_settings());
+      }),
+      "<test>:/params/weights [TrainStep]: weights file " + dir.file("missing") + ": no such file");
 }
 
 TEST(TrainStepTest, LogsInTheReferenceFormat) {
