@@ -14,8 +14,12 @@
 // The run's host memory budget (wam/host_memory.h) may lower cache_readers and frame_cache: the
 // first sample's frame size prices them, and each is granted what the budget allows (never less
 // than one sample needs), the same for every worker thread.
+// `decoder: nvdec` decodes on NVIDIA's hardware decoder through FFmpeg (video_reader.h), the
+// frames copied back to host memory, so everything after VideoDecode is unchanged; at most
+// `nvdec_sessions` readers of the process hold an NVDEC session, later ones decode on the CPU.
+// `auto` takes NVDEC where this machine has it, else the CPU, saying why in one line.
 // Counters: frames_decoded, seeks, readers_opened (and passed_through with decode_if,
-// frame_cache_hits with frame_cache).
+// frame_cache_hits with frame_cache, nvdec_readers_opened and nvdec_overflow on NVDEC).
 // Example: {"id": "decode", "type": "VideoDecode", "inputs": ["sampler"],
 //           "params": {"mode": "sparse", "frames": "all", "cache_readers": 4}}
 #include <algorithm>
@@ -27,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/distributed.h"
 #include "common/lru_cache.h"
 #include "data/video_reader.h"
 #include "wam/host_memory.h"
@@ -47,6 +52,8 @@ struct VideoDecodeParams {
   int64_t cache_readers = 4;
   std::string decode_if;
   int64_t frame_cache = 0;
+  std::string decoder = "cpu";
+  int64_t nvdec_sessions = 64;
   template <class V>
   void visit(V& v) {
     v("mode", mode,
@@ -63,7 +70,28 @@ struct VideoDecodeParams {
       "Sparse mode: decoded frames kept per worker thread for the next samples (0: none; at "
       "least a sample's frames of every camera, e.g. 33 for 3 cameras).",
       Min{0});
+    v("decoder", decoder,
+      "cpu: FFmpeg's software decoders; nvdec: NVIDIA's hardware decoder through FFmpeg, frames "
+      "copied back to host memory (refused at validate where the machine has none); auto: nvdec "
+      "where the machine has it, else cpu.",
+      OneOf{"cpu", "nvdec", "auto"});
+    v("nvdec_sessions", nvdec_sessions,
+      "NVDEC decoders open at once in the process (one per open reader); readers opened beyond "
+      "them decode on the CPU, counted as nvdec_overflow.",
+      Min{1});
   }
+
+  void check(ParamChecker& c) const {
+    if (decoder != "nvdec") return;
+    if (const std::string& problem = video::nvdec_problem(nvdec_device()); !problem.empty()) {
+      c.error("decoder",
+              "\"nvdec\" needs NVIDIA's hardware decoder, and this machine has none: " + problem +
+                  "; decode with \"cpu\", or \"auto\" to use it where present");
+    }
+  }
+
+  // The GPU that decodes: the one this rank trains on (cuda:LOCAL_RANK, common/distributed.h).
+  static int nvdec_device() { return dist::launch_env().local_rank; }
 };
 
 struct FramePlan {
@@ -130,6 +158,7 @@ class VideoDecodeStage final : public Stage {
     budget_ = context.host_memory();
     reader_capacity_.store(params_.cache_readers);
     frame_capacity_.store(params_.frame_cache);
+    choose_decoder(context);
   }
 
   void process(Sample sample, Emitter& out) override {
@@ -156,7 +185,8 @@ class VideoDecodeStage final : public Stage {
     video::DecodeStats stats;
     std::vector<std::shared_ptr<video::VideoReader>> readers;
     for (const auto& file : files) {
-      readers.push_back(cache.acquire(file, static_cast<size_t>(reader_capacity_.load()), stats));
+      readers.push_back(
+          cache.acquire(file, static_cast<size_t>(reader_capacity_.load()), stats, decoder_));
       const auto& first = *readers.front();
       const auto& reader = *readers.back();
       if (reader.width() != first.width() || reader.height() != first.height()) {
@@ -192,11 +222,36 @@ class VideoDecodeStage final : public Stage {
     frames_decoded_->add(stats.frames_decoded);
     seeks_->add(stats.seeks);
     readers_opened_->add(stats.readers_opened);
+    if (nvdec_readers_opened_) {
+      nvdec_readers_opened_->add(stats.nvdec_readers_opened);
+      nvdec_overflow_->add(stats.nvdec_overflow);
+    }
     sample.set_tensor("frames", std::move(frames));
     out.emit(std::move(sample));
   }
 
  private:
+  // NVDEC for "nvdec", and for "auto" where the machine has it; the log says which and why.
+  void choose_decoder(Context& context) {
+    decoder_ = {};
+    if (params_.decoder == "cpu") return;
+    const int device = Params::nvdec_device();
+    const std::string& problem = video::nvdec_problem(device);
+    if (!problem.empty()) {
+      // "nvdec" was refused at validate; the machine may have changed since.
+      if (params_.decoder == "nvdec")
+        throw Error("VideoDecode: cannot decode on NVDEC: " + problem);
+      context.log("VideoDecode: decoding on the CPU (decoder auto): " + problem);
+      return;
+    }
+    decoder_ = {video::Decoder::kNvdec, device, params_.nvdec_sessions};
+    nvdec_readers_opened_ = &context.counter("nvdec_readers_opened");
+    nvdec_overflow_ = &context.counter("nvdec_overflow");
+    context.log("VideoDecode: decoding on NVDEC, CUDA device " + std::to_string(device) +
+                " (decoder " + params_.decoder + "), at most " +
+                std::to_string(params_.nvdec_sessions) + " sessions");
+  }
+
   // Claims the decoder sessions and cached frames of every worker thread from the budget, priced
   // by the first sample: `cameras` files of width x height, `unique_frames` frames from each.
   void claim_memory(int64_t width, int64_t height, int64_t cameras, int64_t unique_frames) {
@@ -281,6 +336,9 @@ class VideoDecodeStage final : public Stage {
   Counter* seeks_ = nullptr;
   Counter* readers_opened_ = nullptr;
   Counter* passed_through_ = nullptr;
+  Counter* nvdec_readers_opened_ = nullptr;
+  Counter* nvdec_overflow_ = nullptr;
+  video::DecoderChoice decoder_;
   HostMemoryBudget* budget_ = nullptr;
   std::once_flag claimed_;
   std::atomic<int64_t> reader_capacity_{0}, frame_capacity_{0};  // per thread, after the budget

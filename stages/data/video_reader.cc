@@ -4,17 +4,24 @@
 
 #include <torch/torch.h>
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <optional>
 
 extern "C" {
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
+#include <libavutil/dict.h>
+#include <libavutil/hwcontext.h>
 #include <libswscale/swscale.h>
 }
 
@@ -37,7 +44,73 @@ std::string format_fps(double fps) {
   return buffer;
 }
 
+std::atomic<int64_t> nvdec_readers{0};
+
+// Takes one of `limit` NVDEC sessions; false when all are taken.
+bool take_nvdec_session(int64_t limit) {
+  int64_t open = nvdec_readers.load();
+  while (open < limit) {
+    if (nvdec_readers.compare_exchange_weak(open, open + 1)) return true;
+  }
+  return false;
+}
+
+// FFmpeg's CUDA device on one GPU, shared by every NVDEC reader of the process (each decoder is a
+// session on it), or why there is none. Kept for the life of the process.
+struct NvdecDevice {
+  AVBufferRef* context = nullptr;
+  std::string problem;
+};
+
+const NvdecDevice& nvdec_device(int device) {
+  static std::mutex mutex;
+  static std::map<int, NvdecDevice> devices;  // never erased: references stay valid
+  std::lock_guard lock(mutex);
+  auto [it, inserted] = devices.try_emplace(device);
+  NvdecDevice& found = it->second;
+  if (!inserted) return found;
+  // FFmpeg logs two lines of its own when the driver is missing: ask the loader first.
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (driver == nullptr) {
+    found.problem = std::string("no NVIDIA driver (") + dlerror() + ")";
+    return found;
+  }
+  dlclose(driver);
+  const std::string name = std::to_string(device);
+  AVDictionary* options = nullptr;
+  // The GPU's primary context, which LibTorch uses too: no second context's memory per process.
+  av_dict_set(&options, "primary_ctx", "1", 0);
+  const int rc =
+      av_hwdevice_ctx_create(&found.context, AV_HWDEVICE_TYPE_CUDA, name.c_str(), options, 0);
+  av_dict_free(&options);
+  if (rc < 0) {
+    found.problem =
+        "FFmpeg cannot open CUDA device " + name + " for NVDEC: " + ffmpeg::error_message(rc);
+  }
+  return found;
+}
+
+// A decoder of `codec` that decodes on NVDEC through FFmpeg's CUDA hwaccel: the native one (for
+// AV1 not libdav1d, FFmpeg's first choice, which is software only).
+const AVCodec* nvdec_decoder(AVCodecID codec) {
+  void* state = nullptr;
+  while (const AVCodec* candidate = av_codec_iterate(&state)) {
+    if (!av_codec_is_decoder(candidate) || candidate->id != codec) continue;
+    for (int i = 0; const AVCodecHWConfig* config = avcodec_get_hw_config(candidate, i); ++i) {
+      if (config->device_type == AV_HWDEVICE_TYPE_CUDA &&
+          (config->methods & AV_CODEC_HW_CONFIG_METHOD_HW_DEVICE_CTX)) {
+        return candidate;
+      }
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
+
+const std::string& nvdec_problem(int device) { return nvdec_device(device).problem; }
+
+int64_t open_nvdec_readers() { return nvdec_readers.load(); }
 
 struct VideoReader::Impl {
   std::string path;
@@ -46,6 +119,12 @@ struct VideoReader::Impl {
   ffmpeg::Packet packet;
   ffmpeg::Frame frame;
   ffmpeg::Scaler scaler;
+  Decoder decoder_kind = Decoder::kCpu;  // the decoder running: NVDEC's sessions may be full
+  bool holds_nvdec_session = false;
+  // NVDEC: the decoder offered no CUDA format for the stream (beyond the hardware), and the
+  // decoded frame copied to host memory (NV12), reused frame after frame.
+  bool nvdec_refused = false;
+  ffmpeg::Frame host_frame;
   int stream_index = -1;
   int width = 0;
   int height = 0;
@@ -72,7 +151,54 @@ struct VideoReader::Impl {
     fail(what + ": " + ffmpeg::error_message(code));
   }
 
-  void open() {
+  ~Impl() {
+    codec.reset();  // the hardware session ends with the decoder
+    if (holds_nvdec_session) --nvdec_readers;
+  }
+
+  // Picks NVDEC's frames in device memory; none offered means the hardware cannot decode it.
+  static AVPixelFormat cuda_format(AVCodecContext* context, const AVPixelFormat* offered) {
+    for (const AVPixelFormat* format = offered; *format != AV_PIX_FMT_NONE; ++format) {
+      if (*format == AV_PIX_FMT_CUDA) return *format;
+    }
+    static_cast<Impl*>(context->opaque)->nvdec_refused = true;
+    return AV_PIX_FMT_NONE;
+  }
+
+  // The decoder of the stream that runs on NVDEC on `device`; fails naming why there is none.
+  const AVCodec* nvdec_decoder_of_stream(int device) const {
+    const AVCodecID id = format->streams[stream_index]->codecpar->codec_id;
+    if (const std::string& problem = nvdec_problem(device); !problem.empty()) {
+      fail("cannot decode on NVDEC: " + problem);
+    }
+    const AVCodec* decoder = nvdec_decoder(id);
+    if (decoder == nullptr) {
+      fail(std::string("NVDEC cannot decode its ") + avcodec_get_name(id) +
+           " stream: FFmpeg has no decoder with a CUDA hwaccel for it");
+    }
+    return decoder;
+  }
+
+  // Has `codec` decode on NVDEC, its frames staying in device memory until to_rgb copies them.
+  void attach_nvdec(int device) {
+    codec->hw_device_ctx = av_buffer_ref(nvdec_device(device).context);
+    host_frame.reset(av_frame_alloc());
+    if (!codec->hw_device_ctx || !host_frame) fail("cannot allocate a decoder", AVERROR(ENOMEM));
+    codec->opaque = this;
+    codec->get_format = cuda_format;
+  }
+
+  // What a failure of the decoder means: NVDEC's refusal of the stream, said as such.
+  [[noreturn]] void fail_decoding(const std::string& what, int code) const {
+    if (nvdec_refused) {
+      fail(
+          "NVDEC cannot decode this stream (its profile, bit depth or frame size is beyond the "
+          "hardware's): decode it with decoder \"cpu\"");
+    }
+    fail(what, code);
+  }
+
+  void open(const DecoderChoice& choice) {
     // FFmpeg would wait forever for a writer of a FIFO.
     if (const std::string problem = regular_file_problem(path); !problem.empty()) {
       throw Error("cannot open video \"" + path + "\": " + problem);
@@ -95,6 +221,10 @@ struct VideoReader::Impl {
     time_base = av_q2d(stream->time_base);
     start_pts = stream->start_time == AV_NOPTS_VALUE ? 0 : stream->start_time;
 
+    holds_nvdec_session =
+        choice.decoder == Decoder::kNvdec && take_nvdec_session(choice.max_nvdec_sessions);
+    decoder_kind = holds_nvdec_session ? Decoder::kNvdec : Decoder::kCpu;
+    if (holds_nvdec_session) decoder = nvdec_decoder_of_stream(choice.device);
     codec.reset(avcodec_alloc_context3(decoder));
     packet.reset(av_packet_alloc());
     frame.reset(av_frame_alloc());
@@ -102,6 +232,7 @@ struct VideoReader::Impl {
     rc = avcodec_parameters_to_context(codec.get(), stream->codecpar);
     if (rc < 0) fail("cannot configure the decoder", rc);
     codec->thread_count = 1;
+    if (holds_nvdec_session) attach_nvdec(choice.device);
     rc = avcodec_open2(codec.get(), decoder, nullptr);
     if (rc < 0) fail("cannot open the " + std::string(decoder->name) + " decoder", rc);
 
@@ -206,7 +337,7 @@ struct VideoReader::Impl {
       rc = avcodec_send_packet(codec.get(), packet.get());
       av_packet_unref(packet.get());
       if (rc < 0) {
-        fail("cannot decode the packet at " + seconds((pts - start_pts) * time_base), rc);
+        fail_decoding("cannot decode the packet at " + seconds((pts - start_pts) * time_base), rc);
       }
       return true;
     }
@@ -256,7 +387,7 @@ struct VideoReader::Impl {
         continue;
       }
       if (rc == AVERROR_EOF) frame_not_found(targets[next], fps);
-      if (rc < 0) fail("cannot decode a frame", rc);
+      if (rc < 0) fail_decoding("cannot decode a frame", rc);
       ++stats.frames_decoded;
       int64_t pts = frame->best_effort_timestamp != AV_NOPTS_VALUE ? frame->best_effort_timestamp
                                                                    : frame->pts;
@@ -276,8 +407,17 @@ struct VideoReader::Impl {
     }
   }
 
-  // Converts a decoded frame to packed RGB24 at `rgb` (H * W * 3 bytes).
+  // Converts a decoded frame to packed RGB24 at `rgb` (H * W * 3 bytes); NVDEC's from host
+  // memory, where it is copied first.
   void to_rgb(const AVFrame* decoded, uint8_t* rgb) {
+    if (decoded->format == AV_PIX_FMT_CUDA) {
+      const int rc = av_hwframe_transfer_data(host_frame.get(), decoded, 0);
+      if (rc < 0) {
+        av_frame_unref(host_frame.get());
+        fail("cannot copy an NVDEC frame to host memory", rc);
+      }
+      decoded = host_frame.get();
+    }
     if (decoded->width != width || decoded->height != height) {
       fail("a frame is " + std::to_string(decoded->width) + "x" + std::to_string(decoded->height) +
            " but the stream is " + std::to_string(width) + "x" + std::to_string(height));
@@ -293,15 +433,17 @@ struct VideoReader::Impl {
   }
 };
 
-VideoReader::VideoReader(std::string path) : impl_(std::make_unique<Impl>()) {
+VideoReader::VideoReader(std::string path, const DecoderChoice& choice)
+    : impl_(std::make_unique<Impl>()) {
   quiet_codec_logs();
   impl_->path = std::move(path);
-  impl_->open();
+  impl_->open(choice);
 }
 
 VideoReader::~VideoReader() = default;
 
 const std::string& VideoReader::path() const { return impl_->path; }
+Decoder VideoReader::decoder() const { return impl_->decoder_kind; }
 int VideoReader::width() const { return impl_->width; }
 int VideoReader::height() const { return impl_->height; }
 
@@ -357,17 +499,21 @@ at::Tensor VideoReader::read_range(int64_t first, int64_t last, double fps, Deco
 }
 
 std::shared_ptr<VideoReader> ReaderCache::acquire(const std::string& path, size_t capacity,
-                                                  DecodeStats& stats) {
+                                                  DecodeStats& stats, const DecoderChoice& choice) {
   for (auto it = readers_.begin(); it != readers_.end(); ++it) {
-    if ((*it)->path() == path) {
+    if (it->first == choice.decoder && it->second->path() == path) {
       readers_.splice(readers_.begin(), readers_, it);
-      return readers_.front();
+      return readers_.front().second;
     }
   }
-  auto reader = std::make_shared<VideoReader>(path);
+  auto reader = std::make_shared<VideoReader>(path, choice);
   ++stats.readers_opened;
+  if (reader->decoder() == Decoder::kNvdec) ++stats.nvdec_readers_opened;
+  if (choice.decoder == Decoder::kNvdec && reader->decoder() != Decoder::kNvdec) {
+    ++stats.nvdec_overflow;
+  }
   if (capacity == 0) return reader;
-  readers_.push_front(reader);
+  readers_.emplace_front(choice.decoder, reader);
   while (readers_.size() > capacity) readers_.pop_back();
   return reader;
 }

@@ -4,9 +4,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace at {
@@ -20,6 +22,31 @@ struct DecodeStats {
   int64_t frames_decoded = 0;  // frames out of the decoder, needed or not
   int64_t seeks = 0;
   int64_t readers_opened = 0;
+  int64_t nvdec_readers_opened = 0;  // of readers_opened, those decoding on NVDEC
+  int64_t nvdec_overflow = 0;        // readers asked for NVDEC, opened on the CPU: sessions full
+};
+
+// Which decoder a reader runs: FFmpeg's software decoder of the stream's codec (libdav1d for AV1),
+// or NVIDIA's hardware decoder (NVDEC) through FFmpeg's native decoder with its CUDA hwaccel, the
+// decoded NV12 frames copied back to host memory and converted to RGB as the software decoder's
+// are. The hardware decodes the same bitstream to the same YUV; the conversion from NV12 rather
+// than planar 4:2:0 may round differently by a level.
+enum class Decoder { kCpu, kNvdec };
+
+// Empty when this process can decode on NVDEC on CUDA device `device` (the NVIDIA driver loads
+// and FFmpeg opens the device); else why not, in words, e.g. "no NVIDIA driver (libcuda.so.1:
+// cannot open shared object file: No such file or directory)". Probed once per device.
+const std::string& nvdec_problem(int device);
+
+// NVDEC readers open in this process now (each holds a hardware decoder session).
+int64_t open_nvdec_readers();
+
+// The decoder a reader is asked for. NVDEC sessions are bounded per process: a reader asked for
+// NVDEC while `max_nvdec_sessions` NVDEC readers are open decodes on the CPU instead.
+struct DecoderChoice {
+  Decoder decoder = Decoder::kCpu;
+  int device = 0;  // the CUDA device that decodes, for NVDEC
+  int64_t max_nvdec_sessions = std::numeric_limits<int64_t>::max();
 };
 
 // One open file, its video stream and a single-threaded decoder (parallelism comes from the
@@ -27,12 +54,15 @@ struct DecodeStats {
 // Every error is a wam::Error naming the file (and FFmpeg's message where FFmpeg failed).
 class VideoReader {
  public:
-  explicit VideoReader(std::string path);
+  // With NVDEC asked for, a stream NVDEC cannot decode (codec, profile or size) is an error
+  // naming the file, and a machine without NVDEC one naming nvdec_problem()'s reason.
+  explicit VideoReader(std::string path, const DecoderChoice& choice = {});
   ~VideoReader();
   VideoReader(const VideoReader&) = delete;
   VideoReader& operator=(const VideoReader&) = delete;
 
   const std::string& path() const;
+  Decoder decoder() const;
   int width() const;
   int height() const;
 
@@ -55,13 +85,15 @@ class VideoReader {
 // their decoders (and the container index) are reused instead of reopened.
 class ReaderCache {
  public:
-  // The reader of `path`, opened if it is not held; keeps the `capacity` most recently used ones
-  // (0: nothing is kept, every call opens the file).
-  std::shared_ptr<VideoReader> acquire(const std::string& path, size_t capacity,
-                                       DecodeStats& stats);
+  // The reader of `path` with `decoder`, opened if it is not held; keeps the `capacity` most
+  // recently used ones (0: nothing is kept, every call opens the file).
+  std::shared_ptr<VideoReader> acquire(const std::string& path, size_t capacity, DecodeStats& stats,
+                                       const DecoderChoice& choice = {});
 
  private:
-  std::list<std::shared_ptr<VideoReader>> readers_;  // most recently used first
+  // Each reader with the decoder it was asked for (an NVDEC overflow runs on the CPU), most
+  // recently used first.
+  std::list<std::pair<Decoder, std::shared_ptr<VideoReader>>> readers_;
 };
 
 }  // namespace wam::video

@@ -12,6 +12,7 @@ extern "C" {
 #include <vector>
 
 #include "data/video_io.h"
+#include "data/video_reader.h"
 #include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
@@ -227,6 +228,55 @@ TEST_F(VideoDecodeTest, FrameCacheDecodesSharedFramesOnce) {
             "VideoDecode: param frame_cache (5) is smaller than the 11 frames one sample needs "
             "from " +
                 av1_);
+}
+
+// decoder nvdec and auto (data/video_reader.h).
+TEST_F(VideoDecodeTest, NvdecIsRefusedAtValidateAndAutoDecodesOnTheCpuWhereThereIsNone) {
+  const std::string& problem = video::nvdec_problem(0);
+  if (problem.empty()) GTEST_SKIP() << "this machine decodes on NVDEC";
+  EXPECT_EQ(testing::error_of(
+                [] { testing::SteppedStage stage("VideoDecode", R"({"decoder": "nvdec"})"); }),
+            "<test>:/params/decoder [VideoDecode]: \"nvdec\" needs NVIDIA's hardware decoder, and "
+            "this machine has none: " +
+                problem + "; decode with \"cpu\", or \"auto\" to use it where present");
+  testing::SteppedStage automatic("VideoDecode", R"({"decoder": "auto"})");
+  EXPECT_EQ(automatic.log(),
+            (std::vector<std::string>{"[test] VideoDecode: decoding on the CPU (decoder auto): " +
+                                      problem}));
+  const at::Tensor frames =
+      automatic.process_one(make_sample({av1_, h264_}, kPlan)).tensor("frames");
+  const auto cpu = testing::run_stage("VideoDecode", "{}", {make_sample({av1_, h264_}, kPlan)});
+  EXPECT_TRUE(at::equal(frames, cpu[0].tensor("frames")));
+  EXPECT_FALSE(automatic.has_counter("nvdec_readers_opened"));
+}
+
+TEST_F(VideoDecodeTest, NvdecFramesEqualTheCpusWithinALevelInBothModes) {
+  if (const std::string& problem = video::nvdec_problem(0); !problem.empty()) {
+    GTEST_SKIP() << "no NVDEC here: " << problem;
+  }
+  // Above NVDEC's smallest AV1 frame (128x128).
+  const std::string av1 =
+      encode(dir_->file("nvdec_av1.mp4"), {"av1", kFps, 2, false, 30}, 320, 256);
+  const std::string h264 =
+      encode(dir_->file("nvdec_h264.mp4"), {"h264", kFps, 30, true, 23}, 320, 256, 20);
+  for (const char* mode : {"sparse", "full"}) {
+    const auto cpu = testing::run_stage("VideoDecode", json{{"mode", mode}}.dump(),
+                                        {make_sample({av1, h264}, kPlan)});
+    testing::SteppedStage nvdec("VideoDecode", json{{"mode", mode}, {"decoder", "nvdec"}}.dump());
+    EXPECT_EQ(nvdec.log(), (std::vector<std::string>{
+                               "[test] VideoDecode: decoding on NVDEC, CUDA device 0 (decoder "
+                               "nvdec), at most 64 sessions"}));
+    const at::Tensor got = nvdec.process_one(make_sample({av1, h264}, kPlan)).tensor("frames");
+    const at::Tensor& want = cpu[0].tensor("frames");
+    ASSERT_EQ(got.sizes(), want.sizes()) << mode;
+    for (int64_t v = 0; v < 2; ++v) {
+      for (int64_t t = 0; t < 11; ++t) {
+        EXPECT_EQ(stamp_of(got[v][t]), kExpectedOrder[t]) << mode << " camera " << v;
+      }
+    }
+    EXPECT_LE((got.to(at::kFloat) - want.to(at::kFloat)).abs().mean().item<double>(), 1.0) << mode;
+    EXPECT_EQ(nvdec.counter("nvdec_overflow"), 0) << mode;
+  }
 }
 
 }  // namespace

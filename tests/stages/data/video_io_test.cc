@@ -50,23 +50,24 @@ class TempDir {
 };
 
 // Frames with moving texture (so that codecs predict between frames) and the index stamped.
-std::vector<uint8_t> make_frame(int index) {
-  std::vector<uint8_t> rgb(size_t{kWidth} * kHeight * 3);
-  for (int y = 0; y < kHeight; ++y) {
-    for (int x = 0; x < kWidth; ++x) {
-      uint8_t* p = &rgb[(static_cast<size_t>(y) * kWidth + x) * 3];
+std::vector<uint8_t> make_frame(int index, int width = kWidth, int height = kHeight) {
+  std::vector<uint8_t> rgb(static_cast<size_t>(width) * height * 3);
+  for (int y = 0; y < height; ++y) {
+    for (int x = 0; x < width; ++x) {
+      uint8_t* p = &rgb[(static_cast<size_t>(y) * width + x) * 3];
       p[0] = static_cast<uint8_t>((x * 4 + index * 3) & 0xff);
       p[1] = static_cast<uint8_t>((y * 4 + index * 5) & 0xff);
       p[2] = static_cast<uint8_t>(((x ^ y) * 8) & 0xff);
     }
   }
-  stamp_frame_index(rgb.data(), kWidth, kHeight, index);
+  stamp_frame_index(rgb.data(), width, height, index);
   return rgb;
 }
 
-std::string encode(const std::string& path, const EncodeOptions& options, int frames = kFrames) {
-  VideoWriter writer(path, kWidth, kHeight, options);
-  for (int i = 0; i < frames; ++i) writer.write(make_frame(i).data());
+std::string encode(const std::string& path, const EncodeOptions& options, int frames = kFrames,
+                   int width = kWidth, int height = kHeight) {
+  VideoWriter writer(path, width, height, options);
+  for (int i = 0; i < frames; ++i) writer.write(make_frame(i, width, height).data());
   writer.finish();
   return path;
 }
@@ -272,6 +273,95 @@ TEST(ReaderCacheTest, ReusesOpenReadersUpToCapacity) {
   EXPECT_NE(cache.acquire(paths[0], 2, stats), first);
   EXPECT_EQ(stats.readers_opened, 4);
   EXPECT_NE(cache.acquire(paths[1], 0, stats), cache.acquire(paths[1], 0, stats));
+}
+
+// NVDEC (Decoder::kNvdec). Its videos are larger than the others: the hardware decodes no frame
+// smaller than 128x128 in AV1.
+constexpr int kNvdecWidth = 320;
+constexpr int kNvdecHeight = 256;
+
+TEST(NvdecTest, WithoutNvdecAReaderSaysWhyAndHoldsNoSession) {
+  const std::string& problem = nvdec_problem(0);
+  if (problem.empty()) GTEST_SKIP() << "this machine decodes on NVDEC";
+  EXPECT_TRUE(problem.rfind("no NVIDIA driver (", 0) == 0 ||
+              problem.rfind("FFmpeg cannot open CUDA device 0 for NVDEC: ", 0) == 0)
+      << problem;
+  TempDir dir;
+  const std::string path = encode(dir.file("h264.mp4"), EncodeOptions{"h264", kFps, 30, false, 23});
+  EXPECT_EQ(testing::error_of([&] { VideoReader reader(path, {Decoder::kNvdec}); }),
+            "video \"" + path + "\": cannot decode on NVDEC: " + problem);
+  EXPECT_EQ(open_nvdec_readers(), 0);
+}
+
+class NvdecReaderTest : public VideoReaderTest {
+ protected:
+  void SetUp() override {
+    if (const std::string& problem = nvdec_problem(0); !problem.empty()) {
+      GTEST_SKIP() << "no NVDEC here: " << problem;
+    }
+  }
+  std::string large_video() {
+    std::string path = dir_->file(GetParam().name + "_large.mp4");
+    if (!fs::exists(path)) encode(path, GetParam().options, kFrames, kNvdecWidth, kNvdecHeight);
+    return path;
+  }
+};
+
+// The hardware decodes the bitstream to the same YUV; the conversion from NV12 may round a level
+// differently. Same frames, same plan (seeks and frames decoded).
+TEST_P(NvdecReaderTest, SparseFramesEqualTheCpuDecodersWithinALevel) {
+  VideoReader cpu(large_video());
+  VideoReader nvdec(large_video(), {Decoder::kNvdec});
+  ASSERT_EQ(nvdec.decoder(), Decoder::kNvdec);
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int64_t> pick(0, kFrames - 1);
+  for (int round = 0; round < 4; ++round) {
+    std::vector<int64_t> indices(11);
+    for (auto& k : indices) k = pick(rng);
+    DecodeStats cpu_stats, nvdec_stats;
+    const at::Tensor want = cpu.read_frames(indices, kFps, cpu_stats);
+    const at::Tensor got = nvdec.read_frames(indices, kFps, nvdec_stats);
+    ASSERT_EQ(got.sizes(), (at::IntArrayRef{11, kNvdecHeight, kNvdecWidth, 3}));
+    for (size_t i = 0; i < indices.size(); ++i) {
+      EXPECT_EQ(stamp_of(got[static_cast<int64_t>(i)]), indices[i]) << "round " << round;
+    }
+    const double mean_difference =
+        (got.to(at::kFloat) - want.to(at::kFloat)).abs().mean().item<double>();
+    EXPECT_LE(mean_difference, 1.0) << "round " << round;
+    EXPECT_EQ(nvdec_stats.seeks, cpu_stats.seeks);
+    EXPECT_EQ(nvdec_stats.frames_decoded, cpu_stats.frames_decoded);
+  }
+  DecodeStats stats;
+  EXPECT_TRUE(at::equal(nvdec.read_range(20, 40, kFps, stats).select(0, 5),
+                        nvdec.read_frames({25}, kFps, stats)[0]));
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, NvdecReaderTest,
+                         ::testing::Values(CodecCase{"av1_gop2", {"av1", kFps, 2, false, 30}},
+                                           CodecCase{"h264_bframes_gop30",
+                                                     {"h264", kFps, 30, true, 23}}),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(NvdecTest, ReadersBeyondTheSessionLimitDecodeOnTheCpu) {
+  if (const std::string& problem = nvdec_problem(0); !problem.empty()) {
+    GTEST_SKIP() << "no NVDEC here: " << problem;
+  }
+  TempDir dir;
+  const std::string path = encode(dir.file("h264.mp4"), EncodeOptions{"h264", kFps, 30, false, 23},
+                                  8, kNvdecWidth, kNvdecHeight);
+  const DecoderChoice one_more{Decoder::kNvdec, 0, open_nvdec_readers() + 1};
+  ReaderCache cache;
+  DecodeStats stats;
+  auto first = std::make_shared<VideoReader>(path, one_more);
+  EXPECT_EQ(first->decoder(), Decoder::kNvdec);
+  auto overflow = cache.acquire(path, 2, stats, one_more);
+  EXPECT_EQ(overflow->decoder(), Decoder::kCpu);
+  EXPECT_EQ(stats.nvdec_overflow, 1);
+  EXPECT_EQ(stats.nvdec_readers_opened, 0);
+  // The overflow reader is kept under the decoder it was asked for: not reopened.
+  EXPECT_EQ(cache.acquire(path, 2, stats, one_more), overflow);
+  first.reset();  // its session ends with it
+  EXPECT_EQ(VideoReader(path, one_more).decoder(), Decoder::kNvdec);
 }
 
 // The real dataset: H.264 with B-frames, a keyframe every 250 frames, 20 fps, timestamps from 0.
