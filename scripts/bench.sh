@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks, measured side by side in one run on this machine; paste the output into
 # docs/BENCHMARKS.md with this command line.
-#   scripts/bench.sh [runner] [data] [auto] [percore] [cache] [gpu] [ladder]
+#   scripts/bench.sh [runner] [data] [auto] [percore] [nvdec] [cache] [gpu] [ladder]
 # runner: the runner's own overhead (5 trivial stages, Google Benchmark).
 # data:   data-path samples/s, sparse vs full decode, on one synthetic RoboTwin dataset (GOP 2, AV1),
 #         with all cores and with one thread (samples/s per core).
@@ -22,6 +22,10 @@
 #         at all cores. CPU-seconds are the process's user + system time less a one-sample run's
 #         (start-up), so other jobs on the machine move them less than wall time; each row is the
 #         median, with VideoDecode's and Augment's busy ms per sample, and the ratio per round.
+# nvdec:  on a machine with NVIDIA's decoder, VideoDecode's `decoder: nvdec` against the CPU
+#         decoder on the dataset of `data`: decoding alone, then the data path through Augment,
+#         samples per CPU-second and per wall second at one thread and at all cores, alternating
+#         run by run, $WAM_BENCH_ROUNDS rounds (default 3; scripts/data_path_compare.py).
 # auto:   data-path samples/s (--stop-after augment) with the parallel stages' default,
 #         `concurrency: "auto"`, against them fixed at "unlimited" (what they declare), on the
 #         same dataset as `data`, all cores; the settings alternate run by run, $WAM_BENCH_ROUNDS
@@ -89,44 +93,20 @@ PY
       fi
       root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gop2
       bench_dataset "$bin" robotwin 4 96 "$root"
-      ROBOTWIN_DATA_ROOT=$root python3 - "$before" "$bin" "${WAM_BENCH_SAMPLES:-96}" \
-        "${WAM_BENCH_ROUNDS:-5}" "$(nproc)" <<'PY'
-import json, resource, statistics, subprocess, sys, tempfile
-before, after, samples, rounds, cores = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-def cpu():
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-def run(binary, threads, count):
-    with tempfile.NamedTemporaryFile(suffix=".json") as stats:
-        start = cpu()
-        done = subprocess.run([binary, "run", "pipelines/robotwin_data_online.json", "--stop-after", "augment",
-                               "--threads", str(threads), "--report-every", "0", "--quiet", "--stats-out", stats.name,
-                               "--set", "settings.seed=7", "--set", f"nodes.sampler.params.max_samples={count}"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        if done.returncode != 0:
-            sys.exit(f"bench.sh percore: {binary} failed (exit {done.returncode}):\n{done.stderr.strip()}")
-        used = cpu() - start
-        result = json.load(open(stats.name))
-    busy = {n["id"]: 1000 * n["busy_s"] / count for n in result["nodes"]}
-    return used, count / result["wall_s"], busy["decode"], busy["augment"]
-builds = {"before": before, "after": after}
-rows = {}
-for threads in sorted({1, cores}):
-    for round_ in range(rounds):
-        for name, binary in builds.items():
-            startup = run(binary, threads, 1)[0]
-            used, wall_rate, decode, augment = run(binary, threads, samples)
-            rows.setdefault((threads, name), []).append(((samples - 1) / (used - startup), wall_rate, decode, augment))
-print(f'{"threads":>7} {"build":<6} {"samples/CPU-s":>13} {"wall samples/s":>14} {"decode ms":>9} {"augment ms":>10}  per CPU-s by round')
-for (threads, name), values in rows.items():
-    med = [statistics.median(v[i] for v in values) for i in range(4)]
-    print(f'{threads:>7} {name:<6} {med[0]:13.2f} {med[1]:14.2f} {med[2]:9.1f} {med[3]:10.1f}  '
-          + " ".join(f"{v[0]:.2f}" for v in values))
-for threads in sorted({1, cores}):
-    ratios = [a[0] / b[0] for a, b in zip(rows[(threads, "after")], rows[(threads, "before")])]
-    print(f'{threads} thread(s): after / before per CPU-s, same round: '
-          + " ".join(f"{r:.2f}" for r in ratios) + f" (median {statistics.median(ratios):.2f})")
-PY
+      ROBOTWIN_DATA_ROOT=$root python3 scripts/data_path_compare.py \
+        --samples "${WAM_BENCH_SAMPLES:-96}" --rounds "${WAM_BENCH_ROUNDS:-5}" \
+        --threads "1,$(nproc)" "before=$before" "after=$bin"
+      ;;
+    nvdec)
+      # Decoding alone, then the data path through Augment, on the CPU and on NVDEC.
+      root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gop2
+      bench_dataset "$bin" robotwin 4 96 "$root"
+      for stop in decode augment; do
+        echo "## robotwin_data_online, --stop-after $stop"
+        ROBOTWIN_DATA_ROOT=$root python3 scripts/data_path_compare.py --stop-after "$stop" \
+          --samples "${WAM_BENCH_SAMPLES:-96}" --rounds "${WAM_BENCH_ROUNDS:-3}" \
+          --threads "1,$(nproc)" "cpu=$bin" "nvdec=$bin,nodes.decode.params.decoder=nvdec"
+      done
       ;;
     auto)
       root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gop2
@@ -228,7 +208,7 @@ PY
       "$build/tests/bench/wam_bench_latent_store"
       ;;
     *)
-      echo "bench.sh: unknown benchmark \"$item\"; choose from runner, data, auto, percore, cache, gpu, ladder" >&2
+      echo "bench.sh: unknown benchmark \"$item\"; choose from runner, data, auto, percore, nvdec, cache, gpu, ladder" >&2
       exit 2
       ;;
   esac
