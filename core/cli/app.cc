@@ -18,6 +18,7 @@
 #include "cli/view_commands.h"
 #include "wam/atomic_file.h"
 #include "wam/data_check.h"
+#include "wam/library_binding.h"
 #include "wam/pipeline.h"
 #include "wam/registry.h"
 #include "wam/runner.h"
@@ -257,6 +258,9 @@ int cmd_graph(const PipelineArgs& args, const std::string& stats, const std::str
 namespace wam::cli {
 
 int run_cli(int argc, char** argv) {
+  if (const std::string problem = std_filesystem_binding_problem(); !problem.empty()) {
+    std::cerr << "wam-pipeline: warning: " << problem << "\n";
+  }
   CLI::App app{
       "wam-pipeline: train robot world action models with a oneTBB flow graph of stages "
       "described in JSON pipeline files.",
