@@ -28,13 +28,20 @@ module (scripts/exported-vae-bench.sh). Needs PyTorch 2.6 or later
 """
 import argparse
 import contextlib
+import ctypes
 import importlib.util
 import json
 import os
 import struct
 import sys
 
-import torch
+# PyTorch 2.x's libraries export copies of libstdc++'s std::filesystem (pytorch/pytorch#133437).
+# A compiled package loaded after them binds its calls to those copies unless libstdc++ is
+# already global: load it so before torch (docs/RELIABILITY.md, "Linking against LibTorch").
+with contextlib.suppress(OSError):
+    ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)
+
+import torch  # noqa: E402 (after libstdc++, above)
 
 
 def fail(message):
