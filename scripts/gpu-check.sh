@@ -39,7 +39,7 @@ cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
 echo "gpu-check: $("$cxx" --version | head -1); $(ld --version | head -1); $(cmake --version | head -1)"
 echo "gpu-check: wam-pipeline's shared libraries:" \
   "$(readelf -d "$build/wam-pipeline" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | head -8 | xargs)"
-"$build/wam-pipeline" --version  # with a warning first if std::filesystem runs from LibTorch
+"$build/wam-pipeline" --version  # says first if std::filesystem runs from LibTorch (and restarts)
 [ "$phase" = build ] && exit 0
 began=$SECONDS
 # Half the cores: the stage tests share one GPU and each compiles little.

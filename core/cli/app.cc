@@ -1,9 +1,12 @@
 // wam-pipeline: run, validate, inspect and draw training pipelines.
 #include "cli/app.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
@@ -257,10 +260,39 @@ int cmd_graph(const PipelineArgs& args, const std::string& stats, const std::str
 
 namespace wam::cli {
 
-int run_cli(int argc, char** argv) {
-  if (const std::string problem = std_filesystem_binding_problem(); !problem.empty()) {
-    std::cerr << "wam-pipeline: warning: " << problem << "\n";
+namespace {
+
+// Where std::filesystem runs from a LibTorch library (wam/library_binding.h), restarts this
+// process once with libstdc++ preloaded ahead of it, what docs/RELIABILITY.md tells a user to do
+// by hand; WAM_LIBSTDCXX_PRELOADED marks the restart, and a binding that survives it (or a failed
+// exec) is a warning.
+void run_std_filesystem_from_libstdcxx(char** argv) {
+  const std::string library = std_filesystem_libtorch_library();
+  if (library.empty()) return;
+  const std::string what = "std::filesystem runs from " + library + ", not libstdc++";
+  const char* reference = "docs/RELIABILITY.md, \"Linking against LibTorch\"";
+  if (std::getenv("WAM_LIBSTDCXX_PRELOADED") == nullptr) {
+    std::cerr << "wam-pipeline: " << what << " (" << reference
+              << "): restarting with LD_PRELOAD=libstdc++.so.6" << std::endl;
+    const char* preload = std::getenv("LD_PRELOAD");
+    const std::string preloads =
+        std::string("libstdc++.so.6") + (preload && *preload ? std::string(":") + preload : "");
+    setenv("WAM_LIBSTDCXX_PRELOADED", "1", 1);
+    setenv("LD_PRELOAD", preloads.c_str(), 1);
+    execv("/proc/self/exe", argv);  // returns only when it failed
   }
+  std::cerr << "wam-pipeline: warning: " << what
+            << ": this binary lists LibTorch ahead of libstdc++ among its shared libraries, and "
+               "files it writes may crash it ("
+            << reference
+            << "). Link it through wam_tensor, whose link options put libstdc++ first, or run "
+               "it with LD_PRELOAD=libstdc++.so.6\n";
+}
+
+}  // namespace
+
+int run_cli(int argc, char** argv) {
+  run_std_filesystem_from_libstdcxx(argv);
   CLI::App app{
       "wam-pipeline: train robot world action models with a oneTBB flow graph of stages "
       "described in JSON pipeline files.",

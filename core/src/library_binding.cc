@@ -4,7 +4,7 @@
 
 namespace wam {
 
-std::string std_filesystem_binding_problem() {
+std::string std_filesystem_libtorch_library() {
   // Functions the project calls on every write, as libstdc++ names and versions them (C++11 ABI).
   // The lookup follows the process's own binding order, so it finds what the binary's calls run.
   // No std::filesystem here: this runs when those calls may be the broken ones.
@@ -18,13 +18,7 @@ std::string std_filesystem_binding_problem() {
     if (address == nullptr || dladdr(address, &info) == 0 || info.dli_fname == nullptr) continue;
     const std::string file = info.dli_fname;
     const std::string base = file.substr(file.rfind('/') + 1);
-    if (base.rfind("libtorch", 0) == 0 || base.rfind("libc10", 0) == 0) {
-      return "std::filesystem runs from " + file +
-             ", not libstdc++: this binary lists LibTorch ahead of libstdc++ among its shared "
-             "libraries, and files it writes may crash it (docs/RELIABILITY.md, \"Linking against "
-             "LibTorch\"). Link it through wam_tensor, whose link options put libstdc++ first, or "
-             "run it with LD_PRELOAD=libstdc++.so.6";
-    }
+    if (base.rfind("libtorch", 0) == 0 || base.rfind("libc10", 0) == 0) return file;
   }
   return {};
 }

@@ -9,8 +9,9 @@
 
 namespace wam {
 
-// Empty when std::filesystem resolves into libstdc++ (or the lookup cannot tell: another standard
-// library, no such symbol); else which LibTorch library it resolves into, and what to do.
-std::string std_filesystem_binding_problem();
+// The path of the LibTorch library (libtorch*, libc10*) that std::filesystem runs from in this
+// process; empty when it runs from libstdc++ (or the lookup cannot tell: another standard
+// library, no such symbol).
+std::string std_filesystem_libtorch_library();
 
 }  // namespace wam
