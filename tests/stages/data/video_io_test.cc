@@ -146,6 +146,12 @@ struct CodecCase {
 };
 // Names the case in test listings instead of gtest's byte dump.
 void PrintTo(const CodecCase& c, std::ostream* os) { *os << c.name; }
+std::string codec_case_name(const ::testing::TestParamInfo<CodecCase>& info) {
+  return info.param.name;
+}
+// AV1 with a keyframe every 2 frames; H.264 with B-frames and a keyframe every 30.
+const std::vector<CodecCase> kCodecCases = {{"av1_gop2", {"av1", kFps, 2, false, 30}},
+                                            {"h264_bframes_gop30", {"h264", kFps, 30, true, 23}}};
 
 class VideoReaderTest : public ::testing::TestWithParam<CodecCase> {
  protected:
@@ -212,11 +218,8 @@ TEST_P(VideoReaderTest, FrameBeyondTheEndNamesFileAndTimestamp) {
   EXPECT_EQ(stamp_of(reader.read_frames({kFrames - 1}, kFps, stats)[0]), kFrames - 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, VideoReaderTest,
-                         ::testing::Values(CodecCase{"av1_gop2", {"av1", kFps, 2, false, 30}},
-                                           CodecCase{"h264_bframes_gop30",
-                                                     {"h264", kFps, 30, true, 23}}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Codecs, VideoReaderTest, ::testing::ValuesIn(kCodecCases),
+                         codec_case_name);
 
 TEST(VideoReaderCostTest, SparseDecodesOneFramePerTargetAtGop2) {
   TempDir dir;
@@ -336,11 +339,8 @@ TEST_P(NvdecReaderTest, SparseFramesEqualTheCpuDecodersWithinALevel) {
                         nvdec.read_frames({25}, kFps, stats)[0]));
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, NvdecReaderTest,
-                         ::testing::Values(CodecCase{"av1_gop2", {"av1", kFps, 2, false, 30}},
-                                           CodecCase{"h264_bframes_gop30",
-                                                     {"h264", kFps, 30, true, 23}}),
-                         [](const auto& info) { return info.param.name; });
+INSTANTIATE_TEST_SUITE_P(Codecs, NvdecReaderTest, ::testing::ValuesIn(kCodecCases),
+                         codec_case_name);
 
 TEST(NvdecTest, ReadersBeyondTheSessionLimitDecodeOnTheCpu) {
   if (const std::string& problem = nvdec_problem(0); !problem.empty()) {
