@@ -102,6 +102,14 @@ namespace {
 
 std::string errno_text() { return std::strerror(errno); }
 
+// A small number per thread, handed out in the order threads first read: picks the thread's slot
+// of a reader's counters.
+size_t reader_thread_slot() {
+  static std::atomic<size_t> next_slot{0};
+  thread_local const size_t slot = next_slot.fetch_add(1, std::memory_order_relaxed);
+  return slot;
+}
+
 }  // namespace
 
 uint64_t row_checksum(int64_t sample_id, const void* data, size_t bytes) {
@@ -1062,8 +1070,23 @@ void ArtifactReader::pread_exactly(const Shard& shard, void* dst, size_t bytes,
     }
     done += static_cast<size_t>(n);
   }
-  rows_read_.fetch_add(1, std::memory_order_relaxed);
-  bytes_read_.fetch_add(bytes, std::memory_order_relaxed);
+  ReadCounts& counts = read_counts_[reader_thread_slot() % kReadCountSlots];
+  counts.rows.fetch_add(1, std::memory_order_relaxed);
+  counts.bytes.fetch_add(bytes, std::memory_order_relaxed);
+}
+
+uint64_t ArtifactReader::rows_read() const {
+  uint64_t rows = 0;
+  for (const ReadCounts& counts : read_counts_) rows += counts.rows.load(std::memory_order_relaxed);
+  return rows;
+}
+
+uint64_t ArtifactReader::bytes_read() const {
+  uint64_t bytes = 0;
+  for (const ReadCounts& counts : read_counts_) {
+    bytes += counts.bytes.load(std::memory_order_relaxed);
+  }
+  return bytes;
 }
 
 void ArtifactReader::check_row(const Shard& shard, int32_t row, int64_t sample_id, int value_index,
