@@ -43,11 +43,13 @@ fi
 cat "$work/ts.log"
 # A package that is not one is refused naming the file.
 echo "not a package" >"$work/bad.pt2"
-if "$check" vae "$work/bad.pt2" "$work/vae.safetensors" 2>&1 |
-  grep -q "export_encoder_check: cannot load AOTInductor package $work/bad.pt2"; then
+"$check" vae "$work/bad.pt2" "$work/vae.safetensors" >"$work/bad.log" 2>&1
+if grep -q "export_encoder_check: cannot load AOTInductor package $work/bad.pt2: not a zip archive" \
+  "$work/bad.log"; then
   echo "ok   a damaged package is refused naming it"
 else
-  echo "FAIL a damaged package"
+  echo "FAIL a damaged package; the check said:"
+  cat "$work/bad.log"
   failures=$((failures + 1))
 fi
 exit $((failures > 0))
