@@ -17,9 +17,12 @@
 // `decoder: nvdec` decodes on NVIDIA's hardware decoder through FFmpeg (video_reader.h), the
 // frames copied back to host memory, so everything after VideoDecode is unchanged; at most
 // `nvdec_sessions` readers of the process hold an NVDEC session, later ones decode on the CPU.
-// `auto` takes NVDEC where this machine has it, else the CPU, saying why in one line.
+// `auto` takes NVDEC where this machine has it, else the CPU, saying why in one line; it also
+// decodes on the CPU the streams this GPU's NVDEC cannot (the H200's has no AV1: docs/
+// BENCHMARKS.md, "NVDEC on the H200"), saying so once, where `nvdec` fails naming the file.
 // Counters: frames_decoded, seeks, readers_opened (and passed_through with decode_if,
-// frame_cache_hits with frame_cache, nvdec_readers_opened and nvdec_overflow on NVDEC).
+// frame_cache_hits with frame_cache, nvdec_readers_opened, nvdec_overflow and nvdec_refused on
+// NVDEC).
 // Example: {"id": "decode", "type": "VideoDecode", "inputs": ["sampler"],
 //           "params": {"mode": "sparse", "frames": "all", "cache_readers": 4}}
 #include <algorithm>
@@ -72,8 +75,9 @@ struct VideoDecodeParams {
       Min{0});
     v("decoder", decoder,
       "cpu: FFmpeg's software decoders; nvdec: NVIDIA's hardware decoder through FFmpeg, frames "
-      "copied back to host memory (refused at validate where the machine has none); auto: nvdec "
-      "where the machine has it, else cpu.",
+      "copied back to host memory (refused at validate where the machine has none; a stream "
+      "the GPU cannot decode is an error); auto: nvdec where the machine has it, else cpu, and "
+      "cpu for the streams the GPU cannot decode (counted as nvdec_refused).",
       OneOf{"cpu", "nvdec", "auto"});
     v("nvdec_sessions", nvdec_sessions,
       "NVDEC decoders open at once in the process (one per open reader); readers opened beyond "
@@ -150,6 +154,7 @@ class VideoDecodeStage final : public Stage {
   }
 
   void open(Context& context) override {
+    context_ = &context;
     frames_decoded_ = &context.counter("frames_decoded");
     seeks_ = &context.counter("seeks");
     readers_opened_ = &context.counter("readers_opened");
@@ -187,6 +192,13 @@ class VideoDecodeStage final : public Stage {
     for (const auto& file : files) {
       readers.push_back(
           cache.acquire(file, static_cast<size_t>(reader_capacity_.load()), stats, decoder_));
+      if (const std::string& refusal = readers.back()->nvdec_refusal(); !refusal.empty()) {
+        std::call_once(nvdec_refusal_said_, [&] {
+          context_->log(
+              "VideoDecode: \"" + file + "\": " + refusal +
+              "; such streams decode on the CPU (decoder auto; counted in nvdec_refused)");
+        });
+      }
       const auto& first = *readers.front();
       const auto& reader = *readers.back();
       if (reader.width() != first.width() || reader.height() != first.height()) {
@@ -225,6 +237,7 @@ class VideoDecodeStage final : public Stage {
     if (nvdec_readers_opened_) {
       nvdec_readers_opened_->add(stats.nvdec_readers_opened);
       nvdec_overflow_->add(stats.nvdec_overflow);
+      nvdec_refused_->add(stats.nvdec_refused);
     }
     sample.set_tensor("frames", std::move(frames));
     out.emit(std::move(sample));
@@ -244,9 +257,11 @@ class VideoDecodeStage final : public Stage {
       context.log("VideoDecode: decoding on the CPU (decoder auto): " + problem);
       return;
     }
-    decoder_ = {video::Decoder::kNvdec, device, params_.nvdec_sessions};
+    decoder_ = {video::Decoder::kNvdec, device, params_.nvdec_sessions,
+                /*cpu_fallback=*/params_.decoder == "auto"};
     nvdec_readers_opened_ = &context.counter("nvdec_readers_opened");
     nvdec_overflow_ = &context.counter("nvdec_overflow");
+    nvdec_refused_ = &context.counter("nvdec_refused");
     context.log("VideoDecode: decoding on NVDEC, CUDA device " + std::to_string(device) +
                 " (decoder " + params_.decoder + "), at most " +
                 std::to_string(params_.nvdec_sessions) + " sessions");
@@ -338,6 +353,9 @@ class VideoDecodeStage final : public Stage {
   Counter* passed_through_ = nullptr;
   Counter* nvdec_readers_opened_ = nullptr;
   Counter* nvdec_overflow_ = nullptr;
+  Counter* nvdec_refused_ = nullptr;
+  Context* context_ = nullptr;
+  std::once_flag nvdec_refusal_said_;
   video::DecoderChoice decoder_;
   HostMemoryBudget* budget_ = nullptr;
   std::once_flag claimed_;

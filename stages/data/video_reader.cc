@@ -124,7 +124,11 @@ struct VideoReader::Impl {
   // NVDEC: the decoder offered no CUDA format for the stream (beyond the hardware), and the
   // decoded frame copied to host memory (NV12), reused frame after frame.
   bool nvdec_refused = false;
+  std::string nvdec_refusal;  // why NVDEC gave this stream back to the CPU (decoder "auto")
   ffmpeg::Frame host_frame;
+  // NVDEC's NV12 frame split into YUV420P planes, and the context that splits it.
+  ffmpeg::Frame planar_frame;
+  ffmpeg::Scaler chroma_splitter;
   int stream_index = -1;
   int width = 0;
   int height = 0;
@@ -183,7 +187,10 @@ struct VideoReader::Impl {
   void attach_nvdec(int device) {
     codec->hw_device_ctx = av_buffer_ref(nvdec_device(device).context);
     host_frame.reset(av_frame_alloc());
-    if (!codec->hw_device_ctx || !host_frame) fail("cannot allocate a decoder", AVERROR(ENOMEM));
+    planar_frame.reset(av_frame_alloc());
+    if (!codec->hw_device_ctx || !host_frame || !planar_frame) {
+      fail("cannot allocate a decoder", AVERROR(ENOMEM));
+    }
     codec->opaque = this;
     codec->get_format = cuda_format;
   }
@@ -221,29 +228,50 @@ struct VideoReader::Impl {
     time_base = av_q2d(stream->time_base);
     start_pts = stream->start_time == AV_NOPTS_VALUE ? 0 : stream->start_time;
 
-    holds_nvdec_session =
-        choice.decoder == Decoder::kNvdec && take_nvdec_session(choice.max_nvdec_sessions);
-    decoder_kind = holds_nvdec_session ? Decoder::kNvdec : Decoder::kCpu;
-    if (holds_nvdec_session) decoder = nvdec_decoder_of_stream(choice.device);
-    codec.reset(avcodec_alloc_context3(decoder));
     packet.reset(av_packet_alloc());
     frame.reset(av_frame_alloc());
-    if (!codec || !packet || !frame) fail("cannot allocate a decoder", AVERROR(ENOMEM));
-    rc = avcodec_parameters_to_context(codec.get(), stream->codecpar);
-    if (rc < 0) fail("cannot configure the decoder", rc);
-    codec->thread_count = 1;
-    if (holds_nvdec_session) attach_nvdec(choice.device);
-    rc = avcodec_open2(codec.get(), decoder, nullptr);
-    if (rc < 0) fail("cannot open the " + std::string(decoder->name) + " decoder", rc);
+    if (!packet || !frame) fail("cannot allocate a decoder", AVERROR(ENOMEM));
+    holds_nvdec_session =
+        choice.decoder == Decoder::kNvdec && take_nvdec_session(choice.max_nvdec_sessions);
+    open_decoder(holds_nvdec_session ? nvdec_decoder_of_stream(choice.device) : decoder,
+                 choice.device);
 
     for (int i = 0, n = avformat_index_get_entries_count(stream); i < n; ++i) {
       const AVIndexEntry* entry = avformat_index_get_entry(stream, i);
       if (entry->flags & AVINDEX_KEYFRAME) keyframe_dts.push_back(entry->timestamp);
     }
     learn_keyframe_offset();
+    if (nvdec_refused) {
+      const std::string why = std::string("NVDEC on CUDA device ") + std::to_string(choice.device) +
+                              " cannot decode its " + avcodec_get_name(stream->codecpar->codec_id) +
+                              " stream (the codec, profile, bit depth or frame size is beyond this "
+                              "GPU's decoder)";
+      if (!choice.cpu_fallback) fail(why + ": decode it with decoder \"cpu\" or \"auto\"");
+      // decoder "auto": this stream decodes on the CPU, the session goes back.
+      nvdec_refusal = why;
+      nvdec_refused = false;
+      holds_nvdec_session = false;
+      --nvdec_readers;
+      open_decoder(decoder, choice.device);
+    }
   }
 
-  // Reads up to the first keyframe packet: its pts - dts is the decoding delay of keyframes.
+  // Opens `decoder` for the stream, on NVDEC while the reader holds a session.
+  void open_decoder(const AVCodec* decoder, int device) {
+    decoder_kind = holds_nvdec_session ? Decoder::kNvdec : Decoder::kCpu;
+    codec.reset(avcodec_alloc_context3(decoder));
+    if (!codec) fail("cannot allocate a decoder", AVERROR(ENOMEM));
+    int rc = avcodec_parameters_to_context(codec.get(), format->streams[stream_index]->codecpar);
+    if (rc < 0) fail("cannot configure the decoder", rc);
+    codec->thread_count = 1;
+    if (holds_nvdec_session) attach_nvdec(device);
+    rc = avcodec_open2(codec.get(), decoder, nullptr);
+    if (rc < 0) fail("cannot open the " + std::string(decoder->name) + " decoder", rc);
+  }
+
+  // Reads up to the first keyframe packet: its pts - dts is the decoding delay of keyframes. On
+  // NVDEC the packet is also decoded, which makes the hardware say now whether it can decode the
+  // stream (nvdec_refused), not at the first frame a sample asks for; the first read seeks anyway.
   void learn_keyframe_offset() {
     while (true) {
       int rc = av_read_frame(format.get(), packet.get());
@@ -256,6 +284,11 @@ struct VideoReader::Impl {
         }
         // Without a container index the whole file is one run from its first keyframe.
         if (keyframe_dts.empty()) keyframe_dts.push_back(packet->dts);
+        if (holds_nvdec_session) {
+          // Any other failure is left to the decoding that reports it with the frame's time.
+          avcodec_send_packet(codec.get(), packet.get());
+          avcodec_flush_buffers(codec.get());
+        }
       }
       av_packet_unref(packet.get());
       if (found) return;
@@ -407,6 +440,28 @@ struct VideoReader::Impl {
     }
   }
 
+  // NVDEC hands over NV12 where the CPU decoders of the same 8-bit 4:2:0 streams give YUV420P.
+  // Splitting the interleaved chroma first (swscale's unscaled path: an exact copy) gives both the
+  // same YUV -> RGB conversion; swscale's own NV12 -> RGB path rounds the chroma differently, 4
+  // levels a pixel apart on average (docs/BENCHMARKS.md, "NVDEC on the H200").
+  const AVFrame* planar_from_nv12(const AVFrame* nv12) {
+    if (nv12->format != AV_PIX_FMT_NV12) return nv12;
+    if (planar_frame->data[0] == nullptr) {
+      planar_frame->format = AV_PIX_FMT_YUV420P;
+      planar_frame->width = width;
+      planar_frame->height = height;
+      const int rc = av_frame_get_buffer(planar_frame.get(), 0);
+      if (rc < 0) fail("cannot allocate a frame", rc);
+    }
+    chroma_splitter.reset(sws_getCachedContext(chroma_splitter.release(), width, height,
+                                               AV_PIX_FMT_NV12, width, height, AV_PIX_FMT_YUV420P,
+                                               SWS_POINT, nullptr, nullptr, nullptr));
+    if (!chroma_splitter) fail("cannot convert NVDEC's NV12 frames to YUV420P");
+    sws_scale(chroma_splitter.get(), nv12->data, nv12->linesize, 0, height, planar_frame->data,
+              planar_frame->linesize);
+    return planar_frame.get();
+  }
+
   // Converts a decoded frame to packed RGB24 at `rgb` (H * W * 3 bytes); NVDEC's from host
   // memory, where it is copied first.
   void to_rgb(const AVFrame* decoded, uint8_t* rgb) {
@@ -416,7 +471,12 @@ struct VideoReader::Impl {
         av_frame_unref(host_frame.get());
         fail("cannot copy an NVDEC frame to host memory", rc);
       }
-      decoded = host_frame.get();
+      if (host_frame->width != width || host_frame->height != height) {
+        fail("a frame is " + std::to_string(host_frame->width) + "x" +
+             std::to_string(host_frame->height) + " but the stream is " + std::to_string(width) +
+             "x" + std::to_string(height));
+      }
+      decoded = planar_from_nv12(host_frame.get());
     }
     if (decoded->width != width || decoded->height != height) {
       fail("a frame is " + std::to_string(decoded->width) + "x" + std::to_string(decoded->height) +
@@ -444,6 +504,7 @@ VideoReader::~VideoReader() = default;
 
 const std::string& VideoReader::path() const { return impl_->path; }
 Decoder VideoReader::decoder() const { return impl_->decoder_kind; }
+const std::string& VideoReader::nvdec_refusal() const { return impl_->nvdec_refusal; }
 int VideoReader::width() const { return impl_->width; }
 int VideoReader::height() const { return impl_->height; }
 
@@ -510,7 +571,7 @@ std::shared_ptr<VideoReader> ReaderCache::acquire(const std::string& path, size_
   ++stats.readers_opened;
   if (reader->decoder() == Decoder::kNvdec) ++stats.nvdec_readers_opened;
   if (choice.decoder == Decoder::kNvdec && reader->decoder() != Decoder::kNvdec) {
-    ++stats.nvdec_overflow;
+    ++(reader->nvdec_refusal().empty() ? stats.nvdec_overflow : stats.nvdec_refused);
   }
   if (capacity == 0) return reader;
   readers_.emplace_front(choice.decoder, reader);

@@ -24,6 +24,7 @@ struct DecodeStats {
   int64_t readers_opened = 0;
   int64_t nvdec_readers_opened = 0;  // of readers_opened, those decoding on NVDEC
   int64_t nvdec_overflow = 0;        // readers asked for NVDEC, opened on the CPU: sessions full
+  int64_t nvdec_refused = 0;  // readers asked for NVDEC, opened on the CPU: the GPU lacks the codec
 };
 
 // Which decoder a reader runs: FFmpeg's software decoder of the stream's codec (libdav1d for AV1),
@@ -47,6 +48,9 @@ struct DecoderChoice {
   Decoder decoder = Decoder::kCpu;
   int device = 0;  // the CUDA device that decodes, for NVDEC
   int64_t max_nvdec_sessions = std::numeric_limits<int64_t>::max();
+  // A stream NVDEC cannot decode (codec, profile, size) decodes on the CPU instead of failing
+  // (decoder "auto").
+  bool cpu_fallback = false;
 };
 
 // One open file, its video stream and a single-threaded decoder (parallelism comes from the
@@ -55,7 +59,8 @@ struct DecoderChoice {
 class VideoReader {
  public:
   // With NVDEC asked for, a stream NVDEC cannot decode (codec, profile or size) is an error
-  // naming the file, and a machine without NVDEC one naming nvdec_problem()'s reason.
+  // naming the file (or decodes on the CPU, with choice.cpu_fallback), and a machine without NVDEC
+  // one naming nvdec_problem()'s reason.
   explicit VideoReader(std::string path, const DecoderChoice& choice = {});
   ~VideoReader();
   VideoReader(const VideoReader&) = delete;
@@ -63,6 +68,8 @@ class VideoReader {
 
   const std::string& path() const;
   Decoder decoder() const;
+  // Why NVDEC gave the stream back to the CPU (DecoderChoice::cpu_fallback); empty otherwise.
+  const std::string& nvdec_refusal() const;
   int width() const;
   int height() const;
 

@@ -254,19 +254,20 @@ TEST_F(VideoDecodeTest, NvdecFramesEqualTheCpusWithinALevelInBothModes) {
   if (const std::string& problem = video::nvdec_problem(0); !problem.empty()) {
     GTEST_SKIP() << "no NVDEC here: " << problem;
   }
-  // Above NVDEC's smallest AV1 frame (128x128).
-  const std::string av1 =
-      encode(dir_->file("nvdec_av1.mp4"), {"av1", kFps, 2, false, 30}, 320, 256);
-  const std::string h264 =
-      encode(dir_->file("nvdec_h264.mp4"), {"h264", kFps, 30, true, 23}, 320, 256, 20);
+  // Two H.264 cameras (every NVDEC decodes H.264; the H200's has no AV1: the next test).
+  const std::string bframes =
+      encode(dir_->file("nvdec_h264_b.mp4"), {"h264", kFps, 30, true, 23}, 320, 256, 20);
+  const std::string short_gop =
+      encode(dir_->file("nvdec_h264.mp4"), {"h264", kFps, 4, false, 23}, 320, 256, 140);
   for (const char* mode : {"sparse", "full"}) {
     const auto cpu = testing::run_stage("VideoDecode", json{{"mode", mode}}.dump(),
-                                        {make_sample({av1, h264}, kPlan)});
+                                        {make_sample({bframes, short_gop}, kPlan)});
     testing::SteppedStage nvdec("VideoDecode", json{{"mode", mode}, {"decoder", "nvdec"}}.dump());
     EXPECT_EQ(nvdec.log(), (std::vector<std::string>{
                                "[test] VideoDecode: decoding on NVDEC, CUDA device 0 (decoder "
                                "nvdec), at most 64 sessions"}));
-    const at::Tensor got = nvdec.process_one(make_sample({av1, h264}, kPlan)).tensor("frames");
+    const at::Tensor got =
+        nvdec.process_one(make_sample({bframes, short_gop}, kPlan)).tensor("frames");
     const at::Tensor& want = cpu[0].tensor("frames");
     ASSERT_EQ(got.sizes(), want.sizes()) << mode;
     for (int64_t v = 0; v < 2; ++v) {
@@ -275,8 +276,52 @@ TEST_F(VideoDecodeTest, NvdecFramesEqualTheCpusWithinALevelInBothModes) {
       }
     }
     EXPECT_LE((got.to(at::kFloat) - want.to(at::kFloat)).abs().mean().item<double>(), 1.0) << mode;
+    EXPECT_EQ(nvdec.counter("nvdec_readers_opened"), 2) << mode;
     EXPECT_EQ(nvdec.counter("nvdec_overflow"), 0) << mode;
+    EXPECT_EQ(nvdec.counter("nvdec_refused"), 0) << mode;
   }
+}
+
+// A stream this GPU's NVDEC cannot decode: an error naming the file with "nvdec", the CPU's frames
+// with "auto", said once. Where the GPU decodes AV1 (not the H200's NVDEC), both decode on it.
+TEST_F(VideoDecodeTest, AutoDecodesOnTheCpuTheStreamsNvdecCannot) {
+  if (const std::string& problem = video::nvdec_problem(0); !problem.empty()) {
+    GTEST_SKIP() << "no NVDEC here: " << problem;
+  }
+  // Above NVDEC's smallest AV1 frame (128x128).
+  const std::string av1 =
+      encode(dir_->file("nvdec_av1.mp4"), {"av1", kFps, 2, false, 30}, 320, 256);
+  const std::string h264 =
+      encode(dir_->file("nvdec_h264.mp4"), {"h264", kFps, 30, true, 23}, 320, 256, 20);
+  const video::DecoderChoice fallback{video::Decoder::kNvdec, 0, 64, /*cpu_fallback=*/true};
+  const std::string refusal = video::VideoReader(av1, fallback).nvdec_refusal();
+  const auto cpu = testing::run_stage("VideoDecode", "{}", {make_sample({av1, h264}, kPlan)});
+  testing::SteppedStage automatic("VideoDecode", R"({"decoder": "auto"})");
+  const at::Tensor got = automatic.process_one(make_sample({av1, h264}, kPlan)).tensor("frames");
+  EXPECT_LE(
+      (got.to(at::kFloat) - cpu[0].tensor("frames").to(at::kFloat)).abs().mean().item<double>(),
+      1.0);
+  if (refusal.empty()) {
+    EXPECT_EQ(automatic.counter("nvdec_readers_opened"), 2);
+    EXPECT_EQ(automatic.counter("nvdec_refused"), 0);
+    return;
+  }
+  EXPECT_EQ(refusal,
+            "NVDEC on CUDA device 0 cannot decode its av1 stream (the codec, profile, bit depth or "
+            "frame size is beyond this GPU's decoder)");
+  EXPECT_EQ(automatic.log(),
+            (std::vector<std::string>{
+                "[test] VideoDecode: decoding on NVDEC, CUDA device 0 (decoder auto), at most 64 "
+                "sessions",
+                "[test] VideoDecode: \"" + av1 + "\": " + refusal +
+                    "; such streams decode on the CPU (decoder auto; counted in nvdec_refused)"}));
+  EXPECT_EQ(automatic.counter("nvdec_readers_opened"), 1);
+  EXPECT_EQ(automatic.counter("nvdec_refused"), 1);
+  testing::SteppedStage nvdec("VideoDecode", R"({"decoder": "nvdec"})");
+  EXPECT_EQ(testing::error_of([&] {
+              nvdec.process_one(make_sample({av1, h264}, kPlan));
+            }),
+            "video \"" + av1 + "\": " + refusal + ": decode it with decoder \"cpu\" or \"auto\"");
 }
 
 }  // namespace
