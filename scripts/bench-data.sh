@@ -2,13 +2,14 @@
 # Sourced by scripts/bench.sh and scripts/encoder-bench.sh, not run: the synthetic datasets they
 # measure on, each made once and kept for later runs. Run from the source root.
 
-# bench_dataset BIN PRESET EPISODES FRAMES DIR: BIN's `dataset synth` of PRESET (EPISODES episodes
-# of FRAMES frames, GOP 2, AV1) into DIR, unless DIR already holds a dataset (meta/info.json).
+# bench_dataset BIN PRESET EPISODES FRAMES DIR [CODEC]: BIN's `dataset synth` of PRESET (EPISODES
+# episodes of FRAMES frames, GOP 2, CODEC: av1 unless given) into DIR, unless DIR already holds a
+# dataset (meta/info.json).
 bench_dataset() {
-  local bin=$1 preset=$2 episodes=$3 frames=$4 dir=$5
+  local bin=$1 preset=$2 episodes=$3 frames=$4 dir=$5 codec=${6:-av1}
   [ -f "$dir/meta/info.json" ] && return 0
   "$bin" dataset synth --preset "$preset" --episodes "$episodes" --frames-per-episode "$frames" \
-    --gop 2 --codec av1 --out "$dir" >/dev/null 2>&1
+    --gop 2 --codec "$codec" --out "$dir" >/dev/null 2>&1
 }
 
 # ladder_data BIN TASK FRAMES: the dataset of TASK's ladder runs. Points $<TASK>_DATA_ROOT

@@ -23,7 +23,8 @@
 #         (start-up), so other jobs on the machine move them less than wall time; each row is the
 #         median, with VideoDecode's and Augment's busy ms per sample, and the ratio per round.
 # nvdec:  on a machine with NVIDIA's decoder, VideoDecode's `decoder: nvdec` against the CPU
-#         decoder on the dataset of `data`: decoding alone, then the data path through Augment,
+#         decoder on the dataset of `data` made with H.264 instead of AV1 (the H200's NVDEC has
+#         no AV1): decoding alone, then the data path through Augment,
 #         samples per CPU-second and per wall second at one thread and at all cores, alternating
 #         run by run, $WAM_BENCH_ROUNDS rounds (default 3; scripts/data_path_compare.py).
 # auto:   data-path samples/s (--stop-after augment) with the parallel stages' default,
@@ -98,9 +99,10 @@ PY
         --threads "1,$(nproc)" "before=$before" "after=$bin"
       ;;
     nvdec)
-      # Decoding alone, then the data path through Augment, on the CPU and on NVDEC.
-      root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gop2
-      bench_dataset "$bin" robotwin 4 96 "$root"
+      # Decoding alone, then the data path through Augment, on the CPU and on NVDEC. H.264: the
+      # H200's NVDEC has no AV1 (docs/BENCHMARKS.md, "NVDEC on the H200").
+      root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_h264_gop2
+      bench_dataset "$bin" robotwin 4 96 "$root" h264
       for stop in decode augment; do
         echo "## robotwin_data_online, --stop-after $stop"
         ROBOTWIN_DATA_ROOT=$root python3 scripts/data_path_compare.py --stop-after "$stop" \
