@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# A session's GPU work as one background job on the device machine, so that a sequence of phases
+# longer than one device call (10 minutes) runs on while each call only waits and brings back what
+# is done. The machine is released after 30 s without a call: call `wait` again at once.
+#   source .gpu/gpu-env.sh && source .gpu-extra/env.sh && export OUT
+#   scripts/gpu-session.sh start PHASE...   # then, in every later call:
+#   scripts/gpu-session.sh wait SECONDS      # until done or SECONDS pass; results in $OUT/all.txt
+# Phases, run in the order given, each one's output in $WAM_GPU_SESSION_DIR (default
+# /tmp/gpu-session) as NN-PHASE.txt:
+#   build    scripts/gpu-check.sh build (every target, and how wam-pipeline was linked)
+#   quick    ctest of $WAM_QUICK_TESTS (default: the link, NVDEC, cache, encoder-export, CUDA step
+#            and two-rank tests)
+#   test     scripts/gpu-check.sh test (the whole ctest; about 10 minutes)
+#   cache    scripts/bench.sh cache
+#   ladder-libero, ladder-robotwin
+#            scripts/bench.sh ladder for that task on the reference-cost encoders, 20 timed steps
+#   exported-vae  scripts/exported-vae-bench.sh at width 128
+#   nvdec    scripts/bench.sh nvdec, 3 rounds
+#   step     scripts/step-bench.sh against the source tree in $WAM_STEP_BEFORE (if set), 1 round,
+#            no peer
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+dir=${WAM_GPU_SESSION_DIR:-/tmp/gpu-session}
+case "${1:-}" in
+  start)
+    shift
+    [ $# -gt 0 ] || { echo "gpu-session: name the phases to run" >&2; exit 2; }
+    mkdir -p "$dir"
+    : >"$dir/progress.txt"
+    setsid nohup "$0" run "$@" >"$dir/driver.log" 2>&1 </dev/null &
+    echo "gpu-session: started $* (progress in $dir/progress.txt)"
+    ;;
+  run)
+    shift
+    export WAM_BUILD_DIR=${WAM_BUILD_DIR:-/tmp/build-gpu} WAM_SKIP_SETUP=1
+    n=0
+    for phase in "$@"; do
+      n=$((n + 1))
+      out=$(printf '%s/%02d-%s.txt' "$dir" "$n" "$phase")
+      echo "=== $(date +%T) $phase" >>"$dir/progress.txt"
+      case "$phase" in
+        build) scripts/gpu-check.sh build ;;
+        quick)
+          ctest --test-dir "$WAM_BUILD_DIR" -j8 --timeout 300 --output-on-failure -R \
+            "${WAM_QUICK_TESTS:-link_order|filesystem_binding|export_encoder|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|TrainStepCuda|AdamWCuda}"
+          ;;
+        test) scripts/gpu-check.sh test ;;
+        cache) scripts/bench.sh cache ;;
+        ladder-libero | ladder-robotwin)
+          WAM_LADDER_TASKS=${phase#ladder-} WAM_LADDER_STEPS=20 WAM_LADDER_PLOT_DIR=$dir \
+            WAM_ENCODERS=configs/encoders/reference.json scripts/bench.sh ladder
+          ;;
+        exported-vae) WAM_EXPORTED_VAE_WIDTHS=128 scripts/exported-vae-bench.sh ;;
+        nvdec) WAM_BENCH_ROUNDS=3 scripts/bench.sh nvdec ;;
+        step)
+          OUT=$dir WAM_STEP_BENCH_NO_PEER=1 WAM_STEP_BENCH_ROUNDS=1 \
+            scripts/step-bench.sh ${WAM_STEP_BEFORE:+"$WAM_STEP_BEFORE"}
+          ;;
+        *) echo "gpu-session: unknown phase $phase" ;;
+      esac >"$out" 2>&1
+      echo "rc=$?" >>"$out"
+    done
+    echo "=== $(date +%T) done" >>"$dir/progress.txt"
+    ;;
+  wait)
+    limit=${2:-540}
+    [ -f "$dir/progress.txt" ] || { echo "gpu-session: nothing started on this machine"; exit 3; }
+    began=$SECONDS
+    while [ $((SECONDS - began)) -lt "$limit" ] && ! grep -q "=== .* done" "$dir/progress.txt"; do
+      sleep 5
+    done
+    cat "$dir/progress.txt"
+    mkdir -p "${OUT:?set OUT to the folder the device call brings back}"
+    for f in "$dir"/*.txt; do echo "##### $(basename "$f")"; cat "$f"; done >"$OUT/all.txt"
+    cp "$dir"/*.svg "$OUT/" 2>/dev/null || true
+    tail -c 3000 "$OUT/all.txt"
+    ;;
+  *)
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+    exit 2
+    ;;
+esac
