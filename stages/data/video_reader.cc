@@ -440,6 +440,13 @@ struct VideoReader::Impl {
     }
   }
 
+  void check_frame_size(const AVFrame* decoded) const {
+    if (decoded->width != width || decoded->height != height) {
+      fail("a frame is " + std::to_string(decoded->width) + "x" + std::to_string(decoded->height) +
+           " but the stream is " + std::to_string(width) + "x" + std::to_string(height));
+    }
+  }
+
   // NVDEC hands over NV12 where the CPU decoders of the same 8-bit 4:2:0 streams give YUV420P.
   // Splitting the interleaved chroma first (swscale's unscaled path: an exact copy) gives both the
   // same YUV -> RGB conversion; swscale's own NV12 -> RGB path rounds the chroma differently, 4
@@ -471,17 +478,10 @@ struct VideoReader::Impl {
         av_frame_unref(host_frame.get());
         fail("cannot copy an NVDEC frame to host memory", rc);
       }
-      if (host_frame->width != width || host_frame->height != height) {
-        fail("a frame is " + std::to_string(host_frame->width) + "x" +
-             std::to_string(host_frame->height) + " but the stream is " + std::to_string(width) +
-             "x" + std::to_string(height));
-      }
+      check_frame_size(host_frame.get());  // before the splitter reads it at the stream's size
       decoded = planar_from_nv12(host_frame.get());
     }
-    if (decoded->width != width || decoded->height != height) {
-      fail("a frame is " + std::to_string(decoded->width) + "x" + std::to_string(decoded->height) +
-           " but the stream is " + std::to_string(width) + "x" + std::to_string(height));
-    }
+    check_frame_size(decoded);
     // Frees the old context itself when it returns another one (or none).
     scaler.reset(sws_getCachedContext(scaler.release(), width, height,
                                       static_cast<AVPixelFormat>(decoded->format), width, height,
