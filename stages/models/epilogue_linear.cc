@@ -1,5 +1,7 @@
 #include "models/epilogue_linear.h"
 
+#include "models/bf16_weights.h"
+
 #if WAM_FUSED_KERNELS
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -80,7 +82,7 @@ class EpilogueLinear : public torch::autograd::Function<EpilogueLinear> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
                             const at::Tensor& bias) {
-    const at::Tensor cast_weight = weight.to(x.scalar_type());
+    const at::Tensor cast_weight = weight_in(weight, x.scalar_type());
     ctx->save_for_backward({x, cast_weight, weight, bias});
     return at::linear(x, cast_weight, bias.to(x.scalar_type()));
   }
@@ -104,8 +106,9 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
                             const at::Tensor& in_bias, const at::Tensor& out_weight,
                             const at::Tensor& out_bias) {
     const at::ScalarType dtype = x.scalar_type();
-    const at::Tensor rows = linear_rows(x), cast_in_weight = in_weight.to(dtype),
-                     cast_in_bias = in_bias.to(dtype), cast_out_weight = out_weight.to(dtype);
+    const at::Tensor rows = linear_rows(x), cast_in_weight = weight_in(in_weight, dtype),
+                     cast_in_bias = in_bias.to(dtype),
+                     cast_out_weight = weight_in(out_weight, dtype);
     at::Tensor pre_activation, activated;
 #if WAM_FUSED_KERNELS
     if (epilogue_linears_apply(x)) {

@@ -4,6 +4,15 @@
 
 #include <torch/version.h>
 
+#include "models/bf16_weights.h"
+
+#if WAM_FUSED_KERNELS
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+
+#include "kernels/adamw.h"
+#endif
+
 namespace wam::train {
 namespace {
 
@@ -40,6 +49,28 @@ AdamW::AdamW(std::vector<at::Tensor> params, AdamWOptions options)
   lr_ = torch::zeros({}, scalar);
 }
 
+AdamW::~AdamW() {
+  for (size_t i = 0; i < bf16_copies_.size(); ++i) {
+    if (bf16_copies_[i].defined()) models::drop_bf16_copy(params_[i]);
+  }
+}
+
+void AdamW::use_own_kernel(bool bf16_copies) {
+#if WAM_FUSED_KERNELS
+  own_kernel_ = true;
+  if (!bf16_copies) return;
+  bf16_copies_.assign(params_.size(), at::Tensor());
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const at::Tensor& p = params_[i];
+    if (!p.is_cuda() || p.scalar_type() != at::kFloat || p.dim() != 2) continue;
+    bf16_copies_[i] = at::empty_like(p, p.options().dtype(at::kBFloat16));
+    models::keep_bf16_copy(p, bf16_copies_[i]);
+  }
+#else
+  (void)bf16_copies;
+#endif
+}
+
 void AdamW::set_lr(double lr) { lr_.fill_(lr); }
 
 // ATen's fused AdamW (LibTorch >= 2.0, CUDA): one multi-tensor kernel reads each parameter,
@@ -59,6 +90,34 @@ void AdamW::fused_step(const at::Tensor& grad_scale) {
     exp_avgs.push_back(exp_avg_[i]);
     exp_avg_sqs.push_back(exp_avg_sq_[i]);
   }
+#if WAM_FUSED_KERNELS
+  std::vector<kernels::AdamWTensor> tensors;
+  auto fits = [](const at::Tensor& t) {
+    return t.scalar_type() == at::kFloat && t.is_contiguous() && t.is_cuda();
+  };
+  for (size_t i = 0; own_kernel_ && i < params_.size(); ++i) {
+    const at::Tensor &p = params_[i], &g = p.grad();
+    if (!g.defined()) continue;
+    if (!fits(p) || !fits(g) || !fits(exp_avg_[i]) || !fits(exp_avg_sq_[i])) {
+      tensors.clear();
+      break;
+    }
+    const bool copied = i < bf16_copies_.size() && bf16_copies_[i].defined();
+    tensors.push_back({p.data_ptr<float>(), g.data_ptr<float>(), exp_avg_[i].data_ptr<float>(),
+                       exp_avg_sq_[i].data_ptr<float>(),
+                       copied ? static_cast<uint16_t*>(bf16_copies_[i].data_ptr()) : nullptr,
+                       p.numel()});
+  }
+  if (!tensors.empty() && tensors.size() == params.size()) {
+    const c10::cuda::CUDAGuard guard(step_.device());
+    kernels::adamw_step(tensors.data(), static_cast<int64_t>(tensors.size()),
+                        {options_.beta1, options_.beta2, options_.eps, options_.weight_decay},
+                        lr_.data_ptr<float>(), step_.data_ptr<float>(),
+                        grad_scale.defined() ? grad_scale.data_ptr<float>() : nullptr,
+                        at::cuda::getCurrentCUDAStream());
+    return;
+  }
+#endif
   // Every parameter shares the one step count.
   const std::vector<at::Tensor> steps(params.size(), step_);
   at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, /*max_exp_avg_sqs=*/{}, steps, lr_,
@@ -66,6 +125,10 @@ void AdamW::fused_step(const at::Tensor& grad_scale) {
                     /*amsgrad=*/false, /*maximize=*/false,
                     grad_scale.defined() ? c10::optional<at::Tensor>(grad_scale) : c10::nullopt,
                     /*found_inf=*/c10::nullopt);
+  // Inside a captured step too: a replay's forward reads the copies, not the weights.
+  for (size_t i = 0; i < bf16_copies_.size(); ++i) {
+    if (bf16_copies_[i].defined()) bf16_copies_[i].copy_(params_[i]);
+  }
 }
 #endif
 

@@ -38,6 +38,16 @@ struct AdamWOptions {
 class AdamW {
  public:
   AdamW(std::vector<at::Tensor> params, AdamWOptions options);
+  ~AdamW();
+  AdamW(const AdamW&) = delete;
+  AdamW& operator=(const AdamW&) = delete;
+
+  // The compiled step's update: our multi-tensor kernel (kernels/adamw.h) instead of ATen's
+  // fused AdamW, and with `bf16_copies` a bfloat16 copy of every float32 matrix parameter, written
+  // by each update and read by the compiled step's products through models::weight_in instead of
+  // a cast on every forward. Only where the build has the fused kernels; elsewhere nothing (the
+  // eager step keeps ATen's update, as the reference's).
+  void use_own_kernel(bool bf16_copies);
 
   // Writes the learning rate of the next step into the device tensor (outside any capture).
   void set_lr(double lr);
@@ -55,11 +65,15 @@ class AdamW {
   const at::Tensor& step_tensor() const { return step_; }
 
  private:
-  // ATen's fused AdamW over every parameter with a gradient; grads divided by grad_scale (a
-  // float32 device scalar) when it is defined.
+  // One multi-tensor AdamW over every parameter with a gradient, grads divided by grad_scale (a
+  // float32 device scalar) when it is defined: ours where the build has the fused kernels and
+  // every tensor is float32 and contiguous (it also writes the bfloat16 copies, and does not write
+  // the gradients back), else ATen's.
   void fused_step(const at::Tensor& grad_scale);
 
   std::vector<at::Tensor> params_, exp_avg_, exp_avg_sq_;
+  bool own_kernel_ = false;
+  std::vector<at::Tensor> bf16_copies_;  // by parameter; undefined where none is kept
   AdamWOptions options_;
   at::Tensor step_;  // float32 scalar on the parameters' device
   at::Tensor lr_;    // float32 scalar on the parameters' device

@@ -272,6 +272,11 @@ class TrainStepStage final : public Stage, public TrainingStep {
       for (const at::Tensor& b : model_->buffers()) state.push_back(b);
       world_->broadcast(state, 0, "broadcast of the initial weights from rank 0");
     }
+    // After the resume and the broadcast, which write the weights in ways a copy cannot see. The
+    // FP8 products cast from the float32 weights themselves.
+    if (compiled && device_.is_cuda()) {
+      optimizer_->use_own_kernel(/*bf16_copies=*/params_.precision == ProductPrecision::kBf16);
+    }
 
     bool graph_capture = false;
     std::string tunableop_results;

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "models/bf16_weights.h"
 #include "models/fp8_linear.h"
 #include "models/weights_file.h"
 #include "testing/expect_error.h"
@@ -135,6 +136,68 @@ TEST(AdamWTest, MatchesTorchOptimAdamW) {
   EXPECT_TRUE(torch::allclose(ours, theirs, 1e-5, 1e-6))
       << (ours - theirs).abs().max().item<double>();
 }
+
+#if WAM_FUSED_KERNELS
+// The compiled step's update (kernels/adamw.h) against ATen's fused AdamW on the same tensors:
+// matrices and vectors, sizes not a multiple of 4, one over a block's chunk (65,536), more tensors
+// than one launch takes (96), with clipping. Also: the gradients are not written, every matrix's
+// bfloat16 copy is its parameter cast, and a parameter changed through ATen is copied again.
+TEST(AdamWCudaTest, OwnKernelMatchesAtensAndKeepsTheBf16Copies) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(9);
+  std::vector<std::vector<int64_t>> shapes = {{300, 257}, {1031}, {3}, {512, 512}, {70001}};
+  for (int64_t i = 0; i < 100; ++i) shapes.push_back({17 + i});
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  std::vector<at::Tensor> ours, theirs;
+  for (const auto& shape : shapes) {
+    ours.push_back(torch::randn(shape, cuda).requires_grad_());
+    theirs.push_back(ours.back().detach().clone().requires_grad_());
+  }
+  const train::AdamWOptions options{0.9, 0.95, 1e-8, 0.01};
+  train::AdamW own(ours, options), aten(theirs, options);
+  own.use_own_kernel(/*bf16_copies=*/true);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<at::Tensor> grads;
+    for (size_t i = 0; i < ours.size(); ++i) {
+      grads.push_back(torch::randn(ours[i].sizes(), cuda) * (step + 1));
+      ours[i].mutable_grad() = grads.back().clone();
+      theirs[i].mutable_grad() = grads.back().clone();
+    }
+    own.set_lr(1e-3 * (step + 1));
+    aten.set_lr(1e-3 * (step + 1));
+    const double max_norm = 20.0;  // the norm is far above: every step clips
+    const at::Tensor own_norm = own.clip_and_step(max_norm);
+    aten.clip_and_step(max_norm);
+    EXPECT_GT(own_norm.item<double>(), max_norm);
+    for (size_t i = 0; i < ours.size(); ++i) {
+      EXPECT_TRUE(torch::equal(ours[i].grad(), grads[i])) << "tensor " << i << " step " << step;
+    }
+  }
+  const auto largest_difference = [](const std::vector<at::Tensor>& a,
+                                     const std::vector<at::Tensor>& b) {
+    double largest = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      largest = std::max(largest, (a[i] - b[i]).abs().max().item<double>());
+    }
+    return largest;
+  };
+  torch::NoGradGuard no_grad;
+  // ATen's arithmetic, operation for operation: equal up to the compilers' contractions.
+  EXPECT_LE(largest_difference(ours, theirs), 1e-6);
+  EXPECT_LE(largest_difference(own.exp_avg(), aten.exp_avg()), 1e-6);
+  EXPECT_LE(largest_difference(own.exp_avg_sq(), aten.exp_avg_sq()), 1e-6);
+  for (size_t i = 0; i < ours.size(); ++i) {
+    const at::Tensor copy = models::weight_in(ours[i], at::kBFloat16);
+    EXPECT_TRUE(torch::equal(copy, ours[i].to(at::kBFloat16))) << "tensor " << i;
+    // Only the matrices have a kept copy; a vector is cast afresh.
+    EXPECT_EQ(copy.data_ptr() == models::weight_in(ours[i], at::kBFloat16).data_ptr(),
+              ours[i].dim() == 2)
+        << "tensor " << i;
+  }
+  ours[0].mul_(2);  // through ATen: the version counter moves
+  EXPECT_TRUE(torch::equal(models::weight_in(ours[0], at::kBFloat16), ours[0].to(at::kBFloat16)));
+}
+#endif
 
 TEST(TrainStepTest, LossDecreasesOverThirtyStepsOnAFixedBatch) {
   const auto config = models::MoTConfig::from_json(tiny_preset());
