@@ -38,6 +38,7 @@
 #include "common/lru_cache.h"
 #include "data/video_reader.h"
 #include "wam/host_memory.h"
+#include "wam/per_thread.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 
@@ -186,7 +187,7 @@ class VideoDecodeStage final : public Stage {
 
     // One reader cache per worker thread: TBB keeps running a node's samples on few threads, and
     // consecutive samples mostly come from the same episode.
-    thread_local video::ReaderCache cache;
+    video::ReaderCache& cache = reader_caches_.local();
     video::DecodeStats stats;
     std::vector<std::shared_ptr<video::VideoReader>> readers;
     for (const auto& file : files) {
@@ -319,7 +320,7 @@ class VideoDecodeStage final : public Stage {
   // Copies the wanted frames from this thread's frame cache, decoding only the missing ones.
   void read_through_cache(video::VideoReader& reader, const std::vector<int64_t>& wanted,
                           double fps, at::Tensor& out, video::DecodeStats& stats) {
-    thread_local std::unique_ptr<FrameCache> cache;
+    std::unique_ptr<FrameCache>& cache = frame_caches_.local();
     const auto capacity = static_cast<size_t>(frame_capacity_.load());
     if (!cache || cache->capacity() != capacity) cache = std::make_unique<FrameCache>(capacity);
     const std::set<int64_t> unique(wanted.begin(), wanted.end());
@@ -360,6 +361,8 @@ class VideoDecodeStage final : public Stage {
   HostMemoryBudget* budget_ = nullptr;
   std::once_flag claimed_;
   std::atomic<int64_t> reader_capacity_{0}, frame_capacity_{0};  // per thread, after the budget
+  PerThread<video::ReaderCache> reader_caches_;
+  PerThread<std::unique_ptr<FrameCache>> frame_caches_;
 };
 
 }  // namespace

@@ -148,6 +148,19 @@ TEST_F(VideoDecodeTest, CountsSparseAndFullWork) {
   EXPECT_EQ(counts["full"]["seeks"], 3);
 }
 
+// Readers are kept per stage and per thread: a second stage on the same thread opens its own (with
+// its own decoder choice and counters), and a stage's second sample reuses the first's.
+TEST_F(VideoDecodeTest, EachStageKeepsItsOwnReaders) {
+  testing::SteppedStage first("VideoDecode", "{}");
+  testing::SteppedStage second("VideoDecode", R"({"mode": "full"})");
+  for (int round = 0; round < 2; ++round) {
+    first.process(make_sample({av1_, h264_}, kPlan));
+    second.process(make_sample({av1_, h264_}, kPlan));
+  }
+  EXPECT_EQ(first.counter("readers_opened"), 2);
+  EXPECT_EQ(second.counter("readers_opened"), 2);
+}
+
 TEST_F(VideoDecodeTest, CamerasOfDifferentSizesAreAnError) {
   TempDir dir;
   std::string small = encode(dir.file("small.mp4"), {"h264", kFps, 30, false, 23}, 64, 32);
