@@ -154,7 +154,8 @@ struct TrainStepParams {
       Min{1});
     v("memory_budget", memory_budget,
       "compiled, with checkpointing: share of the device's memory the step may take; groups "
-      "that fit keep their activations instead of being recomputed (0: recompute all).",
+      "that fit keep their activations instead of being recomputed (0: recompute all and keep "
+      "no bfloat16 copies of the weights).",
       Min{0.0}, Max{1.0});
     v("bucket_mb", bucket_mb,
       "Data-parallel runs: gradients are all-reduced in buckets of this many MiB, overlapped "
@@ -273,9 +274,14 @@ class TrainStepStage final : public Stage, public TrainingStep {
       world_->broadcast(state, 0, "broadcast of the initial weights from rank 0");
     }
     // After the resume and the broadcast, which write the weights in ways a copy cannot see. The
-    // FP8 products cast from the float32 weights themselves.
+    // FP8 products cast from the float32 weights themselves. The bfloat16 copies trade 2 bytes a
+    // weight for the casts of every forward (docs/KERNELS.md, version 9): not where the run asked
+    // for the least memory, every group recomputed.
     if (compiled && device_.is_cuda()) {
-      optimizer_->use_own_kernel(/*bf16_copies=*/params_.precision == ProductPrecision::kBf16);
+      const bool least_memory =
+          config_.activation_checkpoint_group > 0 && params_.memory_budget == 0;
+      optimizer_->use_own_kernel(
+          /*bf16_copies=*/params_.precision == ProductPrecision::kBf16 && !least_memory);
     }
 
     bool graph_capture = false;
