@@ -32,6 +32,8 @@
 // Writes: the same fields, on the device (`video` float).
 // Example: {"id": "h2d", "type": "HostToDevice", "inputs": ["collate"],
 //           "params": {"mode": "pinned", "pool_batches": 4, "video_as_uint8": true}}
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "common/device.h"
@@ -113,6 +115,27 @@ struct FieldLayout {
 };
 #endif
 
+// A time the run counts (a counter in its summary) and the stage's own total of it: `bench` reads
+// the totals after the run, when the run's counters have gone with its contexts.
+class TimeTotal {
+ public:
+  // At open(): the totals count from here.
+  void count_in(Counter& counter) {
+    counter_ = &counter;
+    total_.store(0, std::memory_order_relaxed);
+  }
+  bool counting() const { return counter_ != nullptr; }
+  void add(int64_t us) {
+    counter_->add(us);
+    total_.fetch_add(us, std::memory_order_relaxed);
+  }
+  int64_t total() const { return total_.load(std::memory_order_relaxed); }
+
+ private:
+  Counter* counter_ = nullptr;
+  std::atomic<int64_t> total_{0};
+};
+
 class HostToDeviceStage final : public Stage, public TimedTransfer {
  public:
   static constexpr std::string_view kType = "HostToDevice";
@@ -135,12 +158,10 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
 
   TransferTiming transfer_timing() const override {
     TransferTiming timing;
-    if (pool_wait_us_) timing.pool_wait_us = pool_wait_us_->value();
-    if (copy_us_) {
-      timing.staging_us = staging_us_->value();
-      timing.copy_us = copy_us_->value();
-      timing.event_timed = true;
-    }
+    timing.pool_wait_us = pool_wait_us_.total();
+    timing.staging_us = staging_us_.total();
+    timing.copy_us = copy_us_.total();
+    timing.event_timed = copy_us_.counting();
     return timing;
   }
 
@@ -149,7 +170,7 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
     device_ = resolve_device(params_.device, context.settings(), "HostToDevice");
     bytes_copied_ = &context.counter("bytes_copied");
     pool_waits_ = &context.counter("pool_waits");
-    pool_wait_us_ = &context.counter("pool_wait_us");
+    pool_wait_us_.count_in(context.counter("pool_wait_us"));
     if (!device_.is_cuda()) {
       context.log(
           "HostToDevice: the training device is cpu; batches pass through unchanged (uint8 "
@@ -158,8 +179,8 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
     }
 #if WAM_WITH_CUDA
     if (params_.mode == TransferMode::kPinned) {
-      staging_us_ = &context.counter("staging_us");
-      copy_us_ = &context.counter("copy_us");
+      staging_us_.count_in(context.counter("staging_us"));
+      copy_us_.count_in(context.counter("copy_us"));
     }
     copy_stream_ = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
 #endif
@@ -269,9 +290,9 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
     if (waited) {
       // Flow control, not transfer: the step still holds every buffer.
       pool_waits_->add();
-      pool_wait_us_->add(std::chrono::duration_cast<std::chrono::microseconds>(
-                             std::chrono::steady_clock::now() - wait_start)
-                             .count());
+      pool_wait_us_.add(std::chrono::duration_cast<std::chrono::microseconds>(
+                            std::chrono::steady_clock::now() - wait_start)
+                            .count());
     }
     StagingPool::Buffer& buffer = pool_->buffer(index);
     if (buffer.host.numel() < host_bytes || buffer.device.numel() < device_bytes) {
@@ -295,9 +316,9 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
       typed(buffer.host, f.host_offset, f.host_bytes, staged, f.source.sizes())
           .copy_(f.quantize ? image_ops::signed_unit_to_levels(f.source) : f.source);
     }
-    staging_us_->add(std::chrono::duration_cast<std::chrono::microseconds>(
-                         std::chrono::steady_clock::now() - staging_start)
-                         .count());
+    staging_us_.add(std::chrono::duration_cast<std::chrono::microseconds>(
+                        std::chrono::steady_clock::now() - staging_start)
+                        .count());
     {
       c10::cuda::CUDAStreamGuard guard(copy_stream_);
       // The previous batch in this buffer may still be read by the step's kernels.
@@ -322,7 +343,7 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
       at::cuda::CUDAEvent copied(cudaEventDefault);
       copied.record(copy_stream_);
       copied.synchronize();
-      copy_us_->add(static_cast<int64_t>(1e3 * copy_began.elapsed_time(copied)));
+      copy_us_.add(static_cast<int64_t>(1e3 * copy_began.elapsed_time(copied)));
     }
     for (const FieldLayout& f : layout) {
       sample.set_tensor(
@@ -336,9 +357,7 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
   at::Device device_ = at::Device(at::kCPU);
   Counter* bytes_copied_ = nullptr;
   Counter* pool_waits_ = nullptr;
-  Counter* pool_wait_us_ = nullptr;
-  Counter* staging_us_ = nullptr;
-  Counter* copy_us_ = nullptr;
+  TimeTotal pool_wait_us_, staging_us_, copy_us_;
 #if WAM_WITH_CUDA
   c10::cuda::CUDAStream copy_stream_ = c10::cuda::getDefaultCUDAStream();
   std::shared_ptr<StagingPool> pool_;

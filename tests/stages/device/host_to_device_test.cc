@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "device/transfer_timing.h"
 #include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
@@ -159,6 +160,13 @@ TEST(HostToDeviceCudaTest, PinnedCopiesArriveIntactThroughRecycledBuffers) {
     EXPECT_EQ(h2d.counter("pool_waits"), 0);
     EXPECT_TRUE(h2d.has_counter("staging_us"));
     EXPECT_GT(h2d.counter("copy_us"), 0);  // six batches' copies, timed by CUDA events
+    // What `bench` reads from the stage after the run: its own totals of the same times.
+    const stages::TransferTiming timing =
+        dynamic_cast<const stages::TimedTransfer&>(h2d.stage()).transfer_timing();
+    EXPECT_TRUE(timing.event_timed);
+    EXPECT_EQ(timing.staging_us, h2d.counter("staging_us"));
+    EXPECT_EQ(timing.copy_us, h2d.counter("copy_us"));
+    EXPECT_EQ(timing.pool_wait_us, 0);
   }
 }
 
