@@ -19,11 +19,15 @@ ladder_data "$bin" libero 128
 base=(--set include.model=configs/model/base.json --set settings.epochs=1000
       --set settings.batch_size=16)
 "$bin" text-cache build pipelines/libero_baseline.json "${base[@]}" >/dev/null
-# VaeEncode's "ms per batch" from one bench with the encoders of the JSON file $1.
+# VaeEncode's "ms per batch" from one bench with the encoders of the JSON file $1; a failed bench
+# prints the end of its output (kept in $work/bench.log) and stops the script.
 vae_ms() {
-  "$bin" bench pipelines/libero_baseline.json "${base[@]}" --set "include.encoders=$1" \
-    --device-only --steps "${WAM_EXPORTED_VAE_STEPS:-10}" --warmup 3 2>/dev/null |
-    sed -n 's/^ *vae: *\([0-9.]*\) ms per batch.*/\1/p' | head -1
+  if ! "$bin" bench pipelines/libero_baseline.json "${base[@]}" --set "include.encoders=$1" \
+    --device-only --steps "${WAM_EXPORTED_VAE_STEPS:-10}" --warmup 3 >"$work/bench.log" 2>&1; then
+    { echo "exported-vae-bench: the bench with $1 failed:"; tail -20 "$work/bench.log"; } >&2
+    return 1
+  fi
+  sed -n 's/^ *vae: *\([0-9.]*\) ms per batch.*/\1/p' "$work/bench.log" | head -1
 }
 encoders() {  # FILE VAE_PARAMS_JSON: an encoders include with those VaeEncode params
   printf '{"vae": %s, "vlm": {}, "text": {}}\n' "$2" >"$1"
@@ -40,8 +44,8 @@ for width in ${WAM_EXPORTED_VAE_WIDTHS:-32 128}; do
   encoders "$work/aoti$width.json" "{\"encoder\": \"aoti\", \"path\": \"$work/vae$width.pt2\"}"
   encoders "$work/builtin$width.json" "{\"width\": $width}"
   for round in $(seq "${WAM_EXPORTED_VAE_ROUNDS:-3}"); do
-    ts=$(vae_ms "$work/ts$width.json")
-    aoti=$(vae_ms "$work/aoti$width.json")
+    ts=$(vae_ms "$work/ts$width.json") || exit 1
+    aoti=$(vae_ms "$work/aoti$width.json") || exit 1
     ratio=$(python3 -c "print(f'{$ts / $aoti:.2f}x')" 2>/dev/null || echo "?")
     echo "| $width | $round | ${ts:-?} | ${aoti:-?} | $ratio |"
   done
