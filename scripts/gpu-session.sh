@@ -8,8 +8,8 @@
 # Phases, run in the order given, each one's output in $WAM_GPU_SESSION_DIR (default
 # /tmp/gpu-session) as NN-PHASE.txt:
 #   build    scripts/gpu-check.sh build (every target, and how wam-pipeline was linked)
-#   quick    ctest of $WAM_QUICK_TESTS (default: the link, NVDEC, cache, encoder-export, CUDA step
-#            and two-rank tests)
+#   quick    ctest of $WAM_QUICK_TESTS (default: the link, NVDEC, cache, encoder-export, CUDA step,
+#            epilogue-product, pinned-copy and two-rank tests)
 #   test     scripts/gpu-check.sh test (the whole ctest; about 10 minutes)
 #   cache    scripts/bench.sh cache
 #   ladder-libero, ladder-robotwin
@@ -42,7 +42,7 @@ case "${1:-}" in
         build) scripts/gpu-check.sh build ;;
         quick)
           ctest --test-dir "$WAM_BUILD_DIR" -j8 --timeout 300 --output-on-failure -R \
-            "${WAM_QUICK_TESTS:-link_order|filesystem_binding|export_encoder|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|TrainStepCuda|AdamWCuda}"
+            "${WAM_QUICK_TESTS:-link_order|filesystem_binding|export_encoder|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|TrainStepCuda|AdamWCuda|EpilogueLinearCuda|HostToDeviceCuda}"
           ;;
         test) scripts/gpu-check.sh test ;;
         cache) scripts/bench.sh cache ;;
