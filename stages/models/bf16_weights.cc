@@ -2,6 +2,7 @@
 
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace wam::models {
 namespace {
@@ -51,6 +52,23 @@ at::Tensor weight_in(const at::Tensor& weight, at::ScalarType dtype) {
     }
   }
   return weight.to(dtype);
+}
+
+at::Tensor concatenated_bf16_weights(at::TensorList weights) {
+  std::vector<at::Tensor> parts;
+  for (const at::Tensor& weight : weights) parts.push_back(weight_in(weight, at::kBFloat16));
+  const at::Tensor& first = parts.front();
+  const int64_t in = first.size(1);
+  bool adjacent = true;
+  int64_t rows = 0;
+  for (const at::Tensor& part : parts) {
+    adjacent = adjacent && part.is_contiguous() && part.size(1) == in &&
+               part.storage().unsafeGetStorageImpl() == first.storage().unsafeGetStorageImpl() &&
+               part.storage_offset() == first.storage_offset() + rows * in;
+    rows += part.size(0);
+  }
+  if (adjacent) return first.as_strided({rows, in}, {in, 1});
+  return at::cat(parts);
 }
 
 }  // namespace wam::models
