@@ -84,7 +84,7 @@ class EpilogueLinear : public torch::autograd::Function<EpilogueLinear> {
                             const at::Tensor& bias) {
     const at::Tensor cast_weight = weight_in(weight, x.scalar_type());
     ctx->save_for_backward({x, cast_weight, weight, bias});
-    return at::linear(x, cast_weight, bias.to(x.scalar_type()));
+    return at::linear(x, cast_weight, weight_in(bias, x.scalar_type()));
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -104,15 +104,18 @@ class EpilogueJointLinear : public torch::autograd::Function<EpilogueJointLinear
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
                             at::TensorList biases) {
     const at::ScalarType dtype = x.scalar_type();
+    const bool bf16 = dtype == at::kBFloat16;
     const at::Tensor cast_weight =
-        dtype == at::kBFloat16 ? concatenated_bf16_weights(weights) : at::cat(weights).to(dtype);
+        bf16 ? concatenated_bf16_weights(weights) : at::cat(weights).to(dtype);
+    const at::Tensor cast_bias =
+        bf16 ? concatenated_bf16_weights(biases) : at::cat(biases).to(dtype);
     std::vector<int64_t> widths;
     for (const at::Tensor& weight : weights) widths.push_back(weight.size(0));
     ctx->saved_data["widths"] = widths;
     ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weights.front().scalar_type());
     ctx->saved_data["bias_dtype"] = static_cast<int64_t>(biases.front().scalar_type());
     ctx->save_for_backward({x, cast_weight});
-    return at::linear(x, cast_weight, at::cat(biases).to(dtype));
+    return at::linear(x, cast_weight, cast_bias);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -140,7 +143,7 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
                             const at::Tensor& out_bias) {
     const at::ScalarType dtype = x.scalar_type();
     const at::Tensor rows = linear_rows(x), cast_in_weight = weight_in(in_weight, dtype),
-                     cast_in_bias = in_bias.to(dtype),
+                     cast_in_bias = weight_in(in_bias, dtype),
                      cast_out_weight = weight_in(out_weight, dtype);
     at::Tensor pre_activation, activated;
 #if WAM_FUSED_KERNELS
@@ -165,7 +168,7 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
     }
     ctx->save_for_backward({rows, cast_in_weight, cast_out_weight, pre_activation, activated,
                             in_weight, in_bias, out_weight, out_bias});
-    const at::Tensor out = at::linear(activated, cast_out_weight, out_bias.to(dtype));
+    const at::Tensor out = at::linear(activated, cast_out_weight, weight_in(out_bias, dtype));
     return out.view(with_last_size(x.sizes(), out_weight.size(0)));
   }
 

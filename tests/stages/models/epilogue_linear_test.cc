@@ -168,7 +168,7 @@ TEST(EpilogueJointLinear, EqualsLinearOfTheConcatenationWithItsGradients) {
 }
 
 // Copies kept one after another in one buffer are read in place; apart, they are concatenated;
-// either way the values are the float32 weights' concatenation cast, refreshed after a change.
+// either way the values are the float32 parameters' concatenation cast, refreshed after a change.
 TEST(ConcatenatedBf16Weights, AreAViewOfAdjacentCopiesElseTheirConcatenation) {
   at::manual_seed(8);
   std::vector<at::Tensor> weights = {at::randn({3, 4}), at::randn({2, 4}), at::randn({3, 4})};
@@ -193,6 +193,17 @@ TEST(ConcatenatedBf16Weights, AreAViewOfAdjacentCopiesElseTheirConcatenation) {
   EXPECT_NE(apart.data_ptr(), buffer.data_ptr());
   EXPECT_TRUE(at::equal(apart, at::cat(weights).to(at::kBFloat16)));
   for (const at::Tensor& weight : weights) models::drop_bf16_copy(weight);
+
+  // Biases, one dimension: the same.
+  const std::vector<at::Tensor> biases = {at::randn({4}), at::randn({8})};
+  const at::Tensor bias_buffer = at::empty({12}, at::kBFloat16);
+  models::keep_bf16_copy(biases[0], bias_buffer.narrow(0, 0, 4));
+  models::keep_bf16_copy(biases[1], bias_buffer.narrow(0, 4, 8));
+  const at::Tensor joint_bias = models::concatenated_bf16_weights(biases);
+  EXPECT_EQ(joint_bias.data_ptr(), bias_buffer.data_ptr());
+  EXPECT_EQ(joint_bias.sizes(), (std::vector<int64_t>{12}));
+  EXPECT_TRUE(at::equal(joint_bias, at::cat(biases).to(at::kBFloat16)));
+  for (const at::Tensor& bias : biases) models::drop_bf16_copy(bias);
 }
 
 TEST(LinearParamGrads, AreTheProductOfGradAndInputAndTheColumnSums) {
