@@ -1,7 +1,9 @@
 #include "models/bf16_weights.h"
 
+#include <algorithm>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 namespace wam::models {
 namespace {
@@ -51,6 +53,28 @@ at::Tensor weight_in(const at::Tensor& weight, at::ScalarType dtype) {
     }
   }
   return weight.to(dtype);
+}
+
+at::Tensor concatenated_bf16_weights(at::TensorList tensors) {
+  std::vector<at::Tensor> parts;
+  for (const at::Tensor& tensor : tensors) parts.push_back(weight_in(tensor, at::kBFloat16));
+  const at::Tensor& first = parts.front();
+  std::vector<int64_t> sizes = first.sizes().vec();
+  const int64_t row = first.numel() / std::max<int64_t>(first.size(0), 1);  // elements a row
+  bool adjacent = true;
+  int64_t rows = 0;
+  for (const at::Tensor& part : parts) {
+    adjacent = adjacent && part.is_contiguous() && part.dim() == first.dim() &&
+               part.sizes().slice(1) == first.sizes().slice(1) &&
+               part.storage().unsafeGetStorageImpl() == first.storage().unsafeGetStorageImpl() &&
+               part.storage_offset() == first.storage_offset() + rows * row;
+    rows += part.size(0);
+  }
+  if (!adjacent) return at::cat(parts);
+  sizes[0] = rows;
+  std::vector<int64_t> strides(sizes.size(), 1);
+  for (size_t d = sizes.size() - 1; d > 0; --d) strides[d - 1] = strides[d] * sizes[d];
+  return first.as_strided(sizes, strides);
 }
 
 }  // namespace wam::models

@@ -18,4 +18,10 @@ void drop_bf16_copy(const at::Tensor& weight);
 // the optimizer's kernel writes both and moves neither); otherwise weight.to(dtype).
 at::Tensor weight_in(const at::Tensor& weight, at::ScalarType dtype);
 
+// Parameters of one shape but the first dimension (linear weights [out_i, in], biases [out_i]) as
+// one bfloat16 tensor, the values of at::cat(tensors).to(bfloat16): a view of their kept copies
+// where these lie one after another in one buffer (the optimizer keeps them so), else the
+// concatenation of each one's weight_in.
+at::Tensor concatenated_bf16_weights(at::TensorList tensors);
+
 }  // namespace wam::models

@@ -84,7 +84,7 @@ class EpilogueLinear : public torch::autograd::Function<EpilogueLinear> {
                             const at::Tensor& bias) {
     const at::Tensor cast_weight = weight_in(weight, x.scalar_type());
     ctx->save_for_backward({x, cast_weight, weight, bias});
-    return at::linear(x, cast_weight, bias.to(x.scalar_type()));
+    return at::linear(x, cast_weight, weight_in(bias, x.scalar_type()));
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -98,6 +98,42 @@ class EpilogueLinear : public torch::autograd::Function<EpilogueLinear> {
   }
 };
 
+// Saves x and the joint cast weight (a view of the kept copies: no memory of its own there).
+class EpilogueJointLinear : public torch::autograd::Function<EpilogueJointLinear> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
+                            at::TensorList biases) {
+    const at::ScalarType dtype = x.scalar_type();
+    const bool bf16 = dtype == at::kBFloat16;
+    const at::Tensor cast_weight =
+        bf16 ? concatenated_bf16_weights(weights) : at::cat(weights).to(dtype);
+    const at::Tensor cast_bias =
+        bf16 ? concatenated_bf16_weights(biases) : at::cat(biases).to(dtype);
+    std::vector<int64_t> widths;
+    for (const at::Tensor& weight : weights) widths.push_back(weight.size(0));
+    ctx->saved_data["widths"] = widths;
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weights.front().scalar_type());
+    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(biases.front().scalar_type());
+    ctx->save_for_backward({x, cast_weight});
+    return at::linear(x, cast_weight, cast_bias);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &cast_weight = saved[1];
+    const std::vector<int64_t> widths = ctx->saved_data["widths"].toIntVector();
+    const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    const auto bias_dtype = static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
+    variable_list out = {ctx->needs_input_grad(0) ? at::matmul(grads[0], cast_weight)
+                                                  : at::Tensor()};
+    const LinearGrads params =
+        linear_param_grads(linear_rows(grads[0]), linear_rows(x), weight_dtype, bias_dtype);
+    for (const at::Tensor& part : params.weight.split_with_sizes(widths)) out.push_back(part);
+    for (const at::Tensor& part : params.bias.split_with_sizes(widths)) out.push_back(part);
+    return out;
+  }
+};
+
 // Saves x's rows, both cast weights, the pre-activation and the activation: what ATen's two
 // linears and GELU save under autocast.
 class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
@@ -107,7 +143,7 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
                             const at::Tensor& out_bias) {
     const at::ScalarType dtype = x.scalar_type();
     const at::Tensor rows = linear_rows(x), cast_in_weight = weight_in(in_weight, dtype),
-                     cast_in_bias = in_bias.to(dtype),
+                     cast_in_bias = weight_in(in_bias, dtype),
                      cast_out_weight = weight_in(out_weight, dtype);
     at::Tensor pre_activation, activated;
 #if WAM_FUSED_KERNELS
@@ -132,7 +168,7 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
     }
     ctx->save_for_backward({rows, cast_in_weight, cast_out_weight, pre_activation, activated,
                             in_weight, in_bias, out_weight, out_bias});
-    const at::Tensor out = at::linear(activated, cast_out_weight, out_bias.to(dtype));
+    const at::Tensor out = at::linear(activated, cast_out_weight, weight_in(out_bias, dtype));
     return out.view(with_last_size(x.sizes(), out_weight.size(0)));
   }
 
@@ -162,6 +198,11 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
 
 at::Tensor epilogue_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   return EpilogueLinear::apply(x, weight, bias);
+}
+
+at::Tensor epilogue_joint_linear(const at::Tensor& x, at::TensorList weights,
+                                 at::TensorList biases) {
+  return EpilogueJointLinear::apply(x, weights, biases);
 }
 
 at::Tensor epilogue_gelu_mlp(const at::Tensor& x, const at::Tensor& in_weight,

@@ -32,6 +32,14 @@ LinearGrads linear_param_grads(const at::Tensor& grad, const at::Tensor& x,
 // linear_param_grads in the parameters' dtypes.
 at::Tensor epilogue_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
+// Linear layers applied to one input as one product (q, k, v): at::linear(x, at::cat(weights),
+// at::cat(biases)) with the parameters used in x's dtype. In bfloat16 the weights come from
+// concatenated_bf16_weights (models/bf16_weights.h): their kept copies read in place where they
+// are one matrix, instead of a float32 concatenation cast on every forward. Backward: the input
+// gradient, and each layer's weight and bias gradients as rows of one linear_param_grads.
+at::Tensor epilogue_joint_linear(const at::Tensor& x, at::TensorList weights,
+                                 at::TensorList biases);
+
 // The FFN: linear(gelu_tanh(linear(x, in_weight, in_bias)), out_weight, out_bias), parameters used
 // in x's dtype. Forward, GELU in the first product's epilogue, which keeps the pre-activation for
 // backward (what ATen's GELU saves). Backward, ATen's GELU derivative, and each layer's

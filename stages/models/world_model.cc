@@ -102,7 +102,8 @@ at::Tensor linear_act_linear(const torch::nn::Sequential& layers, const at::Tens
 // is read (and cast, under autocast) once, and backward needs no gradient accumulation.
 // `constant_rows` [B, S + L, in], when defined, are all the input's rows as a constant whose last
 // L hold x's values: projected as one product, with an input gradient for x's rows only (for the
-// others it would be a GEMM as large as the forward one; constant_rows_linear).
+// others it would be a GEMM as large as the forward one; constant_rows_linear). The compiled
+// step's bfloat16 products read the weights' kept copies in place (epilogue_joint_linear).
 at::Tensor fused_linear(const at::Tensor& x, std::initializer_list<torch::nn::Linear> layers,
                         bool fused, Fp8Linears* fp8,
                         const at::Tensor& constant_rows = at::Tensor()) {
@@ -110,6 +111,9 @@ at::Tensor fused_linear(const at::Tensor& x, std::initializer_list<torch::nn::Li
   for (const torch::nn::Linear& layer : layers) {
     weights.push_back(layer->weight);
     biases.push_back(layer->bias);
+  }
+  if (!constant_rows.defined() && fused && fp8 == nullptr && epilogue_linears_apply(x)) {
+    return epilogue_joint_linear(x, weights, biases);
   }
   const at::Tensor weight = at::cat(weights), bias = at::cat(biases);
   if (constant_rows.defined()) return constant_rows_linear(x, constant_rows, weight, bias);

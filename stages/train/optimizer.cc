@@ -59,11 +59,31 @@ void AdamW::use_own_kernel(bool bf16_copies) {
 #if WAM_FUSED_KERNELS
   own_kernel_ = true;
   if (!bf16_copies) return;
+  // One buffer holds every copy, the matrices first and then the vectors, each in parameter order
+  // with no gap where the sizes allow (a multiple of 4 elements keeps the kernel's 8-byte stores
+  // aligned): the weights of layers registered one after another (q, k, v) are then one matrix and
+  // their biases one vector, which their joint product reads in place
+  // (models::concatenated_bf16_weights).
   bf16_copies_.assign(params_.size(), at::Tensor());
+  std::vector<int64_t> offsets(params_.size(), -1);
+  int64_t total = 0;
+  at::TensorOptions options;
+  for (const bool matrices : {true, false}) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const at::Tensor& p = params_[i];
+      if (!p.is_cuda() || p.scalar_type() != at::kFloat || p.dim() == 0) continue;
+      if ((p.dim() >= 2) != matrices) continue;
+      offsets[i] = total;
+      total += (p.numel() + 3) / 4 * 4;
+      options = p.options().dtype(at::kBFloat16);
+    }
+  }
+  if (total == 0) return;
+  const at::Tensor buffer = at::empty({total}, options);
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (offsets[i] < 0) continue;
     const at::Tensor& p = params_[i];
-    if (!p.is_cuda() || p.scalar_type() != at::kFloat || p.dim() != 2) continue;
-    bf16_copies_[i] = at::empty_like(p, p.options().dtype(at::kBFloat16));
+    bf16_copies_[i] = buffer.narrow(0, offsets[i], p.numel()).view(p.sizes());
     models::keep_bf16_copy(p, bf16_copies_[i]);
   }
 #else

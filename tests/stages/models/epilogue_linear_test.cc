@@ -8,6 +8,8 @@
 
 #include <limits>
 
+#include "models/bf16_weights.h"
+
 #if WAM_WITH_CUDA
 #include <ATen/autocast_mode.h>
 #endif
@@ -129,6 +131,81 @@ TEST(EpilogueGeluMlp, NaNInOneRowsGradientStaysInThatRowOfTheInputGradient) {
   EXPECT_FALSE(got.grads[4][2].isnan().item<bool>());
 }
 
+Result joint_composition(const at::Tensor& x, const std::vector<Layer>& layers,
+                         const at::Tensor& grad) {
+  return run(x, layers, grad, [&] {
+    std::vector<at::Tensor> weights, biases;
+    for (const Layer& layer : layers) {
+      weights.push_back(layer.weight);
+      biases.push_back(layer.bias);
+    }
+    return at::linear(x, at::cat(weights), at::cat(biases));
+  });
+}
+
+Result joint_fused(const at::Tensor& x, const std::vector<Layer>& layers, const at::Tensor& grad) {
+  return run(x, layers, grad, [&] {
+    std::vector<at::Tensor> weights, biases;
+    for (const Layer& layer : layers) {
+      weights.push_back(layer.weight);
+      biases.push_back(layer.bias);
+    }
+    return models::epilogue_joint_linear(x, weights, biases);
+  });
+}
+
+TEST(EpilogueJointLinear, EqualsLinearOfTheConcatenationWithItsGradients) {
+  at::manual_seed(7);
+  const at::Tensor x = at::randn({2, 5, 8}).requires_grad_();
+  const std::vector<Layer> layers = {make_layer(8, 6, {}), make_layer(8, 4, {}),
+                                     make_layer(8, 6, {})};
+  const at::Tensor grad = at::randn({2, 5, 16});
+  const Result got = joint_fused(x, layers, grad);
+  expect_close(got, joint_composition(x, layers, grad), 1e-6);
+  EXPECT_EQ(got.out.sizes(), (std::vector<int64_t>{2, 5, 16}));
+  EXPECT_EQ(got.grads[3].sizes(), (std::vector<int64_t>{4, 8}));  // the second layer's weight
+  EXPECT_EQ(got.grads[6].sizes(), (std::vector<int64_t>{6}));     // the third layer's bias
+}
+
+// Copies kept one after another in one buffer are read in place; apart, they are concatenated;
+// either way the values are the float32 parameters' concatenation cast, refreshed after a change.
+TEST(ConcatenatedBf16Weights, AreAViewOfAdjacentCopiesElseTheirConcatenation) {
+  at::manual_seed(8);
+  std::vector<at::Tensor> weights = {at::randn({3, 4}), at::randn({2, 4}), at::randn({3, 4})};
+  const at::Tensor buffer = at::empty({32}, at::kBFloat16);
+  int64_t offset = 0;
+  for (const at::Tensor& weight : weights) {
+    models::keep_bf16_copy(weight, buffer.narrow(0, offset, weight.numel()).view(weight.sizes()));
+    offset += weight.numel();
+  }
+  const at::Tensor joint = models::concatenated_bf16_weights(weights);
+  EXPECT_EQ(joint.data_ptr(), buffer.data_ptr());
+  EXPECT_EQ(joint.sizes(), (std::vector<int64_t>{8, 4}));
+  EXPECT_TRUE(at::equal(joint, at::cat(weights).to(at::kBFloat16)));
+  {
+    at::NoGradGuard no_grad;
+    weights[1].add_(1);  // moves the version counter: the copy is filled again
+  }
+  EXPECT_TRUE(
+      at::equal(models::concatenated_bf16_weights(weights), at::cat(weights).to(at::kBFloat16)));
+  models::keep_bf16_copy(weights[1], at::empty({2, 4}, at::kBFloat16));
+  const at::Tensor apart = models::concatenated_bf16_weights(weights);
+  EXPECT_NE(apart.data_ptr(), buffer.data_ptr());
+  EXPECT_TRUE(at::equal(apart, at::cat(weights).to(at::kBFloat16)));
+  for (const at::Tensor& weight : weights) models::drop_bf16_copy(weight);
+
+  // Biases, one dimension: the same.
+  const std::vector<at::Tensor> biases = {at::randn({4}), at::randn({8})};
+  const at::Tensor bias_buffer = at::empty({12}, at::kBFloat16);
+  models::keep_bf16_copy(biases[0], bias_buffer.narrow(0, 0, 4));
+  models::keep_bf16_copy(biases[1], bias_buffer.narrow(0, 4, 8));
+  const at::Tensor joint_bias = models::concatenated_bf16_weights(biases);
+  EXPECT_EQ(joint_bias.data_ptr(), bias_buffer.data_ptr());
+  EXPECT_EQ(joint_bias.sizes(), (std::vector<int64_t>{12}));
+  EXPECT_TRUE(at::equal(joint_bias, at::cat(biases).to(at::kBFloat16)));
+  for (const at::Tensor& bias : biases) models::drop_bf16_copy(bias);
+}
+
 TEST(LinearParamGrads, AreTheProductOfGradAndInputAndTheColumnSums) {
   const at::Tensor grad = at::arange(6, at::kFloat).view({3, 2});  // [[0, 1], [2, 3], [4, 5]]
   const at::Tensor x = at::ones({3, 4});
@@ -174,6 +251,32 @@ TEST_F(EpilogueLinearCuda, MatchesTheCompositionUnderBf16Autocast) {
     EXPECT_EQ(got_mlp.grads[1].scalar_type(), at::kFloat);
     EXPECT_EQ(got_mlp.grads[2].scalar_type(), at::kFloat);
   }
+}
+
+// q, k, v of the video expert (hidden 1536) as the compiled step runs them: bfloat16 under
+// autocast, the weights' copies kept one after another in one buffer, as the optimizer keeps them.
+TEST_F(EpilogueLinearCuda, JointLinearReadsTheKeptCopiesAndMatchesTheComposition) {
+  const at::TensorOptions cuda(at::kCUDA);
+  at::manual_seed(9);
+  const int64_t hidden = 1536;
+  const at::Tensor x = at::randn({2, 300, hidden}, cuda).to(at::kBFloat16).requires_grad_();
+  const std::vector<Layer> layers = {make_layer(hidden, hidden, cuda),
+                                     make_layer(hidden, hidden, cuda),
+                                     make_layer(hidden, hidden, cuda)};
+  const at::Tensor buffer = at::empty({3 * hidden * hidden}, cuda.dtype(at::kBFloat16));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    models::keep_bf16_copy(
+        layers[i].weight,
+        buffer.narrow(0, static_cast<int64_t>(i) * hidden * hidden, hidden * hidden)
+            .view({hidden, hidden}));
+  }
+  const at::Tensor grad = at::randn({2, 300, 3 * hidden}, cuda);
+  autocast(true);
+  const Result want = joint_composition(x, layers, grad), got = joint_fused(x, layers, grad);
+  autocast(false);
+  for (const Layer& layer : layers) models::drop_bf16_copy(layer.weight);
+  expect_close(got, want, 2e-2);
+  EXPECT_EQ(got.grads[1].scalar_type(), at::kFloat);
 }
 #endif
 

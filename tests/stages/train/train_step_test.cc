@@ -140,8 +140,9 @@ TEST(AdamWTest, MatchesTorchOptimAdamW) {
 #if WAM_FUSED_KERNELS
 // The compiled step's update (kernels/adamw.h) against ATen's fused AdamW on the same tensors:
 // matrices and vectors, sizes not a multiple of 4, one over a block's chunk (65,536), more tensors
-// than one launch takes (96), with clipping. Also: the gradients are not written, every matrix's
-// bfloat16 copy is its parameter cast, and a parameter changed through ATen is copied again.
+// than one launch takes (96), with clipping. Also: the gradients are not written, every parameter's
+// bfloat16 copy is its parameter cast, kept in one buffer, and a parameter changed through ATen is
+// copied again.
 TEST(AdamWCudaTest, OwnKernelMatchesAtensAndKeepsTheBf16Copies) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   torch::manual_seed(9);
@@ -189,11 +190,14 @@ TEST(AdamWCudaTest, OwnKernelMatchesAtensAndKeepsTheBf16Copies) {
   for (size_t i = 0; i < ours.size(); ++i) {
     const at::Tensor copy = models::weight_in(ours[i], at::kBFloat16);
     EXPECT_TRUE(torch::equal(copy, ours[i].to(at::kBFloat16))) << "tensor " << i;
-    // Only the matrices have a kept copy; a vector is cast afresh.
-    EXPECT_EQ(copy.data_ptr() == models::weight_in(ours[i], at::kBFloat16).data_ptr(),
-              ours[i].dim() == 2)
+    // Every parameter has a kept copy (the same tensor again), not a fresh cast.
+    EXPECT_EQ(copy.data_ptr(), models::weight_in(ours[i], at::kBFloat16).data_ptr())
         << "tensor " << i;
   }
+  // One buffer, the matrices first: the 512 x 512 copy right after the 300 x 257 one.
+  EXPECT_EQ(static_cast<const char*>(models::weight_in(ours[3], at::kBFloat16).data_ptr()),
+            static_cast<const char*>(models::weight_in(ours[0], at::kBFloat16).data_ptr()) +
+                300 * 257 * 2);
   ours[0].mul_(2);  // through ATen: the version counter moves
   EXPECT_TRUE(torch::equal(models::weight_in(ours[0], at::kBFloat16), ours[0].to(at::kBFloat16)));
 }
