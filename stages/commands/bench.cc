@@ -336,6 +336,7 @@ GraphFigures graph_figures(const GraphResult& graph, double device_samples_per_s
     const double batches = static_cast<double>(transfer->out);
     auto ms_per_batch = [&](int64_t us) { return 1e-3 * static_cast<double>(us) / batches; };
     figure.wait_ms_per_batch = ms_per_batch(timing.pool_wait_us);
+    figure.device_wait_ms_per_batch = ms_per_batch(timing.device_wait_us);
     figure.staging_ms_per_batch = ms_per_batch(timing.staging_us);
     figure.copy_ms_per_batch = ms_per_batch(timing.copy_us);
     figure.busy_ms_per_batch = 1e3 * transfer->busy_s / batches;
@@ -471,10 +472,11 @@ void print_bench(const BenchReport& report, std::ostream& out) {
   if (transfer.event_timed) {
     std::snprintf(line, sizeof(line),
                   "  %s: %.2f ms per batch transferring (%.2f staging on the host + %.2f copying, "
-                  "CUDA-event timed); busy %.2f ms, %.2f of it waiting for a free buffer\n",
+                  "CUDA-event timed); busy %.2f ms, %.2f of it waiting for a free buffer, %.2f for "
+                  "the device to release one\n",
                   report.transfer_id.c_str(), transfer.ms_per_batch, transfer.staging_ms_per_batch,
                   transfer.copy_ms_per_batch, transfer.busy_ms_per_batch,
-                  transfer.wait_ms_per_batch);
+                  transfer.wait_ms_per_batch, transfer.device_wait_ms_per_batch);
   } else {
     std::snprintf(line, sizeof(line), "  %s: %.2f ms per batch busy (%s)\n",
                   report.transfer_id.c_str(), transfer.ms_per_batch,
@@ -523,6 +525,7 @@ nlohmann::json bench_json(const BenchReport& report) {
     out["transfer_copy_ms_per_batch"] = transfer.copy_ms_per_batch;
     out["transfer_busy_ms_per_batch"] = transfer.busy_ms_per_batch;
     out["transfer_wait_ms_per_batch"] = transfer.wait_ms_per_batch;
+    out["transfer_device_wait_ms_per_batch"] = transfer.device_wait_ms_per_batch;
     out["graph_stats"] = graph.stats.to_json();
   }
   return out;

@@ -81,7 +81,8 @@ struct TransferFigures {
   double staging_ms_per_batch = 0;
   double copy_ms_per_batch = 0;
   double busy_ms_per_batch = 0;
-  double wait_ms_per_batch = 0;  // waiting for a free pinned buffer
+  double wait_ms_per_batch = 0;         // waiting for a free pinned buffer
+  double device_wait_ms_per_batch = 0;  // waiting for the device to release one
 };
 
 struct GraphFigures {

@@ -26,12 +26,15 @@
 // Counters: bytes_copied; in pinned mode also staging_us (host time packing batches into pinned
 // buffers), copy_us (the copies and the normalisation on the device, timed with CUDA events on the
 // copy stream, which only this stage uses, so waits for earlier GPU work are not in it),
-// pool_waits and pool_wait_us (waits for a free buffer).
+// pool_waits and pool_wait_us (waits for a free buffer), device_wait_us (the stage's thread
+// waiting for the device to finish with the buffer's previous batch before its copies could start:
+// the copies' synchronisation less copy_us).
 //
 // Reads: every Tensor field (generic); with video_as_uint8, video (Tensor) must be among them.
 // Writes: the same fields, on the device (`video` float).
 // Example: {"id": "h2d", "type": "HostToDevice", "inputs": ["collate"],
 //           "params": {"mode": "pinned", "pool_batches": 4, "video_as_uint8": true}}
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string>
@@ -161,6 +164,7 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
     timing.pool_wait_us = pool_wait_us_.total();
     timing.staging_us = staging_us_.total();
     timing.copy_us = copy_us_.total();
+    timing.device_wait_us = device_wait_us_.total();
     timing.event_timed = copy_us_.counting();
     return timing;
   }
@@ -181,6 +185,7 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
     if (params_.mode == TransferMode::kPinned) {
       staging_us_.count_in(context.counter("staging_us"));
       copy_us_.count_in(context.counter("copy_us"));
+      device_wait_us_.count_in(context.counter("device_wait_us"));
     }
     copy_stream_ = at::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
 #endif
@@ -321,6 +326,7 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
                         .count());
     {
       c10::cuda::CUDAStreamGuard guard(copy_stream_);
+      const auto queued = std::chrono::steady_clock::now();
       // The previous batch in this buffer may still be read by the step's kernels.
       if (buffer.used) buffer.released.block(copy_stream_);
       at::cuda::CUDAEvent copy_began(cudaEventDefault);  // after that wait: flow control
@@ -343,7 +349,12 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
       at::cuda::CUDAEvent copied(cudaEventDefault);
       copied.record(copy_stream_);
       copied.synchronize();
-      copy_us_.add(static_cast<int64_t>(1e3 * copy_began.elapsed_time(copied)));
+      const auto copy_us = static_cast<int64_t>(1e3 * copy_began.elapsed_time(copied));
+      const auto waited_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                                 std::chrono::steady_clock::now() - queued)
+                                 .count();
+      copy_us_.add(copy_us);
+      device_wait_us_.add(std::max<int64_t>(0, waited_us - copy_us));
     }
     for (const FieldLayout& f : layout) {
       sample.set_tensor(
@@ -357,7 +368,7 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
   at::Device device_ = at::Device(at::kCPU);
   Counter* bytes_copied_ = nullptr;
   Counter* pool_waits_ = nullptr;
-  TimeTotal pool_wait_us_, staging_us_, copy_us_;
+  TimeTotal pool_wait_us_, staging_us_, copy_us_, device_wait_us_;
 #if WAM_WITH_CUDA
   c10::cuda::CUDAStream copy_stream_ = c10::cuda::getDefaultCUDAStream();
   std::shared_ptr<StagingPool> pool_;

@@ -11,6 +11,9 @@ struct TransferTiming {
   int64_t staging_us = 0;    // host time packing batches into pinned buffers
   int64_t copy_us = 0;       // the copies' device time, from CUDA events
   int64_t pool_wait_us = 0;  // waiting for a free pinned buffer (flow control, not transfer)
+  // waiting, after the copies were queued, for the device to release the buffer's previous batch
+  // (its kernels were still queued): the copies' synchronisation less their own device time
+  int64_t device_wait_us = 0;
   bool event_timed = false;  // staging_us and copy_us are measured (pinned mode on CUDA)
 };
 

@@ -299,7 +299,7 @@ if b["graph_stats"]["stop_reason"] != "steps":
     problems.append("the whole-graph phase did not stop at its steps")
 h2d = next(n for n in b["graph_stats"]["nodes"] if n["id"] == "h2d")
 # On the CPU there is no pinned pool and no copy: no waits, and the transfer is the node's whole busy time.
-if b["transfer_wait_ms_per_batch"] != 0 or b["transfer_copy_ms_per_batch"] != 0 or abs(b["transfer_ms_per_batch"] - 1e3 * h2d["busy_s"] / h2d["out"]) > 1e-6:
+if b["transfer_wait_ms_per_batch"] != 0 or b["transfer_device_wait_ms_per_batch"] != 0 or b["transfer_copy_ms_per_batch"] != 0 or abs(b["transfer_ms_per_batch"] - 1e3 * h2d["busy_s"] / h2d["out"]) > 1e-6:
     problems.append(f"transfer {b['transfer_ms_per_batch']} + wait {b['transfer_wait_ms_per_batch']} vs h2d {h2d}")
 print("FAIL bench json: " + "; ".join(problems) if problems else "ok   bench json")
 sys.exit(1 if problems else 0)

@@ -167,6 +167,7 @@ TEST(HostToDeviceCudaTest, PinnedCopiesArriveIntactThroughRecycledBuffers) {
     EXPECT_EQ(timing.staging_us, h2d.counter("staging_us"));
     EXPECT_EQ(timing.copy_us, h2d.counter("copy_us"));
     EXPECT_EQ(timing.pool_wait_us, 0);
+    EXPECT_EQ(timing.device_wait_us, h2d.counter("device_wait_us"));
   }
 }
 
