@@ -66,10 +66,14 @@ def main():
     thread_counts = sorted({int(t) for t in args.threads.split(",")})
     rows = {}
     for threads in thread_counts:
-        for _ in range(args.rounds):
+        for round_number in range(1, args.rounds + 1):
             for name, variant in variants.items():
                 startup = run(args, variant, threads, 1)[0]
                 used, wall_rate, decode, augment = run(args, variant, threads, args.samples)
+                # Each run as it ends, so a slow variant shows itself before the table.
+                print(f"data_path_compare: {threads} thread(s), {name}, round {round_number}: "
+                      f"{args.samples / wall_rate:.1f} s wall, {used:.1f} CPU-s "
+                      f"(start-up {startup:.1f})", file=sys.stderr, flush=True)
                 rows.setdefault((threads, name), []).append(
                     ((args.samples - 1) / (used - startup), wall_rate, decode, augment))
     width = max(len(name) for name in variants)
