@@ -6,7 +6,9 @@ one device and dtype; its inputs keep the dynamic sizes the stages feed (docs/EN
 "Exported encoders"):
 
   vae   forward(video float [B, 3, T, H, W] in [-1, 1]) -> latent mean [B, 48, (T-1)/4+1, H/16, W/16]
-        (B, T = 4k+1, H and W multiples of 16 dynamic)
+        (B, T = 4k+1, H and W multiples of 16 dynamic; two models in the package: "model" for
+        k >= 1 and "single_frame" for T = 1, the memory frames, which a causal VAE encodes on a
+        branch that one exported graph cannot hold beside the other)
   vlm   forward(images float [N, 3, h, w] in [0, 1], token_ids int64 [B, L]) -> hidden [B, S, width]
         (N, B, L dynamic; h and w multiples of --image-multiple)
   text  forward(token_ids int64 [N, 128]) -> [N, 128, text_dim] (N dynamic)
@@ -15,10 +17,10 @@ one device and dtype; its inputs keep the dynamic sizes the stages feed (docs/EN
 
 MODULE is FILE.py:NAME, NAME a callable returning the module (a class or a function), called
 with the --arg KEY=VALUE pairs as keyword arguments (VALUE an integer, a number or else a
-string). After compiling, the package is loaded back and compared with the module on two input
-shapes (the example and the one the stage probes with at open); --reference FILE writes the
-example inputs and the module's output as safetensors ("input0", "input1", ..., "output") for a
-C++ check; --torchscript FILE also saves the same module, weights, device and dtype as
+string). After compiling, each model of the package is loaded back and compared with the module
+on two input shapes (the example and the one the stage probes with at open); --reference FILE
+writes the example inputs and the module's output as safetensors ("input0", "input1", ...,
+"output") for a C++ check; --torchscript FILE also saves the same module, weights, device and dtype as
 TorchScript (torch.jit.script, checked the same way), so that the two loaders can be timed on one
 module (scripts/exported-vae-bench.sh). Needs PyTorch 2.6 or later
 (torch._inductor.aoti_compile_and_package), the GPU image's python3.
@@ -63,9 +65,9 @@ def load_factory(spec):
     return getattr(module, name)
 
 
-def inputs_for(kind, device, dtype, image_multiple):
-    """The example inputs, their dynamic sizes, and the inputs the stage probes with at open
-    (stages/models/vae.cc, vlm.cc, text_encoder.cc)."""
+def programs_for(kind, device, dtype, image_multiple):
+    """What the package holds: for each model name, its example inputs, their dynamic sizes, and
+    the inputs the stage probes it with at open (stages/models/vae.cc, vlm.cc, text_encoder.cc)."""
     generator = torch.Generator().manual_seed(0)
 
     def uniform(*shape, low=0.0, high=1.0):
@@ -79,20 +81,38 @@ def inputs_for(kind, device, dtype, image_multiple):
     if kind == "vae":
         frames = Dim("latent_frames_after_the_first", min=1, max=64)
         height, width = Dim("height_16", min=2, max=256), Dim("width_16", min=2, max=256)
-        dynamic = ({0: Dim("batch", min=1, max=4096), 2: 4 * frames + 1, 3: 16 * height,
-                    4: 16 * width},)
-        return ((uniform(2, 3, 9, 64, 96, low=-1.0),), dynamic,
-                (uniform(1, 3, 5, 64, 64, low=-1.0),))
+        batch = Dim("batch", min=1, max=4096)
+        return {
+            "model": ((uniform(2, 3, 9, 64, 96, low=-1.0),),
+                      ({0: batch, 2: 4 * frames + 1, 3: 16 * height, 4: 16 * width},),
+                      (uniform(1, 3, 5, 64, 64, low=-1.0),)),
+            "single_frame": ((uniform(2, 3, 1, 64, 96, low=-1.0),),
+                             ({0: batch, 3: 16 * height, 4: 16 * width},),
+                             (uniform(1, 3, 1, 64, 64, low=-1.0),)),
+        }
     if kind == "vlm":
         m = image_multiple
         height, width = Dim("height_m", min=2, max=4096 // m), Dim("width_m", min=2, max=4096 // m)
         dynamic = ({0: Dim("images", min=1, max=4096), 2: m * height, 3: m * width},
                    {0: Dim("batch", min=1, max=4096), 1: Dim("tokens", min=2, max=8192)})
         probe_side = -(-112 // m) * m
-        return ((uniform(4, 3, 4 * m, 6 * m), token_ids(2, 12)), dynamic,
-                (uniform(2, 3, probe_side, probe_side), token_ids(1, 8)))
+        return {"model": ((uniform(4, 3, 4 * m, 6 * m), token_ids(2, 12)), dynamic,
+                          (uniform(2, 3, probe_side, probe_side), token_ids(1, 8)))}
     dynamic = ({0: Dim("prompts", min=1, max=4096)},)
-    return (token_ids(3, 128),), dynamic, (token_ids(1, 128),)
+    return {"model": ((token_ids(3, 128),), dynamic, (token_ids(1, 128),))}
+
+
+def compile_package(programs, path):
+    """Compiles each exported program and packages them under their names, which the stages
+    pass to AOTIModelPackageLoader (PyTorch's documented way to put several models in one
+    package: aot_compile with aot_inductor.package, then package_aoti)."""
+    from torch._inductor.package import package_aoti
+    files = {}
+    for name, program in programs.items():
+        args, kwargs = program.example_inputs
+        files[name] = torch._inductor.aot_compile(program.module(), args, kwargs,
+                                                  options={"aot_inductor.package": True})
+    package_aoti(path, files)
 
 
 SAFETENSORS_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16",
@@ -198,20 +218,30 @@ def main():
     if not isinstance(module, torch.nn.Module):
         fail(f"{args.module} returned {type(module).__name__}, not a torch.nn.Module")
     module = module.to(device, dtype).eval().requires_grad_(False)
-    example, dynamic, probe = inputs_for(args.kind, device, dtype, args.image_multiple)
+    models = programs_for(args.kind, device, dtype, args.image_multiple)
+    example, _, _ = models["model"]
 
     with torch.no_grad():
-        program = torch.export.export(module, example, dynamic_shapes=dynamic)
+        programs = {}
+        for name, (inputs, dynamic, _) in models.items():
+            try:
+                programs[name] = torch.export.export(module, inputs, dynamic_shapes=dynamic)
+            except Exception as error:  # export's errors name the op and the constraint
+                shapes = ", ".join(str(list(t.shape)) for t in inputs)
+                fail(f"torch.export of {args.module} on inputs {shapes} ({name}) failed: {error}")
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         # Each file is written beside its target and renamed once checked: a failed or
         # interrupted export leaves neither a file nor a temporary behind.
         with written_atomically(args.out, ".pt2") as temporary:
-            torch._inductor.aoti_compile_and_package(program, package_path=temporary)
-            check_against_module("package", module, torch._inductor.aoti_load_package(temporary),
-                                 example, probe)
+            compile_package(programs, temporary)
+            from torch._inductor.package import load_package
+            for name, (inputs, _, probe) in models.items():
+                check_against_module(f"package's {name}", module, load_package(temporary, name),
+                                     inputs, probe)
         if args.torchscript:
             scripted = torch.jit.script(module)
-            check_against_module("TorchScript module", module, scripted, example, probe)
+            for name, (inputs, _, probe) in models.items():
+                check_against_module("TorchScript module", module, scripted, inputs, probe)
             with written_atomically(args.torchscript, ".pt") as temporary:
                 torch.jit.save(scripted, temporary)
             print(f"export_encoder: wrote {args.torchscript} (TorchScript, same weights)")

@@ -124,8 +124,11 @@ void check_zip_archive(const std::string& path, const std::string& what) {
 
 class AotiPackage final : public ExportedModule {
  public:
-  AotiPackage(const std::string& path, const std::string& what, const EncoderPlacement& placement)
-      : what_(what + ": AOTInductor package " + path), loader_(load(path, what, placement)) {}
+  AotiPackage(const std::string& path, const std::string& model, const std::string& what,
+              const EncoderPlacement& placement)
+      : what_(what + ": AOTInductor package " + path +
+              (model == "model" ? "" : " (" + model + ")")),
+        loader_(load(path, model, what, placement)) {}
 
   at::Tensor call(const std::vector<at::Tensor>& inputs) override {
     std::vector<at::Tensor> outputs;
@@ -149,17 +152,19 @@ class AotiPackage final : public ExportedModule {
 
  private:
   static std::unique_ptr<torch::inductor::AOTIModelPackageLoader> load(
-      const std::string& path, const std::string& what, const EncoderPlacement& placement) {
+      const std::string& path, const std::string& model, const std::string& what,
+      const EncoderPlacement& placement) {
     check_zip_archive(path, what);
+    const std::string failed =
+        what + ": cannot load model \"" + model + "\" of AOTInductor package " + path + ": ";
     try {
       return std::make_unique<torch::inductor::AOTIModelPackageLoader>(
-          path, "model", /*run_single_threaded=*/false, /*num_runners=*/1,
+          path, model, /*run_single_threaded=*/false, /*num_runners=*/1,
           placement.device.is_cuda() ? placement.device.index() : c10::DeviceIndex(-1));
     } catch (const c10::Error& e) {
-      throw Error(what + ": cannot load AOTInductor package " + path + ": " +
-                  e.what_without_backtrace());
+      throw Error(failed + e.what_without_backtrace());
     } catch (const std::exception& e) {
-      throw Error(what + ": cannot load AOTInductor package " + path + ": " + e.what());
+      throw Error(failed + e.what());
     }
   }
 
@@ -173,7 +178,8 @@ class AotiPackage final : public ExportedModule {
 std::unique_ptr<ExportedModule> load_exported_module(const std::string& encoder,
                                                      const std::string& path,
                                                      const std::string& what,
-                                                     const EncoderPlacement& placement) {
+                                                     const EncoderPlacement& placement,
+                                                     const std::string& package_model) {
   const bool aoti = encoder == "aoti";
   if (path.empty()) {
     throw Error(what + ": param path is required with encoder \"" + encoder + "\" (" +
@@ -187,7 +193,7 @@ std::unique_ptr<ExportedModule> load_exported_module(const std::string& encoder,
   }
   if (!aoti) return load_script(path, what, placement);
 #if WAM_AOTI_PACKAGES
-  return std::make_unique<AotiPackage>(path, what, placement);
+  return std::make_unique<AotiPackage>(path, package_model, what, placement);
 #else
   throw Error(what +
               ": encoder \"aoti\" needs a LibTorch with AOTInductor's package loader "

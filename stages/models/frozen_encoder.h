@@ -50,8 +50,8 @@ void init_frozen(torch::nn::Module& module, const BuiltinWeights& weights,
 int64_t count_parameters(const torch::nn::Module& module);
 
 // A user's exported frozen module: encoder "torchscript", a file written by torch.jit.save, or
-// "aoti", an AOTInductor package (torch._inductor.aoti_compile_and_package; scripts/
-// export_encoder.py), compiled for one device and dtype. Called with tensors, returns one tensor.
+// "aoti", one model of an AOTInductor package (scripts/export_encoder.py), compiled for one device
+// and dtype. Called with tensors, returns one tensor.
 class ExportedModule {
  public:
   virtual ~ExportedModule() = default;
@@ -65,13 +65,16 @@ class ExportedModule {
   virtual const char* kind() const = 0;
 };
 
-// Loads `path` as `encoder` ("torchscript" or "aoti") on `placement`, gradients off. Throws
-// wam::Error naming `what` (the stage) and the path when the path is empty or not a file, the
-// file is not of that kind, or this LibTorch cannot load AOTInductor packages.
+// Loads `path` as `encoder` ("torchscript" or "aoti") on `placement`, gradients off; of a package,
+// the model named `package_model` (export_encoder.py writes "model", and for a VAE also
+// "single_frame"). Throws wam::Error naming `what` (the stage) and the path when the path is
+// empty or not a file, the file is not of that kind, the package has no such model, or this
+// LibTorch cannot load AOTInductor packages.
 std::unique_ptr<ExportedModule> load_exported_module(const std::string& encoder,
                                                      const std::string& path,
                                                      const std::string& what,
-                                                     const EncoderPlacement& placement);
+                                                     const EncoderPlacement& placement,
+                                                     const std::string& package_model = "model");
 
 // "[1, 48, 2, 4, 4]"
 std::string shape_string(at::IntArrayRef sizes);

@@ -378,12 +378,17 @@ class ExportedVae final : public VaeEncoder {
   ExportedVae(const std::string& encoder, std::string path, const EncoderPlacement& placement)
       : path_(std::move(path)),
         placement_(placement),
-        module_(load_exported_module(encoder, path_, "VaeEncode", placement)) {
-    encode(torch::zeros({1, 3, 5, 64, 64}));  // probe: rejects a wrong output shape now
+        module_(load_exported_module(encoder, path_, "VaeEncode", placement)),
+        single_frame_(encoder == "aoti" ? load_single_frame(path_, placement) : nullptr) {
+    // Probes: a wrong output shape is refused now, for several frames and for one (the memory
+    // frames).
+    encode(torch::zeros({1, 3, 5, 64, 64}));
+    encode(torch::zeros({1, 3, 1, 64, 64}));
   }
   at::Tensor encode(const at::Tensor& video) override {
     torch::NoGradGuard no_grad;
-    at::Tensor latents = module_->call({video.to(placement_.device, placement_.dtype)});
+    ExportedModule& module = single_frame_ && video.size(2) == 1 ? *single_frame_ : *module_;
+    at::Tensor latents = module.call({video.to(placement_.device, placement_.dtype)});
     const std::vector<int64_t> expected = vae_latent_shape(video.sizes());
     if (latents.sizes() != at::IntArrayRef(expected)) {
       throw Error(std::string(module_->kind()) + " VAE " + path_ + ": for a video " +
@@ -397,9 +402,25 @@ class ExportedVae final : public VaeEncoder {
   int64_t parameter_count() const override { return module_->parameter_count(); }
 
  private:
+  // A causal VAE encodes a one-frame video on a branch of its own, which one exported graph cannot
+  // hold beside the several-frame one (torch.export keeps the branch its example takes), so a
+  // package holds it as a second model (docs/ENCODERS.md, "Exported encoders").
+  static std::unique_ptr<ExportedModule> load_single_frame(const std::string& path,
+                                                           const EncoderPlacement& placement) {
+    try {
+      return load_exported_module("aoti", path, "VaeEncode", placement, "single_frame");
+    } catch (const Error& e) {
+      throw Error("VaeEncode: AOTInductor package " + path +
+                  " has no model \"single_frame\" for one-frame videos (the memory frames): "
+                  "export it again with scripts/export_encoder.py (" +
+                  e.what() + ")");
+    }
+  }
+
   std::string path_;
   EncoderPlacement placement_;
   std::unique_ptr<ExportedModule> module_;
+  std::unique_ptr<ExportedModule> single_frame_;  // null for TorchScript, which keeps branches
 };
 
 }  // namespace

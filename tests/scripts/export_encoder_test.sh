@@ -41,6 +41,31 @@ else
   failures=$((failures + 1))
 fi
 cat "$work/ts.log"
+# A VAE package of one model, the several-frame graph alone, is refused at open: its graph would
+# run the several-frame branch on the one-frame memory videos (docs/ENCODERS.md).
+if "$py" - "$work/vae_one_model.pt2" >"$work/one.log" 2>&1 <<'PY'
+import ctypes, sys
+ctypes.CDLL("libstdc++.so.6", mode=ctypes.RTLD_GLOBAL)  # as scripts/export_encoder.py does
+import torch
+sys.path.insert(0, "tests/scripts")
+from tiny_encoders import TinyVae
+frames = torch.export.Dim("frames", min=1, max=64)
+with torch.no_grad():
+    program = torch.export.export(TinyVae().eval(), (torch.rand(2, 3, 9, 64, 96),),
+                                  dynamic_shapes=({2: 4 * frames + 1},))
+    torch._inductor.aoti_compile_and_package(program, package_path=sys.argv[1])
+PY
+then
+  "$check" vae "$work/vae_one_model.pt2" "$work/vae.safetensors" >>"$work/one.log" 2>&1
+fi
+if grep -q "AOTInductor package $work/vae_one_model.pt2 has no model \"single_frame\" for one-frame videos (the memory frames): export it again with scripts/export_encoder.py" \
+  "$work/one.log"; then
+  echo "ok   a VAE package without its one-frame model is refused saying to export it again"
+else
+  echo "FAIL a VAE package of one model; the check said:"
+  cat "$work/one.log"
+  failures=$((failures + 1))
+fi
 # A package that is not one is refused naming the file.
 echo "not a package" >"$work/bad.pt2"
 "$check" vae "$work/bad.pt2" "$work/vae.safetensors" >"$work/bad.log" 2>&1
