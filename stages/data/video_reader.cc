@@ -146,6 +146,11 @@ struct VideoReader::Impl {
   size_t reading_keyframe = 0;  // the keyframe run the last packet sent belongs to
   // The keyframe last seeked to: a demuxer may land before it, and must not be asked again.
   size_t sought_keyframe = 0;
+  bool flush_on_seek = true;
+  // After a seek without a flush: frames are dropped until the one whose pts is that of the first
+  // keyframe packet sent since (unknown until it is sent).
+  bool dropping_until_keyframe = false;
+  std::optional<int64_t> awaited_keyframe_pts;
   int64_t last_output_index = std::numeric_limits<int64_t>::min();
 
   [[noreturn]] void fail(const std::string& what) const {
@@ -254,6 +259,7 @@ struct VideoReader::Impl {
       --nvdec_readers;
       open_decoder(decoder, choice.device);
     }
+    flush_on_seek = choice.flush_on_seek.value_or(!holds_nvdec_session);
   }
 
   // Opens `decoder` for the stream, on NVDEC while the reader holds a session.
@@ -325,7 +331,14 @@ struct VideoReader::Impl {
     const int64_t pts = keyframe_dts[keyframe] + keyframe_pts_offset;
     int rc = av_seek_frame(format.get(), stream_index, pts, AVSEEK_FLAG_BACKWARD);
     if (rc < 0) fail("cannot seek to " + seconds((pts - start_pts) * time_base), rc);
-    avcodec_flush_buffers(codec.get());
+    // A decoder told the stream ended, or left in an unknown state by an error, is always flushed.
+    if (flush_on_seek || input_ended || !positioned) {
+      avcodec_flush_buffers(codec.get());
+      dropping_until_keyframe = false;
+    } else {
+      dropping_until_keyframe = true;
+    }
+    awaited_keyframe_pts.reset();
     ++stats.seeks;
     positioned = true;
     input_ended = false;
@@ -365,6 +378,16 @@ struct VideoReader::Impl {
       }
       if ((packet->flags & AV_PKT_FLAG_KEY) && packet->dts != AV_NOPTS_VALUE) {
         reading_keyframe = keyframe_of_dts(packet->dts);
+      }
+      if (dropping_until_keyframe && !awaited_keyframe_pts && (packet->flags & AV_PKT_FLAG_KEY)) {
+        if (packet->pts == AV_NOPTS_VALUE) {
+          // No pts to wait for: flush now, which is the flush at the seek, as nothing of the
+          // keyframe's run has been sent yet.
+          avcodec_flush_buffers(codec.get());
+          dropping_until_keyframe = false;
+        } else {
+          awaited_keyframe_pts = packet->pts;
+        }
       }
       int64_t pts = packet->pts;
       rc = avcodec_send_packet(codec.get(), packet.get());
@@ -422,6 +445,10 @@ struct VideoReader::Impl {
       if (rc == AVERROR_EOF) frame_not_found(targets[next], fps);
       if (rc < 0) fail_decoding("cannot decode a frame", rc);
       ++stats.frames_decoded;
+      if (dropping_until_keyframe) {
+        if (!awaited_keyframe_pts || frame->pts != *awaited_keyframe_pts) continue;
+        dropping_until_keyframe = false;
+      }
       int64_t pts = frame->best_effort_timestamp != AV_NOPTS_VALUE ? frame->best_effort_timestamp
                                                                    : frame->pts;
       int64_t index = index_of_pts(pts, fps);

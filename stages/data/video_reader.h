@@ -7,6 +7,7 @@
 #include <limits>
 #include <list>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,6 +52,13 @@ struct DecoderChoice {
   // A stream NVDEC cannot decode (codec, profile, size) decodes on the CPU instead of failing
   // (decoder "auto").
   bool cpu_fallback = false;
+  // Whether a seek flushes the decoder; unset: the CPU decoders flush, NVDEC readers do not.
+  // FFmpeg's H.264 decoder rebuilds its context after a flush, and with the CUDA hwaccel that
+  // re-creates the hardware decoder on every seek (libavcodec/h264dec.c, h264_decode_flush). A
+  // reader that does not flush sends the keyframe's packets on and drops what the decoder still
+  // held from before the seek: every frame up to the keyframe's own (docs/DATA.md, "Seeking on
+  // NVDEC").
+  std::optional<bool> flush_on_seek;
 };
 
 // One open file, its video stream and a single-threaded decoder (parallelism comes from the

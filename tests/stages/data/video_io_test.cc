@@ -189,6 +189,37 @@ TEST_P(VideoReaderTest, SparseReturnsTheStampedFrameForRandomIndices) {
   }
 }
 
+// The no-flush seeking of NVDEC readers (DecoderChoice::flush_on_seek), run on the CPU decoders:
+// plans that jump forward and back between keyframe runs, and repeat the run just decoded, give
+// the stamped frames and the flushing reader's bytes.
+TEST_P(VideoReaderTest, KeepingTheDecoderAcrossSeeksGivesTheSameFrames) {
+  DecoderChoice keep;
+  keep.flush_on_seek = false;
+  VideoReader kept(video(), keep);
+  VideoReader flushed(video());
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int64_t> pick(0, kFrames - 1);
+  std::vector<std::vector<int64_t>> plans = {{40, 41, 42}, {5, 6}, {41, 59}, {0}, {30, 31, 58}};
+  for (int round = 0; round < 12; ++round) {
+    std::vector<int64_t> plan(5);
+    for (auto& k : plan) k = pick(rng);
+    plans.push_back(plan);
+  }
+  DecodeStats kept_stats, flushed_stats;
+  for (size_t p = 0; p < plans.size(); ++p) {
+    const at::Tensor frames = kept.read_frames(plans[p], kFps, kept_stats);
+    const at::Tensor reference = flushed.read_frames(plans[p], kFps, flushed_stats);
+    for (size_t i = 0; i < plans[p].size(); ++i) {
+      const auto row = static_cast<int64_t>(i);
+      EXPECT_EQ(stamp_of(frames[row]), plans[p][i]) << "plan " << p << ", position " << i;
+      EXPECT_TRUE(at::equal(frames[row], reference[row])) << "plan " << p << ", position " << i;
+    }
+  }
+  EXPECT_EQ(kept_stats.seeks, flushed_stats.seeks);
+  // The frames held from before each seek are decoded and dropped, never handed out.
+  EXPECT_GE(kept_stats.frames_decoded, flushed_stats.frames_decoded);
+}
+
 TEST_P(VideoReaderTest, FullRangeEqualsSparseBytewise) {
   VideoReader reader(video());
   DecodeStats full_stats, sparse_stats;
