@@ -15,9 +15,10 @@
 #   ladder-libero, ladder-robotwin
 #            scripts/bench.sh ladder for that task on the reference-cost encoders, 20 timed steps
 #   exported-vae  scripts/exported-vae-bench.sh at width 128
-#   nvdec    scripts/bench.sh nvdec, 3 rounds
+#   nvdec    scripts/bench.sh nvdec, $WAM_BENCH_ROUNDS rounds (default 3)
 #   step     scripts/step-bench.sh against the source tree in $WAM_STEP_BEFORE (if set), 1 round,
 #            no peer
+# PHASE@SECONDS stops that phase after SECONDS (its output so far is kept), e.g. nvdec@240.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 dir=${WAM_GPU_SESSION_DIR:-/tmp/gpu-session}
@@ -34,33 +35,41 @@ case "${1:-}" in
     shift
     export WAM_BUILD_DIR=${WAM_BUILD_DIR:-/tmp/build-gpu} WAM_SKIP_SETUP=1
     n=0
-    for phase in "$@"; do
+    for spec in "$@"; do
+      phase=${spec%@*}
+      limit=0  # timeout's 0: no limit
+      [ "$phase" = "$spec" ] || limit=${spec#*@}
       n=$((n + 1))
       out=$(printf '%s/%02d-%s.txt' "$dir" "$n" "$phase")
-      echo "=== $(date +%T) $phase" >>"$dir/progress.txt"
-      case "$phase" in
-        build) scripts/gpu-check.sh build ;;
-        quick)
-          ctest --test-dir "$WAM_BUILD_DIR" -j8 --timeout 300 --output-on-failure -R \
-            "${WAM_QUICK_TESTS:-link_order|filesystem_binding|export_encoder|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|TrainStepCuda|AdamWCuda|EpilogueLinearCuda|HostToDeviceCuda}"
-          ;;
-        test) scripts/gpu-check.sh test ;;
-        cache) scripts/bench.sh cache ;;
-        ladder-libero | ladder-robotwin)
-          WAM_LADDER_TASKS=${phase#ladder-} WAM_LADDER_STEPS=20 WAM_LADDER_PLOT_DIR=$dir \
-            WAM_ENCODERS=configs/encoders/reference.json scripts/bench.sh ladder
-          ;;
-        exported-vae) WAM_EXPORTED_VAE_WIDTHS=128 scripts/exported-vae-bench.sh ;;
-        nvdec) WAM_BENCH_ROUNDS=3 scripts/bench.sh nvdec ;;
-        step)
-          OUT=$dir WAM_STEP_BENCH_NO_PEER=1 WAM_STEP_BENCH_ROUNDS=1 \
-            scripts/step-bench.sh ${WAM_STEP_BEFORE:+"$WAM_STEP_BEFORE"}
-          ;;
-        *) echo "gpu-session: unknown phase $phase" ;;
-      esac >"$out" 2>&1
+      echo "=== $(date +%T) $spec" >>"$dir/progress.txt"
+      # Each phase is its own process under timeout, so one that runs past its limit stops whole.
+      timeout -k 10 "$limit" "$0" phase "$phase" >"$out" 2>&1
       echo "rc=$?" >>"$out"
     done
     echo "=== $(date +%T) done" >>"$dir/progress.txt"
+    ;;
+  phase)
+    phase=${2:-}
+    case "$phase" in
+      build) scripts/gpu-check.sh build ;;
+      quick)
+        ctest --test-dir "$WAM_BUILD_DIR" -j8 --timeout 300 --output-on-failure -R \
+          "${WAM_QUICK_TESTS:-link_order|filesystem_binding|export_encoder|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|TrainStepCuda|AdamWCuda|EpilogueLinearCuda|HostToDeviceCuda}"
+        ;;
+      test) scripts/gpu-check.sh test ;;
+      cache) scripts/bench.sh cache ;;
+      ladder-libero | ladder-robotwin)
+        WAM_LADDER_TASKS=${phase#ladder-} WAM_LADDER_STEPS=20 WAM_LADDER_PLOT_DIR=$dir \
+          WAM_ENCODERS=configs/encoders/reference.json scripts/bench.sh ladder
+        ;;
+      exported-vae) WAM_EXPORTED_VAE_WIDTHS=128 scripts/exported-vae-bench.sh ;;
+      nvdec) WAM_BENCH_ROUNDS=${WAM_BENCH_ROUNDS:-3} scripts/bench.sh nvdec ;;
+      step)
+        OUT=$dir WAM_STEP_BENCH_NO_PEER=1 WAM_STEP_BENCH_ROUNDS=1 \
+          scripts/step-bench.sh ${WAM_STEP_BEFORE:+"$WAM_STEP_BEFORE"}
+        ;;
+      *) echo "gpu-session: unknown phase $phase" ;;
+    esac
     ;;
   wait)
     limit=${2:-540}
