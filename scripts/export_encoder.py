@@ -107,11 +107,17 @@ def compile_package(programs, path):
     pass to AOTIModelPackageLoader (PyTorch's documented way to put several models in one
     package: aot_compile with aot_inductor.package, then package_aoti)."""
     from torch._inductor.package import package_aoti
+    options = {"aot_inductor.package": True}
+    # PyTorch assumes no dynamic size is 0 or 1, so the lower bound it bakes into a package's
+    # input checks (AOTI_RUNTIME_CHECK_INPUTS=1) is 2 for every dynamic size, and a batch of one
+    # is refused although the package computes it right (the probes below run batch 1 against
+    # the module). Where the option exists, those lower-bound checks are left out.
+    if hasattr(torch._inductor.config.aot_inductor, "check_lowerbound"):
+        options["aot_inductor.check_lowerbound"] = False
     files = {}
     for name, program in programs.items():
         args, kwargs = program.example_inputs
-        files[name] = torch._inductor.aot_compile(program.module(), args, kwargs,
-                                                  options={"aot_inductor.package": True})
+        files[name] = torch._inductor.aot_compile(program.module(), args, kwargs, options=options)
     package_aoti(path, files)
 
 
