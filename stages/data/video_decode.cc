@@ -21,8 +21,8 @@
 // decodes on the CPU the streams this GPU's NVDEC cannot (the H200's has no AV1: docs/
 // BENCHMARKS.md, "NVDEC on the H200"), saying so once, where `nvdec` fails naming the file.
 // Counters: frames_decoded, seeks, readers_opened (and passed_through with decode_if,
-// frame_cache_hits with frame_cache, nvdec_readers_opened, nvdec_overflow and nvdec_refused on
-// NVDEC).
+// frame_cache_hits with frame_cache, nvdec_readers_opened, nvdec_overflow, nvdec_refused and
+// frames_held_across_seeks on NVDEC).
 // Example: {"id": "decode", "type": "VideoDecode", "inputs": ["sampler"],
 //           "params": {"mode": "sparse", "frames": "all", "cache_readers": 4}}
 #include <algorithm>
@@ -239,6 +239,7 @@ class VideoDecodeStage final : public Stage {
       nvdec_readers_opened_->add(stats.nvdec_readers_opened);
       nvdec_overflow_->add(stats.nvdec_overflow);
       nvdec_refused_->add(stats.nvdec_refused);
+      frames_held_across_seeks_->add(stats.frames_held_across_seeks);
     }
     sample.set_tensor("frames", std::move(frames));
     out.emit(std::move(sample));
@@ -263,6 +264,7 @@ class VideoDecodeStage final : public Stage {
     nvdec_readers_opened_ = &context.counter("nvdec_readers_opened");
     nvdec_overflow_ = &context.counter("nvdec_overflow");
     nvdec_refused_ = &context.counter("nvdec_refused");
+    frames_held_across_seeks_ = &context.counter("frames_held_across_seeks");
     context.log("VideoDecode: decoding on NVDEC, CUDA device " + std::to_string(device) +
                 " (decoder " + params_.decoder + "), at most " +
                 std::to_string(params_.nvdec_sessions) + " sessions");
@@ -355,6 +357,7 @@ class VideoDecodeStage final : public Stage {
   Counter* nvdec_readers_opened_ = nullptr;
   Counter* nvdec_overflow_ = nullptr;
   Counter* nvdec_refused_ = nullptr;
+  Counter* frames_held_across_seeks_ = nullptr;
   Context* context_ = nullptr;
   std::once_flag nvdec_refusal_said_;
   video::DecoderChoice decoder_;

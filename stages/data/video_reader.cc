@@ -444,11 +444,14 @@ struct VideoReader::Impl {
       }
       if (rc == AVERROR_EOF) frame_not_found(targets[next], fps);
       if (rc < 0) fail_decoding("cannot decode a frame", rc);
-      ++stats.frames_decoded;
       if (dropping_until_keyframe) {
-        if (!awaited_keyframe_pts || frame->pts != *awaited_keyframe_pts) continue;
+        if (!awaited_keyframe_pts || frame->pts != *awaited_keyframe_pts) {
+          ++stats.frames_held_across_seeks;
+          continue;
+        }
         dropping_until_keyframe = false;
       }
+      ++stats.frames_decoded;
       int64_t pts = frame->best_effort_timestamp != AV_NOPTS_VALUE ? frame->best_effort_timestamp
                                                                    : frame->pts;
       int64_t index = index_of_pts(pts, fps);

@@ -20,7 +20,11 @@ namespace wam::video {
 
 // Work done, reported by VideoDecode as counters.
 struct DecodeStats {
-  int64_t frames_decoded = 0;  // frames out of the decoder, needed or not
+  int64_t frames_decoded = 0;  // frames out of the decoder for this plan's packets, needed or not
+  // Frames a reader that keeps its decoder across seeks (NVDEC's) still held from the packets
+  // sent before a seek, dropped when they come out after it: a flushing decoder discards them
+  // unseen, so they are not in frames_decoded and both decoders count the same work.
+  int64_t frames_held_across_seeks = 0;
   int64_t seeks = 0;
   int64_t readers_opened = 0;
   int64_t nvdec_readers_opened = 0;  // of readers_opened, those decoding on NVDEC
