@@ -55,10 +55,10 @@ AdamW::~AdamW() {
   }
 }
 
-void AdamW::use_own_kernel(bool bf16_copies) {
+void AdamW::use_own_kernel(Bf16Copies copies) {
 #if WAM_FUSED_KERNELS
   own_kernel_ = true;
-  if (!bf16_copies) return;
+  if (copies == Bf16Copies::kNone) return;
   // One buffer holds every copy, the matrices first and then the vectors, each in parameter order
   // with no gap where the sizes allow (a multiple of 4 elements keeps the kernel's 8-byte stores
   // aligned): the weights of layers registered one after another (q, k, v) are then one matrix and
@@ -69,6 +69,7 @@ void AdamW::use_own_kernel(bool bf16_copies) {
   int64_t total = 0;
   at::TensorOptions options;
   for (const bool matrices : {true, false}) {
+    if (matrices && copies == Bf16Copies::kVectors) continue;
     for (size_t i = 0; i < params_.size(); ++i) {
       const at::Tensor& p = params_[i];
       if (!p.is_cuda() || p.scalar_type() != at::kFloat || p.dim() == 0) continue;
@@ -87,7 +88,7 @@ void AdamW::use_own_kernel(bool bf16_copies) {
     models::keep_bf16_copy(p, bf16_copies_[i]);
   }
 #else
-  (void)bf16_copies;
+  (void)copies;
 #endif
 }
 

@@ -42,12 +42,17 @@ class AdamW {
   AdamW(const AdamW&) = delete;
   AdamW& operator=(const AdamW&) = delete;
 
+  // Which float32 parameters get a bfloat16 copy, written by each update and read by the compiled
+  // step's products through models::weight_in instead of a cast on every forward.
+  enum class Bf16Copies {
+    kNone,
+    kVectors,  // biases and norm scales: 0.1% of the bytes, half of the casts' launches
+    kAll,
+  };
   // The compiled step's update: our multi-tensor kernel (kernels/adamw.h) instead of ATen's
-  // fused AdamW, and with `bf16_copies` a bfloat16 copy of every float32 matrix parameter, written
-  // by each update and read by the compiled step's products through models::weight_in instead of
-  // a cast on every forward. Only where the build has the fused kernels; elsewhere nothing (the
-  // eager step keeps ATen's update, as the reference's).
-  void use_own_kernel(bool bf16_copies);
+  // fused AdamW, keeping the `copies` asked for. Only where the build has the fused kernels;
+  // elsewhere nothing (the eager step keeps ATen's update, as the reference's).
+  void use_own_kernel(Bf16Copies copies);
 
   // Writes the learning rate of the next step into the device tensor (outside any capture).
   void set_lr(double lr);

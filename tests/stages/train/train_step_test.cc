@@ -156,7 +156,7 @@ TEST(AdamWCudaTest, OwnKernelMatchesAtensAndKeepsTheBf16Copies) {
   }
   const train::AdamWOptions options{0.9, 0.95, 1e-8, 0.01};
   train::AdamW own(ours, options), aten(theirs, options);
-  own.use_own_kernel(/*bf16_copies=*/true);
+  own.use_own_kernel(train::AdamW::Bf16Copies::kAll);
   for (int step = 0; step < 3; ++step) {
     std::vector<at::Tensor> grads;
     for (size_t i = 0; i < ours.size(); ++i) {
@@ -200,6 +200,33 @@ TEST(AdamWCudaTest, OwnKernelMatchesAtensAndKeepsTheBf16Copies) {
                 300 * 257 * 2);
   ours[0].mul_(2);  // through ATen: the version counter moves
   EXPECT_TRUE(torch::equal(models::weight_in(ours[0], at::kBFloat16), ours[0].to(at::kBFloat16)));
+}
+
+// The least-memory setting's copies: the vectors' only, adjacent in one buffer, so that the joint
+// products read their biases in place and cast their weights on every forward.
+TEST(AdamWCudaTest, VectorCopiesOnlyCastTheMatricesEveryTime) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(10);
+  const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+  std::vector<at::Tensor> params = {torch::randn({64, 32}, cuda), torch::randn({64}, cuda),
+                                    torch::randn({48}, cuda), torch::randn({40, 64}, cuda)};
+  for (at::Tensor& p : params) p.requires_grad_();
+  train::AdamW adamw(params, {0.9, 0.95, 1e-8, 0.01});
+  adamw.use_own_kernel(train::AdamW::Bf16Copies::kVectors);
+  for (at::Tensor& p : params) p.mutable_grad() = torch::randn(p.sizes(), cuda);
+  adamw.set_lr(1e-3);
+  adamw.clip_and_step(1.0);
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const at::Tensor copy = models::weight_in(params[i], at::kBFloat16);
+    EXPECT_TRUE(torch::equal(copy, params[i].to(at::kBFloat16))) << "tensor " << i;
+    const bool kept = copy.data_ptr() == models::weight_in(params[i], at::kBFloat16).data_ptr();
+    EXPECT_EQ(kept, params[i].dim() == 1) << "tensor " << i;
+  }
+  // The two biases' copies are one vector: their concatenation is a view of it.
+  const at::Tensor biases = models::concatenated_bf16_weights({params[1], params[2]});
+  EXPECT_EQ(biases.data_ptr(), models::weight_in(params[1], at::kBFloat16).data_ptr());
+  EXPECT_TRUE(torch::equal(biases, at::cat({params[1], params[2]}).to(at::kBFloat16)));
 }
 #endif
 
