@@ -11,7 +11,9 @@
 # BEFORE_DIR: a source tree, e.g. `git archive PARENT | tar -x -C DIR`; without it only this tree
 # is timed. WAM_STEP_BENCH_ROUNDS (default 2) rounds; WAM_STEP_BENCH_ROWS picks rows by name
 # (default "shipped recompute"; also "fp8" and "fp8-recompute": TrainStep's precision "fp8", no
-# peer); WAM_STEP_BENCH_PROFILE names the rows whose step is profiled (default "shipped");
+# peer; "uncaptured": cuda_graph off, the kernels launched op by op); WAM_STEP_BENCH_PROFILE names
+# the rows whose step is profiled (default "shipped"; the "uncaptured" row's profile also sums the
+# kernels by the op and input shapes that launched them);
 # WAM_STEP_BENCH_LOSS_STEPS=N also trains this tree N steps with bf16 and with fp8 products on the
 # same data (`wam-pipeline run`, a loss logged every step) and plots both (scripts/loss_plot.py).
 # Logs, the trace summaries and the plot go to ${OUT:-/tmp/step-bench}.
@@ -55,6 +57,7 @@ rows=(
   "fp8|--set nodes.step.params.precision=fp8|"
   "recompute|--set nodes.step.params.memory_budget=0|3"
   "fp8-recompute|--set nodes.step.params.precision=fp8 --set nodes.step.params.memory_budget=0|"
+  "uncaptured|--set nodes.step.params.cuda_graph=false|"
 )
 peer=""
 if [ -z "${WAM_STEP_BENCH_NO_PEER:-}" ] &&
@@ -105,6 +108,23 @@ steps = 3
 print(f"kernels: {sum(total.values()) / steps:.2f} ms per step")
 for name, ms in total.most_common(45):
     print(f"{ms / steps:8.2f} ms {calls[name] // steps:6d} calls  {name}")
+# Without the CUDA graph (the "uncaptured" row) each kernel's "External id" is that of the op
+# that launched it: the kernels' time by op and input shapes.
+ops = {e["args"]["External id"]: e for e in events
+       if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}
+by_op, op_calls = collections.Counter(), collections.Counter()
+for e in events:
+    if e.get("cat") != "kernel":
+        continue
+    op = ops.get(e.get("args", {}).get("External id"))
+    if op is not None:
+        key = f'{op["name"]} {op["args"].get("Input Dims", "")}'[:160]
+        by_op[key] += e.get("dur", 0) / 1000.0
+        op_calls[key] += 1
+if by_op:
+    print(f"kernels by the op that launched them: {sum(by_op.values()) / steps:.2f} ms per step")
+    for key, ms in by_op.most_common(60):
+        print(f"{ms / steps:8.2f} ms {op_calls[key] // steps:6d} calls  {key}")
 PY
   rm -f "$out/trace.json"
   echo "## kernels, $name"

@@ -136,8 +136,9 @@ Losses StepRunner::step(const models::TrainBatch& batch, double lr, at::Generato
   if (device_.is_cuda()) {
     if (!events_) events_ = std::make_unique<StepEvents>();
     events_->begin.record();
-    const models::LossTerms terms =
-        compiled_ ? graph_step(batch, noise_gen) : eager_step(batch, noise_gen);
+    const models::LossTerms terms = !compiled_            ? eager_step(batch, noise_gen)
+                                    : options_.cuda_graph ? graph_step(batch, noise_gen)
+                                                          : uncaptured_step(batch, noise_gen);
     events_->end.record();
     const Losses losses = read_losses(terms);
     last_device_ms_ = events_->begin.elapsed_time(events_->end);
@@ -353,6 +354,20 @@ void StepRunner::capture(const models::TrainBatch& batch) {
   at::cuda::CUDAEvent captured;
   captured.record(side);
   captured.block(main);
+}
+
+// The compiled step's kernels launched op by op (StepOptions::cuda_graph off), with the
+// recomputation planned on the first batch as capture plans it on its own.
+models::LossTerms StepRunner::uncaptured_step(const models::TrainBatch& batch,
+                                              at::Generator& noise_gen) {
+  if (!recomputation_planned_) {
+    recomputation_planned_ = true;
+    if (options_.memory_budget > 0 && model_->config().activation_checkpoint_group > 0) {
+      at::Generator warmup_gen = make_noise_generator(device_, 0);
+      plan_recomputation(batch, models::sample_flow_noise(batch, model_->config(), warmup_gen));
+    }
+  }
+  return eager_step(batch, noise_gen);
 }
 
 models::LossTerms StepRunner::graph_step(const models::TrainBatch& batch,

@@ -43,6 +43,9 @@ struct StepOptions {
   CollectivePlacement collectives = CollectivePlacement::kInGraph;  // compiled data-parallel step
   // Compiled step: the MoT linear layers' products in FP8 (models/fp8_linear.h).
   bool fp8 = false;
+  // Compiled step: captured once as a CUDA graph and replayed. Without, the same kernels are
+  // launched op by op, slower, so that a profile ties each kernel to the op that launched it.
+  bool cuda_graph = true;
 };
 
 // Called around the backward pass of every step: data-parallel gradient averaging
@@ -92,6 +95,7 @@ class StepRunner {
   models::LossTerms eager_step(const models::TrainBatch& batch, at::Generator& noise_gen);
 #if WAM_WITH_CUDA
   models::LossTerms graph_step(const models::TrainBatch& batch, at::Generator& noise_gen);
+  models::LossTerms uncaptured_step(const models::TrainBatch& batch, at::Generator& noise_gen);
   void capture(const models::TrainBatch& batch);
   void warm_up_step(const models::TrainBatch& inputs, const models::FlowNoise& noise,
                     bool with_sync);
@@ -100,6 +104,7 @@ class StepRunner {
   std::unique_ptr<Graph> graph_;
   struct StepEvents;
   std::unique_ptr<StepEvents> events_;
+  bool recomputation_planned_ = false;  // uncaptured_step plans it on its first batch
 #endif
   std::optional<double> last_device_ms_;
 

@@ -109,6 +109,7 @@ struct TrainStepParams {
   double memory_budget = 0;
   double bucket_mb = 25;
   train::CollectivePlacement collectives = train::CollectivePlacement::kInGraph;
+  bool cuda_graph = true;
 
   template <class V>
   void visit(V& v) {
@@ -155,7 +156,7 @@ struct TrainStepParams {
     v("memory_budget", memory_budget,
       "compiled, with checkpointing: share of the device's memory the step may take; groups "
       "that fit keep their activations instead of being recomputed (0: recompute all and keep "
-      "no bfloat16 copies of the weights).",
+      "only the vectors' bfloat16 copies, not the matrices').",
       Min{0.0}, Max{1.0});
     v("bucket_mb", bucket_mb,
       "Data-parallel runs: gradients are all-reduced in buckets of this many MiB, overlapped "
@@ -165,6 +166,9 @@ struct TrainStepParams {
       "Compiled data-parallel step: in_graph captures the all-reduces in the CUDA graph, "
       "overlapped with backward; outside_graph runs them between a forward+backward graph and "
       "an update graph.");
+    v("cuda_graph", cuda_graph,
+      "compiled: capture the step once as a CUDA graph and replay it (false: the same kernels "
+      "launched op by op, slower; a profile then names the op behind each kernel).");
   }
 
   void check(ParamChecker& c) const {
@@ -299,8 +303,10 @@ class TrainStepStage final : public Stage, public TrainingStep {
         // and `wam-pipeline compile` finds the file from the preset alone.
         tunableop_results = train::tunableop_results_path(
             at::cuda::getDeviceProperties(device_.index())->name, params_.model);
-        context.log(std::string("TrainStep: compiled step: captured once as a CUDA graph after "
-                                "warm-up; q/k norms ") +
+        context.log(std::string("TrainStep: compiled step: ") +
+                    (params_.cuda_graph ? "captured once as a CUDA graph after warm-up"
+                                        : "its kernels launched op by op (cuda_graph false)") +
+                    "; q/k norms " +
                     (models::fused_kernels_built()
                          ? "fused (stages/kernels)"
                          : "unfused (built without stages/kernels: no CUDA compiler, or "
@@ -318,7 +324,8 @@ class TrainStepStage final : public Stage, public TrainingStep {
     runner_ = std::make_unique<train::StepRunner>(
         model_, *optimizer_, device_,
         train::StepOptions{params_.max_grad_norm, params_.autocast_bf16, params_.memory_budget,
-                           params_.collectives, params_.precision == ProductPrecision::kFp8},
+                           params_.collectives, params_.precision == ProductPrecision::kFp8,
+                           params_.cuda_graph},
         graph_capture, tunableop_results);
     if (world_->distributed()) {
       averager_ = std::make_unique<train::GradientAverager>(

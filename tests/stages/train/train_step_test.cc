@@ -533,14 +533,18 @@ models::TrainBatch to_train_batch(const Sample& s, at::Device device) {
 
 // After 5 steps from the same weights on the same batches, the CUDA-graph step and the eager step
 // moved the parameters alike: the replayed optimizer advanced its step count and bias correction.
-// The same with a memory budget that lets every checkpoint group keep its activations.
+// The same with a memory budget that lets every checkpoint group keep its activations, and with
+// that budget uncaptured (cuda_graph off: the compiled step's kernels launched op by op).
 TEST(TrainStepCudaTest, CompiledMatchesEagerAfterFiveSteps) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const at::Device device(at::kCUDA, 0);
   auto config = models::MoTConfig::from_json(tiny_preset());
   config.activation_checkpoint_group = 1;
   std::vector<std::vector<at::Tensor>> before, after;
-  for (const double budget : {-1.0, 0.0, 0.9}) {  // eager, compiled, compiled with a budget
+  // budget -1: eager; else compiled with that budget, captured or not.
+  const std::vector<std::pair<double, bool>> runs = {
+      {-1.0, true}, {0.0, true}, {0.9, true}, {0.9, false}};
+  for (const auto& [budget, cuda_graph] : runs) {
     const bool compiled = budget >= 0;
     torch::manual_seed(5);
     models::WorldActionModel model(config);
@@ -551,6 +555,7 @@ TEST(TrainStepCudaTest, CompiledMatchesEagerAfterFiveSteps) {
     train::AdamW adamw(model->parameters(), train::AdamWOptions{});
     train::StepOptions options;
     options.memory_budget = std::max(budget, 0.0);
+    options.cuda_graph = cuda_graph;
     train::StepRunner runner(model, adamw, device, options, compiled, "");
     EXPECT_EQ(runner.compiled(), compiled);
     at::Generator gen = train::make_noise_generator(device, 9);
