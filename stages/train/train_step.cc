@@ -291,36 +291,8 @@ class TrainStepStage final : public Stage, public TrainingStep {
                                                                               : Copies::kAll);
     }
 
-    bool graph_capture = false;
     std::string tunableop_results;
-    if (compiled) {
-#if WAM_WITH_CUDA
-      graph_capture = device_.is_cuda();
-#endif
-      if (graph_capture) {
-#if WAM_WITH_CUDA
-        // Keyed by the preset as given: activation checkpointing does not change the GEMM shapes,
-        // and `wam-pipeline compile` finds the file from the preset alone.
-        tunableop_results = train::tunableop_results_path(
-            at::cuda::getDeviceProperties(device_.index())->name, params_.model);
-        context.log(std::string("TrainStep: compiled step: ") +
-                    (params_.cuda_graph ? "captured once as a CUDA graph after warm-up"
-                                        : "its kernels launched op by op (cuda_graph false)") +
-                    "; q/k norms " +
-                    (models::fused_kernels_built()
-                         ? "fused (stages/kernels)"
-                         : "unfused (built without stages/kernels: no CUDA compiler, or "
-                           "WAM_BUILD_FUSED_KERNELS=OFF)") +
-                    "; TunableOp GEMM results in " + tunableop_results);
-#endif
-      } else {
-        context.log(std::string("TrainStep: mode \"compiled\" needs CUDA graphs and a CUDA "
-                                "device; ") +
-                    (device_.is_cuda() ? "this build has no CUDA code paths (WAM_WITH_CUDA off)"
-                                       : "the training device is cpu") +
-                    ", so the step runs eager.");
-      }
-    }
+    const bool graph_capture = compiled && compiled_step_on_cuda(context, tunableop_results);
     runner_ = std::make_unique<train::StepRunner>(
         model_, *optimizer_, device_,
         train::StepOptions{params_.max_grad_norm, params_.autocast_bf16, params_.memory_budget,
@@ -406,6 +378,39 @@ class TrainStepStage final : public Stage, public TrainingStep {
       noise_gen_ = train::make_noise_generator(
           device_, seeding::mix_seed(noise_seed, static_cast<uint64_t>(step_)));
     }
+  }
+
+  // Whether the compiled step runs as compiled here (CUDA code paths and a CUDA device), saying
+  // how in the log; `tunableop_results` gets the TunableOp GEMM results file it then uses.
+  bool compiled_step_on_cuda(Context& context, std::string& tunableop_results) const {
+    bool graph_capture = false;
+#if WAM_WITH_CUDA
+    graph_capture = device_.is_cuda();
+#endif
+    if (graph_capture) {
+#if WAM_WITH_CUDA
+      // Keyed by the preset as given: activation checkpointing does not change the GEMM shapes,
+      // and `wam-pipeline compile` finds the file from the preset alone.
+      tunableop_results = train::tunableop_results_path(
+          at::cuda::getDeviceProperties(device_.index())->name, params_.model);
+      context.log(std::string("TrainStep: compiled step: ") +
+                  (params_.cuda_graph ? "captured once as a CUDA graph after warm-up"
+                                      : "its kernels launched op by op (cuda_graph false)") +
+                  "; q/k norms " +
+                  (models::fused_kernels_built()
+                       ? "fused (stages/kernels)"
+                       : "unfused (built without stages/kernels: no CUDA compiler, or "
+                         "WAM_BUILD_FUSED_KERNELS=OFF)") +
+                  "; TunableOp GEMM results in " + tunableop_results);
+#endif
+    } else {
+      context.log(std::string("TrainStep: mode \"compiled\" needs CUDA graphs and a CUDA "
+                              "device; ") +
+                  (device_.is_cuda() ? "this build has no CUDA code paths (WAM_WITH_CUDA off)"
+                                     : "the training device is cpu") +
+                  ", so the step runs eager.");
+    }
+    return graph_capture;
   }
 
   // The line open() logs: what is trained, where, how, and for how long.
