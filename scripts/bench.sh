@@ -25,8 +25,9 @@
 # nvdec:  on a machine with NVIDIA's decoder, VideoDecode's `decoder: nvdec` against the CPU
 #         decoder on the dataset of `data` made with H.264 instead of AV1 (the H200's NVDEC has
 #         no AV1): decoding alone, then the data path through Augment,
-#         samples per CPU-second and per wall second at one thread and at all cores, alternating
-#         run by run, $WAM_BENCH_ROUNDS rounds (default 3; scripts/data_path_compare.py).
+#         samples per CPU-second and per wall second at the thread counts of $WAM_BENCH_THREADS
+#         (default one and all cores, e.g. "1,2,4,16" for the scaling), alternating run by run,
+#         $WAM_BENCH_ROUNDS rounds (default 3; scripts/data_path_compare.py).
 # auto:   data-path samples/s (--stop-after augment) with the parallel stages' default,
 #         `concurrency: "auto"`, against them fixed at "unlimited" (what they declare), on the
 #         same dataset as `data`, all cores; the settings alternate run by run, $WAM_BENCH_ROUNDS
@@ -107,7 +108,8 @@ PY
         echo "## robotwin_data_online, --stop-after $stop"
         ROBOTWIN_DATA_ROOT=$root python3 scripts/data_path_compare.py --stop-after "$stop" \
           --samples "${WAM_BENCH_SAMPLES:-96}" --rounds "${WAM_BENCH_ROUNDS:-3}" \
-          --threads "1,$(nproc)" "cpu=$bin" "nvdec=$bin,nodes.decode.params.decoder=nvdec"
+          --threads "${WAM_BENCH_THREADS:-1,$(nproc)}" "cpu=$bin" \
+          "nvdec=$bin,nodes.decode.params.decoder=nvdec"
       done
       ;;
     auto)
