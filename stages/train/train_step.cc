@@ -292,13 +292,13 @@ class TrainStepStage final : public Stage, public TrainingStep {
     }
 
     std::string tunableop_results;
-    const bool graph_capture = compiled && compiled_step_on_cuda(context, tunableop_results);
+    const bool compiled_on_cuda = compiled && compiled_step_on_cuda(context, tunableop_results);
     runner_ = std::make_unique<train::StepRunner>(
         model_, *optimizer_, device_,
         train::StepOptions{params_.max_grad_norm, params_.autocast_bf16, params_.memory_budget,
                            params_.collectives, params_.precision == ProductPrecision::kFp8,
                            params_.cuda_graph},
-        graph_capture, tunableop_results);
+        compiled_on_cuda, tunableop_results);
     if (world_->distributed()) {
       averager_ = std::make_unique<train::GradientAverager>(
           model_->named_parameters().pairs(), *world_,
@@ -306,7 +306,7 @@ class TrainStepStage final : public Stage, public TrainingStep {
       runner_->set_gradient_sync(averager_.get());
     }
 
-    log_opened(graph_capture);
+    log_opened(compiled_on_cuda);
     saved_step_ = step_;
     last_logged_step_ = step_;  // a resumed run logs only the steps it does
     start_ = std::chrono::steady_clock::now();
@@ -383,11 +383,11 @@ class TrainStepStage final : public Stage, public TrainingStep {
   // Whether the compiled step runs as compiled here (CUDA code paths and a CUDA device), saying
   // how in the log; `tunableop_results` gets the TunableOp GEMM results file it then uses.
   bool compiled_step_on_cuda(Context& context, std::string& tunableop_results) const {
-    bool graph_capture = false;
+    bool compiled_on_cuda = false;
 #if WAM_WITH_CUDA
-    graph_capture = device_.is_cuda();
+    compiled_on_cuda = device_.is_cuda();
 #endif
-    if (graph_capture) {
+    if (compiled_on_cuda) {
 #if WAM_WITH_CUDA
       // Keyed by the preset as given: activation checkpointing does not change the GEMM shapes,
       // and `wam-pipeline compile` finds the file from the preset alone.
@@ -410,19 +410,19 @@ class TrainStepStage final : public Stage, public TrainingStep {
                                      : "the training device is cpu") +
                   ", so the step runs eager.");
     }
-    return graph_capture;
+    return compiled_on_cuda;
   }
 
   // The line open() logs: what is trained, where, how, and for how long.
-  void log_opened(bool graph_capture) const {
+  void log_opened(bool compiled_on_cuda) const {
     context_->log(
         "TrainStep: " + std::to_string(model_->parameter_count()) + " parameters on " +
         device_.str() + ", mode " +
-        (compiled() && !graph_capture ? std::string("eager (\"compiled\" without CUDA graphs)")
-                                      : std::string(enum_name(params_.mode))) +
+        (compiled() && !compiled_on_cuda ? std::string("eager (\"compiled\" without CUDA graphs)")
+                                         : std::string(enum_name(params_.mode))) +
         ", checkpoint_group " + std::to_string(config_.activation_checkpoint_group) +
-        (graph_capture ? ", products " + std::string(enum_name(params_.precision))
-                       : std::string()) +
+        (compiled_on_cuda ? ", products " + std::string(enum_name(params_.precision))
+                          : std::string()) +
         ", " + std::to_string(schedule_.total_steps) + " steps" +
         (params_.resume.empty() ? std::string() : ", resumed at step " + std::to_string(step_)) +
         (params_.weights.empty() ? std::string() : ", weights from " + params_.weights) +
