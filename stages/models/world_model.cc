@@ -21,6 +21,7 @@
 #include "models/fp8_linear.h"
 #include "models/fused_norm.h"
 #include "models/modulation.h"
+#include "models/token_split.h"
 #include "wam/error.h"
 
 #if WAM_WITH_CUDA
@@ -517,14 +518,20 @@ class MoTLayerImpl : public torch::nn::Module {
         video_->pre_attention(video, in.video_t_mod, in.video_groups, in.fused_norms);
     ExpertAttentionInput a =
         action_->pre_attention(action, in.action_t_mod, in.action_groups, in.fused_norms);
-    at::Tensor attended = joint_attention(v.qkv, a.qkv, in);
-    const int64_t video_tokens = video.size(1);
+    const at::Tensor attended = joint_attention(v.qkv, a.qkv, in);
+    const std::vector<int64_t> tokens = {video.size(1), action.size(1)};
+    // The compiled step gives each expert its tokens as a tensor of their own (split_tokens);
+    // eager keeps the reference's slices.
+    const std::vector<at::Tensor> parts =
+        in.fused_norms ? split_tokens(attended, tokens)
+                       : std::vector<at::Tensor>{attended.narrow(1, 0, tokens[0]),
+                                                 attended.narrow(1, tokens[0], tokens[1])};
     at::Tensor video_out =
-        video_->post_attention(video, attended.narrow(1, 0, video_tokens), v.mods, in.video_groups,
-                               in.video_context, in.video_context_allowed, in.fused_norms);
-    at::Tensor action_out = action_->post_attention(
-        action, attended.narrow(1, video_tokens, action.size(1)), a.mods, in.action_groups,
-        in.action_context, in.action_context_allowed, in.fused_norms, in.action_constant_context);
+        video_->post_attention(video, parts[0], v.mods, in.video_groups, in.video_context,
+                               in.video_context_allowed, in.fused_norms);
+    at::Tensor action_out = action_->post_attention(action, parts[1], a.mods, in.action_groups,
+                                                    in.action_context, in.action_context_allowed,
+                                                    in.fused_norms, in.action_constant_context);
     return {video_out, action_out};
   }
 
