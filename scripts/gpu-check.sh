@@ -5,7 +5,8 @@
 #   source .gpu/gpu-env.sh && source .gpu-extra/env.sh && scripts/gpu-check.sh
 # (.gpu from ../shared/device/make-gpu-prefix.sh, .gpu-extra from scripts/gpu-extra.sh.)
 # WAM_BUILD_DIR (default /tmp/build-gpu: outside the paths a run carries) and WAM_CTEST_ARGS (e.g.
-# "-R Fused") change where it builds and what it runs.
+# "-R Fused") change where it builds and what it runs; WAM_CTEST_LOG (default $build/ctest.log)
+# where ctest writes as it goes (a run cut off still shows which tests passed and how long each took).
 #   scripts/gpu-check.sh [build|test]
 # runs one half: together they take longer than one device call may (10 minutes), so the build
 # runs in one call and the tests in the next, on the same machine while it is still held.
@@ -43,13 +44,18 @@ echo "gpu-check: wam-pipeline's shared libraries:" \
 [ "$phase" = build ] && exit 0
 began=$SECONDS
 # Half the cores: the stage tests share one GPU and each compiles little.
+log=${WAM_CTEST_LOG:-$build/ctest.log}
 # shellcheck disable=SC2086  # WAM_CTEST_ARGS holds several arguments
 ctest --test-dir "$build" -j "$(($(nproc) / 2))" --timeout 600 --output-on-failure \
-  ${WAM_CTEST_ARGS:-} >"$build/ctest.log" 2>&1 && status=0 || status=$?
-total=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p' "$build/ctest.log")
-failed=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of.*/\1/p' "$build/ctest.log")
-skipped=$(grep -c "\*\*\*Skipped\| Skipped " "$build/ctest.log" || true)
-grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)" "$build/ctest.log" || true
+  ${WAM_CTEST_ARGS:-} >"$log" 2>&1 && status=0 || status=$?
+total=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p' "$log")
+failed=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of.*/\1/p' "$log")
+skipped=$(grep -c "\*\*\*Skipped\| Skipped " "$log" || true)
+grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)" "$log" || true
+# The slowest tests: what to split or move when the suite outgrows a device call.
+echo "gpu-check: slowest tests:"
+sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) .* \([0-9.]*\) sec$/\2 \1/p' "$log" |
+  sort -rn | head -10 | sed 's/^/  /'
 echo "gpu-check: ctest ${total:-?} tests, ${failed:-?} failed, ${skipped} skipped, in" \
-  "$((SECONDS - began)) s (log: $build/ctest.log)"
+  "$((SECONDS - began)) s (log: $log)"
 exit "$status"

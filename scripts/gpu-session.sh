@@ -10,7 +10,8 @@
 #   build    scripts/gpu-check.sh build (every target, and how wam-pipeline was linked)
 #   quick    ctest of $WAM_QUICK_TESTS (default: the link, NVDEC, cache, encoder-export, CUDA step,
 #            epilogue-product, pinned-copy and two-rank tests)
-#   test     scripts/gpu-check.sh test (the whole ctest; about 10 minutes)
+#   test     scripts/gpu-check.sh test (the whole ctest; more than 10 minutes), its log as it goes in
+#            ctest-log.txt
 #   cache    scripts/bench.sh cache
 #   ladder-libero, ladder-robotwin
 #            scripts/bench.sh ladder for that task on the reference-cost encoders, 20 timed steps
@@ -56,7 +57,7 @@ case "${1:-}" in
         ctest --test-dir "$WAM_BUILD_DIR" -j8 --timeout 300 --output-on-failure -R \
           "${WAM_QUICK_TESTS:-link_order|filesystem_binding|export_encoder|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|TrainStepCuda|AdamWCuda|EpilogueLinearCuda|HostToDeviceCuda}"
         ;;
-      test) scripts/gpu-check.sh test ;;
+      test) WAM_CTEST_LOG=$dir/ctest-log.txt scripts/gpu-check.sh test ;;
       cache) scripts/bench.sh cache ;;
       ladder-libero | ladder-robotwin)
         WAM_LADDER_TASKS=${phase#ladder-} WAM_LADDER_STEPS=20 WAM_LADDER_PLOT_DIR=$dir \
@@ -85,7 +86,7 @@ case "${1:-}" in
     tail -c 3000 "$OUT/all.txt"
     ;;
   *)
-    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac

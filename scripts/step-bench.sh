@@ -126,6 +126,9 @@ if by_op:
     for key, ms in by_op.most_common(60):
         print(f"{ms / steps:8.2f} ms {op_calls[key] // steps:6d} calls  {key}")
 PY
+  # Launched op by op, each kernel also by its op's enclosing autograd node and input dtypes.
+  [ "$name" != uncaptured ] ||
+    python3 scripts/kernel-ops.py "$out/trace.json" --top 60 >"$out/kernel_ops_$name.txt"
   rm -f "$out/trace.json"
   echo "## kernels, $name"
   head -50 "$out/kernels_$name.txt"
