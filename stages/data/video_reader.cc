@@ -25,6 +25,13 @@ extern "C" {
 #include <libswscale/swscale.h>
 }
 
+#if WAM_WITH_CUDA
+#include <c10/cuda/CUDAStream.h>
+extern "C" {
+#include <libavutil/hwcontext_cuda.h>
+}
+#endif
+
 #include "common/io/ffmpeg.h"
 #include "wam/error.h"
 #include "wam/limits.h"
@@ -88,6 +95,31 @@ const NvdecDevice& nvdec_device(int device) {
         "FFmpeg cannot open CUDA device " + name + " for NVDEC: " + ffmpeg::error_message(rc);
   }
   return found;
+}
+
+// The CUDA device one NVDEC reader decodes on: the shared device's context (the GPU's primary
+// one) with a stream of the reader's own. FFmpeg's device runs every frame's mapping and copy to
+// the host on its stream, and the shared device's is the legacy default stream, on which the
+// readers' copies run one at a time and wait for every other stream of the context (LibTorch's
+// step included; docs/BENCHMARKS.md, "NVDEC on the H200"). LibTorch's pool streams are
+// non-blocking. Null when FFmpeg cannot make one.
+AVBufferRef* reader_device(int device) {
+  AVBufferRef* shared = nvdec_device(device).context;
+#if WAM_WITH_CUDA
+  AVBufferRef* own = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
+  if (own == nullptr) return nullptr;
+  const auto cuda_of = [](AVBufferRef* ref) {
+    return static_cast<AVCUDADeviceContext*>(
+        reinterpret_cast<AVHWDeviceContext*>(ref->data)->hwctx);
+  };
+  // Not FFmpeg's to release: the shared device holds the primary context for the process.
+  cuda_of(own)->cuda_ctx = cuda_of(shared)->cuda_ctx;
+  cuda_of(own)->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device).stream();
+  if (av_hwdevice_ctx_init(own) < 0) av_buffer_unref(&own);
+  return own;
+#else
+  return av_buffer_ref(shared);
+#endif
 }
 
 // A decoder of `codec` that decodes on NVDEC through FFmpeg's CUDA hwaccel: the native one (for
@@ -190,7 +222,7 @@ struct VideoReader::Impl {
 
   // Has `codec` decode on NVDEC, its frames staying in device memory until to_rgb copies them.
   void attach_nvdec(int device) {
-    codec->hw_device_ctx = av_buffer_ref(nvdec_device(device).context);
+    codec->hw_device_ctx = reader_device(device);
     host_frame.reset(av_frame_alloc());
     planar_frame.reset(av_frame_alloc());
     if (!codec->hw_device_ctx || !host_frame || !planar_frame) {
