@@ -83,9 +83,10 @@ __global__ void __launch_bounds__(kThreads)
 template <class TX, class TO, int kChunks>
 __global__ void __launch_bounds__(kThreads)
     layer_norm_modulate_backward_kernel(const TO* grad_out, const TX* x, const float* scale,
-                                        const float* mean, const float* rstd, TX* grad_x,
-                                        float* scale_partials, float* shift_partials,
-                                        ModulationLayout layout, int64_t rows_per_block) {
+                                        const float* mean, const float* rstd,
+                                        const TX* grad_residual, TX* grad_x, float* scale_partials,
+                                        float* shift_partials, ModulationLayout layout,
+                                        int64_t rows_per_block) {
   __shared__ float2 scratch[kThreads / 32];
   const int chunks = static_cast<int>(layout.width / 4);
   const float width = static_cast<float>(layout.width);
@@ -136,9 +137,10 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < kChunks; ++k) {
       const int c = threadIdx.x + k * kThreads;
       if (c >= chunks) continue;
-      const float4 d = make_float4(
+      float4 d = make_float4(
           r * (g[k].x - mean_g - h[k].x * mean_gh), r * (g[k].y - mean_g - h[k].y * mean_gh),
           r * (g[k].z - mean_g - h[k].z * mean_gh), r * (g[k].w - mean_g - h[k].w * mean_gh));
+      if (grad_residual != nullptr) d = d + load4(grad_residual + row * layout.width + 4 * c);
       store4(grad_x + row * layout.width + 4 * c, d);
     }
   }
@@ -276,9 +278,9 @@ void layer_norm_modulate_forward(const void* x, Precision x_precision, const flo
 
 void layer_norm_modulate_backward(const void* grad_out, Precision out_precision, const void* x,
                                   Precision x_precision, const float* scale, const float* mean,
-                                  const float* rstd, void* grad_x, float* scale_partials,
-                                  float* shift_partials, const ModulationLayout& layout,
-                                  CUstream_st* stream) {
+                                  const float* rstd, const void* grad_residual, void* grad_x,
+                                  float* scale_partials, float* shift_partials,
+                                  const ModulationLayout& layout, CUstream_st* stream) {
   if (layout.rows == 0) return;
   dispatch(x_precision, out_precision, [&](auto* tx, auto* to) {
     using TX = std::remove_pointer_t<decltype(tx)>;
@@ -287,8 +289,8 @@ void layer_norm_modulate_backward(const void* grad_out, Precision out_precision,
       layer_norm_modulate_backward_kernel<TX, TO, decltype(chunks)::value>
           <<<backward_blocks(layout), kThreads, 0, stream>>>(
               static_cast<const TO*>(grad_out), static_cast<const TX*>(x), scale, mean, rstd,
-              static_cast<TX*>(grad_x), scale_partials, shift_partials, layout,
-              adaln_backward_rows_per_block(layout));
+              static_cast<const TX*>(grad_residual), static_cast<TX*>(grad_x), scale_partials,
+              shift_partials, layout, adaln_backward_rows_per_block(layout));
     });
   });
   check_launch("layer_norm_modulate_backward");

@@ -45,13 +45,15 @@ void layer_norm_modulate_forward(const void* x, Precision x_precision, const flo
                                  float* mean, float* rstd, const ModulationLayout& layout,
                                  float eps, CUstream_st* stream);
 
-// grad_x (x's precision) from grad_out (out's precision), and per block of rows the sums of
-// grad_out * xhat (scale_partials) and grad_out (shift_partials), float [adaln_backward_blocks, D].
+// grad_x (x's precision) from grad_out (out's precision), plus grad_residual (x's precision, [rows,
+// D]) where it is not null: the gradient of x's other use (the residual path), added here instead
+// of in a pass of its own. Per block of rows the sums of grad_out * xhat (scale_partials) and
+// grad_out (shift_partials), float [adaln_backward_blocks, D].
 void layer_norm_modulate_backward(const void* grad_out, Precision out_precision, const void* x,
                                   Precision x_precision, const float* scale, const float* mean,
-                                  const float* rstd, void* grad_x, float* scale_partials,
-                                  float* shift_partials, const ModulationLayout& layout,
-                                  CUstream_st* stream);
+                                  const float* rstd, const void* grad_residual, void* grad_x,
+                                  float* scale_partials, float* shift_partials,
+                                  const ModulationLayout& layout, CUstream_st* stream);
 
 // out[r] = residual[r] + update[r] * gate[m(r)]; out in the residual's precision. gate: float
 // [modulation_rows, D].

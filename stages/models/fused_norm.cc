@@ -219,13 +219,15 @@ at::Tensor sum_partials(const at::Tensor& partials, const kernels::ModulationLay
 }
 
 // LayerNorm without affine, then scale_rows and shift_rows (float [M, D]) per `groups` and
-// `sample_stride`, written in out_dtype.
+// `sample_stride`, written in out_dtype. `pass_input`: x itself as a second output (the residual
+// path's), whose gradient the backward kernel adds into x's.
 class FusedLayerNormModulate : public torch::autograd::Function<FusedLayerNormModulate> {
  public:
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x,
-                            const at::Tensor& scale_rows, const at::Tensor& shift_rows,
-                            int64_t groups, int64_t sample_stride, at::ScalarType out_dtype,
-                            double eps) {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                const at::Tensor& x, const at::Tensor& scale_rows,
+                                                const at::Tensor& shift_rows, int64_t groups,
+                                                int64_t sample_stride, at::ScalarType out_dtype,
+                                                double eps, bool pass_input) {
     const c10::cuda::CUDAGuard guard(x.device());
     const kernels::ModulationLayout layout = layout_of(x, groups, sample_stride);
     at::Tensor out = at::empty(x.sizes(), x.options().dtype(out_dtype));
@@ -239,7 +241,9 @@ class FusedLayerNormModulate : public torch::autograd::Function<FusedLayerNormMo
     ctx->saved_data["groups"] = groups;
     ctx->saved_data["sample_stride"] = sample_stride;
     ctx->saved_data["out_dtype"] = static_cast<int64_t>(out_dtype);
-    return out;
+    ctx->saved_data["pass_input"] = pass_input;
+    if (pass_input) return {out, x};
+    return {out};
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -250,17 +254,23 @@ class FusedLayerNormModulate : public torch::autograd::Function<FusedLayerNormMo
     const auto out_dtype = static_cast<at::ScalarType>(ctx->saved_data["out_dtype"].toInt());
     const at::Tensor grad_out = grads[0].to(out_dtype).contiguous();
     const kernels::ModulationLayout layout = saved_layout(ctx, x);
+    at::Tensor grad_residual;
+    if (ctx->saved_data["pass_input"].toBool()) {
+      grad_residual = grads[1].to(x.scalar_type()).contiguous();
+    }
     at::Tensor grad_x = at::empty_like(x);
     at::Tensor scale_partials = partials_for(layout, scale_rows),
                shift_partials = partials_for(layout, scale_rows);
     kernels::layer_norm_modulate_backward(
         grad_out.data_ptr(), precision_of(grad_out), x.data_ptr(), precision_of(x),
         scale_rows.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
-        grad_x.data_ptr(), scale_partials.data_ptr<float>(), shift_partials.data_ptr<float>(),
-        layout, at::cuda::getCurrentCUDAStream().stream());
+        grad_residual.defined() ? grad_residual.data_ptr() : nullptr, grad_x.data_ptr(),
+        scale_partials.data_ptr<float>(), shift_partials.data_ptr<float>(), layout,
+        at::cuda::getCurrentCUDAStream().stream());
     return {grad_x,
             sum_partials(scale_partials, layout),
             sum_partials(shift_partials, layout),
+            at::Tensor(),
             at::Tensor(),
             at::Tensor(),
             at::Tensor(),
@@ -398,16 +408,47 @@ at::Tensor fused_norm_modulate(const at::Tensor& x, const at::Tensor& shift,
   require_applies(fused_norm_modulate_applies(x, layout, dtype), "fused_norm_modulate");
   return FusedLayerNormModulate::apply(x, rows_per_group(1 + scale, layout),
                                        rows_per_group(shift, layout), layout.groups, layout.groups,
-                                       dtype, eps);
+                                       dtype, eps, /*pass_input=*/false)[0];
 }
 
-at::Tensor fused_layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
-                            at::ScalarType dtype, double eps) {
+NormedAndResidual fused_norm_modulate_and_residual(const at::Tensor& x, const at::Tensor& shift,
+                                                   const at::Tensor& scale,
+                                                   const TokenGroups& layout, at::ScalarType dtype,
+                                                   double eps) {
+  require_applies(fused_norm_modulate_applies(x, layout, dtype),
+                  "fused_norm_modulate_and_residual");
+  const torch::autograd::variable_list outs = FusedLayerNormModulate::apply(
+      x, rows_per_group(1 + scale, layout), rows_per_group(shift, layout), layout.groups,
+      layout.groups, dtype, eps, /*pass_input=*/true);
+  return {outs[0], outs[1]};
+}
+
+namespace {
+
+// fused_layer_norm's op, with x as a second output where `pass_input`.
+torch::autograd::variable_list layer_norm_op(const at::Tensor& x, const at::Tensor& weight,
+                                             const at::Tensor& bias, at::ScalarType dtype,
+                                             double eps, bool pass_input) {
   require_applies(fused_norm_modulate_applies(x, TokenGroups{}, dtype) &&
                       weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat,
                   "fused_layer_norm");
   return FusedLayerNormModulate::apply(x, weight.view({1, -1}), bias.view({1, -1}), 1,
-                                       /*sample_stride=*/0, dtype, eps);
+                                       /*sample_stride=*/0, dtype, eps, pass_input);
+}
+
+}  // namespace
+
+at::Tensor fused_layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
+                            at::ScalarType dtype, double eps) {
+  return layer_norm_op(x, weight, bias, dtype, eps, /*pass_input=*/false)[0];
+}
+
+NormedAndResidual fused_layer_norm_and_residual(const at::Tensor& x, const at::Tensor& weight,
+                                                const at::Tensor& bias, at::ScalarType dtype,
+                                                double eps) {
+  const torch::autograd::variable_list outs =
+      layer_norm_op(x, weight, bias, dtype, eps, /*pass_input=*/true);
+  return {outs[0], outs[1]};
 }
 
 bool fused_add_gated_applies(const at::Tensor& residual, const at::Tensor& update,
@@ -458,6 +499,18 @@ at::Tensor fused_norm_modulate(const at::Tensor&, const at::Tensor&, const at::T
 
 at::Tensor fused_layer_norm(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::ScalarType,
                             double) {
+  throw Error("fused_layer_norm: this build has no fused CUDA kernels (no CUDA compiler)");
+}
+
+NormedAndResidual fused_norm_modulate_and_residual(const at::Tensor&, const at::Tensor&,
+                                                   const at::Tensor&, const TokenGroups&,
+                                                   at::ScalarType, double) {
+  throw Error(
+      "fused_norm_modulate_and_residual: this build has no fused CUDA kernels (no CUDA compiler)");
+}
+
+NormedAndResidual fused_layer_norm_and_residual(const at::Tensor&, const at::Tensor&,
+                                                const at::Tensor&, at::ScalarType, double) {
   throw Error("fused_layer_norm: this build has no fused CUDA kernels (no CUDA compiler)");
 }
 

@@ -63,10 +63,28 @@ at::Tensor fused_norm_modulate(const at::Tensor& x, const at::Tensor& shift,
                                const at::Tensor& scale, const TokenGroups& layout,
                                at::ScalarType dtype, double eps);
 
+// A norm's output, and x to read as the residual after it: x itself, through the norm as a second
+// output, so that the gradients of x's two uses meet in the norm's backward kernel instead of in a
+// pass of autograd's over the residual stream (docs/KERNELS.md, version 14).
+struct NormedAndResidual {
+  at::Tensor normed, residual;
+};
+
+// fused_norm_modulate, with x as the residual (NormedAndResidual).
+NormedAndResidual fused_norm_modulate_and_residual(const at::Tensor& x, const at::Tensor& shift,
+                                                   const at::Tensor& scale,
+                                                   const TokenGroups& layout, at::ScalarType dtype,
+                                                   double eps);
+
 // layer_norm(x, weight, bias) (weight, bias float32 [D]) written in dtype, one kernel each way.
 // Where fused_norm_modulate_applies(x, {}, dtype).
 at::Tensor fused_layer_norm(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias,
                             at::ScalarType dtype, double eps);
+
+// fused_layer_norm, with x as the residual (NormedAndResidual).
+NormedAndResidual fused_layer_norm_and_residual(const at::Tensor& x, const at::Tensor& weight,
+                                                const at::Tensor& bias, at::ScalarType dtype,
+                                                double eps);
 
 // Whether fused_add_gated takes these: both as fused_norm_modulate_applies requires of x, the same
 // shape, the update not wider than the residual.

@@ -159,6 +159,19 @@ at::Tensor modulated_norm(const at::Tensor& x, const at::Tensor& shift, const at
   return modulate_as(plain_layer_norm(x), shift, scale, layout, dtype);
 }
 
+// modulated_norm, and x to read as the residual after it: in the compiled step x itself through
+// the fused norm, so that the gradients of x's two uses meet in the norm's backward kernel
+// (NormedAndResidual); otherwise x as it is.
+NormedAndResidual modulated_norm_and_residual(const at::Tensor& x, const at::Tensor& shift,
+                                              const at::Tensor& scale, const TokenGroups& layout,
+                                              bool fused) {
+  if (fused && fused_norm_modulate_applies(x, layout, matmul_input_dtype(x))) {
+    return fused_norm_modulate_and_residual(x, shift, scale, layout, matmul_input_dtype(x),
+                                            kNormEps);
+  }
+  return {modulated_norm(x, shift, scale, layout, fused), x};
+}
+
 // residual + update * gate; `fused` (the compiled step) in one kernel, as add_gated.
 at::Tensor gated_residual(const at::Tensor& residual, const at::Tensor& update,
                           const at::Tensor& gate, const TokenGroups& layout, bool fused) {
@@ -171,12 +184,13 @@ at::Tensor gated_residual(const at::Tensor& residual, const at::Tensor& update,
 
 // The cross-attention's LayerNorm; `fused` (the compiled step) writes the next product's input
 // dtype from one kernel each way.
-at::Tensor cross_layer_norm(torch::nn::LayerNorm& norm, const at::Tensor& x, bool fused) {
+// With x to read as the residual after it, as modulated_norm_and_residual.
+NormedAndResidual cross_layer_norm(torch::nn::LayerNorm& norm, const at::Tensor& x, bool fused) {
   const at::ScalarType dtype = matmul_input_dtype(x);
   if (fused && fused_norm_modulate_applies(x, TokenGroups{}, dtype)) {
-    return fused_layer_norm(x, norm->weight, norm->bias, dtype, kNormEps);
+    return fused_layer_norm_and_residual(x, norm->weight, norm->bias, dtype, kNormEps);
   }
-  return norm->forward(x);
+  return {norm->forward(x), x};
 }
 
 // q, k, v [B, N, H, d]; allowed: bool, broadcastable to [B, H, Nq, Nk], true = may attend, or
@@ -360,7 +374,8 @@ class OutputHeadImpl : public torch::nn::Module {
 
 // What one expert contributes to the joint attention, and its modulation for the post block.
 struct ExpertAttentionInput {
-  at::Tensor qkv;  // [B, N, 3*H*d]: the fused q, k, v product, before the q/k norms
+  at::Tensor residual;  // the stream x, to add the attention's output to (NormedAndResidual)
+  at::Tensor qkv;       // [B, N, 3*H*d]: the fused q, k, v product, before the q/k norms
   std::vector<at::Tensor>
       mods;  // 6 x [B, S, D]: shift/scale/gate (attention), shift/scale/gate (FFN)
 };
@@ -398,8 +413,10 @@ class ExpertBlockImpl : public torch::nn::Module {
     out.mods =
         (modulation_.view({1, 1, 6, hidden_}) + t_mod.view({x.size(0), t_mod.size(1), 6, hidden_}))
             .unbind(2);
-    at::Tensor h = modulated_norm(x, out.mods[0], out.mods[1], layout, fused);
-    out.qkv = fused_linear(h, {q_, k_, v_}, fused, fp8_);
+    const NormedAndResidual h =
+        modulated_norm_and_residual(x, out.mods[0], out.mods[1], layout, fused);
+    out.residual = h.residual;
+    out.qkv = fused_linear(h.normed, {q_, k_, v_}, fused, fp8_);
     return out;
   }
 
@@ -418,7 +435,8 @@ class ExpertBlockImpl : public torch::nn::Module {
   // The compiled step's products in FP8 (WorldActionModelImpl::set_fp8); null: bf16.
   void set_fp8(Fp8Linears* fp8) { fp8_ = fp8; }
 
-  // attended [B, N, H*d] from the joint attention; context [B, L, context_dim] with key mask
+  // x: the stream as pre_attention gave it (ExpertAttentionInput::residual); attended [B, N, H*d]
+  // from the joint attention; context [B, L, context_dim] with key mask
   // context_allowed [B, 1, 1, L]. constant_context, when defined: all L rows of the context as a
   // constant [B, L, context_dim] whose first rows carry no gradient; context then holds the last
   // rows alone, which do (constant_rows_linear).
@@ -427,9 +445,13 @@ class ExpertBlockImpl : public torch::nn::Module {
                             const at::Tensor& context, const at::Tensor& context_allowed,
                             bool fused, const at::Tensor& constant_context = at::Tensor()) {
     x = gated_residual(x, linear(o_, attended, fused, fp8_), mods[2], layout, fused);
-    x = x + cross_attention(cross_layer_norm(cross_norm_, x, fused), context, context_allowed,
-                            fused, constant_context);
-    at::Tensor h = modulated_norm(x, mods[3], mods[4], layout, fused);
+    const NormedAndResidual crossed = cross_layer_norm(cross_norm_, x, fused);
+    x = crossed.residual +
+        cross_attention(crossed.normed, context, context_allowed, fused, constant_context);
+    const NormedAndResidual normed =
+        modulated_norm_and_residual(x, mods[3], mods[4], layout, fused);
+    x = normed.residual;
+    const at::Tensor& h = normed.normed;
     at::Tensor ffn;
     if (fused && fp8_ != nullptr) {
       ffn = fp8_gelu_mlp(h, ffn_in_->weight, ffn_in_->bias, ffn_out_->weight, ffn_out_->bias,
@@ -533,9 +555,9 @@ class MoTLayerImpl : public torch::nn::Module {
                        : std::vector<at::Tensor>{attended.narrow(1, 0, tokens[0]),
                                                  attended.narrow(1, tokens[0], tokens[1])};
     at::Tensor video_out =
-        video_->post_attention(video, parts[0], v.mods, in.video_groups, in.video_context,
+        video_->post_attention(v.residual, parts[0], v.mods, in.video_groups, in.video_context,
                                in.video_context_allowed, in.fused_norms);
-    at::Tensor action_out = action_->post_attention(action, parts[1], a.mods, in.action_groups,
+    at::Tensor action_out = action_->post_attention(a.residual, parts[1], a.mods, in.action_groups,
                                                     in.action_context, in.action_context_allowed,
                                                     in.fused_norms, in.action_constant_context);
     return {video_out, action_out};

@@ -132,6 +132,43 @@ TEST_F(FusedAdaLnCudaTest, LayerNormWithWeightAndBiasMatchesAten) {
   }
 }
 
+// x used twice, through the norm and as the residual: the *_and_residual ops give the norm's
+// output, x itself as the residual, and x's two gradients summed by the norm's backward kernel,
+// against the same ops with x read twice and autograd summing.
+TEST_F(FusedAdaLnCudaTest, NormAndResidualSumXsGradientsInTheKernel) {
+  for (const Shape& s : shapes()) {
+    SCOPED_TRACE(name_of(s));
+    torch::manual_seed(9);
+    const models::TokenGroups layout = groups_of(s, device_);
+    const at::Tensor x0 =
+        (at::randn({s.batch, s.tokens, s.width}, floats()) * 3 + 1.5).to(s.x_dtype);
+    const at::Tensor shift = at::randn({s.batch, segments_of(s), s.width}, floats());
+    const at::Tensor scale = at::randn({s.batch, segments_of(s), s.width}, floats()) * 0.2;
+    const at::Tensor weight = 1 + 0.1 * at::randn({s.width}, floats());
+    const at::Tensor bias = 0.1 * at::randn({s.width}, floats());
+    const at::Tensor grad_normed = at::randn(x0.sizes(), floats()).to(s.out_dtype);
+    const at::Tensor grad_residual = at::randn(x0.sizes(), floats()).to(s.x_dtype);
+    for (const bool modulated : {true, false}) {
+      SCOPED_TRACE(modulated ? "norm and modulation" : "layer norm");
+      at::Tensor x = leaf(x0), x_ref = leaf(x0);
+      const models::NormedAndResidual got =
+          modulated
+              ? models::fused_norm_modulate_and_residual(x, shift, scale, layout, s.out_dtype, kEps)
+              : models::fused_layer_norm_and_residual(x, weight, bias, s.out_dtype, kEps);
+      const at::Tensor want =
+          modulated ? models::fused_norm_modulate(x_ref, shift, scale, layout, s.out_dtype, kEps)
+                    : models::fused_layer_norm(x_ref, weight, bias, s.out_dtype, kEps);
+      EXPECT_TRUE(at::equal(got.normed, want));
+      EXPECT_TRUE(at::equal(got.residual, x0));
+      EXPECT_EQ(got.residual.data_ptr(), x.data_ptr());  // x itself, no copy
+      torch::autograd::backward({got.normed, got.residual}, {grad_normed, grad_residual});
+      torch::autograd::backward({want, x_ref}, {grad_normed, grad_residual});
+      EXPECT_EQ(x.grad().scalar_type(), s.x_dtype);
+      EXPECT_LT(relative_error(x.grad(), x_ref.grad()), tolerance_of(s.x_dtype));
+    }
+  }
+}
+
 // residual in x_dtype, update in out_dtype (the product's output), as the MoT's streams.
 TEST_F(FusedAdaLnCudaTest, AddGatedMatchesResidualPlusGated) {
   for (const Shape& s : shapes()) {
