@@ -9,7 +9,7 @@
 # /tmp/gpu-session) as NN-PHASE.txt:
 #   build    scripts/gpu-check.sh build (every target, and how wam-pipeline was linked)
 #   quick    ctest of $WAM_QUICK_TESTS (default: the link, NVDEC, cache, encoder-export, CUDA step,
-#            epilogue-product, pinned-copy and two-rank tests)
+#            epilogue-product, fused-norm, attention, pinned-copy and two-rank tests)
 #   test     scripts/gpu-check.sh test (the whole ctest; more than 10 minutes), its log as it goes in
 #            ctest-log.txt
 #   cache    scripts/bench.sh cache
@@ -55,7 +55,7 @@ case "${1:-}" in
       build) scripts/gpu-check.sh build ;;
       quick)
         ctest --test-dir "$WAM_BUILD_DIR" -j8 --timeout 300 --output-on-failure -R \
-          "${WAM_QUICK_TESTS:-link_order|filesystem_binding|export_encoder|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|TrainStepCuda|AdamWCuda|EpilogueLinearCuda|HostToDeviceCuda}"
+          "${WAM_QUICK_TESTS:-link_order|filesystem_binding|export_encoder|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|TrainStepCuda|AdamWCuda|EpilogueLinearCuda|FusedAdaLnCuda|FusedNorm|MaterializedAttention|SplitTokens|HostToDeviceCuda}"
         ;;
       test) WAM_CTEST_LOG=$dir/ctest-log.txt scripts/gpu-check.sh test ;;
       cache) scripts/bench.sh cache ;;
