@@ -114,7 +114,9 @@ AVBufferRef* reader_device(int device) {
   };
   // Not FFmpeg's to release: the shared device holds the primary context for the process.
   cuda_of(own)->cuda_ctx = cuda_of(shared)->cuda_ctx;
-  cuda_of(own)->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device).stream();
+  cuda_of(own)->stream =
+      c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device))
+          .stream();
   if (av_hwdevice_ctx_init(own) < 0) av_buffer_unref(&own);
   return own;
 #else
