@@ -511,7 +511,8 @@ NormedAndResidual fused_norm_modulate_and_residual(const at::Tensor&, const at::
 
 NormedAndResidual fused_layer_norm_and_residual(const at::Tensor&, const at::Tensor&,
                                                 const at::Tensor&, at::ScalarType, double) {
-  throw Error("fused_layer_norm: this build has no fused CUDA kernels (no CUDA compiler)");
+  throw Error(
+      "fused_layer_norm_and_residual: this build has no fused CUDA kernels (no CUDA compiler)");
 }
 
 at::Tensor fused_add_gated(const at::Tensor&, const at::Tensor&, const at::Tensor&,

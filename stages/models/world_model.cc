@@ -146,30 +146,19 @@ at::ScalarType matmul_input_dtype(const at::Tensor& x) {
   return x.scalar_type();
 }
 
-// AdaLN: LayerNorm without affine, then the segment rows' scale and shift. `fused` (the compiled
-// step) writes the result in the next product's input dtype in the same kernel; the eager
-// baseline keeps ATen's ops and autocast's cast.
-at::Tensor modulated_norm(const at::Tensor& x, const at::Tensor& shift, const at::Tensor& scale,
-                          const TokenGroups& layout, bool fused) {
-  if (!fused) return modulate(plain_layer_norm(x), shift, scale, layout);
+// AdaLN: LayerNorm without affine, then the segment rows' scale and shift, and x to read as the
+// residual after it. `fused` (the compiled step) writes the result in the next product's input
+// dtype in the same kernel and passes x through it, so that the gradients of x's two uses meet in
+// the norm's backward kernel (NormedAndResidual); the eager baseline keeps ATen's ops and
+// autocast's cast, and x as it is.
+NormedAndResidual modulated_norm(const at::Tensor& x, const at::Tensor& shift,
+                                 const at::Tensor& scale, const TokenGroups& layout, bool fused) {
+  if (!fused) return {modulate(plain_layer_norm(x), shift, scale, layout), x};
   const at::ScalarType dtype = matmul_input_dtype(x);
   if (fused_norm_modulate_applies(x, layout, dtype)) {
-    return fused_norm_modulate(x, shift, scale, layout, dtype, kNormEps);
+    return fused_norm_modulate_and_residual(x, shift, scale, layout, dtype, kNormEps);
   }
-  return modulate_as(plain_layer_norm(x), shift, scale, layout, dtype);
-}
-
-// modulated_norm, and x to read as the residual after it: in the compiled step x itself through
-// the fused norm, so that the gradients of x's two uses meet in the norm's backward kernel
-// (NormedAndResidual); otherwise x as it is.
-NormedAndResidual modulated_norm_and_residual(const at::Tensor& x, const at::Tensor& shift,
-                                              const at::Tensor& scale, const TokenGroups& layout,
-                                              bool fused) {
-  if (fused && fused_norm_modulate_applies(x, layout, matmul_input_dtype(x))) {
-    return fused_norm_modulate_and_residual(x, shift, scale, layout, matmul_input_dtype(x),
-                                            kNormEps);
-  }
-  return {modulated_norm(x, shift, scale, layout, fused), x};
+  return {modulate_as(plain_layer_norm(x), shift, scale, layout, dtype), x};
 }
 
 // residual + update * gate; `fused` (the compiled step) in one kernel, as add_gated.
@@ -182,9 +171,9 @@ at::Tensor gated_residual(const at::Tensor& residual, const at::Tensor& update,
   return add_gated(residual, update, gate, layout);
 }
 
-// The cross-attention's LayerNorm; `fused` (the compiled step) writes the next product's input
-// dtype from one kernel each way.
-// With x to read as the residual after it, as modulated_norm_and_residual.
+// The cross-attention's LayerNorm, and x to read as the residual after it; `fused` (the compiled
+// step) writes the next product's input dtype from one kernel each way, x passed through it as in
+// modulated_norm.
 NormedAndResidual cross_layer_norm(torch::nn::LayerNorm& norm, const at::Tensor& x, bool fused) {
   const at::ScalarType dtype = matmul_input_dtype(x);
   if (fused && fused_norm_modulate_applies(x, TokenGroups{}, dtype)) {
@@ -413,8 +402,7 @@ class ExpertBlockImpl : public torch::nn::Module {
     out.mods =
         (modulation_.view({1, 1, 6, hidden_}) + t_mod.view({x.size(0), t_mod.size(1), 6, hidden_}))
             .unbind(2);
-    const NormedAndResidual h =
-        modulated_norm_and_residual(x, out.mods[0], out.mods[1], layout, fused);
+    const NormedAndResidual h = modulated_norm(x, out.mods[0], out.mods[1], layout, fused);
     out.residual = h.residual;
     out.qkv = fused_linear(h.normed, {q_, k_, v_}, fused, fp8_);
     return out;
@@ -448,8 +436,7 @@ class ExpertBlockImpl : public torch::nn::Module {
     const NormedAndResidual crossed = cross_layer_norm(cross_norm_, x, fused);
     x = crossed.residual +
         cross_attention(crossed.normed, context, context_allowed, fused, constant_context);
-    const NormedAndResidual normed =
-        modulated_norm_and_residual(x, mods[3], mods[4], layout, fused);
+    const NormedAndResidual normed = modulated_norm(x, mods[3], mods[4], layout, fused);
     x = normed.residual;
     const at::Tensor& h = normed.normed;
     at::Tensor ffn;
