@@ -20,7 +20,6 @@
 #include "models/epilogue_linear.h"
 #include "models/fp8_linear.h"
 #include "models/fused_norm.h"
-#include "models/materialized_attention.h"
 #include "models/modulation.h"
 #include "models/token_split.h"
 #include "wam/error.h"
@@ -474,12 +473,7 @@ class ExpertBlockImpl : public torch::nn::Module {
         fused_linears(context, {cross_k_, cross_v_}, fused, fp8_, constant_context);
     at::Tensor k = normed_heads(cross_k_norm_, kv[0], nullptr, fused);
     at::Tensor v = kv[1].reshape({b, l, heads_, head_dim_});
-    // The compiled step forms short key sets' probabilities as a tensor (materialized_attention);
-    // eager keeps SDPA, as the reference.
-    const at::Tensor attended = fused && materialized_attention_applies(q, k)
-                                    ? materialized_attention(q, k, v, context_allowed)
-                                    : attention(q, k, v, context_allowed);
-    return linear(cross_o_, attended, fused, fp8_);
+    return linear(cross_o_, attention(q, k, v, context_allowed), fused, fp8_);
   }
 
   int64_t hidden_, heads_, head_dim_;

@@ -14,7 +14,9 @@ print(s.getsockname()[1])'
 }
 
 # two_ranks NAME [VAR=VALUE...] -- COMMAND...: COMMAND as ranks 0 and 1 (each bounded by 300 s);
-# their output in $work/NAME.0 and .1, their exit statuses in status0 and status1.
+# their output in $work/NAME.0 and .1, their exit statuses in status0 and status1. The GPUs are
+# hidden: these ranks run on the CPU (settings.device=cpu), and on a CUDA build each rank would
+# otherwise take a GPU of its own for NCCL, which a one-GPU machine cannot give rank 1.
 two_ranks() {
   local name=$1 port
   shift
@@ -24,8 +26,8 @@ two_ranks() {
   port=$(free_port)
   local pids=()
   for rank in 0 1; do
-    env RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      WAM_DIST_TIMEOUT_S=240 "${vars[@]}" timeout 300 "$@" >"$work/$name.$rank" 2>&1 &
+    env RANK=$rank WORLD_SIZE=2 LOCAL_RANK=$rank MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
+      CUDA_VISIBLE_DEVICES= WAM_DIST_TIMEOUT_S=240 "${vars[@]}" timeout 300 "$@" >"$work/$name.$rank" 2>&1 &
     pids+=($!)
   done
   wait "${pids[0]}"; status0=$?
