@@ -16,6 +16,8 @@
 #   ladder-libero, ladder-robotwin
 #            scripts/bench.sh ladder for that task on the reference-cost encoders, 20 timed steps
 #   exported-vae  scripts/exported-vae-bench.sh at width 128
+#   attention  scripts/attention-bench.py (SDPA's kernels on the step's attention shapes, as a
+#            replayed CUDA graph; its figures also in attention.json)
 #   nvdec    scripts/bench.sh nvdec, $WAM_BENCH_ROUNDS rounds (default 3)
 #   step     scripts/step-bench.sh against the source tree in $WAM_STEP_BEFORE (if set), 1 round,
 #            no peer
@@ -64,6 +66,7 @@ case "${1:-}" in
           WAM_ENCODERS=configs/encoders/reference.json scripts/bench.sh ladder
         ;;
       exported-vae) WAM_EXPORTED_VAE_WIDTHS=128 scripts/exported-vae-bench.sh ;;
+      attention) python3 scripts/attention-bench.py --iters 50 --json "$dir/attention.json" ;;
       nvdec) WAM_BENCH_ROUNDS=${WAM_BENCH_ROUNDS:-3} scripts/bench.sh nvdec ;;
       step)
         OUT=$dir WAM_STEP_BENCH_NO_PEER=1 WAM_STEP_BENCH_ROUNDS=1 \

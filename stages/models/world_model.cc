@@ -203,20 +203,6 @@ at::Tensor attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
   return out.transpose(1, 2).reshape({batch, tokens, -1});
 }
 
-// A bool mask `allowed` [B, 1, 1 or Nq, Nk] as an additive bias [B, 1, Nq, Nk] of `dtype`: 0
-// where a key may be attended, -inf elsewhere. SDPA converts a bool mask into such a bias on every
-// call, forward and backward (cuDNN's kernels take only a bias), so the compiled step builds it
-// once per step. Rows are padded to a multiple of 16 elements, the alignment the fused kernels
-// want (SDPA would otherwise pad a copy on every call).
-at::Tensor attention_bias(const at::Tensor& allowed, int64_t queries, at::ScalarType dtype) {
-  const int64_t keys = allowed.size(3), padded = (keys + 15) / 16 * 16;
-  const std::vector<int64_t> sizes = {allowed.size(0), 1, queries, keys};
-  at::Tensor bias = at::zeros({allowed.size(0), 1, queries, padded}, allowed.options().dtype(dtype))
-                        .narrow(3, 0, keys);
-  return bias.masked_fill_(allowed.expand(sizes).logical_not(),
-                           -std::numeric_limits<double>::infinity());
-}
-
 // [B, C, F, h, w] -> [B, F*(h/2)*(w/2), C*4], tokens frame-major then row-major.
 at::Tensor patchify(const at::Tensor& x) {
   const int64_t b = x.size(0), c = x.size(1), f = x.size(2), hp = x.size(3) / kPatch,
@@ -575,6 +561,23 @@ class MoTLayerImpl : public torch::nn::Module {
 };
 
 }  // namespace detail
+
+// SDPA converts a bool mask into an additive bias on every call, forward and backward (cuDNN's
+// kernels take only a bias), so the compiled step builds it once per step. Rows are padded to a
+// multiple of 16 elements, the alignment the fused kernels want (SDPA would otherwise pad a copy
+// on every call). A mask with one row for all queries (the contexts' key padding) stays one row,
+// expanded with stride 0: cuDNN's backward reads a bias of [B, 1, Nq, Nk] in full, which
+// scripts/attention-bench.py timed at 1.4x the expanded row's cost on the cross-attentions' shapes
+// (docs/KERNELS.md, version 15).
+at::Tensor attention_bias(const at::Tensor& allowed, int64_t queries, at::ScalarType dtype) {
+  const int64_t keys = allowed.size(3), padded = (keys + 15) / 16 * 16;
+  const int64_t rows = allowed.size(2) == 1 ? 1 : queries;
+  const std::vector<int64_t> sizes = {allowed.size(0), 1, rows, keys};
+  at::Tensor bias = at::zeros({allowed.size(0), 1, rows, padded}, allowed.options().dtype(dtype))
+                        .narrow(3, 0, keys);
+  bias.masked_fill_(allowed.expand(sizes).logical_not(), -std::numeric_limits<double>::infinity());
+  return bias.expand({allowed.size(0), 1, queries, keys});
+}
 
 namespace {
 

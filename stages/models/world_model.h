@@ -48,8 +48,8 @@ struct MoTConfig {
 
   template <class V>
   void visit(V& v) {
-    v("latent_channels", latent_channels,
-      "VAE latent channels (patchified (1,2,2) into tokens).", Min{1});
+    v("latent_channels", latent_channels, "VAE latent channels (patchified (1,2,2) into tokens).",
+      Min{1});
     v("video_hidden", video_hidden, "Video expert width.", Min{1});
     v("video_ffn", video_ffn, "Video expert feed-forward width.", Min{1});
     v("action_hidden", action_hidden, "Action expert width.", Min{1});
@@ -64,11 +64,10 @@ struct MoTConfig {
     v("proprio_dim", proprio_dim, "Proprio width.", Min{1});
     v("future_delta_tokens", future_delta_tokens,
       "Future-delta queries; must equal the latent raster's tokens per frame.", Min{1});
-    v("future_latent_frames", future_latent_frames,
-      "video_latents frames after the current one.", Min{1});
+    v("future_latent_frames", future_latent_frames, "video_latents frames after the current one.",
+      Min{1});
     v("video_shift", video_shift, "Flow-matching timestep shift of the video (> 0).", Min{0.0});
-    v("action_shift", action_shift, "Flow-matching timestep shift of the actions (> 0).",
-      Min{0.0});
+    v("action_shift", action_shift, "Flow-matching timestep shift of the actions (> 0).", Min{0.0});
     v("lambda_video", lambda_video, "Video loss weight.", Min{0.0});
     v("lambda_action", lambda_action, "Action loss weight.", Min{0.0});
     v("lambda_future_delta", lambda_future_delta, "Future-delta loss weight.", Min{0.0});
@@ -155,6 +154,10 @@ class OutputHeadImpl;
 struct LayerInputs;
 struct LayerOutputs;
 }  // namespace detail
+
+// A bool mask `allowed` [B, 1, 1 or Nq, Nk] (true = may attend) as the additive bias [B, 1, Nq, Nk]
+// of `dtype` that the compiled step hands SDPA: 0 where a key may be attended, -inf elsewhere.
+at::Tensor attention_bias(const at::Tensor& allowed, int64_t queries, at::ScalarType dtype);
 
 class WorldActionModelImpl : public torch::nn::Module {
  public:

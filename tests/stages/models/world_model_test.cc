@@ -1,10 +1,12 @@
 // WorldActionModel on the tiny preset: the semantic-alignment term, its sigma gate, activation
-// checkpointing (gradients as without it) and the checkpoint groups around captured layers.
+// checkpointing (gradients as without it) and the checkpoint groups around captured layers; the
+// compiled step's attention biases.
 #include "models/world_model.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -194,6 +196,29 @@ TEST(WorldModelTest, CheckpointGroupsSplitAfterCapturedLayers) {
   small.semantic_teacher_layer = 2;
   small.activation_checkpoint_group = 3;
   EXPECT_EQ(make_model(small)->checkpoint_group_layers(), (Starts{2, 1, 1}));
+}
+
+// The bias of a mask: 0 where a key may be attended, -inf elsewhere, rows padded to 16 elements.
+// A key mask (one row for all queries) stays one row, expanded over the queries with stride 0.
+TEST(WorldModelTest, AttentionBiasOfAKeyMaskIsOneRowExpandedOverTheQueries) {
+  const at::Tensor keys_allowed =
+      torch::tensor({1, 1, 0, 1, 0, 1, 1, 1, 1, 1}, at::kBool).view({2, 1, 1, 5});
+  const at::Tensor bias = models::attention_bias(keys_allowed, 7, at::kFloat);
+  EXPECT_EQ(bias.sizes(), (std::vector<int64_t>{2, 1, 7, 5}));
+  EXPECT_EQ(bias.strides(), (std::vector<int64_t>{16, 16, 0, 1}));
+  const float inf = std::numeric_limits<float>::infinity();
+  const at::Tensor expected =
+      torch::tensor({0.f, 0.f, -inf, 0.f, -inf, 0.f, 0.f, 0.f, 0.f, 0.f}).view({2, 1, 1, 5});
+  EXPECT_TRUE(at::equal(bias, expected.expand({2, 1, 7, 5})));
+
+  // A mask with a row per query keeps them, each padded.
+  at::Tensor rows_allowed = keys_allowed.expand({2, 1, 7, 5}).clone();
+  rows_allowed.index_put_({0, 0, 3, 0}, false);
+  const at::Tensor row_bias = models::attention_bias(rows_allowed, 7, at::kFloat);
+  EXPECT_EQ(row_bias.strides(), (std::vector<int64_t>{7 * 16, 7 * 16, 16, 1}));
+  at::Tensor expected_rows = expected.expand({2, 1, 7, 5}).clone();
+  expected_rows.index_put_({0, 0, 3, 0}, -inf);
+  EXPECT_TRUE(at::equal(row_bias, expected_rows));
 }
 
 TEST(WorldModelTest, SemanticConfigParsesAndIsChecked) {
