@@ -8,10 +8,10 @@
 # Phases, run in the order given, each one's output in $WAM_GPU_SESSION_DIR (default
 # /tmp/gpu-session) as NN-PHASE.txt:
 #   build    scripts/gpu-check.sh build (every target, and how wam-pipeline was linked)
-#   quick    ctest of $WAM_QUICK_TESTS (default: the link, NVDEC, cache, encoder-export, CUDA step,
-#            epilogue-product, fused-norm, attention, pinned-copy and two-rank tests)
-#   test     scripts/gpu-check.sh test (the whole ctest; more than 10 minutes), its log as it goes in
-#            ctest-log.txt
+#   quick    ctest of $WAM_QUICK_TESTS (default: the link, NVDEC, cache, VAE stand-in, CUDA step,
+#            epilogue-product, fused-norm, token-split, pinned-copy and two-rank tests; about 60 s)
+#   test     scripts/gpu-check.sh test (the whole ctest, 600 s on the H200 on 2026-12-04, the
+#            AOTInductor export test among them), its log as it goes in ctest-log.txt
 #   cache    scripts/bench.sh cache
 #   ladder-libero, ladder-robotwin
 #            scripts/bench.sh ladder for that task on the reference-cost encoders, 20 timed steps
@@ -20,7 +20,7 @@
 #            replayed CUDA graph; its figures also in attention.json)
 #   nvdec    scripts/bench.sh nvdec, $WAM_BENCH_ROUNDS rounds (default 3)
 #   step     scripts/step-bench.sh against the source tree in $WAM_STEP_BEFORE (if set), 1 round,
-#            no peer
+#            no peer unless WAM_STEP_BENCH_NO_PEER=0
 # PHASE@SECONDS stops that phase after SECONDS (its output so far is kept), e.g. nvdec@240.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -57,7 +57,7 @@ case "${1:-}" in
       build) scripts/gpu-check.sh build ;;
       quick)
         ctest --test-dir "$WAM_BUILD_DIR" -j8 --timeout 300 --output-on-failure -R \
-          "${WAM_QUICK_TESTS:-link_order|filesystem_binding|export_encoder|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|TrainStepCuda|AdamWCuda|EpilogueLinearCuda|FusedAdaLnCuda|FusedNorm|SplitTokens|HostToDeviceCuda}"
+          "${WAM_QUICK_TESTS:-link_order|filesystem_binding|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|TrainStepCuda|AdamWCuda|EpilogueLinearCuda|FusedAdaLnCuda|FusedNorm|SplitTokens|HostToDeviceCuda}"
         ;;
       test) WAM_CTEST_LOG=$dir/ctest-log.txt scripts/gpu-check.sh test ;;
       cache) scripts/bench.sh cache ;;
@@ -69,7 +69,7 @@ case "${1:-}" in
       attention) python3 scripts/attention-bench.py --iters 50 --json "$dir/attention.json" ;;
       nvdec) WAM_BENCH_ROUNDS=${WAM_BENCH_ROUNDS:-3} scripts/bench.sh nvdec ;;
       step)
-        OUT=$dir WAM_STEP_BENCH_NO_PEER=1 WAM_STEP_BENCH_ROUNDS=1 \
+        OUT=$dir WAM_STEP_BENCH_NO_PEER=${WAM_STEP_BENCH_NO_PEER:-1} WAM_STEP_BENCH_ROUNDS=1 \
           scripts/step-bench.sh ${WAM_STEP_BEFORE:+"$WAM_STEP_BEFORE"}
         ;;
       *) echo "gpu-session: unknown phase $phase" ;;
