@@ -204,8 +204,9 @@ bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x,
                                        Precision precision, void* workspace, CUstream_st* stream) {
   // grad_weight^T [in, out] = x^T [in, rows] grad_out [rows, out]: A = x (column-major [in,
   // rows]), B = grad_out^T; BGRADB sums B over k = rows, one value per column of D.
-  Product p = product_of(CUBLAS_OP_N, CUBLAS_OP_T, shape.in, shape.out, shape.rows, shape.in,
-                         shape.out, shape.in, CUBLASLT_EPILOGUE_BGRADB);
+  Product p = product_of(
+      CUBLAS_OP_N, CUBLAS_OP_T, shape.in, shape.out, shape.rows, shape.in, shape.out, shape.in,
+      grad_bias != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT);
   p.d_type = p.bias_type = data_type(precision);
   return run(p, {x, grad_out, grad_weight, grad_bias, nullptr}, workspace, stream);
 }

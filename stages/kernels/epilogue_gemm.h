@@ -33,7 +33,7 @@ constexpr size_t kEpilogueGemmWorkspaceBytes = size_t{32} << 20;
 
 // grad_weight [out, in] = grad_out [rows, out]^T x [rows, in], and grad_bias [out] = the column
 // sums of grad_out, in one product. grad_weight and grad_bias in `precision` (float32: the
-// parameters' own, no cast pass).
+// parameters' own, no cast pass). grad_bias null: the weight's gradient alone.
 bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x,
                                        const LinearShape& shape, void* grad_weight, void* grad_bias,
                                        Precision precision, void* workspace, CUstream_st* stream);

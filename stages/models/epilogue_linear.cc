@@ -1,5 +1,7 @@
 #include "models/epilogue_linear.h"
 
+#include <optional>
+
 #include "models/bf16_weights.h"
 
 #if WAM_FUSED_KERNELS
@@ -7,6 +9,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/epilogue_gemm.h"
+#include "kernels/gelu_backward.h"
 #endif
 
 namespace wam::models {
@@ -31,6 +34,63 @@ std::vector<at::ScalarType> precisions_for(at::ScalarType wanted) {
   if (wanted == at::kBFloat16) return {at::kBFloat16};
   return {at::kFloat, at::kBFloat16};
 }
+
+bool aligned16(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
+
+// A linear layer's parameter gradients from one cuBLASLt product, the bias's in its epilogue where
+// `with_bias` (else undefined); nullopt where the product does not apply.
+std::optional<LinearGrads> product_param_grads(const at::Tensor& grad, const at::Tensor& x,
+                                               at::ScalarType weight_dtype,
+                                               at::ScalarType bias_dtype, bool with_bias) {
+  if (!epilogue_linears_apply(grad) || x.scalar_type() != at::kBFloat16 ||
+      (with_bias && bias_dtype != weight_dtype) ||
+      (weight_dtype != at::kFloat && weight_dtype != at::kBFloat16)) {
+    return std::nullopt;
+  }
+  const c10::cuda::CUDAGuard guard(grad.device());
+  const at::Tensor flat_grad = grad.contiguous(), flat_x = x.contiguous();
+  const kernels::LinearShape shape{grad.size(0), x.size(1), grad.size(1)};
+  const at::Tensor workspace = workspace_for(grad);
+  for (const at::ScalarType dtype : precisions_for(weight_dtype)) {
+    at::Tensor weight = at::empty({shape.out, shape.in}, grad.options().dtype(dtype));
+    at::Tensor bias =
+        with_bias ? at::empty({shape.out}, grad.options().dtype(dtype)) : at::Tensor();
+    if (kernels::linear_weight_grad_with_bias_grad(
+            flat_grad.data_ptr(), flat_x.data_ptr(), shape, weight.data_ptr(),
+            with_bias ? bias.data_ptr() : nullptr, precision_of(dtype), workspace.data_ptr(),
+            at::cuda::getCurrentCUDAStream())) {
+      return LinearGrads{weight.to(weight_dtype), with_bias ? bias.to(bias_dtype) : at::Tensor()};
+    }
+  }
+  return std::nullopt;
+}
+
+// GELU's derivative with the column sums of its output (the first product's bias gradient) in one
+// pass (kernels/gelu_backward.h), instead of gelu_backward and then the weight-gradient product's
+// BGRADB kernel reading it all again; nullopt where the kernel does not apply.
+struct GeluGrads {
+  at::Tensor grad_pre, bias;
+};
+std::optional<GeluGrads> gelu_backward_with_bias_grad(const at::Tensor& grad_activated,
+                                                      const at::Tensor& pre_activation,
+                                                      at::ScalarType bias_dtype) {
+  const bool applies =
+      epilogue_linears_apply(grad_activated) && pre_activation.scalar_type() == at::kBFloat16 &&
+      pre_activation.dim() == 2 && grad_activated.sizes() == pre_activation.sizes() &&
+      grad_activated.is_contiguous() && pre_activation.is_contiguous() &&
+      aligned16(grad_activated) && aligned16(pre_activation) &&
+      kernels::gelu_backward_supports(pre_activation.size(0), pre_activation.size(1));
+  if (!applies) return std::nullopt;
+  const c10::cuda::CUDAGuard guard(pre_activation.device());
+  const int64_t rows = pre_activation.size(0), width = pre_activation.size(1);
+  at::Tensor grad_pre = at::empty_like(pre_activation);
+  at::Tensor partials = at::empty({kernels::gelu_backward_blocks(rows), width},
+                                  pre_activation.options().dtype(at::kFloat));
+  kernels::gelu_backward_with_column_sums(
+      grad_activated.data_ptr(), pre_activation.data_ptr(), rows, width, grad_pre.data_ptr(),
+      partials.data_ptr<float>(), at::cuda::getCurrentCUDAStream().stream());
+  return GeluGrads{grad_pre, partials.sum(0).to(bias_dtype)};
+}
 #endif
 
 }  // namespace
@@ -54,21 +114,8 @@ bool epilogue_linears_apply(const at::Tensor& x) {
 LinearGrads linear_param_grads(const at::Tensor& grad, const at::Tensor& x,
                                at::ScalarType weight_dtype, at::ScalarType bias_dtype) {
 #if WAM_FUSED_KERNELS
-  if (epilogue_linears_apply(grad) && x.scalar_type() == at::kBFloat16 &&
-      bias_dtype == weight_dtype && (weight_dtype == at::kFloat || weight_dtype == at::kBFloat16)) {
-    const c10::cuda::CUDAGuard guard(grad.device());
-    const at::Tensor flat_grad = grad.contiguous(), flat_x = x.contiguous();
-    const kernels::LinearShape shape{grad.size(0), x.size(1), grad.size(1)};
-    const at::Tensor workspace = workspace_for(grad);
-    for (const at::ScalarType dtype : precisions_for(weight_dtype)) {
-      at::Tensor weight = at::empty({shape.out, shape.in}, grad.options().dtype(dtype));
-      at::Tensor bias = at::empty({shape.out}, grad.options().dtype(dtype));
-      if (kernels::linear_weight_grad_with_bias_grad(
-              flat_grad.data_ptr(), flat_x.data_ptr(), shape, weight.data_ptr(), bias.data_ptr(),
-              precision_of(dtype), workspace.data_ptr(), at::cuda::getCurrentCUDAStream())) {
-        return {weight.to(weight_dtype), bias.to(bias_dtype)};
-      }
-    }
+  if (auto grads = product_param_grads(grad, x, weight_dtype, bias_dtype, /*with_bias=*/true)) {
+    return *grads;
   }
 #endif
   return {grad.t().mm(x).to(weight_dtype), at::sum(grad, {0}, /*keepdim=*/false, bias_dtype)};
@@ -180,12 +227,26 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
     const at::Tensor grad = linear_rows(grads[0]);
     const LinearGrads out_grads =
         linear_param_grads(grad, activated, out_weight.scalar_type(), out_bias.scalar_type());
-    // GELU's derivative as ATen's pass: cuBLASLt's DGELU_BGRAD epilogue ran as a separate, slower
-    // kernel on the H200 (docs/KERNELS.md, version 6); the first layer's bias gradient then comes
-    // with its weight gradient.
-    const at::Tensor grad_pre = at::gelu_backward(grad.mm(cast_out_weight), pre_activation, "tanh");
-    const LinearGrads in_grads =
-        linear_param_grads(grad_pre, rows, in_weight.scalar_type(), in_bias.scalar_type());
+    // GELU's derivative with the first layer's bias gradient in one pass where the kernel applies
+    // (docs/KERNELS.md, version 16; cuBLASLt's DGELU_BGRAD epilogue ran as a separate, slower
+    // kernel on the H200, version 6), else ATen's pass and the bias gradient with the weight's.
+    const at::Tensor grad_activated = grad.mm(cast_out_weight);
+    at::Tensor grad_pre;
+    LinearGrads in_grads;
+#if WAM_FUSED_KERNELS
+    if (auto gelu =
+            gelu_backward_with_bias_grad(grad_activated, pre_activation, in_bias.scalar_type())) {
+      grad_pre = gelu->grad_pre;
+      const std::optional<LinearGrads> product = product_param_grads(
+          grad_pre, rows, in_weight.scalar_type(), in_bias.scalar_type(), /*with_bias=*/false);
+      in_grads = {product ? product->weight : grad_pre.t().mm(rows).to(in_weight.scalar_type()),
+                  gelu->bias};
+    }
+#endif
+    if (!grad_pre.defined()) {
+      grad_pre = at::gelu_backward(grad_activated, pre_activation, "tanh");
+      in_grads = linear_param_grads(grad_pre, rows, in_weight.scalar_type(), in_bias.scalar_type());
+    }
     at::Tensor grad_x;
     if (ctx->needs_input_grad(0)) {
       grad_x = grad_pre.mm(cast_in_weight).view(with_last_size(grads[0].sizes(), rows.size(1)));

@@ -42,8 +42,9 @@ at::Tensor epilogue_joint_linear(const at::Tensor& x, at::TensorList weights,
 
 // The FFN: linear(gelu_tanh(linear(x, in_weight, in_bias)), out_weight, out_bias), parameters used
 // in x's dtype. Forward, GELU in the first product's epilogue, which keeps the pre-activation for
-// backward (what ATen's GELU saves). Backward, ATen's GELU derivative, and each layer's
-// parameter gradients from linear_param_grads.
+// backward (what ATen's GELU saves). Backward, GELU's derivative with the first layer's bias
+// gradient in one pass (kernels/gelu_backward.h) where it applies, else ATen's derivative; the
+// other parameter gradients from linear_param_grads.
 at::Tensor epilogue_gelu_mlp(const at::Tensor& x, const at::Tensor& in_weight,
                              const at::Tensor& in_bias, const at::Tensor& out_weight,
                              const at::Tensor& out_bias);

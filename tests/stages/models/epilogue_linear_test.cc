@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 
 #include "models/bf16_weights.h"
@@ -17,6 +18,7 @@
 #include <ATen/cuda/CUDAContext.h>
 
 #include "kernels/epilogue_gemm.h"
+#include "kernels/gelu_backward.h"
 #endif
 
 namespace wam {
@@ -318,7 +320,57 @@ TEST_F(EpilogueLinearCuda, CublasLtTakesTheBasePresetsShapes) {
     const at::Tensor want_pre = at::linear(x, weight, bias);
     EXPECT_LE((pre - want_pre).abs().max().item<float>(), 0.05f);
     EXPECT_LE((activated - at::gelu(pre, "tanh")).abs().max().item<float>(), 0.05f);
+
+    // Without a bias gradient: the weight's alone, the same product.
+    at::Tensor weight_only = at::empty({out, in}, bf16.dtype(at::kFloat));
+    ASSERT_TRUE(kernels::linear_weight_grad_with_bias_grad(
+        grad.data_ptr(), x.data_ptr(), shape, weight_only.data_ptr(), nullptr,
+        kernels::Precision::kFloat32, workspace.data_ptr(), stream));
+    EXPECT_LE((weight_only - want_weight).abs().max().item<double>(),
+              1e-2 * want_weight.abs().max().item<double>());
   }
+}
+
+// GELU's derivative with its column sums in one pass (version 16 of docs/KERNELS.md) against
+// ATen's gelu_backward and a column sum: the base preset's FFN width and widths that leave a
+// partial block of columns or of rows.
+TEST_F(EpilogueLinearCuda, GeluBackwardKernelEqualsAtensWithTheColumnSums) {
+  const at::TensorOptions bf16 = at::TensorOptions(at::kCUDA).dtype(at::kBFloat16);
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  for (const auto& [rows, width] :
+       {std::pair<int64_t, int64_t>{600, 6144}, {64, 8}, {65, 2056}, {1, 16}, {130, 4104}}) {
+    at::manual_seed(11);
+    const at::Tensor grad = at::randn({rows, width}, bf16);
+    const at::Tensor pre = at::randn({rows, width}, bf16) * 3;
+    at::Tensor got = at::empty_like(pre);
+    at::Tensor partials =
+        at::empty({kernels::gelu_backward_blocks(rows), width}, bf16.dtype(at::kFloat));
+    EXPECT_EQ(partials.size(0), (rows + 63) / 64);
+    kernels::gelu_backward_with_column_sums(grad.data_ptr(), pre.data_ptr(), rows, width,
+                                            got.data_ptr(), partials.data_ptr<float>(), stream);
+    const at::Tensor want = at::gelu_backward(grad, pre, "tanh");
+    EXPECT_LE((got.to(at::kFloat) - want.to(at::kFloat)).abs().max().item<double>(),
+              1e-2 * want.abs().max().item<double>())
+        << rows << " x " << width;
+    EXPECT_TRUE(at::allclose(partials.sum(0), got.to(at::kFloat).sum(0), 1e-4, 1e-3))
+        << rows << " x " << width;
+  }
+  // A NaN stays in its element and its column's sum.
+  at::Tensor grad = at::ones({100, 16}, bf16);
+  grad.index_put_({70, 5}, std::numeric_limits<float>::quiet_NaN());
+  const at::Tensor pre = at::zeros({100, 16}, bf16);
+  at::Tensor got = at::empty_like(pre);
+  at::Tensor partials = at::empty({2, 16}, bf16.dtype(at::kFloat));
+  kernels::gelu_backward_with_column_sums(grad.data_ptr(), pre.data_ptr(), 100, 16, got.data_ptr(),
+                                          partials.data_ptr<float>(), stream);
+  const at::Tensor nan = got.isnan();
+  EXPECT_EQ(nan.sum().item<int64_t>(), 1);
+  EXPECT_TRUE(nan[70][5].item<bool>());
+  const at::Tensor sums = partials.sum(0);
+  EXPECT_TRUE(std::isnan(sums[5].item<float>()));
+  // Elsewhere: gelu'(0) = 0.5 for every row of a column.
+  EXPECT_FLOAT_EQ(sums[4].item<float>(), 50.f);
+  EXPECT_FALSE(kernels::gelu_backward_supports(100, 12));
 }
 #endif
 
