@@ -45,14 +45,15 @@ struct Product {
   cudaDataType_t d_type = CUDA_R_16BF, bias_type = CUDA_R_16BF;
   bool fast_accumulation = false;  // FP8 only
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
-  int64_t aux_ld = 0;  // 0: no auxiliary matrix
-  uint32_t align_a = 0, align_b = 0, align_d = 0;
+  int64_t aux_ld = 0;   // 0: no auxiliary matrix
+  bool adds_c = false;  // D = op(A) op(B) + C (C: D's type and layout), else C is unused
+  uint32_t align_a = 0, align_b = 0, align_c = 0, align_d = 0;
   int device = 0;
 
   auto key() const {
     return std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb, ldd, a_type, b_type, d_type,
-                           bias_type, fast_accumulation, epilogue, aux_ld, align_a, align_b,
-                           align_d, device);
+                           bias_type, fast_accumulation, epilogue, aux_ld, adds_c, align_a, align_b,
+                           align_c, align_d, device);
   }
   bool operator<(const Product& other) const { return key() < other.key(); }
 };
@@ -82,6 +83,7 @@ struct Pointers {
   void* aux = nullptr;
   const float* a_scale = nullptr;  // FP8 operands' dequantisation scales
   const float* b_scale = nullptr;
+  const void* c = nullptr;  // added to the product (beta 1) where given
 };
 
 // RAII for the descriptors one product needs.
@@ -146,7 +148,7 @@ bool algorithm_for(cublasLtHandle_t handle, const Product& p, const Descriptors&
     const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> alignments[] = {
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, p.align_a},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, p.align_b},
-        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p.align_d},
+        {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, p.align_c},
         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, p.align_d}};
     cublasStatus_t status = cublasLtMatmulPreferenceSetAttribute(
         preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof(workspace));
@@ -175,6 +177,8 @@ bool run(Product p, const Pointers& pointers, void* workspace, CUstream_st* stre
   p.align_a = alignment_of(pointers.a);
   p.align_b = alignment_of(pointers.b);
   p.align_d = alignment_of(pointers.d);
+  p.adds_c = pointers.c != nullptr;
+  p.align_c = p.adds_c ? alignment_of(pointers.c) : p.align_d;
   Descriptors descriptors(p);
   if (pointers.bias != nullptr) descriptors.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, pointers.bias);
   if (pointers.aux != nullptr) {
@@ -189,10 +193,11 @@ bool run(Product p, const Pointers& pointers, void* workspace, CUstream_st* stre
   const cublasLtHandle_t handle = handle_for(p.device);
   cublasLtMatmulAlgo_t algorithm;
   if (!algorithm_for(handle, p, descriptors, &algorithm)) return false;
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = p.adds_c ? 1.0f : 0.0f;
   check(cublasLtMatmul(handle, descriptors.desc_, &alpha, pointers.a, descriptors.a_, pointers.b,
-                       descriptors.b_, &beta, pointers.d, descriptors.d_, pointers.d,
-                       descriptors.d_, &algorithm, workspace, kEpilogueGemmWorkspaceBytes, stream),
+                       descriptors.b_, &beta, p.adds_c ? pointers.c : pointers.d, descriptors.d_,
+                       pointers.d, descriptors.d_, &algorithm, workspace,
+                       kEpilogueGemmWorkspaceBytes, stream),
         "cublasLtMatmul");
   return true;
 }
@@ -209,6 +214,19 @@ bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x,
       grad_bias != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT);
   p.d_type = p.bias_type = data_type(precision);
   return run(p, {x, grad_out, grad_weight, grad_bias, nullptr}, workspace, stream);
+}
+
+bool linear_forward_with_residual(const void* x, const void* weight, const float* bias,
+                                  const float* residual, const LinearShape& shape, float* out,
+                                  void* workspace, CUstream_st* stream) {
+  // out^T [out, rows] = weight [out, in] x^T [in, rows] + residual^T: as linear_gelu_forward, with
+  // C = the residual (column-major [out, rows], D's layout) and float32 D, C and bias.
+  Product p = product_of(CUBLAS_OP_T, CUBLAS_OP_N, shape.out, shape.rows, shape.in, shape.in,
+                         shape.in, shape.out, CUBLASLT_EPILOGUE_BIAS);
+  p.d_type = p.bias_type = CUDA_R_32F;
+  Pointers pointers{weight, x, out, const_cast<float*>(bias)};
+  pointers.c = residual;
+  return run(p, pointers, workspace, stream);
 }
 
 bool linear_gelu_forward(const void* x, const void* weight, const void* bias,

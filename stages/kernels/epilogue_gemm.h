@@ -38,6 +38,13 @@ bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x,
                                        const LinearShape& shape, void* grad_weight, void* grad_bias,
                                        Precision precision, void* workspace, CUstream_st* stream);
 
+// out [rows, out] = residual [rows, out] + x [rows, in] weight^T + bias [out], in one product: x
+// and weight bfloat16; bias, residual and out float32 (the residual stream's dtype), the sum in
+// the epilogue instead of a mixed-dtype add of its own. out must not alias residual.
+bool linear_forward_with_residual(const void* x, const void* weight, const float* bias,
+                                  const float* residual, const LinearShape& shape, float* out,
+                                  void* workspace, CUstream_st* stream);
+
 // pre_activation [rows, out] = x [rows, in] weight^T + bias [out], and
 // activated = gelu_tanh(pre_activation), in one product.
 bool linear_gelu_forward(const void* x, const void* weight, const void* bias,

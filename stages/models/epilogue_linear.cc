@@ -145,6 +145,49 @@ class EpilogueLinear : public torch::autograd::Function<EpilogueLinear> {
   }
 };
 
+// residual + linear(x, weight, bias): saves what EpilogueLinear saves, not the residual (its
+// gradient is the output's).
+class EpilogueLinearResidual : public torch::autograd::Function<EpilogueLinearResidual> {
+ public:
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                            const at::Tensor& bias, const at::Tensor& residual) {
+    const at::Tensor cast_weight = weight_in(weight, x.scalar_type());
+    ctx->save_for_backward({x, cast_weight, weight, bias});
+#if WAM_FUSED_KERNELS
+    const at::Tensor rows = linear_rows(x);
+    const bool applies =
+        epilogue_linears_apply(x) && residual.is_cuda() && residual.is_contiguous() &&
+        residual.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat &&
+        residual.sizes() == at::IntArrayRef(with_last_size(x.sizes(), weight.size(0))) &&
+        aligned16(residual) && aligned16(rows) && aligned16(cast_weight);
+    if (applies) {
+      const c10::cuda::CUDAGuard guard(x.device());
+      const kernels::LinearShape shape{rows.size(0), rows.size(1), weight.size(0)};
+      at::Tensor out = at::empty_like(residual);
+      const at::Tensor workspace = workspace_for(rows), flat_bias = bias.contiguous();
+      if (kernels::linear_forward_with_residual(
+              rows.data_ptr(), cast_weight.data_ptr(), flat_bias.data_ptr<float>(),
+              residual.data_ptr<float>(), shape, out.data_ptr<float>(), workspace.data_ptr(),
+              at::cuda::getCurrentCUDAStream())) {
+        return out;
+      }
+    }
+#endif
+    return residual + at::linear(x, cast_weight, weight_in(bias, x.scalar_type()));
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor &x = saved[0], &cast_weight = saved[1], &weight = saved[2], &bias = saved[3];
+    const at::Tensor grad = grads[0].to(x.scalar_type());
+    at::Tensor grad_x;
+    if (ctx->needs_input_grad(0)) grad_x = at::matmul(grad, cast_weight);
+    const LinearGrads params = linear_param_grads(linear_rows(grad), linear_rows(x),
+                                                  weight.scalar_type(), bias.scalar_type());
+    return {grad_x, params.weight, params.bias, grads[0]};
+  }
+};
+
 // Saves x and the joint cast weight (a view of the kept copies: no memory of its own there).
 class EpilogueJointLinear : public torch::autograd::Function<EpilogueJointLinear> {
  public:
@@ -259,6 +302,11 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
 
 at::Tensor epilogue_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   return EpilogueLinear::apply(x, weight, bias);
+}
+
+at::Tensor epilogue_linear_residual(const at::Tensor& x, const at::Tensor& weight,
+                                    const at::Tensor& bias, const at::Tensor& residual) {
+  return EpilogueLinearResidual::apply(x, weight, bias, residual);
 }
 
 at::Tensor epilogue_joint_linear(const at::Tensor& x, at::TensorList weights,

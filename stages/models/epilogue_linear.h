@@ -32,6 +32,16 @@ LinearGrads linear_param_grads(const at::Tensor& grad, const at::Tensor& x,
 // linear_param_grads in the parameters' dtypes.
 at::Tensor epilogue_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
+// residual + at::linear(x, weight, bias), weight and bias used in x's dtype, the sum in the
+// residual's dtype (the compiled step's float32 stream after its cross-attention). Where the
+// epilogue product applies (x bfloat16 on CUDA, residual and bias float32, contiguous) one product
+// adds the float32 bias and the residual in its epilogue, so the layer's output is never rounded
+// to bfloat16 on its own, nor added in a mixed-dtype pass (docs/KERNELS.md, version 17); elsewhere
+// ATen's ops. Backward: the residual's gradient is the output's; x's and the parameters' as
+// epilogue_linear's, from the output's gradient in x's dtype.
+at::Tensor epilogue_linear_residual(const at::Tensor& x, const at::Tensor& weight,
+                                    const at::Tensor& bias, const at::Tensor& residual);
+
 // Linear layers applied to one input as one product (q, k, v): at::linear(x, at::cat(weights),
 // at::cat(biases)) with the parameters used in x's dtype. In bfloat16 the weights come from
 // concatenated_bf16_weights (models/bf16_weights.h): their kept copies read in place where they

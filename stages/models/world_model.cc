@@ -419,8 +419,8 @@ class ExpertBlockImpl : public torch::nn::Module {
                             bool fused, const at::Tensor& constant_context = at::Tensor()) {
     x = gated_residual(x, linear(o_, attended, fused, fp8_), mods[2], layout, fused);
     const NormedAndResidual crossed = cross_layer_norm(cross_norm_, x, fused);
-    x = crossed.residual +
-        cross_attention(crossed.normed, context, context_allowed, fused, constant_context);
+    x = cross_attention(crossed.normed, crossed.residual, context, context_allowed, fused,
+                        constant_context);
     const NormedAndResidual normed = modulated_norm(x, mods[3], mods[4], layout, fused);
     x = normed.residual;
     const at::Tensor& h = normed.normed;
@@ -449,9 +449,11 @@ class ExpertBlockImpl : public torch::nn::Module {
     return rope ? apply_rope(normed, *rope) : normed;
   }
 
-  at::Tensor cross_attention(const at::Tensor& x, const at::Tensor& context,
-                             const at::Tensor& context_allowed, bool fused,
-                             const at::Tensor& constant_context) {
+  // residual + the cross-attention of x (the normed stream) over the context; the compiled step's
+  // bfloat16 products add the residual in the output product's epilogue.
+  at::Tensor cross_attention(const at::Tensor& x, const at::Tensor& residual,
+                             const at::Tensor& context, const at::Tensor& context_allowed,
+                             bool fused, const at::Tensor& constant_context) {
     const int64_t b = x.size(0),
                   l = constant_context.defined() ? constant_context.size(1) : context.size(1);
     at::Tensor q = normed_heads(cross_q_norm_, linear(cross_q_, x, fused, fp8_), nullptr, fused);
@@ -459,7 +461,11 @@ class ExpertBlockImpl : public torch::nn::Module {
         fused_linears(context, {cross_k_, cross_v_}, fused, fp8_, constant_context);
     at::Tensor k = normed_heads(cross_k_norm_, kv[0], nullptr, fused);
     at::Tensor v = kv[1].reshape({b, l, heads_, head_dim_});
-    return linear(cross_o_, attention(q, k, v, context_allowed), fused, fp8_);
+    const at::Tensor attended = attention(q, k, v, context_allowed);
+    if (fused && fp8_ == nullptr && epilogue_linears_apply(attended)) {
+      return epilogue_linear_residual(attended, cross_o_->weight, cross_o_->bias, residual);
+    }
+    return residual + linear(cross_o_, attended, fused, fp8_);
   }
 
   int64_t hidden_, heads_, head_dim_;

@@ -97,6 +97,29 @@ Result mlp_fused(const at::Tensor& x, const Layer& in, const Layer& out, const a
   });
 }
 
+// residual + linear, the residual a leaf too: its gradient after the layer's.
+template <class Forward>
+Result residual_run(const at::Tensor& x, const Layer& layer, const at::Tensor& residual,
+                    const at::Tensor& grad, Forward forward) {
+  clear_grads({residual});
+  Result result = run(x, {layer}, grad, forward);
+  result.grads.push_back(residual.grad());
+  return result;
+}
+
+Result residual_composition(const at::Tensor& x, const Layer& layer, const at::Tensor& residual,
+                            const at::Tensor& grad) {
+  return residual_run(x, layer, residual, grad,
+                      [&] { return residual + at::linear(x, layer.weight, layer.bias); });
+}
+
+Result residual_fused(const at::Tensor& x, const Layer& layer, const at::Tensor& residual,
+                      const at::Tensor& grad) {
+  return residual_run(x, layer, residual, grad, [&] {
+    return models::epilogue_linear_residual(x, layer.weight, layer.bias, residual);
+  });
+}
+
 TEST(EpilogueLinear, EqualsLinearWithItsGradients) {
   at::manual_seed(1);
   const at::Tensor x = at::randn({3, 5, 8}).requires_grad_();
@@ -106,6 +129,18 @@ TEST(EpilogueLinear, EqualsLinearWithItsGradients) {
   expect_close(got, linear_composition(x, layer, grad), 1e-6);
   EXPECT_EQ(got.out.sizes(), (std::vector<int64_t>{3, 5, 6}));
   EXPECT_EQ(got.grads[0].sizes(), (std::vector<int64_t>{3, 5, 8}));
+}
+
+TEST(EpilogueLinearResidual, EqualsResidualPlusLinearWithItsGradients) {
+  at::manual_seed(5);
+  const at::Tensor x = at::randn({3, 5, 8}).requires_grad_();
+  const Layer layer = make_layer(8, 6, at::TensorOptions());
+  const at::Tensor residual = at::randn({3, 5, 6}).requires_grad_();
+  const at::Tensor grad = at::randn({3, 5, 6});
+  const Result got = residual_fused(x, layer, residual, grad);
+  expect_close(got, residual_composition(x, layer, residual, grad), 1e-6);
+  EXPECT_EQ(got.out.sizes(), (std::vector<int64_t>{3, 5, 6}));
+  EXPECT_TRUE(at::equal(got.grads.back(), grad));  // the residual's: the output's own
 }
 
 TEST(EpilogueGeluMlp, EqualsLinearGeluLinearWithItsGradients) {
@@ -253,6 +288,34 @@ TEST_F(EpilogueLinearCuda, MatchesTheCompositionUnderBf16Autocast) {
     EXPECT_EQ(got_mlp.grads[1].scalar_type(), at::kFloat);
     EXPECT_EQ(got_mlp.grads[2].scalar_type(), at::kFloat);
   }
+}
+
+// The cross-attention's output product with the float32 stream added in its epilogue, at the
+// video expert's width: the gradients as the composition's under autocast, and the output closer
+// to the exact sum than the composition's, whose product output is rounded to bfloat16 before the
+// add (so the epilogue, not the fallback, ran).
+TEST_F(EpilogueLinearCuda, ResidualAddedInTheProductMatchesTheCompositionUnderBf16Autocast) {
+  const at::TensorOptions cuda(at::kCUDA);
+  at::manual_seed(8);
+  const int64_t hidden = 1536;
+  const at::Tensor x = at::randn({2, 300, hidden}, cuda).to(at::kBFloat16).requires_grad_();
+  const Layer layer = make_layer(hidden, hidden, cuda);
+  const at::Tensor residual = at::randn({2, 300, hidden}, cuda).requires_grad_();
+  const at::Tensor grad = at::randn({2, 300, hidden}, cuda);
+  autocast(true);
+  const Result want = residual_composition(x, layer, residual, grad),
+               got = residual_fused(x, layer, residual, grad);
+  autocast(false);
+  expect_close(got, want, 2e-2);
+  EXPECT_EQ(got.out.scalar_type(), at::kFloat);
+  EXPECT_TRUE(at::equal(got.grads.back(), grad));
+  const at::Tensor exact = residual.detach().to(at::kDouble) +
+                           at::linear(x.detach().to(at::kDouble),
+                                      layer.weight.detach().to(at::kBFloat16).to(at::kDouble),
+                                      layer.bias.detach().to(at::kDouble));
+  const double scale = exact.abs().max().item<double>();
+  EXPECT_LE((got.out.to(at::kDouble) - exact).abs().max().item<double>(), 1e-4 * scale);
+  EXPECT_GE((want.out.to(at::kDouble) - exact).abs().max().item<double>(), 5e-4 * scale);
 }
 
 // q, k, v of the video expert (hidden 1536) as the compiled step runs them: bfloat16 under
