@@ -157,21 +157,27 @@ class FusedJointQkv : public torch::autograd::Function<FusedJointQkv> {
     for (int e = 0; e < 2; ++e) {
       const int64_t rows = experts[e].size(1);
       at::Tensor grad_qkv = at::empty_like(experts[e], at::MemoryFormat::Contiguous);
+      // q's and k's weight-gradient partials in one buffer, summed by one reduction.
+      at::Tensor partials;
       for (int part = 0; part < 2; ++part) {
         const at::Tensor x = experts[e].narrow(2, part * width, width),
                          grad_out = joint_grads[part].narrow(1, first, rows),
                          grad_x = grad_qkv.narrow(2, part * width, width),
                          &weight = saved[2 + 2 * e + part];
         const kernels::RmsNormRopeShape shape = shape_of(x, grad_out, 3 * width, head_dim);
-        at::Tensor partials =
-            at::empty({kernels::rms_norm_rope_backward_blocks(shape), width}, weight.options());
+        if (part == 0) {
+          partials = at::empty({2, kernels::rms_norm_rope_backward_blocks(shape), width},
+                               weight.options());
+        }
         kernels::rms_norm_rope_backward(grad_out.data_ptr(), x.data_ptr(), weight.data_ptr<float>(),
                                         pairs_or_null(saved[6 + e]),
                                         saved[8 + 2 * e + part].data_ptr<float>(),
-                                        grad_x.data_ptr(), partials.data_ptr<float>(), shape,
+                                        grad_x.data_ptr(), partials[part].data_ptr<float>(), shape,
                                         precision_of(x), at::cuda::getCurrentCUDAStream().stream());
-        out[2 + 2 * e + part] = partials.sum(0);
       }
+      const at::Tensor sums = partials.sum(1);
+      out[2 + 2 * e] = sums[0];
+      out[3 + 2 * e] = sums[1];
       grad_qkv.narrow(2, 2 * width, width).copy_(joint_grads[2].narrow(1, first, rows));
       out[e] = grad_qkv;
       first += rows;
@@ -204,18 +210,23 @@ kernels::ModulationLayout saved_layout(torch::autograd::AutogradContext* ctx, co
   return layout_of(x, ctx->saved_data["groups"].toInt(), ctx->saved_data["sample_stride"].toInt());
 }
 
-// The backward kernels' per-block partial sums, float [blocks, D].
-at::Tensor partials_for(const kernels::ModulationLayout& layout, const at::Tensor& rows) {
-  return at::empty({kernels::adaln_backward_blocks(layout), layout.width}, rows.options());
+// The backward kernels' per-block partial sums of `count` gradients, float [count, blocks, D]:
+// one buffer, so that one reduction sums them all (each is a kernel launch of a few
+// microseconds over a few MB; docs/KERNELS.md, version 18).
+at::Tensor partials_for(const kernels::ModulationLayout& layout, const at::Tensor& rows,
+                        int64_t count) {
+  return at::empty({count, kernels::adaln_backward_blocks(layout), layout.width}, rows.options());
 }
 
-// The modulation rows' gradients [modulation_rows, D] from the per-block partials: consecutive
-// blocks share a modulation row, and ATen's sum adds them up in the same order on every run.
+// The modulation rows' gradients [count, modulation_rows, D] from the per-block partials:
+// consecutive blocks share a modulation row, and ATen's sum adds them up in the same order on
+// every run.
 at::Tensor sum_partials(const at::Tensor& partials, const kernels::ModulationLayout& layout) {
+  const int64_t count = partials.size(0);
   const int64_t blocks_per_run = layout.run / kernels::adaln_backward_rows_per_block(layout);
-  const at::Tensor per_run = partials.view({-1, blocks_per_run, layout.width}).sum(1);
-  if (layout.sample_stride != 0) return per_run;  // [B * tokens / run, D]
-  return per_run.view({-1, layout.tokens / layout.run, layout.width}).sum(0);
+  const at::Tensor per_run = partials.view({count, -1, blocks_per_run, layout.width}).sum(2);
+  if (layout.sample_stride != 0) return per_run;  // [count, B * tokens / run, D]
+  return per_run.view({count, -1, layout.tokens / layout.run, layout.width}).sum(1);
 }
 
 // LayerNorm without affine, then scale_rows and shift_rows (float [M, D]) per `groups` and
@@ -259,22 +270,16 @@ class FusedLayerNormModulate : public torch::autograd::Function<FusedLayerNormMo
       grad_residual = grads[1].to(x.scalar_type()).contiguous();
     }
     at::Tensor grad_x = at::empty_like(x);
-    at::Tensor scale_partials = partials_for(layout, scale_rows),
-               shift_partials = partials_for(layout, scale_rows);
+    const at::Tensor partials = partials_for(layout, scale_rows, 2);  // scale's, shift's
     kernels::layer_norm_modulate_backward(
         grad_out.data_ptr(), precision_of(grad_out), x.data_ptr(), precision_of(x),
         scale_rows.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
         grad_residual.defined() ? grad_residual.data_ptr() : nullptr, grad_x.data_ptr(),
-        scale_partials.data_ptr<float>(), shift_partials.data_ptr<float>(), layout,
+        partials[0].data_ptr<float>(), partials[1].data_ptr<float>(), layout,
         at::cuda::getCurrentCUDAStream().stream());
-    return {grad_x,
-            sum_partials(scale_partials, layout),
-            sum_partials(shift_partials, layout),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor(),
-            at::Tensor()};
+    const at::Tensor sums = sum_partials(partials, layout);
+    return {grad_x,       sums[0],      sums[1],      at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
@@ -307,12 +312,12 @@ class FusedAddGated : public torch::autograd::Function<FusedAddGated> {
     const at::Tensor grad_out = grads[0].to(residual_dtype).contiguous();
     const kernels::ModulationLayout layout = saved_layout(ctx, grad_out);
     at::Tensor grad_update = at::empty_like(update),
-               gate_partials = partials_for(layout, gate_rows);
+               gate_partials = partials_for(layout, gate_rows, 1);
     kernels::gated_residual_backward(grad_out.data_ptr(), precision_of(grad_out), update.data_ptr(),
                                      precision_of(update), gate_rows.data_ptr<float>(),
                                      grad_update.data_ptr(), gate_partials.data_ptr<float>(),
                                      layout, at::cuda::getCurrentCUDAStream().stream());
-    return {grad_out, grad_update, sum_partials(gate_partials, layout), at::Tensor()};
+    return {grad_out, grad_update, sum_partials(gate_partials, layout)[0], at::Tensor()};
   }
 };
 
