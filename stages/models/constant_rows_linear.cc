@@ -1,5 +1,8 @@
 #include "models/constant_rows_linear.h"
 
+#include <sstream>
+
+#include "models/bf16_weights.h"
 #include "models/epilogue_linear.h"
 #include "wam/error.h"
 
@@ -9,48 +12,69 @@ namespace {
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// Saves the weight in rows' dtype (the cast autocast would save for the product's backward) and
-// `rows`, which the caller shares among layers, so nothing is stored per layer beyond the
-// composition it replaces.
+// Saves the weights in rows' dtype (the cast autocast would save for the product's backward; in
+// bfloat16 a view of the kept copies, no memory of its own) and `rows`, which the caller shares
+// among layers, so nothing is stored per layer beyond the composition it replaces.
 class ConstantRowsLinear : public torch::autograd::Function<ConstantRowsLinear> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& rows,
-                            const at::Tensor& weight, const at::Tensor& bias) {
-    const at::Tensor cast_weight = weight.to(rows.scalar_type());
-    ctx->save_for_backward({rows, cast_weight, weight, bias});
+                            at::TensorList weights, at::TensorList biases) {
+    const at::ScalarType dtype = rows.scalar_type();
+    const bool bf16 = dtype == at::kBFloat16;
+    const at::Tensor cast_weight =
+        bf16 ? concatenated_bf16_weights(weights) : at::cat(weights).to(dtype);
+    const at::Tensor cast_bias =
+        bf16 ? concatenated_bf16_weights(biases) : at::cat(biases).to(dtype);
+    std::vector<int64_t> widths;
+    for (const at::Tensor& weight : weights) widths.push_back(weight.size(0));
+    ctx->save_for_backward({rows, cast_weight});
     ctx->saved_data["constant_rows"] = rows.size(1) - x.size(1);
-    return at::linear(rows, cast_weight, bias.to(rows.scalar_type()));
+    ctx->saved_data["widths"] = widths;
+    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weights.front().scalar_type());
+    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(biases.front().scalar_type());
+    return at::linear(rows, cast_weight, cast_bias);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &rows = saved[0], &cast_weight = saved[1], &weight = saved[2],
-                     &bias = saved[3];
+    const at::Tensor &rows = saved[0], &cast_weight = saved[1];
     const int64_t constant_rows = ctx->saved_data["constant_rows"].toInt();
+    const std::vector<int64_t> widths = ctx->saved_data["widths"].toIntVector();
+    const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    const auto bias_dtype = static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
     const at::Tensor grad = grads[0].reshape({-1, grads[0].size(-1)});
     const at::Tensor flat_rows = rows.reshape({-1, rows.size(-1)});
-    const LinearGrads params =
-        linear_param_grads(grad, flat_rows, weight.scalar_type(), bias.scalar_type());
+    const LinearGrads params = linear_param_grads(grad, flat_rows, weight_dtype, bias_dtype);
     const int64_t x_rows = rows.size(1) - constant_rows;
-    const at::Tensor grad_x = at::matmul(grads[0].narrow(1, constant_rows, x_rows), cast_weight);
-    return {grad_x, at::Tensor(), params.weight, params.bias};
+    variable_list out = {at::matmul(grads[0].narrow(1, constant_rows, x_rows), cast_weight),
+                         at::Tensor()};
+    for (const at::Tensor& part : params.weight.split_with_sizes(widths)) out.push_back(part);
+    for (const at::Tensor& part : params.bias.split_with_sizes(widths)) out.push_back(part);
+    return out;
   }
 };
 
 }  // namespace
 
-at::Tensor constant_rows_linear(const at::Tensor& x, const at::Tensor& rows,
-                                const at::Tensor& weight, const at::Tensor& bias) {
-  const bool fits = x.dim() == 3 && rows.dim() == 3 && weight.dim() == 2 && bias.dim() == 1 &&
-                    x.size(0) == rows.size(0) && x.size(1) <= rows.size(1) &&
-                    x.size(2) == rows.size(2) && weight.size(1) == rows.size(2) &&
-                    bias.size(0) == weight.size(0);
-  if (!fits) {
-    throw Error(c10::str("constant_rows_linear: x ", x.sizes(), ", rows ", rows.sizes(),
-                         ", weight ", weight.sizes(), " and bias ", bias.sizes(),
-                         " do not fit ([B, L, in], [B, S + L, in], [out, in], [out])"));
+at::Tensor constant_rows_linear(const at::Tensor& x, const at::Tensor& rows, at::TensorList weights,
+                                at::TensorList biases) {
+  bool fits = x.dim() == 3 && rows.dim() == 3 && x.size(0) == rows.size(0) &&
+              x.size(1) <= rows.size(1) && x.size(2) == rows.size(2) && !weights.empty() &&
+              weights.size() == biases.size();
+  for (size_t i = 0; fits && i < weights.size(); ++i) {
+    fits = weights[i].dim() == 2 && biases[i].dim() == 1 && weights[i].size(1) == rows.size(2) &&
+           biases[i].size(0) == weights[i].size(0);
   }
-  return ConstantRowsLinear::apply(x, rows.detach(), weight, bias);
+  if (!fits) {
+    std::ostringstream message;
+    message << "constant_rows_linear: x " << x.sizes() << ", rows " << rows.sizes() << ", weights";
+    for (const at::Tensor& weight : weights) message << " " << weight.sizes();
+    message << " and biases";
+    for (const at::Tensor& bias : biases) message << " " << bias.sizes();
+    message << " do not fit ([B, L, in], [B, S + L, in], [out, in] each, [out] each)";
+    throw Error(message.str());
+  }
+  return ConstantRowsLinear::apply(x, rows.detach(), weights, biases);
 }
 
 }  // namespace wam::models

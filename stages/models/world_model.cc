@@ -113,12 +113,12 @@ at::Tensor fused_linear(const at::Tensor& x, std::initializer_list<torch::nn::Li
     weights.push_back(layer->weight);
     biases.push_back(layer->bias);
   }
-  if (!constant_rows.defined() && fused && fp8 == nullptr && epilogue_linears_apply(x)) {
+  if (constant_rows.defined()) return constant_rows_linear(x, constant_rows, weights, biases);
+  if (fused && fp8 == nullptr && epilogue_linears_apply(x)) {
     return epilogue_joint_linear(x, weights, biases);
   }
-  const at::Tensor weight = at::cat(weights), bias = at::cat(biases);
-  if (constant_rows.defined()) return constant_rows_linear(x, constant_rows, weight, bias);
-  return fused_product(x, weight, bias, fused, fp8, layers.begin()->get()->weight);
+  return fused_product(x, at::cat(weights), at::cat(biases), fused, fp8,
+                       layers.begin()->get()->weight);
 }
 
 // fused_linear's product split into the layers' outputs.

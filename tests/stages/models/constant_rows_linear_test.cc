@@ -54,11 +54,13 @@ Result composition(const Inputs& in) {
   });
 }
 
+at::Tensor rows_of(const Inputs& in) {
+  return at::cat({in.constant, in.x.detach().to(in.constant.scalar_type())}, 1);
+}
+
 Result fused(const Inputs& in) {
-  return run(in, [&] {
-    const at::Tensor rows = at::cat({in.constant, in.x.detach().to(in.constant.scalar_type())}, 1);
-    return models::constant_rows_linear(in.x, rows, in.weight, in.bias);
-  });
+  return run(
+      in, [&] { return models::constant_rows_linear(in.x, rows_of(in), {in.weight}, {in.bias}); });
 }
 
 void expect_close(const Result& got, const Result& want, double tolerance) {
@@ -88,6 +90,33 @@ TEST(ConstantRowsLinear, EqualsTheTwoProjectionsConcatenatedWithTheirGradients) 
   }
 }
 
+// Two layers (K and V) as one product: the output their two outputs side by side, each layer's
+// gradients its own rows of the joint ones.
+TEST(ConstantRowsLinear, LayersAsOneProductGiveEachItsOwnGradients) {
+  const Inputs in = make_inputs(at::TensorOptions(), 6);
+  const at::Tensor v_weight = (at::randn({4, kIn}) * 0.5).requires_grad_();
+  const at::Tensor v_bias = at::randn({4}).requires_grad_();
+  const at::Tensor grad = at::randn({kBatch, kConstantRows + kXRows, kOut + 4});
+  const at::Tensor out =
+      models::constant_rows_linear(in.x, rows_of(in), {in.weight, v_weight}, {in.bias, v_bias});
+  out.backward(grad);
+  const at::Tensor x_grad = in.x.grad().clone(), k_grad = in.weight.grad().clone(),
+                   v_grad = v_weight.grad().clone(), v_bias_grad = v_bias.grad().clone();
+  for (const at::Tensor& leaf : {in.x, in.weight, in.bias, v_weight, v_bias}) {
+    leaf.mutable_grad() = at::Tensor();
+  }
+  const at::Tensor all = at::cat({in.constant, in.x}, 1);
+  const at::Tensor want =
+      at::cat({at::linear(all, in.weight, in.bias), at::linear(all, v_weight, v_bias)}, -1);
+  want.backward(grad);
+  EXPECT_TRUE(at::allclose(out, want, 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(x_grad, in.x.grad(), 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(k_grad, in.weight.grad(), 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(v_grad, v_weight.grad(), 1e-5, 1e-6));
+  EXPECT_TRUE(at::allclose(v_bias_grad, v_bias.grad(), 1e-5, 1e-6));
+  EXPECT_EQ(v_grad.sizes(), (std::vector<int64_t>{4, kIn}));
+}
+
 TEST(ConstantRowsLinear, NaNInTheGradientOfOneRowReachesTheWeightGradient) {
   Inputs in = make_inputs(at::TensorOptions(), 4);
   in.grad[1][kConstantRows + 1][2] = std::numeric_limits<float>::quiet_NaN();
@@ -102,10 +131,16 @@ TEST(ConstantRowsLinear, NaNInTheGradientOfOneRowReachesTheWeightGradient) {
 TEST(ConstantRowsLinear, ShapesThatDoNotFitAreRefusedNamingThem) {
   const Inputs in = make_inputs(at::TensorOptions(), 5);
   EXPECT_EQ(testing::error_of([&] {
-              models::constant_rows_linear(in.x, in.constant.narrow(1, 0, 1), in.weight, in.bias);
+              models::constant_rows_linear(in.x, in.constant.narrow(1, 0, 1), {in.weight},
+                                           {in.bias});
             }),
-            "constant_rows_linear: x [3, 2, 8], rows [3, 1, 8], weight [6, 8] and bias [6] do not "
-            "fit ([B, L, in], [B, S + L, in], [out, in], [out])");
+            "constant_rows_linear: x [3, 2, 8], rows [3, 1, 8], weights [6, 8] and biases [6] do "
+            "not fit ([B, L, in], [B, S + L, in], [out, in] each, [out] each)");
+  EXPECT_EQ(testing::error_of([&] {
+              models::constant_rows_linear(in.x, rows_of(in), {in.weight, in.weight}, {in.bias});
+            }),
+            "constant_rows_linear: x [3, 2, 8], rows [3, 7, 8], weights [6, 8] [6, 8] and biases "
+            "[6] do not fit ([B, L, in], [B, S + L, in], [out, in] each, [out] each)");
 }
 
 #if WAM_WITH_CUDA
