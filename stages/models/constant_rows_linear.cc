@@ -2,7 +2,6 @@
 
 #include <sstream>
 
-#include "models/bf16_weights.h"
 #include "models/epilogue_linear.h"
 #include "wam/error.h"
 
@@ -19,37 +18,24 @@ class ConstantRowsLinear : public torch::autograd::Function<ConstantRowsLinear> 
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& rows,
                             at::TensorList weights, at::TensorList biases) {
-    const at::ScalarType dtype = rows.scalar_type();
-    const bool bf16 = dtype == at::kBFloat16;
-    const at::Tensor cast_weight =
-        bf16 ? concatenated_bf16_weights(weights) : at::cat(weights).to(dtype);
-    const at::Tensor cast_bias =
-        bf16 ? concatenated_bf16_weights(biases) : at::cat(biases).to(dtype);
-    std::vector<int64_t> widths;
-    for (const at::Tensor& weight : weights) widths.push_back(weight.size(0));
-    ctx->save_for_backward({rows, cast_weight});
+    const JointParams params = joint_params_in(weights, biases, rows.scalar_type());
+    remember_layers(ctx, weights, biases);
+    ctx->save_for_backward({rows, params.weight});
     ctx->saved_data["constant_rows"] = rows.size(1) - x.size(1);
-    ctx->saved_data["widths"] = widths;
-    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weights.front().scalar_type());
-    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(biases.front().scalar_type());
-    return at::linear(rows, cast_weight, cast_bias);
+    return at::linear(rows, params.weight, params.bias);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &rows = saved[0], &cast_weight = saved[1];
     const int64_t constant_rows = ctx->saved_data["constant_rows"].toInt();
-    const std::vector<int64_t> widths = ctx->saved_data["widths"].toIntVector();
-    const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
-    const auto bias_dtype = static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
-    const at::Tensor grad = grads[0].reshape({-1, grads[0].size(-1)});
-    const at::Tensor flat_rows = rows.reshape({-1, rows.size(-1)});
-    const LinearGrads params = linear_param_grads(grad, flat_rows, weight_dtype, bias_dtype);
     const int64_t x_rows = rows.size(1) - constant_rows;
     variable_list out = {at::matmul(grads[0].narrow(1, constant_rows, x_rows), cast_weight),
                          at::Tensor()};
-    for (const at::Tensor& part : params.weight.split_with_sizes(widths)) out.push_back(part);
-    for (const at::Tensor& part : params.bias.split_with_sizes(widths)) out.push_back(part);
+    for (at::Tensor& part : layer_param_grads(ctx, grads[0].reshape({-1, grads[0].size(-1)}),
+                                              rows.reshape({-1, rows.size(-1)}))) {
+      out.push_back(std::move(part));
+    }
     return out;
   }
 };

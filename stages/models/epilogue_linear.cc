@@ -193,33 +193,20 @@ class EpilogueJointLinear : public torch::autograd::Function<EpilogueJointLinear
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
                             at::TensorList biases) {
-    const at::ScalarType dtype = x.scalar_type();
-    const bool bf16 = dtype == at::kBFloat16;
-    const at::Tensor cast_weight =
-        bf16 ? concatenated_bf16_weights(weights) : at::cat(weights).to(dtype);
-    const at::Tensor cast_bias =
-        bf16 ? concatenated_bf16_weights(biases) : at::cat(biases).to(dtype);
-    std::vector<int64_t> widths;
-    for (const at::Tensor& weight : weights) widths.push_back(weight.size(0));
-    ctx->saved_data["widths"] = widths;
-    ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weights.front().scalar_type());
-    ctx->saved_data["bias_dtype"] = static_cast<int64_t>(biases.front().scalar_type());
-    ctx->save_for_backward({x, cast_weight});
-    return at::linear(x, cast_weight, cast_bias);
+    const JointParams params = joint_params_in(weights, biases, x.scalar_type());
+    remember_layers(ctx, weights, biases);
+    ctx->save_for_backward({x, params.weight});
+    return at::linear(x, params.weight, params.bias);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &cast_weight = saved[1];
-    const std::vector<int64_t> widths = ctx->saved_data["widths"].toIntVector();
-    const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
-    const auto bias_dtype = static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
     variable_list out = {ctx->needs_input_grad(0) ? at::matmul(grads[0], cast_weight)
                                                   : at::Tensor()};
-    const LinearGrads params =
-        linear_param_grads(linear_rows(grads[0]), linear_rows(x), weight_dtype, bias_dtype);
-    for (const at::Tensor& part : params.weight.split_with_sizes(widths)) out.push_back(part);
-    for (const at::Tensor& part : params.bias.split_with_sizes(widths)) out.push_back(part);
+    for (at::Tensor& part : layer_param_grads(ctx, linear_rows(grads[0]), linear_rows(x))) {
+      out.push_back(std::move(part));
+    }
     return out;
   }
 };
@@ -299,6 +286,32 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
 };
 
 }  // namespace
+
+JointParams joint_params_in(at::TensorList weights, at::TensorList biases, at::ScalarType dtype) {
+  if (dtype == at::kBFloat16) {
+    return {concatenated_bf16_weights(weights), concatenated_bf16_weights(biases)};
+  }
+  return {at::cat(weights).to(dtype), at::cat(biases).to(dtype)};
+}
+
+void remember_layers(AutogradContext* ctx, at::TensorList weights, at::TensorList biases) {
+  std::vector<int64_t> widths;
+  for (const at::Tensor& weight : weights) widths.push_back(weight.size(0));
+  ctx->saved_data["widths"] = widths;
+  ctx->saved_data["weight_dtype"] = static_cast<int64_t>(weights.front().scalar_type());
+  ctx->saved_data["bias_dtype"] = static_cast<int64_t>(biases.front().scalar_type());
+}
+
+std::vector<at::Tensor> layer_param_grads(AutogradContext* ctx, const at::Tensor& grad,
+                                          const at::Tensor& x) {
+  const std::vector<int64_t> widths = ctx->saved_data["widths"].toIntVector();
+  const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+  const auto bias_dtype = static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
+  const LinearGrads params = linear_param_grads(grad, x, weight_dtype, bias_dtype);
+  std::vector<at::Tensor> out = params.weight.split_with_sizes(widths);
+  for (const at::Tensor& part : params.bias.split_with_sizes(widths)) out.push_back(part);
+  return out;
+}
 
 at::Tensor epilogue_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
   return EpilogueLinear::apply(x, weight, bias);
