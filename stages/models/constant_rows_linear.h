@@ -6,16 +6,17 @@
 
 namespace wam::models {
 
-// linear(rows, at::cat(weights), at::cat(biases)): the layers (the K and V projections) as one
-// product, where `rows` [B, S + L, in] is constant (no gradient) and its last L rows hold the
-// values of `x` [B, L, in], through which the gradient flows. One product forward over all rows (no
-// concatenation of two products' outputs); backward, one weight-gradient product over all rows (no
-// copy of the gradient's slices), each layer's gradients rows of it, and an input gradient for x's
-// L rows only. The casts are explicit: weights and biases are used in rows' dtype, in bfloat16 the
-// kept copies read in place where they are one matrix (concatenated_bf16_weights, not a float32
-// concatenation cast on every step), and their gradients returned in their own dtypes. Throws
-// wam::Error when the shapes do not fit together.
-at::Tensor constant_rows_linear(const at::Tensor& x, const at::Tensor& rows, at::TensorList weights,
-                                at::TensorList biases);
+// linear(rows, weights[i], biases[i]) for each layer (the K and V projections), as one product,
+// where `rows` [B, S + L, in] is constant (no gradient) and its last L rows hold the values of `x`
+// [B, L, in], through which the gradient flows. Forward: one product over all rows and the
+// layers' concatenated weights, each layer's output a view of it (no concatenation of two
+// products' outputs). Backward: each layer's weight-gradient product over all rows from its own
+// output's gradient (no concatenation of the layers' gradients, nor copy of their slices), and an
+// input gradient for x's L rows only. The casts are explicit: weights and biases are used in
+// rows' dtype, in bfloat16 the kept copies read in place where they are one matrix
+// (joint_params_in), and their gradients returned in their own dtypes. Throws wam::Error when the
+// shapes do not fit together.
+std::vector<at::Tensor> constant_rows_linear(const at::Tensor& x, const at::Tensor& rows,
+                                             at::TensorList weights, at::TensorList biases);
 
 }  // namespace wam::models

@@ -202,11 +202,16 @@ class EpilogueJointLinear : public torch::autograd::Function<EpilogueJointLinear
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const variable_list saved = ctx->get_saved_variables();
     const at::Tensor &x = saved[0], &cast_weight = saved[1];
+    const LayerLayout layers = remembered_layers(ctx);
     variable_list out = {ctx->needs_input_grad(0) ? at::matmul(grads[0], cast_weight)
                                                   : at::Tensor()};
-    for (at::Tensor& part : layer_param_grads(ctx, linear_rows(grads[0]), linear_rows(x))) {
-      out.push_back(std::move(part));
+    // One product for every layer's parameter gradients, each layer its rows of them.
+    const LinearGrads params = linear_param_grads(linear_rows(grads[0]), linear_rows(x),
+                                                  layers.weight_dtype, layers.bias_dtype);
+    for (const at::Tensor& part : params.weight.split_with_sizes(layers.widths)) {
+      out.push_back(part);
     }
+    for (const at::Tensor& part : params.bias.split_with_sizes(layers.widths)) out.push_back(part);
     return out;
   }
 };
@@ -302,15 +307,10 @@ void remember_layers(AutogradContext* ctx, at::TensorList weights, at::TensorLis
   ctx->saved_data["bias_dtype"] = static_cast<int64_t>(biases.front().scalar_type());
 }
 
-std::vector<at::Tensor> layer_param_grads(AutogradContext* ctx, const at::Tensor& grad,
-                                          const at::Tensor& x) {
-  const std::vector<int64_t> widths = ctx->saved_data["widths"].toIntVector();
-  const auto weight_dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
-  const auto bias_dtype = static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt());
-  const LinearGrads params = linear_param_grads(grad, x, weight_dtype, bias_dtype);
-  std::vector<at::Tensor> out = params.weight.split_with_sizes(widths);
-  for (const at::Tensor& part : params.bias.split_with_sizes(widths)) out.push_back(part);
-  return out;
+LayerLayout remembered_layers(AutogradContext* ctx) {
+  return {ctx->saved_data["widths"].toIntVector(),
+          static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt()),
+          static_cast<at::ScalarType>(ctx->saved_data["bias_dtype"].toInt())};
 }
 
 at::Tensor epilogue_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {

@@ -30,17 +30,20 @@ LinearGrads linear_param_grads(const at::Tensor& grad, const at::Tensor& x,
 // Layers applied to one input as one product (q/k/v, the cross K/V). Forward: their weights and
 // biases as the product's, in `dtype`; in bfloat16 the kept copies read in place where they are
 // one matrix (concatenated_bf16_weights, models/bf16_weights.h), else at::cat(...).to(dtype).
-// remember_layers stores in an autograd context what layer_param_grads needs backward: from the
-// product's output gradient [rows, sum of outs] and input [rows, in], each layer's weight gradient
-// then each one's bias gradient, rows of one linear_param_grads in the parameters' dtypes.
+// remember_layers stores in an autograd context what backward needs to give each layer its
+// gradients: the layers' widths (outputs) and the parameters' dtypes, which remembered_layers
+// reads back.
 struct JointParams {
   at::Tensor weight, bias;
 };
 JointParams joint_params_in(at::TensorList weights, at::TensorList biases, at::ScalarType dtype);
+struct LayerLayout {
+  std::vector<int64_t> widths;
+  at::ScalarType weight_dtype = at::kFloat, bias_dtype = at::kFloat;
+};
 void remember_layers(torch::autograd::AutogradContext* ctx, at::TensorList weights,
                      at::TensorList biases);
-std::vector<at::Tensor> layer_param_grads(torch::autograd::AutogradContext* ctx,
-                                          const at::Tensor& grad, const at::Tensor& x);
+LayerLayout remembered_layers(torch::autograd::AutogradContext* ctx);
 
 // at::linear(x, weight, bias) with weight and bias used in x's dtype (the casts autocast makes),
 // x [..., in]. Backward: the input gradient, and both parameter gradients from

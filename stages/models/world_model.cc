@@ -100,20 +100,15 @@ at::Tensor linear_act_linear(const torch::nn::Sequential& layers, const at::Tens
 }
 
 // Linear layers applied to the same input as one GEMM over their concatenated weights: the input
-// is read (and cast, under autocast) once, and backward needs no gradient accumulation.
-// `constant_rows` [B, S + L, in], when defined, are all the input's rows as a constant whose last
-// L hold x's values: projected as one product, with an input gradient for x's rows only (for the
-// others it would be a GEMM as large as the forward one; constant_rows_linear). The compiled
-// step's bfloat16 products read the weights' kept copies in place (epilogue_joint_linear).
+// is read (and cast, under autocast) once, and backward needs no gradient accumulation. The
+// compiled step's bfloat16 products read the weights' kept copies in place (epilogue_joint_linear).
 at::Tensor fused_linear(const at::Tensor& x, std::initializer_list<torch::nn::Linear> layers,
-                        bool fused, Fp8Linears* fp8,
-                        const at::Tensor& constant_rows = at::Tensor()) {
+                        bool fused, Fp8Linears* fp8) {
   std::vector<at::Tensor> weights, biases;
   for (const torch::nn::Linear& layer : layers) {
     weights.push_back(layer->weight);
     biases.push_back(layer->bias);
   }
-  if (constant_rows.defined()) return constant_rows_linear(x, constant_rows, weights, biases);
   if (fused && fp8 == nullptr && epilogue_linears_apply(x)) {
     return epilogue_joint_linear(x, weights, biases);
   }
@@ -121,14 +116,25 @@ at::Tensor fused_linear(const at::Tensor& x, std::initializer_list<torch::nn::Li
                        layers.begin()->get()->weight);
 }
 
-// fused_linear's product split into the layers' outputs.
+// fused_linear's product split into the layers' outputs. `constant_rows` [B, S + L, in], when
+// defined, are all the input's rows as a constant whose last L hold x's values: projected as one
+// product, with an input gradient for x's rows only (for the others it would be a GEMM as large as
+// the forward one) and each layer's gradients from its own output's (constant_rows_linear).
 std::vector<at::Tensor> fused_linears(const at::Tensor& x,
                                       std::initializer_list<torch::nn::Linear> layers, bool fused,
                                       Fp8Linears* fp8,
                                       const at::Tensor& constant_rows = at::Tensor()) {
+  if (constant_rows.defined()) {
+    std::vector<at::Tensor> weights, biases;
+    for (const torch::nn::Linear& layer : layers) {
+      weights.push_back(layer->weight);
+      biases.push_back(layer->bias);
+    }
+    return constant_rows_linear(x, constant_rows, weights, biases);
+  }
   std::vector<int64_t> widths;
   for (const torch::nn::Linear& layer : layers) widths.push_back(layer->weight.size(0));
-  return fused_linear(x, layers, fused, fp8, constant_rows).split_with_sizes(widths, -1);
+  return fused_linear(x, layers, fused, fp8).split_with_sizes(widths, -1);
 }
 
 at::Tensor plain_layer_norm(const at::Tensor& x) {
