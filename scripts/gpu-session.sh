@@ -19,8 +19,8 @@
 #   attention  scripts/attention-bench.py (SDPA's kernels on the step's attention shapes, as a
 #            replayed CUDA graph; its figures also in attention.json)
 #   nvdec    scripts/bench.sh nvdec, $WAM_BENCH_ROUNDS rounds (default 3)
-#   step     scripts/step-bench.sh against the source tree in $WAM_STEP_BEFORE (if set), 1 round,
-#            no peer unless WAM_STEP_BENCH_NO_PEER=0
+#   step     scripts/step-bench.sh against the source trees in $WAM_STEP_BEFORE (if set; several
+#            separated by spaces), 1 round, no peer unless WAM_STEP_BENCH_NO_PEER=0
 # PHASE@SECONDS stops that phase after SECONDS (its output so far is kept), e.g. nvdec@240.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -69,8 +69,9 @@ case "${1:-}" in
       attention) python3 scripts/attention-bench.py --iters 50 --json "$dir/attention.json" ;;
       nvdec) WAM_BENCH_ROUNDS=${WAM_BENCH_ROUNDS:-3} scripts/bench.sh nvdec ;;
       step)
+        # shellcheck disable=SC2086  # WAM_STEP_BEFORE may name several trees
         OUT=$dir WAM_STEP_BENCH_NO_PEER=${WAM_STEP_BENCH_NO_PEER:-1} WAM_STEP_BENCH_ROUNDS=1 \
-          scripts/step-bench.sh ${WAM_STEP_BEFORE:+"$WAM_STEP_BEFORE"}
+          scripts/step-bench.sh ${WAM_STEP_BEFORE:-}
         ;;
       *) echo "gpu-session: unknown phase $phase" ;;
     esac

@@ -7,9 +7,10 @@
 # Where python3 has PyTorch with torch.compile, each round also times the PyTorch peer of the step
 # (scripts/peer_step.py: the same model and step, each MoT layer compiled by Inductor) at the same
 # settings, as the "peer" rows of the same table (WAM_STEP_BENCH_NO_PEER=1 skips it).
-#   source .gpu/gpu-env.sh && source .gpu-extra/env.sh && scripts/step-bench.sh [BEFORE_DIR]
-# BEFORE_DIR: a source tree, e.g. `git archive PARENT | tar -x -C DIR`; without it only this tree
-# is timed. WAM_STEP_BENCH_ROUNDS (default 2) rounds; WAM_STEP_BENCH_ROWS picks rows by name
+#   source .gpu/gpu-env.sh && source .gpu-extra/env.sh && scripts/step-bench.sh [BEFORE_DIR...]
+# BEFORE_DIR: a source tree, e.g. `git archive PARENT | tar -x -C DIR`, its rows named after the
+# folder (.dbg/before: "before"); several are timed in the order given, then this tree ("after");
+# without one only this tree is timed. WAM_STEP_BENCH_ROUNDS (default 2) rounds; WAM_STEP_BENCH_ROWS picks rows by name
 # (default "shipped recompute"; also "fp8" and "fp8-recompute": TrainStep's precision "fp8", no
 # peer; "uncaptured": cuda_graph off, the kernels launched op by op); WAM_STEP_BENCH_PROFILE names
 # the rows whose step is profiled (default "shipped"; the "uncaptured" row's profile also sums the
@@ -22,7 +23,6 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/step-bench}
 mkdir -p "$out"
 after_build=${WAM_BUILD_DIR:-/tmp/build-gpu}
-before_dir=${1:-}
 build_pipeline() {  # SOURCE BUILD
   # Configured every time (seconds when nothing changed), so the log says which kernels it has.
   cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$2.configure.log" 2>&1 ||
@@ -34,10 +34,13 @@ build_pipeline() {  # SOURCE BUILD
 began=$SECONDS
 build_pipeline . "$after_build"
 builds=("after|$after_build/wam-pipeline")
-if [ -n "$before_dir" ]; then
-  build_pipeline "$before_dir" /tmp/build-before
-  builds=("before|/tmp/build-before/wam-pipeline" "${builds[@]}")
-fi
+earlier=()
+for dir in "$@"; do
+  name=$(basename "$dir")
+  build_pipeline "$dir" "/tmp/build-$name"
+  earlier+=("$name|/tmp/build-$name/wam-pipeline")
+done
+builds=("${earlier[@]}" "${builds[@]}")
 echo "built in $((SECONDS - began)) s"
 bin=$after_build/wam-pipeline
 root=${WAM_BENCH_ROOT:-/tmp/wam-bench}/robotwin_gpu
@@ -60,7 +63,7 @@ rows=(
   "uncaptured|--set nodes.step.params.cuda_graph=false|"
 )
 peer=""
-if [ -z "${WAM_STEP_BENCH_NO_PEER:-}" ] &&
+if [ "${WAM_STEP_BENCH_NO_PEER:-0}" = 0 ] &&
   python3 -c "import torch; torch.compile" 2>/dev/null; then
   peer=1
 fi
