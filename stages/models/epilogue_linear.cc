@@ -123,6 +123,18 @@ LinearGrads linear_param_grads(const at::Tensor& grad, const at::Tensor& x,
 
 namespace {
 
+// The gradients of x, weight and bias of a linear layer whose op saved {x, the cast weight,
+// weight, bias}, from its output's gradient in x's dtype.
+variable_list saved_linear_grads(AutogradContext* ctx, const at::Tensor& grad) {
+  const variable_list saved = ctx->get_saved_variables();
+  const at::Tensor &x = saved[0], &cast_weight = saved[1], &weight = saved[2], &bias = saved[3];
+  at::Tensor grad_x;
+  if (ctx->needs_input_grad(0)) grad_x = at::matmul(grad, cast_weight);
+  const LinearGrads params = linear_param_grads(linear_rows(grad), linear_rows(x),
+                                                weight.scalar_type(), bias.scalar_type());
+  return {grad_x, params.weight, params.bias};
+}
+
 // Saves x and the cast weight, as ATen's linear under autocast does, and the parameters (no
 // memory) for their dtypes.
 class EpilogueLinear : public torch::autograd::Function<EpilogueLinear> {
@@ -135,13 +147,7 @@ class EpilogueLinear : public torch::autograd::Function<EpilogueLinear> {
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &cast_weight = saved[1], &weight = saved[2], &bias = saved[3];
-    at::Tensor grad_x;
-    if (ctx->needs_input_grad(0)) grad_x = at::matmul(grads[0], cast_weight);
-    const LinearGrads params = linear_param_grads(linear_rows(grads[0]), linear_rows(x),
-                                                  weight.scalar_type(), bias.scalar_type());
-    return {grad_x, params.weight, params.bias};
+    return saved_linear_grads(ctx, grads[0]);
   }
 };
 
@@ -153,6 +159,7 @@ class EpilogueLinearResidual : public torch::autograd::Function<EpilogueLinearRe
                             const at::Tensor& bias, const at::Tensor& residual) {
     const at::Tensor cast_weight = weight_in(weight, x.scalar_type());
     ctx->save_for_backward({x, cast_weight, weight, bias});
+    ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
 #if WAM_FUSED_KERNELS
     const at::Tensor rows = linear_rows(x);
     const bool applies =
@@ -177,14 +184,10 @@ class EpilogueLinearResidual : public torch::autograd::Function<EpilogueLinearRe
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &x = saved[0], &cast_weight = saved[1], &weight = saved[2], &bias = saved[3];
-    const at::Tensor grad = grads[0].to(x.scalar_type());
-    at::Tensor grad_x;
-    if (ctx->needs_input_grad(0)) grad_x = at::matmul(grad, cast_weight);
-    const LinearGrads params = linear_param_grads(linear_rows(grad), linear_rows(x),
-                                                  weight.scalar_type(), bias.scalar_type());
-    return {grad_x, params.weight, params.bias, grads[0]};
+    const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+    variable_list out = saved_linear_grads(ctx, grads[0].to(x_dtype));
+    out.push_back(grads[0]);  // the residual's
+    return out;
   }
 };
 
