@@ -4,11 +4,40 @@
 
 #include "wam/error.h"
 
+#if WAM_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#endif
+
 namespace wam::models {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+// A part of x [B, N, W] (rows contiguous, W elements each) as a contiguous tensor of its own. On
+// CUDA one two-dimensional copy, B rows of the part's n x W elements: ATen's copy of such a view
+// runs its strided, unvectorised kernel (1.5 TB/s on the H200; docs/KERNELS.md, version 21).
+at::Tensor contiguous_part(const at::Tensor& view) {
+#if WAM_WITH_CUDA
+  const int64_t row_elements = view.size(1) * view.size(2);
+  if (view.is_cuda() && view.stride(2) == 1 && view.stride(1) == view.size(2) && view.size(0) > 0 &&
+      row_elements > 0) {
+    const c10::cuda::CUDAGuard guard(view.device());
+    at::Tensor out = at::empty(view.sizes(), view.options());
+    const size_t bytes = static_cast<size_t>(row_elements) * view.element_size();
+    C10_CUDA_CHECK(cudaMemcpy2DAsync(out.data_ptr(), bytes, view.data_ptr(),
+                                     static_cast<size_t>(view.stride(0)) * view.element_size(),
+                                     bytes, static_cast<size_t>(view.size(0)),
+                                     cudaMemcpyDeviceToDevice,
+                                     at::cuda::getCurrentCUDAStream().stream()));
+    return out;
+  }
+#endif
+  return view.clone(at::MemoryFormat::Contiguous);
+}
 
 // Saves nothing: the backward is the parts' gradients concatenated (autograd materialises a part
 // that received none as zeros).
@@ -18,7 +47,7 @@ class TokenSplit : public torch::autograd::Function<TokenSplit> {
                                const std::vector<int64_t>& sizes) {
     variable_list parts;
     for (const at::Tensor& view : x.split_with_sizes(sizes, 1)) {
-      parts.push_back(view.clone(at::MemoryFormat::Contiguous));
+      parts.push_back(contiguous_part(view));
     }
     return parts;
   }

@@ -53,6 +53,28 @@ TEST(SplitTokens, PartsHoldTheNarrowedValuesContiguouslyInStorageOfTheirOwn) {
   EXPECT_EQ(parts[1].sizes(), (std::vector<int64_t>{kBatch, kSecond, kWidth}));
 }
 
+#if WAM_WITH_CUDA
+// On CUDA the parts are one two-dimensional copy each: the same values, bit for bit, in bfloat16
+// at the joint attention's shape (576 video and 32 action tokens of 1536), and from a transposed
+// x (rows not contiguous: the strided copy).
+TEST(SplitTokens, CudaPartsEqualTheNarrowedViews) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  at::manual_seed(7);
+  const at::Tensor joint =
+      at::randn({4, 608, 1536}, at::TensorOptions(at::kCUDA)).to(at::kBFloat16);
+  const at::Tensor transposed =
+      at::randn({4, 64, 608}, at::TensorOptions(at::kCUDA)).transpose(1, 2);
+  for (const at::Tensor& x : {joint, transposed}) {
+    const std::vector<at::Tensor> parts = models::split_tokens(x, {576, 32});
+    ASSERT_EQ(parts.size(), 2u);
+    EXPECT_TRUE(parts[0].is_contiguous());
+    EXPECT_TRUE(parts[1].is_contiguous());
+    EXPECT_TRUE(at::equal(parts[0], x.narrow(1, 0, 576)));
+    EXPECT_TRUE(at::equal(parts[1], x.narrow(1, 576, 32)));
+  }
+}
+#endif
+
 TEST(SplitTokens, GradientEqualsTheNarrowedViewsGradient) {
   const at::Tensor x = make_x(2);
   for (const bool use_second : {true, false}) {
