@@ -9,7 +9,8 @@
 # /tmp/gpu-session) as NN-PHASE.txt:
 #   build    scripts/gpu-check.sh build (every target, and how wam-pipeline was linked)
 #   quick    ctest of $WAM_QUICK_TESTS (default: the link, NVDEC, cache, VAE stand-in, CUDA step,
-#            epilogue-product, fused-norm, token-split, pinned-copy and two-rank tests; about 60 s)
+#            epilogue-product, constant-rows, fused-norm, token-split, pinned-copy and two-rank tests;
+#            about 60 s)
 #   test     scripts/gpu-check.sh test (the whole ctest, 600 s on the H200 on 2026-12-04, the
 #            AOTInductor export test among them), its log as it goes in ctest-log.txt
 #   cache    scripts/bench.sh cache
@@ -57,7 +58,7 @@ case "${1:-}" in
       build) scripts/gpu-check.sh build ;;
       quick)
         ctest --test-dir "$WAM_BUILD_DIR" -j8 --timeout 300 --output-on-failure -R \
-          "${WAM_QUICK_TESTS:-link_order|filesystem_binding|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|TrainStepCuda|AdamWCuda|EpilogueLinearCuda|FusedAdaLnCuda|FusedNorm|SplitTokens|HostToDeviceCuda}"
+          "${WAM_QUICK_TESTS:-link_order|filesystem_binding|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|TrainStepCuda|AdamWCuda|EpilogueLinear|ConstantRowsLinear|FusedAdaLnCuda|FusedNorm|SplitTokens|HostToDeviceCuda}"
         ;;
       test) WAM_CTEST_LOG=$dir/ctest-log.txt scripts/gpu-check.sh test ;;
       cache) scripts/bench.sh cache ;;
