@@ -11,7 +11,7 @@ packages=(
   libavformat-dev libavcodec-dev libavutil-dev libswscale-dev   # FFmpeg
   libhdf5-dev                                 # latent stores, episode data
   libssl-dev                                  # SHA-256 (text embedding cache keys)
-  libxxhash-dev                               # XXH3 row checksums of the latent cache
+  libisal-dev                                 # CRC-32C row checksums of the latent cache
   libsnappy-dev libzstd-dev zlib1g-dev        # Parquet page codecs (stages/parquet)
   nlohmann-json3-dev libcli11-dev
   libgtest-dev libgmock-dev libbenchmark-dev

@@ -6,7 +6,8 @@
 //   store: ArtifactReader::read_fixed
 //   pread: pread of the same row bytes from descriptors this program opens, at offsets it takes
 //          from HDF5 itself
-//   pread+xxh3: that pread, then the row's XXH3 (wam::cache::row_checksum) over the bytes read:
+//   pread+crc32c: that pread, then the row's CRC-32C (wam::cache::row_checksum) over the bytes
+//   read:
 //          the least a read that checks every row can cost, to set the store's bookkeeping apart
 //          from the hash
 //   hdf5:  H5Dread of a one-row hyperslab from datasets kept open (the naive reader), for scale
@@ -223,7 +224,7 @@ int main(int argc, char** argv) {
   const auto plain_read = [&](int64_t id, void* dst) { plain.read(id, dst); };
   const auto hashed_read = [&](int64_t id, void* dst) {
     plain.read(id, dst);
-    // Compared, so that the hash is not optimised away; 0 for a real row is a 2^-64 chance.
+    // Compared, so that the checksum is not optimised away; 0 for a real row is a 2^-32 chance.
     if (wam::cache::row_checksum(id, dst, kRowBytes) == 0) std::abort();
   };
 
@@ -245,7 +246,7 @@ int main(int argc, char** argv) {
   const std::vector<std::pair<const char*, std::function<void(int64_t, void*)>>> readers = {
       {"store", store_read},
       {"pread", plain_read},
-      {"pread+xxh3", hashed_read},
+      {"pread+crc32c", hashed_read},
       {"hdf5", hdf5_read}};
   std::vector<std::vector<std::vector<Measurement>>> rounds(
       readers.size(), std::vector<std::vector<Measurement>>(2));
@@ -263,7 +264,7 @@ int main(int argc, char** argv) {
       std::thread::hardware_concurrency());
   std::printf("write+publish (full validation): %.2f s, %.0f samples/s\n", write_s,
               kSamples / write_s);
-  std::printf("%-10s %8s %12s %7s %10s %11s %13s\n", "reader", "threads", "samples/s", "cores",
+  std::printf("%-12s %8s %12s %7s %10s %11s %13s\n", "reader", "threads", "samples/s", "cores",
               "vs pread", "CPU us/row", "CPU vs pread");
   std::vector<std::vector<Measurement>> medians(readers.size());
   for (size_t r = 0; r < readers.size(); ++r) {
@@ -271,7 +272,7 @@ int main(int argc, char** argv) {
   }
   for (size_t r = 0; r < readers.size(); ++r) {
     for (int t = 0; t < 2; ++t) {
-      std::printf("%-10s %8d %12.0f %7.2f %10.3f %11.2f %13.3f\n", readers[r].first, t + 1,
+      std::printf("%-12s %8d %12.0f %7.2f %10.3f %11.2f %13.3f\n", readers[r].first, t + 1,
                   medians[r][t].samples_per_s, medians[r][t].cores_used,
                   medians[r][t].samples_per_s / medians[1][t].samples_per_s,
                   medians[r][t].cpu_us_per_row,

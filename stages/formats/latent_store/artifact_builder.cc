@@ -49,8 +49,8 @@ std::optional<int64_t> record_index(const std::string& name) {
   return parse_integer<int64_t>(std::string_view(name).substr(5, name.size() - 10));
 }
 
-// What a shard record says of its shard's per-row checksums (values/<name>.__xxh3).
-constexpr const char* kRowChecksums = "xxh3";
+// What a shard record says of its shard's per-row checksums (values/<name>.__crc32c).
+constexpr const char* kRowChecksums = "crc32c";
 
 bool valid_name(const std::string& name) {
   return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
@@ -300,7 +300,7 @@ void ArtifactBuilder::write_shard_file(const std::string& path,
       dims.push_back(static_cast<hsize_t>(value.shape[d]));
     }
     write_value_dataset(group.get(), value, dims, given.data, path);
-    std::vector<uint64_t> checksums;
+    std::vector<uint32_t> checksums;
     const auto* bytes = static_cast<const char*>(given.data);
     for (int64_t row = 0; row < rows; ++row) {
       const size_t row_bytes =
@@ -308,7 +308,7 @@ void ArtifactBuilder::write_shard_file(const std::string& path,
       checksums.push_back(row_checksum(sample_ids[row], bytes, row_bytes));
       bytes += row_bytes;
     }
-    write_dataset(group.get(), value.name + ".__xxh3", H5T_STD_U64LE, H5T_NATIVE_UINT64,
+    write_dataset(group.get(), value.name + ".__crc32c", H5T_STD_U32LE, H5T_NATIVE_UINT32,
                   {static_cast<hsize_t>(rows)}, checksums.data(), path);
   }
 }

@@ -57,7 +57,7 @@ std::vector<ValueSchema> value_schemas(const nlohmann::json& contract);
 // build time (values/<name>.__xxh3) and compared on every read, so that a row whose bytes changed,
 // or that answers for another sample, is never served. XXH3 rather than a CRC: it checks at about
 // memory speed, so a checked read costs little more than the pread itself (docs/CACHE_FORMAT.md).
-uint64_t row_checksum(int64_t sample_id, const void* data, size_t bytes);
+uint32_t row_checksum(int64_t sample_id, const void* data, size_t bytes);
 
 // SHA-256 of the canonical JSON text (sorted keys, no spaces, ASCII), as the reference computes it.
 std::string fingerprint(const nlohmann::json& value);
@@ -87,7 +87,7 @@ enum class ValidationMode {
 struct ValueLayout {
   int64_t data_offset = 0;              // file offset of the dataset's first byte
   std::vector<int64_t> offsets;         // ragged: row bounds along dim 0, rows + 1 entries
-  std::vector<uint64_t> row_checksums;  // per row, as built (values/<name>.__xxh3)
+  std::vector<uint32_t> row_checksums;  // per row, as built (values/<name>.__crc32c)
 };
 
 struct OpenOptions {

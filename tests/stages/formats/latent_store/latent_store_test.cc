@@ -176,6 +176,35 @@ void expect_fixed_sample(const ArtifactReader& reader, int64_t id) {
   EXPECT_EQ(valid, expected.valid) << "sample " << id;
 }
 
+// The bitwise CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, inverted start and end), as
+// its definition reads: what the row checksum must equal, whatever code ISA-L picks.
+uint32_t bitwise_crc32c(const std::vector<unsigned char>& bytes) {
+  uint32_t crc = ~uint32_t{0};
+  for (unsigned char byte : bytes) {
+    crc ^= byte;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0x82F63B78u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+TEST(LatentStore, RowChecksumIsTheCrc32cOfTheSampleIdThenTheRow) {
+  const std::string check = "123456789";
+  EXPECT_EQ(bitwise_crc32c({check.begin(), check.end()}), 0xE3069283u);  // CRC-32C's check value
+  for (const size_t size : {0, 1, 63, 64, 257, 4096, 110592}) {
+    std::vector<unsigned char> row(size);
+    for (size_t i = 0; i < size; ++i) row[i] = static_cast<unsigned char>(i * 131 + 7);
+    for (const int64_t sample_id : {int64_t{0}, int64_t{5}, int64_t{0x0102030405060708}}) {
+      std::vector<unsigned char> message;
+      for (int i = 0; i < 8; ++i)
+        message.push_back(static_cast<unsigned char>(sample_id >> (8 * i)));
+      message.insert(message.end(), row.begin(), row.end());
+      EXPECT_EQ(wam::cache::row_checksum(sample_id, row.data(), row.size()),
+                bitwise_crc32c(message))
+          << size << " bytes, sample " << sample_id;
+    }
+  }
+}
+
 TEST(LatentStore, FixedValuesReadBackBitForBit) {
   TempDir dir;
   const std::string root = dir.file("cache");
@@ -756,19 +785,20 @@ TEST_F(PublishedVae, SwappedRowsFailTheReadAndFullValidation) {
   reader->read_fixed(5, 1, std::vector<float>(2).data());  // its other values are whole
 }
 
-// Shards built before rows carried XXH3 checksums are refused on open, with what to do.
+// Shards built before rows carried CRC-32C checksums (none, or XXH3 ones) are refused on open,
+// with what to do.
 TEST_F(PublishedVae, ShardsWithoutRowChecksumsAreRefused) {
   {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     const hid_t file = H5Fopen(shard1_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     ASSERT_GE(file, 0);
-    ASSERT_GE(H5Ldelete(file, "values/scale.__xxh3", H5P_DEFAULT), 0);
+    ASSERT_GE(H5Ldelete(file, "values/scale.__crc32c", H5P_DEFAULT), 0);
     H5Fclose(file);
   }
   resign_shards(root_);
   EXPECT_EQ(open_error(ValidationMode::kMetaOnly),
             "vae_latent.current shard " + shard1_ +
-                " has no row checksums (values/scale.__xxh3): it was built by an earlier "
+                " has no row checksums (values/scale.__crc32c): it was built by an earlier "
                 "wam-pipeline; rebuild the cache with `wam-pipeline cache generate PIPELINE "
                 "--overwrite`");
 }
