@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Benchmarks, measured side by side in one run on this machine; paste the output into
 # docs/BENCHMARKS.md with this command line.
-#   scripts/bench.sh [runner] [data] [auto] [percore] [nvdec] [cache] [gpu] [ladder]
+#   scripts/bench.sh [runner] [data] [auto] [percore] [nvdec] [cache] [gpu] [gpu-data] [ladder]
 # runner: the runner's own overhead (5 trivial stages, Google Benchmark).
 # data:   data-path samples/s, sparse vs full decode, on one synthetic RoboTwin dataset (GOP 2, AV1),
 #         with all cores and with one thread (samples/s per core).
 # gpu:    the training profiles on a CUDA machine with the base preset (`wam-pipeline bench`:
 #         device part alone vs whole graph, peak memory, transfer per batch). On the GPU machine,
 #         build first and run it with WAM_BUILD_DIR=build-gpu WAM_SKIP_SETUP=1.
+# gpu-data: on a CUDA machine with NVDEC, `wam-pipeline bench` of libero_compile and
+#         robotwin_compile (base preset) on H.264 datasets (the H200's NVDEC has no AV1), as shipped
+#         (decoding and Augment on the CPU) against NVDEC with the frames kept in GPU memory and
+#         Augment there, and against the CPU's decoding with Augment on the GPU: the data path's
+#         samples/s beside the step's. $WAM_LADDER_TASKS picks the tasks.
 # ladder: the profile ladder on a CUDA machine, base preset, for each task of $WAM_LADDER_TASKS
 #         (default "libero robotwin"): `cache generate` samples/s, then one `wam-pipeline bench` of
 #         the baseline, online, compile and cache graphs (those that exist) on the same synthetic
@@ -22,9 +27,11 @@
 #         at all cores. CPU-seconds are the process's user + system time less a one-sample run's
 #         (start-up), so other jobs on the machine move them less than wall time; each row is the
 #         median, with VideoDecode's and Augment's busy ms per sample, and the ratio per round.
-# nvdec:  on a machine with NVIDIA's decoder, VideoDecode's `decoder: nvdec` against the CPU
-#         decoder on the dataset of `data` made with H.264 instead of AV1 (the H200's NVDEC has
-#         no AV1): decoding alone, then the data path through Augment,
+# nvdec:  on a machine with NVIDIA's decoder, VideoDecode's `decoder: nvdec` (frames copied to the
+#         host, and with `device_frames` kept in GPU memory, where Augment then runs) against the
+#         CPU decoder on the dataset of `data` made with H.264 instead of AV1 (the H200's NVDEC has
+#         no AV1), and through Augment also the CPU decoder with Augment on the GPU: decoding
+#         alone, then the data path through Augment,
 #         samples per CPU-second and per wall second at the thread counts of $WAM_BENCH_THREADS
 #         (default one and all cores, e.g. "1,2,4,16" for the scaling), alternating run by run,
 #         $WAM_BENCH_ROUNDS rounds (default 3; scripts/data_path_compare.py).
@@ -106,10 +113,14 @@ PY
       bench_dataset "$bin" robotwin 4 96 "$root" h264
       for stop in decode augment; do
         echo "## robotwin_data_online, --stop-after $stop"
+        gpu_augment=()
+        [ "$stop" = augment ] && gpu_augment=("cpu_gpu_augment=$bin,nodes.augment.params.device=cuda")
         ROBOTWIN_DATA_ROOT=$root python3 scripts/data_path_compare.py --stop-after "$stop" \
           --samples "${WAM_BENCH_SAMPLES:-96}" --rounds "${WAM_BENCH_ROUNDS:-3}" \
           --threads "${WAM_BENCH_THREADS:-1,$(nproc)}" "cpu=$bin" \
-          "nvdec=$bin,nodes.decode.params.decoder=nvdec"
+          "nvdec=$bin,nodes.decode.params.decoder=nvdec" \
+          "nvdec_device=$bin,nodes.decode.params.decoder=nvdec,nodes.decode.params.device_frames=true" \
+          "${gpu_augment[@]}"
       done
       ;;
     auto)
@@ -178,6 +189,26 @@ PY
         # shellcheck disable=SC2086  # extra holds several arguments
         "$bin" bench "pipelines/$pipeline.json" "${base[@]}" $extra --steps "$steps" --warmup 5
         echo "  ($((SECONDS - began)) s)"
+      done
+      ;;
+    gpu-data)
+      base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
+      # name | extra arguments
+      runs=(
+        "as shipped|"
+        "NVDEC, frames and Augment on the GPU|--set nodes.decode.params.decoder=nvdec --set nodes.decode.params.device_frames=true"
+        "CPU decoding, Augment on the GPU|--set nodes.augment.params.device=cuda"
+      )
+      for task in ${WAM_LADDER_TASKS:-libero robotwin}; do
+        ladder_data "$bin" "$task" "${WAM_LADDER_FRAMES:-128}" h264
+        "$bin" text-cache build "pipelines/${task}_online.json" "${base[@]}" >/dev/null
+        "$bin" compile "pipelines/${task}_compile.json" "${base[@]}" --steps 3 >/dev/null
+        for spec in "${runs[@]}"; do
+          IFS='|' read -r name extra <<<"$spec"
+          echo "## ${task}_compile: $name"
+          # shellcheck disable=SC2086  # extra holds several arguments
+          "$bin" bench "pipelines/${task}_compile.json" "${base[@]}" $extra --steps 30 --warmup 5
+        done
       done
       ;;
     ladder)

@@ -8,7 +8,7 @@
 # Phases, run in the order given, each one's output in $WAM_GPU_SESSION_DIR (default
 # /tmp/gpu-session) as NN-PHASE.txt:
 #   build    scripts/gpu-check.sh build (every target, and how wam-pipeline was linked)
-#   quick    ctest of $WAM_QUICK_TESTS (default: the link, NVDEC, cache, VAE stand-in, CUDA step,
+#   quick    ctest of $WAM_QUICK_TESTS (default: the link, NVDEC, cache, VAE stand-in, GPU Augment, CUDA step,
 #            epilogue-product, constant-rows, fused-norm, token-split, pinned-copy and two-rank tests;
 #            about 60 s)
 #   test     scripts/gpu-check.sh test (the whole ctest, 600 s on the H200 on 2026-12-04, the
@@ -20,6 +20,7 @@
 #   attention  scripts/attention-bench.py (SDPA's kernels on the step's attention shapes, as a
 #            replayed CUDA graph; its figures also in attention.json)
 #   nvdec    scripts/bench.sh nvdec, $WAM_BENCH_ROUNDS rounds (default 3)
+#   gpu-data scripts/bench.sh gpu-data (the data path on NVDEC and the GPU beside the step)
 #   step     scripts/step-bench.sh against the source trees in $WAM_STEP_BEFORE (if set; several
 #            separated by spaces), 1 round, no peer unless WAM_STEP_BENCH_NO_PEER=0
 # PHASE@SECONDS stops that phase after SECONDS (its output so far is kept), e.g. nvdec@240.
@@ -58,7 +59,7 @@ case "${1:-}" in
       build) scripts/gpu-check.sh build ;;
       quick)
         ctest --test-dir "$WAM_BUILD_DIR" -j8 --timeout 300 --output-on-failure -R \
-          "${WAM_QUICK_TESTS:-link_order|filesystem_binding|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|TrainStepCuda|AdamWCuda|EpilogueLinear|ConstantRowsLinear|FusedAdaLnCuda|FusedNorm|SplitTokens|HostToDeviceCuda}"
+          "${WAM_QUICK_TESTS:-link_order|filesystem_binding|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|AugmentTensorOps|Collate|TrainStepCuda|AdamWCuda|EpilogueLinear|ConstantRowsLinear|FusedAdaLnCuda|FusedNorm|SplitTokens|HostToDeviceCuda}"
         ;;
       test) WAM_CTEST_LOG=$dir/ctest-log.txt scripts/gpu-check.sh test ;;
       cache) scripts/bench.sh cache ;;
@@ -69,6 +70,7 @@ case "${1:-}" in
       exported-vae) WAM_EXPORTED_VAE_WIDTHS=128 scripts/exported-vae-bench.sh ;;
       attention) python3 scripts/attention-bench.py --iters 50 --json "$dir/attention.json" ;;
       nvdec) WAM_BENCH_ROUNDS=${WAM_BENCH_ROUNDS:-3} scripts/bench.sh nvdec ;;
+      gpu-data) scripts/bench.sh gpu-data ;;
       step)
         # shellcheck disable=SC2086  # WAM_STEP_BEFORE may name several trees
         OUT=$dir WAM_STEP_BENCH_NO_PEER=${WAM_STEP_BENCH_NO_PEER:-1} WAM_STEP_BENCH_ROUNDS=1 \

@@ -211,7 +211,9 @@ nlohmann::json artifact_contract(const std::string& field, const CacheSpec& spec
                              {"keyspace_fingerprint", fingerprint(keyspace)},
                              {"key_codec", kKeyCodec},
                              {"value_codec", kValueCodec}};
-  nlohmann::json preprocess = without(params_to_json(spec.augment), {"frames"});
+  // Where Augment runs moves the images by rounding only (data/augment_ops.h): not part of what
+  // the cache holds.
+  nlohmann::json preprocess = without(params_to_json(spec.augment), {"frames", "device"});
   // resize and resize_fill came after the first caches, which were all stretched: they enter the
   // contract only when they change the images, so that those caches keep their contracts.
   if (spec.augment.resize != image_ops::ResizeMode::kFit) preprocess.erase("resize_fill");

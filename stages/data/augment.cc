@@ -12,6 +12,9 @@
 // fused pass that makes the float canvas (and the jittered VLM images straight in uint8), not a
 // torch op per step. `video_dtype: uint8` quantises here, per sample and in parallel, what
 // HostToDevice's video_as_uint8 would otherwise quantise per batch on its one thread.
+// Frames in GPU memory (VideoDecode's NVDEC frames, or host frames uploaded with `device: cuda`)
+// take the same steps as ATen ops on that GPU, in float throughout (data/augment_ops.h); the
+// outputs then stay on the GPU.
 //
 // Reads:  frames (Tensor uint8 [V, T, H, W, 3]; T = 11 [anchor, recent, window 0..8] with
 //         `frames: all`, T = 1 [current] with `frames: current`); sample_id, epoch (Int) unless
@@ -26,8 +29,6 @@
 // carry no frames: VideoDecode's decode_if skipped them).
 // Example: {"id": "augment", "type": "Augment", "inputs": ["decode"],
 //           "params": {"$ref": "data/augment"}}
-#include <ATen/CPUGeneratorImpl.h>
-
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -36,7 +37,12 @@
 #include <string>
 #include <vector>
 
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+#include "common/device.h"
 #include "common/seeding.h"
+#include "data/augment_ops.h"
 #include "data/augment_params.h"
 #include "data/image_ops.h"
 #include "wam/registry.h"
@@ -44,13 +50,6 @@
 
 namespace wam::stages {
 namespace {
-
-using image_ops::kCanvasHeight;
-using image_ops::kCanvasWidth;
-// frames: all = [anchor, recent, window...]
-constexpr int64_t kAnchorIndex = 0;
-constexpr int64_t kRecentIndex = 1;
-constexpr int64_t kWindowStart = 2;
 
 void require_pair(ParamChecker& c, const char* name, const std::vector<int64_t>& value) {
   c.require(value.size() == 2, name,
@@ -71,6 +70,9 @@ void AugmentParams::check(ParamChecker& c) const {
   require_range(c, "domain_jitter_shadow_sigma", domain_jitter_shadow_sigma);
   c.require(sensor_noise_blur_kernel_size % 2 == 1, "sensor_noise_blur_kernel_size",
             "must be odd, got " + std::to_string(sensor_noise_blur_kernel_size));
+  c.require(device != "cuda" || torch::cuda::is_available(), "device",
+            "\"cuda\" needs a CUDA device, and this LibTorch (" TORCH_VERSION
+            ") sees none; augment with \"frames\"");
   if (canvas == image_ops::Canvas::kRobotwin) {
     for (const auto& [name, list] : {std::pair{"camera_jitter_cameras", &camera_jitter_cameras},
                                      std::pair{"sensor_noise_cameras", &sensor_noise_cameras}}) {
@@ -107,21 +109,9 @@ class SampleRandom {
   std::mt19937_64 engine_;
 };
 
-// Everything random about one sample, drawn up front in a fixed order (the order is part of what
-// a sample is: changing it changes every sample), so that `frames: current` draws the same camera
-// and colour jitter for the VLM images as `frames: all` does.
-struct SensorNoise {
-  std::optional<double> downsample_scale;
-  std::optional<double> blur_sigma;
-  std::optional<uint64_t> gaussian_seed;
-};
-struct SampleDraws {
-  std::vector<std::optional<image_ops::CameraWarp>> camera_warps;  // per camera
-  image_ops::ColorAdjustment color;
-  std::optional<std::array<double, 3>> rgb_gain;
-  std::optional<image_ops::Shadow> shadow;
-  std::vector<SensorNoise> sensor_noise;  // per camera
-};
+// Everything random about one sample (augment_ops.h) is drawn up front in a fixed order (the order
+// is part of what a sample is: changing it changes every sample), so that `frames: current` draws
+// the same camera and colour jitter for the VLM images as `frames: all` does.
 
 // Under OpenMP the intra-op thread count is per OS thread, so each worker that runs this stage
 // sets it once; the graph, not torch, provides the parallelism.
@@ -167,6 +157,11 @@ class AugmentStage final : public Stage, public CanvasRenderer {
   void open(Context& context) override {
     seed_ = static_cast<uint64_t>(context.settings().seed);
     use_one_torch_thread();
+    if (params_.device == "cuda") {
+      upload_ = resolve_device("cuda", context.settings(), "Augment");
+      context.log("Augment: augmenting on " + upload_->str() +
+                  " as ATen ops (device cuda); host frames are uploaded as uint8");
+    }
   }
 
   void process(Sample sample, Emitter& out) override {
@@ -186,20 +181,19 @@ class AugmentStage final : public Stage, public CanvasRenderer {
     }
     const SampleDraws* drawn = draws ? &*draws : nullptr;
     // `frames` itself is only read.
-    sample.set_tensor("vlm_current_images",
-                      vlm_images(frames, all_frames() ? kWindowStart : 0, drawn));
+    AugmentedImages images;
+    if (frames.is_cuda()) {
+      images = augment_on_gpu(frames, frames.device(), params_, drawn);
+    } else if (upload_) {
+      images = augment_on_gpu(frames, *upload_, params_, drawn);
+    } else {
+      images = augment_on_host(frames, params_, drawn);
+    }
+    sample.set_tensor("vlm_current_images", std::move(images.vlm_current_images));
     if (all_frames()) {
-      // The unit canvas [T, 3, H, W] -> each output its own compact [3, frames, H, W] tensor in
-      // [-1, 1] (or levels), written straight from the canvas: views of it would keep all of it
-      // alive downstream.
-      const at::Tensor canvas = render(frames, drawn);
-      const int64_t window = frames.size(1) - kWindowStart;
-      sample.set_tensor("video", image_ops::unit_frames_to_video(canvas, kWindowStart, window,
-                                                                 video_as_levels()));
-      sample.set_tensor("memory_video_anchor",
-                        image_ops::unit_frames_to_video(canvas, kAnchorIndex, 1, false));
-      sample.set_tensor("memory_video_recent",
-                        image_ops::unit_frames_to_video(canvas, kRecentIndex, 1, false));
+      sample.set_tensor("video", std::move(images.video));
+      sample.set_tensor("memory_video_anchor", std::move(images.memory_video_anchor));
+      sample.set_tensor("memory_video_recent", std::move(images.memory_video_recent));
     }
     sample.erase("frames");
     out.emit(std::move(sample));
@@ -207,8 +201,6 @@ class AugmentStage final : public Stage, public CanvasRenderer {
 
  private:
   bool all_frames() const { return params_.frames == FrameSet::kAll; }
-  uint8_t fill() const { return static_cast<uint8_t>(params_.resize_fill); }
-  bool video_as_levels() const { return params_.video_dtype == VideoDtype::kUint8; }
   bool sync_vlm() const { return params_.sync_vlm_color_jitter || params_.sync_vlm_camera_jitter; }
   // Whether samples are drawn at all: `frames: current` writes only the VLM images, which only
   // the sync_vlm_* jitter touches.
@@ -312,78 +304,9 @@ class AugmentStage final : public Stage, public CanvasRenderer {
     return color;
   }
 
-  // The current frame of each camera at its raw size, uint8 [V, 3, H, W]: untouched, or with the
-  // sample's camera jitter (the camera's own warp) and colour jitter when sync_vlm_* says so.
-  at::Tensor vlm_images(const at::Tensor& frames, int64_t current, const SampleDraws* draws) const {
-    std::vector<at::Tensor> images;
-    for (int64_t camera = 0; camera < frames.size(0); ++camera) {
-      at::Tensor image = image_ops::to_planes(frames.select(0, camera).narrow(0, current, 1));
-      if (draws && params_.sync_vlm_camera_jitter) {
-        if (const auto& warp = draws->camera_warps[static_cast<size_t>(camera)]) {
-          image = image_ops::warp_planes(image, *warp);
-        }
-      }
-      images.push_back(std::move(image));
-    }
-    at::Tensor out = at::cat(images);
-    if (draws && params_.sync_vlm_color_jitter && !draws->color.is_identity()) {
-      out = image_ops::jittered_levels(out, draws->color);
-    }
-    return out;
-  }
-
-  // Frames uint8 [V, T, H, W, 3] -> canvas float [T, 3, 384, 256] in [0, 1], contiguous. `draws`
-  // is null when deterministic.
-  at::Tensor render(const at::Tensor& frames, const SampleDraws* draws) const {
-    const int64_t cameras = frames.size(0);
-    const auto slots =
-        image_ops::canvas_layout(params_.canvas, cameras, kCanvasHeight, kCanvasWidth);
-    std::vector<at::Tensor> images;
-    for (int64_t camera = 0; camera < cameras; ++camera) {
-      at::Tensor image =
-          image_ops::frames_to_planes_as(frames.select(0, camera), params_.camera_size[0],
-                                         params_.camera_size[1], params_.resize, fill());
-      if (draws && draws->camera_warps[static_cast<size_t>(camera)]) {
-        image = image_ops::warp_planes(image, *draws->camera_warps[static_cast<size_t>(camera)]);
-      }
-      images.push_back(std::move(image));
-    }
-    // The only float tensor of the sample, made with the colour, gain and shadow jitter in one
-    // pass: everything from here on is in place on it.
-    image_ops::ColourJitter jitter;
-    if (draws) jitter = {draws->color, draws->rgb_gain, draws->shadow};
-    at::Tensor canvas = image_ops::jittered_unit_float(
-        image_ops::compose_canvas(images, slots, kCanvasHeight, kCanvasWidth, params_.resize,
-                                  fill()),
-        jitter);
-    if (draws) {
-      for (int64_t camera = 0; camera < cameras; ++camera) {
-        const SensorNoise& noise = draws->sensor_noise[static_cast<size_t>(camera)];
-        const image_ops::Rect& slot = slots[static_cast<size_t>(camera)];
-        at::Tensor region =
-            canvas.narrow(2, slot.top, slot.height).narrow(3, slot.left, slot.width);
-        const at::Tensor noisy = add_sensor_noise(region, noise);
-        if (!noisy.is_same(region)) region.copy_(noisy);
-      }
-    }
-    return canvas;
-  }
-
-  at::Tensor add_sensor_noise(const at::Tensor& region, const SensorNoise& noise) const {
-    at::Tensor out = region;
-    if (noise.downsample_scale) out = image_ops::downsample_upsample(out, *noise.downsample_scale);
-    if (noise.blur_sigma) {
-      out = image_ops::gaussian_blur(out, params_.sensor_noise_blur_kernel_size, *noise.blur_sigma);
-    }
-    if (noise.gaussian_seed) {
-      at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(*noise.gaussian_seed);
-      out = image_ops::add_gaussian_noise(out, params_.sensor_noise_gaussian_std, generator);
-    }
-    return out;
-  }
-
   Params params_;
   uint64_t seed_ = 0;
+  std::optional<at::Device> upload_;  // device: cuda, where host frames go before augmenting
 };
 
 WAM_REGISTER_STAGE(AugmentStage);

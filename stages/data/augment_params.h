@@ -61,6 +61,7 @@ struct AugmentParams {
   bool sync_vlm_color_jitter = true;
   bool sync_vlm_camera_jitter = true;
   std::string augment_if;
+  std::string device = "frames";
 
   template <class V>
   void visit(V& v) {
@@ -148,6 +149,13 @@ struct AugmentParams {
     v("augment_if", augment_if,
       "Bool field: augment only samples where it is true, pass the others through unchanged "
       "(\"\": every sample).");
+    v("device", device,
+      "frames: augment where the frames are (host frames with the host's uint8 kernels, "
+      "VideoDecode's frames in GPU memory as ATen ops on that GPU); cuda: on the training GPU "
+      "(cuda:LOCAL_RANK), host frames uploaded as uint8 first. Either way the images agree "
+      "within a level a pixel; the outputs stay where they were made (HostToDevice passes GPU "
+      "tensors through).",
+      OneOf{"frames", "cuda"});
   }
 
   // What the params alone can tell; the camera count of the samples is checked as they come.

@@ -4,6 +4,8 @@
 // have the same fields, types and shapes as the batch's first sample.
 //
 // Samples are copied into batch buffers as they arrive, so their own tensors are released at once.
+// A tensor field's buffer is on the device of the first sample's tensor: fields Augment made on the
+// GPU are batched there, on the current stream, without a round trip through host memory.
 // Each field keeps a small pool of buffers that are reused only when nothing downstream still
 // references them: an emitted batch is never written again.
 //
@@ -48,8 +50,9 @@ struct CollateParams {
 struct Column {
   std::string name;
   FieldType type;
-  std::vector<int64_t> sample_sizes;  // Tensor fields: the first sample's sizes and dtype
+  std::vector<int64_t> sample_sizes;  // Tensor fields: the first sample's sizes, dtype, device
   at::ScalarType dtype = at::kFloat;
+  at::Device device = at::kCPU;
   at::Tensor buffer;
   nlohmann::json values = nlohmann::json::array();
 };
@@ -117,23 +120,17 @@ class CollateStage final : public Stage {
           const at::Tensor& tensor = first.tensor(name);
           column.sample_sizes = tensor.sizes().vec();
           column.dtype = tensor.scalar_type();
+          column.device = tensor.device();
           std::vector<int64_t> sizes = {batch_size_};
           sizes.insert(sizes.end(), tensor.sizes().begin(), tensor.sizes().end());
-          column.buffer = acquire(name, sizes, tensor.scalar_type());
+          column.buffer = acquire(name, sizes, tensor.scalar_type(), tensor.device());
           break;
         }
-        case FieldType::kInt:
-          column.buffer = acquire(name, {batch_size_}, at::kLong);
-          break;
-        case FieldType::kDouble:
-          column.buffer = acquire(name, {batch_size_}, at::kDouble);
-          break;
-        case FieldType::kBool:
-          column.buffer = acquire(name, {batch_size_}, at::kBool);
-          break;
+        case FieldType::kInt: column.buffer = acquire(name, {batch_size_}, at::kLong); break;
+        case FieldType::kDouble: column.buffer = acquire(name, {batch_size_}, at::kDouble); break;
+        case FieldType::kBool: column.buffer = acquire(name, {batch_size_}, at::kBool); break;
         case FieldType::kString:
-        case FieldType::kJson:
-          break;
+        case FieldType::kJson: break;
       }
       columns_.push_back(std::move(column));
     }
@@ -142,18 +139,18 @@ class CollateStage final : public Stage {
   // A free pooled buffer of this size and dtype, else a new one. A buffer is free when this pool
   // holds the only reference to both its tensor and its storage (views and emitted copies count).
   at::Tensor acquire(const std::string& name, const std::vector<int64_t>& sizes,
-                     at::ScalarType dtype) {
+                     at::ScalarType dtype, at::Device device = at::kCPU) {
     auto& pool = pools_[name];
     auto is_free = [](const at::Tensor& t) {
       return t.use_count() == 1 && t.storage().use_count() == 1;
     };
     for (const at::Tensor& buffer : pool) {
       if (buffer.sizes() == at::IntArrayRef(sizes) && buffer.scalar_type() == dtype &&
-          is_free(buffer)) {
+          buffer.device() == device && is_free(buffer)) {
         return buffer;
       }
     }
-    at::Tensor fresh = allocate(name, sizes, dtype);
+    at::Tensor fresh = allocate(name, sizes, dtype, device);
     buffer_allocations_->add();
     if (static_cast<int64_t>(pool.size()) < params_.buffers) {
       pool.push_back(fresh);
@@ -172,7 +169,7 @@ class CollateStage final : public Stage {
   // A batch buffer, or an error naming batch_size and the memory it needs instead of LibTorch's
   // allocator failure (with its backtrace), or of a buffer larger than the machine's memory.
   at::Tensor allocate(const std::string& name, const std::vector<int64_t>& sizes,
-                      at::ScalarType dtype) {
+                      at::ScalarType dtype, at::Device device) {
     uint64_t bytes = c10::elementSize(dtype);
     bool overflow = false;
     for (int64_t size : sizes) {
@@ -189,11 +186,11 @@ class CollateStage final : public Stage {
                    "how many samples are held besides)");
     };
     if (overflow) throw too_large("more than any machine's memory");
-    if (memory > 0 && bytes > memory) {
+    if (device.is_cpu() && memory > 0 && bytes > memory) {
       throw too_large("more than this machine's " + human_bytes(memory) + " of memory");
     }
     try {
-      return at::empty(sizes, at::TensorOptions().dtype(dtype));
+      return at::empty(sizes, at::TensorOptions().dtype(dtype).device(device));
     } catch (const c10::Error& e) {
       throw too_large("which could not be allocated (" + std::string(e.what_without_backtrace()) +
                       ")");
@@ -243,6 +240,12 @@ class CollateStage final : public Stage {
       }
       if (type != FieldType::kTensor) continue;
       const at::Tensor& tensor = sample.tensor(column.name);
+      if (tensor.device() != column.device) {
+        throw Error("Collate: field " + quoted(column.name) + " is on " + tensor.device().str() +
+                    " in sample " + quoted(sample.key()) + " but on " + column.device.str() +
+                    " in sample " + quoted(first_key) + where +
+                    "; samples of a batch must have their tensors on one device");
+      }
       if (tensor.sizes() != at::IntArrayRef(column.sample_sizes) ||
           tensor.scalar_type() != column.dtype) {
         throw Error("Collate: field " + quoted(column.name) + " is " + describe_tensor(tensor) +
@@ -269,12 +272,8 @@ class CollateStage final : public Stage {
         case FieldType::kBool:
           column.buffer.data_ptr<bool>()[row] = sample.get_bool(column.name);
           break;
-        case FieldType::kString:
-          column.values.push_back(sample.get_string(column.name));
-          break;
-        case FieldType::kJson:
-          column.values.push_back(sample.get_json(column.name));
-          break;
+        case FieldType::kString: column.values.push_back(sample.get_string(column.name)); break;
+        case FieldType::kJson: column.values.push_back(sample.get_json(column.name)); break;
       }
     }
     members_.push_back(sample.key());

@@ -329,6 +329,7 @@ at::Tensor warp_float(const at::Tensor& images, const CameraWarp& camera_warp) {
   const auto t = warp_theta(camera_warp, static_cast<double>(images.size(2)),
                             static_cast<double>(images.size(3)));
   const auto theta = torch::tensor({t[0], t[1], t[2], t[3], t[4], t[5]}, torch::kFloat)
+                         .to(images.device())
                          .view({1, 2, 3})
                          .expand({images.size(0), 2, 3});
   const auto grid = F::affine_grid(theta, images.sizes(), /*align_corners=*/false);
@@ -357,12 +358,15 @@ void adjust_color_(at::Tensor& images, const ColorAdjustment& adjustment) {
 }
 
 void apply_rgb_gain_(at::Tensor& images, const std::array<double, 3>& gain) {
-  const auto factors = torch::tensor({gain[0], gain[1], gain[2]}, torch::kFloat).view({1, 3, 1, 1});
+  const auto factors = torch::tensor({gain[0], gain[1], gain[2]}, torch::kFloat)
+                           .to(images.device())
+                           .view({1, 3, 1, 1});
   images.mul_(factors).clamp_(0.0, 1.0);
 }
 
-at::Tensor shadow_attenuation(const Shadow& shadow, int64_t height, int64_t width) {
-  const auto options = torch::TensorOptions().dtype(torch::kFloat);
+at::Tensor shadow_attenuation(const Shadow& shadow, int64_t height, int64_t width,
+                              at::Device device) {
+  const auto options = torch::TensorOptions().dtype(torch::kFloat).device(device);
   const auto ys =
       (torch::arange(height, options).add(0.5).div(height) - shadow.center_y).view({height, 1});
   const auto xs =
@@ -375,7 +379,8 @@ at::Tensor shadow_attenuation(const Shadow& shadow, int64_t height, int64_t widt
 void apply_shadow_(at::Tensor& images, const Shadow& shadow) {
   const int64_t height = images.size(2);
   const int64_t width = images.size(3);
-  images.mul_(shadow_attenuation(shadow, height, width).view({1, 1, height, width}));
+  images.mul_(
+      shadow_attenuation(shadow, height, width, images.device()).view({1, 1, height, width}));
 }
 
 namespace {

@@ -90,6 +90,8 @@ at::Tensor to_unit_float(const at::Tensor& planes);
 at::Tensor to_uint8_(at::Tensor& images);
 
 // ---- float images -------------------------------------------------------------------------------
+// These run on the images' device: they define the uint8 kernels above, and on a GPU they are
+// Augment itself (data/augment_ops.h).
 
 // Bilinear resize with antialiasing (a no-op copy when the size already matches).
 at::Tensor resize(const at::Tensor& images, int64_t height, int64_t width);
@@ -125,7 +127,8 @@ struct Shadow {
 void apply_shadow_(at::Tensor& images, const Shadow& shadow);
 
 // The factor apply_shadow_() multiplies every channel of pixel (y, x) by: float [height, width].
-at::Tensor shadow_attenuation(const Shadow& shadow, int64_t height, int64_t width);
+at::Tensor shadow_attenuation(const Shadow& shadow, int64_t height, int64_t width,
+                              at::Device device = at::kCPU);
 
 // What Augment does to the colours of a sample's canvas; unset parts are off.
 struct ColourJitter {

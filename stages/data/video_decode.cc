@@ -15,8 +15,9 @@
 // first sample's frame size prices them, and each is granted what the budget allows (never less
 // than one sample needs), the same for every worker thread.
 // `decoder: nvdec` decodes on NVIDIA's hardware decoder through FFmpeg (video_reader.h), the
-// frames copied back to host memory, so everything after VideoDecode is unchanged; at most
-// `nvdec_sessions` readers of the process hold an NVDEC session, later ones decode on the CPU.
+// frames copied back to host memory, so everything after VideoDecode is unchanged, or, with
+// `device_frames`, kept in GPU memory (`frames` a CUDA tensor, which Augment augments there); at
+// most `nvdec_sessions` readers of the process hold an NVDEC session, later ones decode on the CPU.
 // `auto` takes NVDEC where this machine has it, else the CPU, saying why in one line; it also
 // decodes on the CPU the streams this GPU's NVDEC cannot (the H200's has no AV1: docs/
 // BENCHMARKS.md, "NVDEC on the H200"), saying so once, where `nvdec` fails naming the file.
@@ -33,6 +34,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <torch/cuda.h>
+#include <torch/version.h>
 
 #include "common/distributed.h"
 #include "common/lru_cache.h"
@@ -58,6 +62,7 @@ struct VideoDecodeParams {
   int64_t frame_cache = 0;
   std::string decoder = "cpu";
   int64_t nvdec_sessions = 64;
+  bool device_frames = false;
   template <class V>
   void visit(V& v) {
     v("mode", mode,
@@ -76,7 +81,8 @@ struct VideoDecodeParams {
       Min{0});
     v("decoder", decoder,
       "cpu: FFmpeg's software decoders; nvdec: NVIDIA's hardware decoder through FFmpeg, frames "
-      "copied back to host memory (refused at validate where the machine has none; a stream "
+      "copied back to host memory unless device_frames (refused at validate where the machine has "
+      "none; a stream "
       "the GPU cannot decode is an error); auto: nvdec where the machine has it, else cpu, and "
       "cpu for the streams the GPU cannot decode (counted as nvdec_refused).",
       OneOf{"cpu", "nvdec", "auto"});
@@ -84,9 +90,21 @@ struct VideoDecodeParams {
       "NVDEC decoders open at once in the process (one per open reader); readers opened beyond "
       "them decode on the CPU, counted as nvdec_overflow.",
       Min{1});
+    v("device_frames", device_frames,
+      "Keep NVDEC's frames in GPU memory (converted to RGB there): `frames` is a CUDA tensor, "
+      "and Augment runs on that GPU; frames decoded on the CPU (sessions beyond nvdec_sessions, "
+      "streams NVDEC refuses) are uploaded. Needs decoder nvdec or auto and a CUDA device.");
   }
 
   void check(ParamChecker& c) const {
+    if (device_frames) {
+      c.require(decoder != "cpu", "device_frames",
+                "needs decoder \"nvdec\" or \"auto\": the CPU decoders' frames are in host "
+                "memory (Augment's device \"cuda\" uploads them instead)");
+      c.require(torch::cuda::is_available(), "device_frames",
+                "needs a CUDA device, and this LibTorch (" TORCH_VERSION
+                ") sees none; set it to false");
+    }
     if (decoder != "nvdec") return;
     if (const std::string& problem = video::nvdec_problem(nvdec_device()); !problem.empty()) {
       c.error("decoder",
@@ -217,7 +235,7 @@ class VideoDecodeStage final : public Stage {
     at::Tensor frames =
         at::empty({static_cast<int64_t>(readers.size()), static_cast<int64_t>(wanted.size()),
                    first.height(), first.width(), 3},
-                  at::kByte);
+                  at::TensorOptions().dtype(at::kByte).device(frames_device_));
     for (size_t v = 0; v < readers.size(); ++v) {
       at::Tensor camera = frames[static_cast<int64_t>(v)];
       std::vector<int64_t> in_file = wanted;
@@ -249,6 +267,12 @@ class VideoDecodeStage final : public Stage {
   // NVDEC for "nvdec", and for "auto" where the machine has it; the log says which and why.
   void choose_decoder(Context& context) {
     decoder_ = {};
+    frames_device_ = at::kCPU;
+    if (params_.device_frames) {
+      frames_device_ = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(Params::nvdec_device()));
+      decoder_.device_frames = true;
+      decoder_.device = Params::nvdec_device();
+    }
     if (params_.decoder == "cpu") return;
     const int device = Params::nvdec_device();
     const std::string& problem = video::nvdec_problem(device);
@@ -259,15 +283,18 @@ class VideoDecodeStage final : public Stage {
       context.log("VideoDecode: decoding on the CPU (decoder auto): " + problem);
       return;
     }
-    decoder_ = {video::Decoder::kNvdec, device, params_.nvdec_sessions,
-                /*cpu_fallback=*/params_.decoder == "auto"};
+    decoder_.decoder = video::Decoder::kNvdec;
+    decoder_.device = device;
+    decoder_.max_nvdec_sessions = params_.nvdec_sessions;
+    decoder_.cpu_fallback = params_.decoder == "auto";
     nvdec_readers_opened_ = &context.counter("nvdec_readers_opened");
     nvdec_overflow_ = &context.counter("nvdec_overflow");
     nvdec_refused_ = &context.counter("nvdec_refused");
     frames_held_across_seeks_ = &context.counter("frames_held_across_seeks");
     context.log("VideoDecode: decoding on NVDEC, CUDA device " + std::to_string(device) +
                 " (decoder " + params_.decoder + "), at most " +
-                std::to_string(params_.nvdec_sessions) + " sessions");
+                std::to_string(params_.nvdec_sessions) + " sessions" +
+                (params_.device_frames ? ", frames kept in GPU memory" : ""));
   }
 
   // Claims the decoder sessions and cached frames of every worker thread from the budget, priced
@@ -284,7 +311,8 @@ class VideoDecodeStage final : public Stage {
                          std::min(params_.cache_readers, cameras) * threads);
       reader_capacity_.store(std::max<int64_t>(1, sessions / threads));
     }
-    if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0) {
+    // With device_frames the cached frames are in GPU memory, which this budget does not count.
+    if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0 && !params_.device_frames) {
       const int64_t frames =
           budget_->claim("cached frames", 3 * width * height, params_.frame_cache * threads,
                          std::min(params_.frame_cache, cameras * unique_frames) * threads);
@@ -361,6 +389,7 @@ class VideoDecodeStage final : public Stage {
   Context* context_ = nullptr;
   std::once_flag nvdec_refusal_said_;
   video::DecoderChoice decoder_;
+  at::Device frames_device_ = at::kCPU;  // where `frames` is made: a GPU with device_frames
   HostMemoryBudget* budget_ = nullptr;
   std::once_flag claimed_;
   std::atomic<int64_t> reader_capacity_{0}, frame_capacity_{0};  // per thread, after the budget

@@ -26,9 +26,12 @@ extern "C" {
 }
 
 #if WAM_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 extern "C" {
 #include <libavutil/hwcontext_cuda.h>
+#include <libavutil/pixdesc.h>
 }
 #endif
 
@@ -97,15 +100,15 @@ const NvdecDevice& nvdec_device(int device) {
   return found;
 }
 
-// The CUDA device one NVDEC reader decodes on: the shared device's context (the GPU's primary
-// one) with a stream of the reader's own. FFmpeg's device runs every frame's mapping and copy to
-// the host on its stream, and the shared device's is the legacy default stream, on which the
-// readers' copies run one at a time and wait for every other stream of the context (LibTorch's
-// step included; docs/BENCHMARKS.md, "NVDEC on the H200"). LibTorch's pool streams are
-// non-blocking. Null when FFmpeg cannot make one.
-AVBufferRef* reader_device(int device) {
-  AVBufferRef* shared = nvdec_device(device).context;
 #if WAM_WITH_CUDA
+// The CUDA device one NVDEC reader decodes on: the shared device's context (the GPU's primary
+// one) with `stream`, the reader's own. FFmpeg's device runs every frame's mapping and copy on its
+// stream, and the shared device's is the legacy default stream, on which the readers' copies run
+// one at a time and wait for every other stream of the context (LibTorch's step included;
+// docs/BENCHMARKS.md, "NVDEC on the H200"). LibTorch's pool streams are non-blocking. Null when
+// FFmpeg cannot make one.
+AVBufferRef* reader_device(int device, cudaStream_t stream) {
+  AVBufferRef* shared = nvdec_device(device).context;
   AVBufferRef* own = av_hwdevice_ctx_alloc(AV_HWDEVICE_TYPE_CUDA);
   if (own == nullptr) return nullptr;
   const auto cuda_of = [](AVBufferRef* ref) {
@@ -114,15 +117,17 @@ AVBufferRef* reader_device(int device) {
   };
   // Not FFmpeg's to release: the shared device holds the primary context for the process.
   cuda_of(own)->cuda_ctx = cuda_of(shared)->cuda_ctx;
-  cuda_of(own)->stream =
-      c10::cuda::getStreamFromPool(/*isHighPriority=*/false, static_cast<c10::DeviceIndex>(device))
-          .stream();
+  cuda_of(own)->stream = stream;
   if (av_hwdevice_ctx_init(own) < 0) av_buffer_unref(&own);
   return own;
-#else
-  return av_buffer_ref(shared);
-#endif
 }
+
+// A plane of a frame in device memory, as a uint8 [rows, columns] view (rows `pitch` bytes apart).
+at::Tensor device_plane(uint8_t* data, int64_t rows, int64_t columns, int64_t pitch, int device) {
+  return at::from_blob(data, {rows, columns}, {pitch, 1},
+                       at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
+}
+#endif
 
 // A decoder of `codec` that decodes on NVDEC through FFmpeg's CUDA hwaccel: the native one (for
 // AV1 not libdav1d, FFmpeg's first choice, which is software only).
@@ -141,6 +146,41 @@ const AVCodec* nvdec_decoder(AVCodecID codec) {
 }
 
 }  // namespace
+
+at::Tensor nv12_to_rgb(const at::Tensor& luma, const at::Tensor& chroma, bool full_range) {
+  const int64_t n = luma.size(0), height = luma.size(1), width = luma.size(2);
+  const int64_t chroma_height = chroma.size(1), chroma_width = chroma.size(2) / 2;
+  at::Tensor y = luma.to(at::kFloat);
+  const at::Tensor uv = chroma.view({n, chroma_height, chroma_width, 2}).to(at::kFloat).sub_(128.0);
+  // Each chroma sample covers its 2x2 pixels.
+  const auto per_pixel = [&](const at::Tensor& plane) {
+    return plane.unsqueeze(2)
+        .unsqueeze(4)
+        .expand({n, chroma_height, 2, chroma_width, 2})
+        .reshape({n, 2 * chroma_height, 2 * chroma_width})
+        .narrow(1, 0, height)
+        .narrow(2, 0, width);
+  };
+  at::Tensor u = per_pixel(uv.select(3, 0));
+  at::Tensor v = per_pixel(uv.select(3, 1));
+  if (!full_range) {
+    // Limited range: luma 16-235 and chroma 16-240 stretched to the full 0-255.
+    y.sub_(16.0).mul_(255.0 / 219.0);
+    u = u * (255.0 / 224.0);
+    v = v * (255.0 / 224.0);
+  }
+  // ITU-R BT.601 (Kr 0.299, Kb 0.114), libswscale's default matrix. libswscale's integer
+  // conversion, which makes the CPU decoders' frames, lands below the exact values, by 1 level for
+  // red and blue and 1.5 for green in limited range, 0.5 and 1 in full range (fitted to it:
+  // video_decode_test's Nv12ToRgbTest); taking the same off makes the two agree within a quarter
+  // level on average instead of 0.8.
+  const double red_blue_offset = full_range ? 0.5 : 1.0;
+  const double green_offset = full_range ? 1.0 : 1.5;
+  const at::Tensor red = y + 1.402 * v - red_blue_offset;
+  const at::Tensor green = y - 0.344136 * u - 0.714136 * v - green_offset;
+  const at::Tensor blue = y + 1.772 * u - red_blue_offset;
+  return at::stack({red, green, blue}, 3).round_().clamp_(0.0, 255.0).to(at::kByte);
+}
 
 const std::string& nvdec_problem(int device) { return nvdec_device(device).problem; }
 
@@ -163,6 +203,13 @@ struct VideoReader::Impl {
   // NVDEC's NV12 frame split into YUV420P planes, and the context that splits it.
   ffmpeg::Frame planar_frame;
   ffmpeg::Scaler chroma_splitter;
+#if WAM_WITH_CUDA
+  // NVDEC: the reader's own stream (reader_device()), on which FFmpeg maps and copies each frame
+  // and read_to_device copies and converts them.
+  std::optional<c10::cuda::CUDAStream> nvdec_stream;
+#endif
+  int nvdec_gpu = 0;                    // the CUDA device NVDEC decodes on
+  at::Device frames_device = at::kCPU;  // where read_frames() without an output puts frames
   int stream_index = -1;
   int width = 0;
   int height = 0;
@@ -222,9 +269,17 @@ struct VideoReader::Impl {
     return decoder;
   }
 
-  // Has `codec` decode on NVDEC, its frames staying in device memory until to_rgb copies them.
+  // Has `codec` decode on NVDEC, its frames staying in device memory until to_rgb copies them
+  // (or read_to_device converts them there).
   void attach_nvdec(int device) {
-    codec->hw_device_ctx = reader_device(device);
+#if WAM_WITH_CUDA
+    nvdec_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false,
+                                                static_cast<c10::DeviceIndex>(device));
+    codec->hw_device_ctx = reader_device(device, nvdec_stream->stream());
+#else
+    codec->hw_device_ctx = av_buffer_ref(nvdec_device(device).context);
+#endif
+    nvdec_gpu = device;
     host_frame.reset(av_frame_alloc());
     planar_frame.reset(av_frame_alloc());
     if (!codec->hw_device_ctx || !host_frame || !planar_frame) {
@@ -294,6 +349,7 @@ struct VideoReader::Impl {
       open_decoder(decoder, choice.device);
     }
     flush_on_seek = choice.flush_on_seek.value_or(!holds_nvdec_session);
+    if (choice.device_frames) frames_device = at::Device(at::kCUDA, choice.device);
   }
 
   // Opens `decoder` for the stream, on NVDEC while the reader holds a session.
@@ -533,6 +589,58 @@ struct VideoReader::Impl {
     return planar_frame.get();
   }
 
+#if WAM_WITH_CUDA
+  // Decodes `targets` (ascending, unique) on NVDEC and writes frame `indices[i]` to out[i]
+  // (uint8 [indices, H, W, 3] in device memory) without leaving the GPU: each decoded NV12 frame
+  // is copied out of FFmpeg's surface on the reader's stream, which orders the copy after
+  // FFmpeg's mapping and before the surface's reuse, then all of them are converted together.
+  void read_to_device(const std::vector<int64_t>& indices, const std::vector<int64_t>& targets,
+                      double fps, at::Tensor& out, DecodeStats& stats) {
+    const c10::cuda::CUDAStream stream = *nvdec_stream;
+    // `out` was made on the caller's stream, where earlier work may still use its memory.
+    at::cuda::CUDAEvent made;
+    made.record(c10::cuda::getCurrentCUDAStream(out.device().index()));
+    made.block(stream);
+    const c10::cuda::CUDAStreamGuard guard(stream);
+    const auto options = at::TensorOptions().dtype(at::kByte).device(out.device());
+    const int64_t count = static_cast<int64_t>(targets.size());
+    const int64_t chroma_height = (height + 1) / 2, chroma_width = 2 * ((width + 1) / 2);
+    at::Tensor luma = at::empty({count, height, width}, options);
+    at::Tensor chroma = at::empty({count, chroma_height, chroma_width}, options);
+    bool full_range = false;
+    decode(
+        targets, fps,
+        [&](size_t t, const AVFrame* decoded) {
+          if (decoded->format != AV_PIX_FMT_CUDA) {
+            fail("NVDEC returned a frame in host memory, not CUDA memory");
+          }
+          const auto* surfaces =
+              reinterpret_cast<const AVHWFramesContext*>(decoded->hw_frames_ctx->data);
+          if (surfaces->sw_format != AV_PIX_FMT_NV12) {
+            fail(std::string("NVDEC decodes its frames as ") +
+                 av_get_pix_fmt_name(surfaces->sw_format) +
+                 ", and only 8-bit NV12 frames stay in device memory: decode with "
+                 "device_frames off");
+          }
+          check_frame_size(decoded);
+          full_range = decoded->color_range == AVCOL_RANGE_JPEG;
+          const auto slot = static_cast<int64_t>(t);
+          luma[slot].copy_(
+              device_plane(decoded->data[0], height, width, decoded->linesize[0], nvdec_gpu));
+          chroma[slot].copy_(device_plane(decoded->data[1], chroma_height, chroma_width,
+                                          decoded->linesize[1], nvdec_gpu));
+        },
+        stats);
+    const at::Tensor rgb = nv12_to_rgb(luma, chroma, full_range);
+    for (size_t i = 0; i < indices.size(); ++i) {
+      const auto t = std::lower_bound(targets.begin(), targets.end(), indices[i]) - targets.begin();
+      out[static_cast<int64_t>(i)].copy_(rgb[t]);
+    }
+    // The caller's stream reads `out` next: it is whole before this returns.
+    stream.synchronize();
+  }
+#endif
+
   // Converts a decoded frame to packed RGB24 at `rgb` (H * W * 3 bytes); NVDEC's from host
   // memory, where it is copied first.
   void to_rgb(const AVFrame* decoded, uint8_t* rgb) {
@@ -582,9 +690,22 @@ void VideoReader::read_frames(const std::vector<int64_t>& indices, double fps, a
     r.fail("the output tensor must be contiguous uint8 [" + std::to_string(indices.size()) + ", " +
            std::to_string(r.height) + ", " + std::to_string(r.width) + ", 3]");
   }
+  if (out.is_cuda() && r.decoder_kind == Decoder::kCpu) {
+    // Decoded on the CPU (NVDEC's sessions full, or a stream it refused): uploaded.
+    at::Tensor host = at::empty(out.sizes(), at::kByte);
+    read_frames(indices, fps, host, stats);
+    out.copy_(host);
+    return;
+  }
   std::vector<int64_t> targets = indices;
   std::sort(targets.begin(), targets.end());
   targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+#if WAM_WITH_CUDA
+  if (out.is_cuda()) {
+    r.read_to_device(indices, targets, fps, out, stats);
+    return;
+  }
+#endif
   // Slot of each target's first request; repeats are copied from it afterwards.
   std::vector<int64_t> first_slot(targets.size(), -1);
   for (size_t i = 0; i < indices.size(); ++i) {
@@ -608,8 +729,8 @@ void VideoReader::read_frames(const std::vector<int64_t>& indices, double fps, a
 
 at::Tensor VideoReader::read_frames(const std::vector<int64_t>& indices, double fps,
                                     DecodeStats& stats) {
-  at::Tensor out =
-      at::empty({static_cast<int64_t>(indices.size()), impl_->height, impl_->width, 3}, at::kByte);
+  at::Tensor out = at::empty({static_cast<int64_t>(indices.size()), impl_->height, impl_->width, 3},
+                             at::TensorOptions().dtype(at::kByte).device(impl_->frames_device));
   read_frames(indices, fps, out, stats);
   return out;
 }

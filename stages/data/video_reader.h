@@ -35,8 +35,9 @@ struct DecodeStats {
 // Which decoder a reader runs: FFmpeg's software decoder of the stream's codec (libdav1d for AV1),
 // or NVIDIA's hardware decoder (NVDEC) through FFmpeg's native decoder with its CUDA hwaccel, the
 // decoded NV12 frames copied back to host memory and converted to RGB as the software decoder's
-// are. The hardware decodes the same bitstream to the same YUV; the conversion from NV12 rather
-// than planar 4:2:0 may round differently by a level.
+// are, or (DecoderChoice::device_frames) converted in device memory. The hardware decodes the same
+// bitstream to the same YUV; the conversion from NV12 rather than planar 4:2:0 may round
+// differently by a level.
 enum class Decoder { kCpu, kNvdec };
 
 // Empty when this process can decode on NVDEC on CUDA device `device` (the NVIDIA driver loads
@@ -60,10 +61,20 @@ struct DecoderChoice {
   // FFmpeg's H.264 decoder rebuilds its context after a flush, and with the CUDA hwaccel that
   // re-creates the hardware decoder on every seek (libavcodec/h264dec.c, h264_decode_flush). A
   // reader that does not flush sends the keyframe's packets on and drops what the decoder still
-  // held from before the seek: every frame up to the keyframe's own (docs/DATA.md, "Seeking on
-  // NVDEC").
+  // held from before the seek: every frame up to the keyframe's own (docs/DESIGN.md section 4,
+  // "Seeking on NVDEC").
   std::optional<bool> flush_on_seek;
+  // NVDEC readers keep their frames in the memory of CUDA device `device`: read_frames() without
+  // an output tensor returns them there (converted to RGB there), as it does, uploaded, the frames
+  // of readers that decode on the CPU.
+  bool device_frames = false;
 };
+
+// NV12 frames -> RGB, as the CPU decoders' frames are converted (libswscale's default ITU-R BT.601
+// matrix, limited or full range; each chroma sample covering its 2x2 pixels), on the frames'
+// device: luma uint8 [N, H, W], chroma uint8 [N, ceil(H / 2), 2 * ceil(W / 2)] (U and V
+// interleaved) -> uint8 [N, H, W, 3]. How NVDEC frames kept in device memory become RGB.
+at::Tensor nv12_to_rgb(const at::Tensor& luma, const at::Tensor& chroma, bool full_range);
 
 // One open file, its video stream and a single-threaded decoder (parallelism comes from the
 // graph). Frame k is the frame whose pts is `stream start + k / fps`. Not thread-safe.
@@ -87,8 +98,11 @@ class VideoReader {
 
   // Writes the frames at `indices` (any order, repeats allowed) as RGB into `out`, a contiguous
   // uint8 [indices.size(), H, W, 3] tensor, in the order given. Each needed frame is decoded once.
+  // `out` may be in CUDA memory: an NVDEC reader then converts its frames there (nv12_to_rgb), on
+  // its own stream, and returns when they are written; a CPU reader uploads its frames.
   void read_frames(const std::vector<int64_t>& indices, double fps, at::Tensor& out,
                    DecodeStats& stats);
+  // The same into a new tensor: in CUDA memory with DecoderChoice::device_frames.
   at::Tensor read_frames(const std::vector<int64_t>& indices, double fps, DecodeStats& stats);
 
   // Every frame from `first` to `last` (inclusive), decoded in one forward pass: uint8

@@ -1,4 +1,5 @@
-// HostToDevice: moves every CPU tensor field of a batch to the training device.
+// HostToDevice: moves every CPU tensor field of a batch to the training device; fields already in
+// GPU memory (Augment's outputs from device frames) pass through, uint8 `video` normalised there.
 //
 // mode pageable: blocking .to(device) per field (the baseline).
 // mode pinned: a pool of `pool_batches` staging buffers (pinned host memory + device memory;
@@ -198,6 +199,7 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
       return;
     }
 #if WAM_WITH_CUDA
+    normalise_video_levels_on_device(sample);
     if (params_.mode == TransferMode::kPinned) {
       copy_pinned(sample);
     } else {
@@ -220,6 +222,17 @@ class HostToDeviceStage final : public Stage, public TimedTransfer {
   }
 
 #if WAM_WITH_CUDA
+  // uint8 `video` that Augment made on the GPU (device frames) needs no copy, only the
+  // normalisation, on the current stream, which the step waits for.
+  static void normalise_video_levels_on_device(Sample& sample) {
+    if (!sample.has("video") || sample.type("video") != FieldType::kTensor) return;
+    const at::Tensor& levels = sample.tensor("video");
+    if (!levels.is_cuda() || !is_video_levels("video", levels)) return;
+    at::Tensor video = levels.to(normalised_dtype(levels));
+    image_ops::levels_to_signed_unit_(video);
+    sample.set_tensor("video", video);
+  }
+
   std::vector<std::string> cpu_tensor_fields(const Sample& sample) const {
     std::vector<std::string> names;
     for (const auto& [name, value] : sample.fields()) {

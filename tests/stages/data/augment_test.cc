@@ -8,10 +8,14 @@
 #include <iostream>
 #include <thread>
 
+#include <torch/cuda.h>
+#include <torch/version.h>
+
 extern "C" {
 #include <libswscale/swscale.h>
 }
 
+#include "data/augment_ops.h"
 #include "data/augment_params.h"
 #include "data/image_ops.h"
 #include "testing/expect_error.h"
@@ -776,6 +780,136 @@ TEST(AugmentImageOpsTest, UnitFramesToVideoIsTheTorchOpsBitForBit) {
     EXPECT_TRUE(torch::equal(as_float, want));
     EXPECT_TRUE(torch::equal(ops::unit_frames_to_video(canvas, first, count, true),
                              ops::signed_unit_to_levels(want)));
+  }
+}
+
+// ---- as ATen ops (frames in GPU memory)
+// ----------------------------------------------------------
+
+// Every kind of draw, chosen here rather than drawn: camera 0 and 1 warped, colour, gain and
+// shadow on, cameras 0 and 2 with all three kinds of sensor noise.
+stages::SampleDraws explicit_draws(int64_t cameras) {
+  stages::SampleDraws draws;
+  draws.camera_warps.resize(static_cast<size_t>(cameras));
+  draws.camera_warps[0] = ops::CameraWarp{0.9, 0.03, -0.02, 4.0};
+  if (cameras > 1) draws.camera_warps[1] = ops::CameraWarp{0.95, -0.04, 0.01, -3.0};
+  draws.color = {1.1, 0.9, 1.2, 0.95};
+  draws.rgb_gain = std::array<double, 3>{1.05, 0.92, 1.1};
+  draws.shadow = ops::Shadow{0.4, 0.6, 0.3, 0.35};
+  draws.sensor_noise.resize(static_cast<size_t>(cameras));
+  for (size_t camera : {size_t{0}, size_t{2}}) {
+    if (camera < draws.sensor_noise.size()) draws.sensor_noise[camera] = {0.8, 0.7, 7 + camera};
+  }
+  return draws;
+}
+
+stages::AugmentParams augment_params(const std::string& json) {
+  Diagnostics diagnostics;
+  auto params =
+      parse_params<stages::AugmentParams>(nlohmann::json::parse(json), "/augment", diagnostics);
+  EXPECT_TRUE(diagnostics.empty());
+  return params;
+}
+
+// The tensor-op path (what frames on a GPU get) against the host kernels on the same frames and
+// draws, here both on the CPU (so the Gaussian noise is the same draws too). The bound on a GPU is
+// a mean of one level a pixel (the next test); here it is tighter.
+TEST(AugmentTensorOpsTest, MatchTheHostKernelsWithinALevel) {
+  struct Case {
+    const char* name;
+    const char* params;
+    int64_t cameras, height, width;
+    bool random;
+  };
+  const std::vector<Case> cases = {
+      {"robotwin halving", R"({"canvas": "robotwin", "camera_size": [240, 320]})", 3, 480, 640,
+       false},
+      {"robotwin halving, every draw", R"({"canvas": "robotwin", "camera_size": [240, 320]})", 3,
+       480, 640, true},
+      {"vertical fit", R"({"camera_size": [192, 256], "resize": "fit", "resize_fill": 7})", 2, 120,
+       200, true},
+      {"vertical fill, uint8 video",
+       R"({"camera_size": [200, 150], "resize": "fill", "video_dtype": "uint8"})", 2, 96, 160,
+       true},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const stages::AugmentParams params = augment_params(c.params);
+    const at::Tensor frames = smooth_frames(c.cameras, 11, c.height, c.width);
+    const at::Tensor before = frames.clone();
+    const stages::SampleDraws draws = explicit_draws(c.cameras);
+    const stages::SampleDraws* drawn = c.random ? &draws : nullptr;
+    const stages::AugmentedImages host = stages::augment_on_host(frames, params, drawn);
+    const stages::AugmentedImages tensor = stages::augment_with_tensor_ops(frames, params, drawn);
+    EXPECT_TRUE(torch::equal(frames, before));
+    const std::vector<std::pair<const char*, std::pair<at::Tensor, at::Tensor>>> outputs = {
+        {"video", {host.video, tensor.video}},
+        {"memory_video_anchor", {host.memory_video_anchor, tensor.memory_video_anchor}},
+        {"memory_video_recent", {host.memory_video_recent, tensor.memory_video_recent}},
+        {"vlm_current_images", {host.vlm_current_images, tensor.vlm_current_images}}};
+    for (const auto& [field, pair] : outputs) {
+      const auto& [want, got] = pair;
+      ASSERT_EQ(got.sizes(), want.sizes()) << field;
+      ASSERT_EQ(got.scalar_type(), want.scalar_type()) << field;
+      EXPECT_TRUE(got.is_contiguous()) << field;
+      // Levels: uint8 outputs are levels already, the float ones are in [-1, 1].
+      const double scale = got.scalar_type() == torch::kFloat ? 127.5 : 1.0;
+      const Difference d = difference(got * scale, want * scale);
+      std::cout << c.name << ", " << field << ": tensor ops vs host kernels, mean " << d.mean
+                << ", max " << d.max << " levels\n";
+      // Measured: means 0.0001-0.28, maxima 1-2 levels (the host rounds to levels between steps).
+      EXPECT_LE(d.mean, 0.5) << field;
+      EXPECT_LE(d.max, 3.0) << field;
+    }
+  }
+}
+
+TEST(AugmentTensorOpsTest, NothingRandomGivesTheRawCurrentFrameForTheVlm) {
+  const at::Tensor frames = smooth_frames(2, 11, 48, 64);
+  const stages::AugmentedImages out =
+      stages::augment_with_tensor_ops(frames, augment_params("{}"), nullptr);
+  EXPECT_TRUE(torch::equal(out.vlm_current_images, raw_current(frames)));
+  EXPECT_EQ(out.video.sizes(), (std::vector<int64_t>{3, 9, 384, 256}));
+}
+
+TEST(AugmentTensorOpsTest, CudaIsRefusedAtValidateWithoutACudaDevice) {
+  if (torch::cuda::is_available()) GTEST_SKIP() << "this machine has a CUDA device";
+  EXPECT_EQ(testing::error_of([] { SteppedStage stage("Augment", R"({"device": "cuda"})"); }),
+            "<test>:/params/device [Augment]: \"cuda\" needs a CUDA device, and this LibTorch "
+            "(" TORCH_VERSION ") sees none; augment with \"frames\"");
+}
+
+// On a GPU: host frames uploaded by `device: cuda`, and frames already there, give the host's
+// images within a level, on the GPU, the same every run (the noise's generator is seeded per
+// sample).
+TEST(AugmentTensorOpsTest, OnTheGpuTheStageMatchesTheHostAndRepeatsItself) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const Sample sample = frame_sample(smooth_frames(3, 11, 480, 640), 5, 2);
+  auto params = nlohmann::json::parse(everything_on(false));
+  params["camera_size"] = {240, 320};
+  const Sample host = run_one(params.dump(), sample);
+  params["device"] = "cuda";
+  const Sample uploaded = run_one(params.dump(), sample);
+  Sample on_device = sample;
+  on_device.set_tensor("frames", sample.tensor("frames").to(torch::kCUDA));
+  const Sample resident = run_one(params.dump(), on_device);
+  for (const char* field :
+       {"video", "memory_video_anchor", "memory_video_recent", "vlm_current_images"}) {
+    SCOPED_TRACE(field);
+    const at::Tensor& got = uploaded.tensor(field);
+    EXPECT_TRUE(got.is_cuda());
+    EXPECT_TRUE(torch::equal(got, resident.tensor(field)));
+    const double scale = got.scalar_type() == torch::kFloat ? 127.5 : 1.0;
+    // The Gaussian noise differs (a CUDA generator), so only the noise-free cameras are compared
+    // closely: camera 1 holds the bottom-left slot of the robotwin canvas.
+    const at::Tensor want = host.tensor(field);
+    const bool canvas = got.size(-2) == 384;
+    const Difference d = canvas ? difference(region(got.cpu(), 256, 128, 0, 128) * scale,
+                                             region(want, 256, 128, 0, 128) * scale)
+                                : difference(got.cpu() * scale, want * scale);
+    std::cout << field << ": GPU tensor ops vs host kernels, mean " << d.mean << ", max " << d.max
+              << " levels\n";
+    EXPECT_LE(d.mean, 1.0);
   }
 }
 

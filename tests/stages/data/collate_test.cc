@@ -116,6 +116,16 @@ TEST(CollateTest, AHugeBatchNamesBatchSizeAndTheMemoryItNeeds) {
   EXPECT_NE(error.find(" of memory; lower batch_size"), std::string::npos) << error;
 }
 
+// Batches are made on the first sample's device (the GPU for Augment's outputs from device frames);
+// `meta` stands in for a second device on a machine without one.
+TEST(CollateTest, DeviceMismatchNamesFieldBothSamplesAndBothDevices) {
+  auto inputs = numbered_samples(3);
+  inputs[2].set_tensor("action", torch::zeros({2, 3}, torch::TensorOptions().device(at::kMeta)));
+  EXPECT_EQ(collate_error(inputs),
+            "Collate: field \"action\" is on meta in sample \"sample:2\" but on cpu in sample "
+            "\"sample:0\" (batch 0); samples of a batch must have their tensors on one device");
+}
+
 TEST(CollateTest, ShapeMismatchNamesFieldBothSamplesAndBothShapes) {
   auto inputs = numbered_samples(3);
   inputs[1].set_tensor("action", torch::zeros({2, 4}));

@@ -196,6 +196,30 @@ TEST(HostToDeviceCudaTest, Uint8VideoArrivesAsTheHostQuantisedFloatVideoDid) {
   }
 }
 
+// Fields Augment made on the GPU pass through uncopied; uint8 video there is normalised as host
+// levels are.
+TEST(HostToDeviceCudaTest, DeviceFieldsPassThroughAndDeviceVideoLevelsAreNormalised) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (const std::string mode : {"pageable", "pinned"}) {
+    SCOPED_TRACE(mode);
+    SteppedStage from_host("HostToDevice", R"({"mode": ")" + mode + R"("})", h2d_node());
+    SteppedStage on_device("HostToDevice", R"({"mode": ")" + mode + R"("})", h2d_node());
+    const Sample in = with_video_levels(make_batch(4));
+    Sample resident = in;
+    for (const char* name : {"video", "vlm_current_images"}) {
+      resident.set_tensor(name, in.tensor(name).to(torch::kCUDA));
+    }
+    const Sample want = from_host.process_one(in);
+    const Sample got = on_device.process_one(resident);
+    EXPECT_TRUE(got.tensor("vlm_current_images").is_same(resident.tensor("vlm_current_images")));
+    EXPECT_EQ(got.tensor("video").scalar_type(), at::kFloat);
+    EXPECT_TRUE(torch::equal(got.tensor("video").cpu(), want.tensor("video").cpu()));
+    EXPECT_EQ(on_device.counter("bytes_copied"), from_host.counter("bytes_copied") -
+                                                     in.tensor("video").nbytes() -
+                                                     in.tensor("vlm_current_images").nbytes());
+  }
+}
+
 TEST(HostToDeviceCudaTest, PinnedPoolIsTheFlowControlToken) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   SteppedStage h2d("HostToDevice", R"({"mode": "pinned", "pool_batches": 1})", h2d_node());

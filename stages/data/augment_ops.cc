@@ -1,0 +1,267 @@
+#include "data/augment_ops.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <string>
+#include <vector>
+
+#if WAM_WITH_CUDA
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "wam/error.h"
+#include "wam/tensor.h"
+
+namespace wam::stages {
+namespace {
+
+using image_ops::kCanvasHeight;
+using image_ops::kCanvasWidth;
+
+uint8_t fill_level(const AugmentParams& params) { return static_cast<uint8_t>(params.resize_fill); }
+bool all_frames(const AugmentParams& params) { return params.frames == FrameSet::kAll; }
+bool video_as_levels(const AugmentParams& params) {
+  return params.video_dtype == VideoDtype::kUint8;
+}
+int64_t current_frame(const AugmentParams& params) { return all_frames(params) ? kWindowStart : 0; }
+
+// The Gaussian noise's generator for one sample, on the images' device.
+at::Generator noise_generator(uint64_t seed, const at::Device& device) {
+  if (device.is_cpu()) return at::make_generator<at::CPUGeneratorImpl>(seed);
+#if WAM_WITH_CUDA
+  if (device.is_cuda()) {
+    at::Generator generator = at::cuda::detail::createCUDAGenerator(device.index());
+    generator.set_current_seed(seed);
+    return generator;
+  }
+#endif
+  throw Error("Augment: no random generator for images on " + device.str());
+}
+
+// The sensor noise of one camera's region of the float canvas (either path: the host path's
+// canvas is float by then too); returns `region` itself when nothing applies.
+at::Tensor add_sensor_noise(const at::Tensor& region, const SensorNoise& noise,
+                            const AugmentParams& params) {
+  at::Tensor out = region;
+  if (noise.downsample_scale) out = image_ops::downsample_upsample(out, *noise.downsample_scale);
+  if (noise.blur_sigma) {
+    out = image_ops::gaussian_blur(out, params.sensor_noise_blur_kernel_size, *noise.blur_sigma);
+  }
+  if (noise.gaussian_seed) {
+    at::Generator generator = noise_generator(*noise.gaussian_seed, region.device());
+    out = image_ops::add_gaussian_noise(out, params.sensor_noise_gaussian_std, generator);
+  }
+  return out;
+}
+
+// Applies every camera's sensor noise to its slot of `canvas` (float [T, 3, H, W], made by the
+// caller).
+void add_sensor_noise_(at::Tensor& canvas, const std::vector<image_ops::Rect>& slots,
+                       const SampleDraws& draws, const AugmentParams& params) {
+  for (size_t camera = 0; camera < slots.size(); ++camera) {
+    const image_ops::Rect& slot = slots[camera];
+    at::Tensor region = canvas.narrow(2, slot.top, slot.height).narrow(3, slot.left, slot.width);
+    const at::Tensor noisy = add_sensor_noise(region, draws.sensor_noise[camera], params);
+    if (!noisy.is_same(region)) region.copy_(noisy);
+  }
+}
+
+// ---- on the host --------------------------------------------------------------------------------
+
+at::Tensor host_vlm_images(const at::Tensor& frames, const AugmentParams& params,
+                           const SampleDraws* draws) {
+  std::vector<at::Tensor> images;
+  for (int64_t camera = 0; camera < frames.size(0); ++camera) {
+    at::Tensor image =
+        image_ops::to_planes(frames.select(0, camera).narrow(0, current_frame(params), 1));
+    if (draws && params.sync_vlm_camera_jitter) {
+      if (const auto& warp = draws->camera_warps[static_cast<size_t>(camera)]) {
+        image = image_ops::warp_planes(image, *warp);
+      }
+    }
+    images.push_back(std::move(image));
+  }
+  at::Tensor out = at::cat(images);
+  if (draws && params.sync_vlm_color_jitter && !draws->color.is_identity()) {
+    out = image_ops::jittered_levels(out, draws->color);
+  }
+  return out;
+}
+
+// Frames -> canvas float [T, 3, 384, 256] in [0, 1], contiguous.
+at::Tensor host_canvas(const at::Tensor& frames, const AugmentParams& params,
+                       const SampleDraws* draws) {
+  const int64_t cameras = frames.size(0);
+  const auto slots = image_ops::canvas_layout(params.canvas, cameras, kCanvasHeight, kCanvasWidth);
+  std::vector<at::Tensor> images;
+  for (int64_t camera = 0; camera < cameras; ++camera) {
+    at::Tensor image =
+        image_ops::frames_to_planes_as(frames.select(0, camera), params.camera_size[0],
+                                       params.camera_size[1], params.resize, fill_level(params));
+    if (draws && draws->camera_warps[static_cast<size_t>(camera)]) {
+      image = image_ops::warp_planes(image, *draws->camera_warps[static_cast<size_t>(camera)]);
+    }
+    images.push_back(std::move(image));
+  }
+  // The only float tensor of the sample, made with the colour, gain and shadow jitter in one
+  // pass: everything from here on is in place on it.
+  image_ops::ColourJitter jitter;
+  if (draws) jitter = {draws->color, draws->rgb_gain, draws->shadow};
+  at::Tensor canvas = image_ops::jittered_unit_float(
+      image_ops::compose_canvas(images, slots, kCanvasHeight, kCanvasWidth, params.resize,
+                                fill_level(params)),
+      jitter);
+  if (draws) add_sensor_noise_(canvas, slots, *draws, params);
+  return canvas;
+}
+
+// ---- as ATen ops on the frames' device ----------------------------------------------------------
+
+// uint8 [N, H, W, 3] -> float [N, 3, H, W] in [0, 1], a new contiguous tensor.
+at::Tensor unit_planes(const at::Tensor& frames_nhwc) {
+  const int64_t n = frames_nhwc.size(0), h = frames_nhwc.size(1), w = frames_nhwc.size(2);
+  return at::empty({n, 3, h, w}, frames_nhwc.options().dtype(at::kFloat))
+      .copy_(frames_nhwc.permute({0, 3, 1, 2}))
+      .div_(255.0);
+}
+
+// image_ops::resize_planes_as() in float: the same placement, the float resize it is tested
+// against, bars of the fill level. Returns `images` itself when the size already matches.
+at::Tensor resize_as(const at::Tensor& images, int64_t height, int64_t width,
+                     image_ops::ResizeMode mode, uint8_t fill) {
+  const int64_t h = images.size(2), w = images.size(3);
+  if (h == height && w == width) return images;
+  const image_ops::Placement p = image_ops::place(mode, h, w, height, width);
+  const at::Tensor kept =
+      images.narrow(2, p.source.top, p.source.height).narrow(3, p.source.left, p.source.width);
+  if (p.target.height == height && p.target.width == width) {
+    return image_ops::resize(kept, height, width);
+  }
+  at::Tensor out =
+      at::full({images.size(0), images.size(1), height, width}, fill / 255.0, images.options());
+  out.narrow(2, p.target.top, p.target.height)
+      .narrow(3, p.target.left, p.target.width)
+      .copy_(image_ops::resize(kept, p.target.height, p.target.width));
+  return out;
+}
+
+at::Tensor tensor_vlm_images(const at::Tensor& frames, const AugmentParams& params,
+                             const SampleDraws* draws) {
+  const at::Tensor current = frames.select(1, current_frame(params));  // [V, H, W, 3]
+  at::Tensor images =
+      at::empty({current.size(0), 3, current.size(1), current.size(2)}, current.options())
+          .copy_(current.permute({0, 3, 1, 2}));
+  if (draws && params.sync_vlm_camera_jitter) {
+    for (int64_t camera = 0; camera < current.size(0); ++camera) {
+      if (const auto& warp = draws->camera_warps[static_cast<size_t>(camera)]) {
+        // Rounded to levels here as the host path's uint8 warp rounds.
+        at::Tensor warped = image_ops::warp_float(unit_planes(current.narrow(0, camera, 1)), *warp);
+        images.narrow(0, camera, 1).copy_(image_ops::to_uint8_(warped));
+      }
+    }
+  }
+  if (draws && params.sync_vlm_color_jitter && !draws->color.is_identity()) {
+    at::Tensor unit = images.to(at::kFloat).div_(255.0);
+    image_ops::adjust_color_(unit, draws->color);
+    images = image_ops::to_uint8_(unit);
+  }
+  return images;
+}
+
+at::Tensor tensor_canvas(const at::Tensor& frames, const AugmentParams& params,
+                         const SampleDraws* draws) {
+  const int64_t cameras = frames.size(0);
+  const auto slots = image_ops::canvas_layout(params.canvas, cameras, kCanvasHeight, kCanvasWidth);
+  at::Tensor canvas = at::zeros({frames.size(1), 3, kCanvasHeight, kCanvasWidth},
+                                frames.options().dtype(at::kFloat));
+  for (int64_t camera = 0; camera < cameras; ++camera) {
+    at::Tensor image = resize_as(unit_planes(frames.select(0, camera)), params.camera_size[0],
+                                 params.camera_size[1], params.resize, fill_level(params));
+    if (draws && draws->camera_warps[static_cast<size_t>(camera)]) {
+      image = image_ops::warp_float(image, *draws->camera_warps[static_cast<size_t>(camera)]);
+    }
+    const image_ops::Rect& slot = slots[static_cast<size_t>(camera)];
+    canvas.narrow(2, slot.top, slot.height)
+        .narrow(3, slot.left, slot.width)
+        .copy_(resize_as(image, slot.height, slot.width, params.resize, fill_level(params)));
+  }
+  if (draws) {
+    image_ops::adjust_color_(canvas, draws->color);
+    if (draws->rgb_gain) image_ops::apply_rgb_gain_(canvas, *draws->rgb_gain);
+    if (draws->shadow) image_ops::apply_shadow_(canvas, *draws->shadow);
+    add_sensor_noise_(canvas, slots, *draws, params);
+  }
+  return canvas;
+}
+
+// image_ops::unit_frames_to_video() as ATen ops: frames [first, first + count) of the unit canvas
+// -> a new compact [3, count, H, W] in [-1, 1], or its levels.
+at::Tensor tensor_video(const at::Tensor& canvas, int64_t first, int64_t count, bool as_levels) {
+  at::Tensor video = at::empty({3, count, canvas.size(2), canvas.size(3)}, canvas.options())
+                         .copy_(canvas.narrow(0, first, count).permute({1, 0, 2, 3}))
+                         .mul_(2.0)
+                         .sub_(1.0);
+  return as_levels ? image_ops::signed_unit_to_levels(video) : video;
+}
+
+// The outputs of `frames: all`, from the unit canvas of a sample's `time` frames: each its own
+// compact tensor, written straight from the canvas by `to_video` (views of it would keep all of it
+// alive downstream).
+using ToVideo = at::Tensor (*)(const at::Tensor& canvas, int64_t first, int64_t count,
+                               bool as_levels);
+AugmentedImages with_canvas(at::Tensor vlm_images, const at::Tensor& canvas, int64_t time,
+                            const AugmentParams& params, ToVideo to_video) {
+  AugmentedImages out;
+  out.vlm_current_images = std::move(vlm_images);
+  out.video = to_video(canvas, kWindowStart, time - kWindowStart, video_as_levels(params));
+  out.memory_video_anchor = to_video(canvas, kAnchorIndex, 1, false);
+  out.memory_video_recent = to_video(canvas, kRecentIndex, 1, false);
+  return out;
+}
+
+}  // namespace
+
+AugmentedImages augment_on_host(const at::Tensor& frames, const AugmentParams& params,
+                                const SampleDraws* draws) {
+  at::Tensor vlm_images = host_vlm_images(frames, params, draws);
+  if (!all_frames(params)) return {std::move(vlm_images)};
+  return with_canvas(std::move(vlm_images), host_canvas(frames, params, draws), frames.size(1),
+                     params, image_ops::unit_frames_to_video);
+}
+
+AugmentedImages augment_with_tensor_ops(const at::Tensor& frames, const AugmentParams& params,
+                                        const SampleDraws* draws) {
+  at::Tensor vlm_images = tensor_vlm_images(frames, params, draws);
+  if (!all_frames(params)) return {std::move(vlm_images)};
+  return with_canvas(std::move(vlm_images), tensor_canvas(frames, params, draws), frames.size(1),
+                     params, tensor_video);
+}
+
+AugmentedImages augment_on_gpu(const at::Tensor& frames, const at::Device& device,
+                               const AugmentParams& params, const SampleDraws* draws) {
+#if WAM_WITH_CUDA
+  const c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(
+      /*isHighPriority=*/false, device.index());
+  AugmentedImages out;
+  {
+    const c10::cuda::CUDAStreamGuard guard(stream);
+    // VideoDecode's device frames are whole when they arrive (video_reader.h).
+    out = augment_with_tensor_ops(frames.is_cuda() ? frames : frames.to(device), params, draws);
+  }
+  // Made on this stream, used on the default one: the caching allocator must not hand their
+  // memory to this stream again while the default stream's work on them is pending.
+  const c10::cuda::CUDAStream consumer = c10::cuda::getDefaultCUDAStream(device.index());
+  for (at::Tensor* output :
+       {&out.vlm_current_images, &out.video, &out.memory_video_anchor, &out.memory_video_recent}) {
+    if (output->defined()) output->record_stream(consumer);
+  }
+  stream.synchronize();
+  return out;
+#else
+  throw Error("Augment: frames on " + device.str() + " need a build with CUDA");
+#endif
+}
+
+}  // namespace wam::stages
