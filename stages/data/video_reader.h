@@ -63,7 +63,7 @@ struct DecoderChoice {
   // reader that does not flush sends the keyframe's packets on and drops what the decoder still
   // held from before the seek: every frame up to the keyframe's own (docs/DESIGN.md section 4,
   // "Seeking on NVDEC").
-  std::optional<bool> flush_on_seek;
+  std::optional<bool> flush_on_seek = std::nullopt;
   // NVDEC readers keep their frames in the memory of CUDA device `device`: read_frames() without
   // an output tensor returns them there (converted to RGB there), as it does, uploaded, the frames
   // of readers that decode on the CPU.

@@ -9,6 +9,7 @@
 
 #include "data/synth_dataset.h"
 #include "data/video_io.h"
+#include "data/video_reader.h"
 #include "formats/lerobot/lerobot_dataset.h"
 #include "testing/stage_harness.h"
 #include "testing/temp_dir.h"
@@ -132,6 +133,62 @@ TEST_F(DataPipeline, CorruptVideoIsSkippedAndCountedOrFailsNamingTheFile) {
   EXPECT_EQ(failed.result.error->node(), "decode");
   EXPECT_NE(failed.result.error->cause().find(broken), std::string::npos)
       << failed.result.error->cause();
+}
+
+// On a GPU with NVDEC: frames kept in GPU memory and Augment there give the CPU's batches within a
+// level (deterministic augment: the Gaussian noise's draws differ on the GPU), on the GPU; with
+// random augment the GPU's batches are the same serial and parallel; a corrupt video is skipped
+// and counted as on the CPU.
+TEST_F(DataPipeline, OnTheGpuDeviceFramesAndAugmentGiveTheCpusBatches) {
+  if (const std::string& problem = video::nvdec_problem(0); !problem.empty()) {
+    GTEST_SKIP() << "no NVDEC here: " << problem;
+  }
+  const std::vector<std::string> on_gpu = {"nodes.decode.params.decoder=nvdec",
+                                           "nodes.decode.params.device_frames=true"};
+  auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<std::string> deterministic = {"nodes.augment.params.deterministic=true"};
+  Run cpu = run("robotwin_data_online.json", deterministic);
+  Run gpu = run("robotwin_data_online.json", with(on_gpu, deterministic));
+  ASSERT_FALSE(cpu.result.error) << cpu.result.error->what();
+  ASSERT_FALSE(gpu.result.error) << gpu.result.error->what();
+  ASSERT_EQ(gpu.batches.size(), cpu.batches.size());
+  for (size_t i = 0; i < gpu.batches.size(); ++i) {
+    EXPECT_EQ(gpu.batches[i].get_json("sample_keys"), cpu.batches[i].get_json("sample_keys"));
+    for (const char* field :
+         {"video", "memory_video_anchor", "memory_video_recent", "vlm_current_images"}) {
+      const at::Tensor& got = gpu.batches[i].tensor(field);
+      const at::Tensor& want = cpu.batches[i].tensor(field);
+      ASSERT_TRUE(got.is_cuda()) << field;
+      ASSERT_EQ(got.sizes(), want.sizes()) << field;
+      ASSERT_EQ(got.scalar_type(), want.scalar_type()) << field;
+      const double scale = want.scalar_type() == at::kByte ? 1.0 : 127.5;
+      const double mean =
+          (got.cpu().to(at::kFloat) - want.to(at::kFloat)).abs().mean().item<double>() * scale;
+      EXPECT_LE(mean, 1.0) << "batch " << i << " field " << field;
+    }
+    EXPECT_TRUE(torch::equal(gpu.batches[i].tensor("action"), cpu.batches[i].tensor("action")));
+  }
+
+  Run serial = run("robotwin_data_online.json", with(on_gpu, {"settings.threads=1"}));
+  Run parallel = run("robotwin_data_online.json", with(on_gpu, {"settings.threads=4"}));
+  ASSERT_FALSE(serial.result.error);
+  ASSERT_FALSE(parallel.result.error);
+  expect_same_batches(serial, parallel);
+
+  testing::TempDir copy;
+  const std::string root = copy.file("robotwin");
+  fs::copy(dataset_->file("robotwin"), root, fs::copy_options::recursive);
+  const std::string broken =
+      root + "/videos/chunk-000/observation.images.cam_left_wrist/episode_000001.mp4";
+  fs::resize_file(broken, fs::file_size(broken) / 2);
+  Run skipped = run("robotwin_data_online.json", on_gpu, root);
+  ASSERT_FALSE(skipped.result.error);
+  const NodeStats& decode = skipped.result.stats.nodes[1];
+  EXPECT_GT(decode.skips, 0);
+  EXPECT_EQ(decode.out + decode.skips, decode.in);
 }
 
 // LeRobot v3.0 keeps every episode of a camera in one mp4: the sampler plans frames inside the

@@ -405,7 +405,7 @@ TEST_F(VideoDecodeTest, AutoDecodesOnTheCpuTheStreamsNvdecCannot) {
       encode(dir_->file("nvdec_av1.mp4"), {"av1", kFps, 2, false, 30}, 320, 256);
   const std::string h264 =
       encode(dir_->file("nvdec_h264.mp4"), {"h264", kFps, 30, true, 23}, 320, 256, 20);
-  const video::DecoderChoice fallback{video::Decoder::kNvdec, 0, 64, /*cpu_fallback=*/true};
+  const video::DecoderChoice fallback{.decoder = video::Decoder::kNvdec, .cpu_fallback = true};
   const std::string refusal = video::VideoReader(av1, fallback).nvdec_refusal();
   const auto cpu = testing::run_stage("VideoDecode", "{}", {make_sample({av1, h264}, kPlan)});
   testing::SteppedStage automatic("VideoDecode", R"({"decoder": "auto"})");

@@ -329,7 +329,7 @@ TEST(NvdecTest, WithoutNvdecAReaderSaysWhyAndHoldsNoSession) {
       << problem;
   TempDir dir;
   const std::string path = encode(dir.file("h264.mp4"), EncodeOptions{"h264", kFps, 30, false, 23});
-  EXPECT_EQ(testing::error_of([&] { VideoReader reader(path, {Decoder::kNvdec}); }),
+  EXPECT_EQ(testing::error_of([&] { VideoReader reader(path, {.decoder = Decoder::kNvdec}); }),
             "video \"" + path + "\": cannot decode on NVDEC: " + problem);
   EXPECT_EQ(open_nvdec_readers(), 0);
 }
@@ -352,13 +352,13 @@ class NvdecReaderTest : public VideoReaderTest {
 // differently. Same frames, same plan (seeks and frames decoded).
 TEST_P(NvdecReaderTest, SparseFramesEqualTheCpuDecodersWithinALevel) {
   VideoReader cpu(large_video());
-  const DecoderChoice fallback{Decoder::kNvdec, 0, 64, /*cpu_fallback=*/true};
+  const DecoderChoice fallback{.decoder = Decoder::kNvdec, .cpu_fallback = true};
   if (const std::string refusal = VideoReader(large_video(), fallback).nvdec_refusal();
       !refusal.empty()) {
     // The H200's NVDEC has no AV1 (docs/BENCHMARKS.md, "NVDEC on the H200").
     GTEST_SKIP() << refusal;
   }
-  VideoReader nvdec(large_video(), {Decoder::kNvdec});
+  VideoReader nvdec(large_video(), {.decoder = Decoder::kNvdec});
   ASSERT_EQ(nvdec.decoder(), Decoder::kNvdec);
   std::mt19937 rng(11);
   std::uniform_int_distribution<int64_t> pick(0, kFrames - 1);
@@ -393,7 +393,8 @@ TEST(NvdecTest, ReadersBeyondTheSessionLimitDecodeOnTheCpu) {
   TempDir dir;
   const std::string path = encode(dir.file("h264.mp4"), EncodeOptions{"h264", kFps, 30, false, 23},
                                   8, kNvdecWidth, kNvdecHeight);
-  const DecoderChoice one_more{Decoder::kNvdec, 0, open_nvdec_readers() + 1};
+  const DecoderChoice one_more{.decoder = Decoder::kNvdec,
+                               .max_nvdec_sessions = open_nvdec_readers() + 1};
   ReaderCache cache;
   DecodeStats stats;
   auto first = std::make_shared<VideoReader>(path, one_more);
