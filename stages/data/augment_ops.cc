@@ -6,6 +6,7 @@
 #include <vector>
 
 #if WAM_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -32,7 +33,7 @@ at::Generator noise_generator(uint64_t seed, const at::Device& device) {
   if (device.is_cpu()) return at::make_generator<at::CPUGeneratorImpl>(seed);
 #if WAM_WITH_CUDA
   if (device.is_cuda()) {
-    at::Generator generator = at::cuda::detail::createCUDAGenerator(device.index());
+    at::Generator generator = at::make_generator<at::CUDAGeneratorImpl>(device.index());
     generator.set_current_seed(seed);
     return generator;
   }
@@ -257,7 +258,10 @@ AugmentedImages augment_on_gpu(const at::Tensor& frames, const at::Device& devic
        {&out.vlm_current_images, &out.video, &out.memory_video_anchor, &out.memory_video_recent}) {
     if (output->defined()) output->record_stream(consumer);
   }
-  stream.synchronize();
+  // Sleeping, not spinning, while the GPU works: the data path's threads share the host's cores.
+  at::cuda::CUDAEvent done(cudaEventBlockingSync | cudaEventDisableTiming);
+  done.record(stream);
+  done.synchronize();
   return out;
 #else
   throw Error("Augment: frames on " + device.str() + " need a build with CUDA");

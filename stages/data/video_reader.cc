@@ -636,8 +636,11 @@ struct VideoReader::Impl {
       const auto t = std::lower_bound(targets.begin(), targets.end(), indices[i]) - targets.begin();
       out[static_cast<int64_t>(i)].copy_(rgb[t]);
     }
-    // The caller's stream reads `out` next: it is whole before this returns.
-    stream.synchronize();
+    // The caller's stream reads `out` next: it is whole before this returns. A blocking-sync
+    // event lets the thread sleep meanwhile; a stream synchronize may spin a core.
+    at::cuda::CUDAEvent written(cudaEventBlockingSync | cudaEventDisableTiming);
+    written.record(stream);
+    written.synchronize();
   }
 #endif
 
