@@ -109,10 +109,6 @@ class SampleRandom {
   std::mt19937_64 engine_;
 };
 
-// Everything random about one sample (augment_ops.h) is drawn up front in a fixed order (the order
-// is part of what a sample is: changing it changes every sample), so that `frames: current` draws
-// the same camera and colour jitter for the VLM images as `frames: all` does.
-
 // Under OpenMP the intra-op thread count is per OS thread, so each worker that runs this stage
 // sets it once; the graph, not torch, provides the parallelism.
 void use_one_torch_thread() {
@@ -239,6 +235,9 @@ class AugmentStage final : public Stage, public CanvasRenderer {
     }
   }
 
+  // Everything random about one sample, drawn up front in a fixed order (the order is part of what
+  // a sample is: changing it changes every sample), so that `frames: current` draws the same
+  // camera and colour jitter for the VLM images as `frames: all` does.
   SampleDraws draw(SampleRandom& random, int64_t cameras) const {
     SampleDraws d;
     for (int64_t camera = 0; camera < cameras; ++camera) {
