@@ -73,7 +73,10 @@ struct DecoderChoice {
 // NV12 frames -> RGB, as the CPU decoders' frames are converted (libswscale's default ITU-R BT.601
 // matrix, limited or full range; each chroma sample covering its 2x2 pixels), on the frames'
 // device: luma uint8 [N, H, W], chroma uint8 [N, ceil(H / 2), 2 * ceil(W / 2)] (U and V
-// interleaved) -> uint8 [N, H, W, 3]. How NVDEC frames kept in device memory become RGB.
+// interleaved) -> uint8 [N, H, W, 3]. How NVDEC frames kept in device memory become RGB. Written
+// with ATen ops rather than taken from NPP (nppiNV12ToRGB): agreeing with libswscale's rounding,
+// which the CPU decoders' frames have, takes offsets of our own, and the GPU build links no
+// further CUDA library.
 at::Tensor nv12_to_rgb(const at::Tensor& luma, const at::Tensor& chroma, bool full_range);
 
 // One open file, its video stream and a single-threaded decoder (parallelism comes from the
