@@ -160,6 +160,14 @@ TEST(CacheContract, ResizeEntersTheContractOnlyWhereItChangesTheImages) {
   EXPECT_FALSE(fill.contains("resize_fill"));
 }
 
+// Where Augment runs (its `device`) moves the images by rounding only: not part of the contract.
+TEST(CacheContract, WhereAugmentRunsStaysOutOfTheContract) {
+  const nlohmann::json preprocess = dependencies_of("current", {}).at("image_preprocess");
+  EXPECT_TRUE(preprocess.contains("camera_size"));
+  EXPECT_FALSE(preprocess.contains("device"));
+  EXPECT_FALSE(dependencies_of("vlm", {}).at("image_prompt_preprocess").contains("device"));
+}
+
 // The reference-cost stand-ins' structure params (configs/encoders/reference.json) enter the
 // producer, so a cache of the default encoders is refused under the preset; with the default
 // compact stand-ins they stay out, as ShippedPipelinesKeepTheirContracts checks.
