@@ -16,6 +16,7 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <ATen/cuda/tunable/Tunable.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
@@ -298,6 +299,27 @@ void StepRunner::plan_recomputation(const models::TrainBatch& inputs,
 // autograd engine) with forward and backward only, so the training state is untouched; then the
 // whole step, optimizer included, is captured once. Noise for the warm-up comes from its own
 // generator: the training noise sequence is the same as eager's.
+namespace {
+
+// A non-blocking stream made for one capture and destroyed after it (cudaStreamDestroy lets
+// queued work finish first).
+struct CaptureStream {
+  explicit CaptureStream(c10::DeviceIndex device) : stream(make(device)) {}
+  ~CaptureStream() { cudaStreamDestroy(stream.stream()); }
+  CaptureStream(const CaptureStream&) = delete;
+  CaptureStream& operator=(const CaptureStream&) = delete;
+
+  static c10::cuda::CUDAStream make(c10::DeviceIndex device) {
+    const c10::cuda::CUDAGuard guard(device);
+    cudaStream_t raw = nullptr;
+    C10_CUDA_CHECK(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking));
+    return c10::cuda::getStreamFromExternal(raw, device);
+  }
+  c10::cuda::CUDAStream stream;
+};
+
+}  // namespace
+
 void StepRunner::capture(const models::TrainBatch& batch) {
   graph_ = std::make_unique<Graph>();
   auto inputs = batch_fields(graph_->inputs);
@@ -306,8 +328,11 @@ void StepRunner::capture(const models::TrainBatch& batch) {
   at::Generator warmup_gen = make_noise_generator(device_, 0);
   graph_->noise = models::sample_flow_noise(graph_->inputs, model_->config(), warmup_gen);
 
-  c10::cuda::CUDAStream side =
-      at::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+  // A stream of the capture's own, not one of LibTorch's pool: the pool's streams are handed out
+  // round robin, and work that another thread queues on the capturing stream (an NVDEC reader's,
+  // Augment's, HostToDevice's) would be captured or invalidate the capture.
+  const CaptureStream own(device_.index());
+  c10::cuda::CUDAStream side = own.stream;
   c10::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream(device_.index());
   at::cuda::CUDAEvent ready;
   ready.record(main);
