@@ -71,6 +71,15 @@ class DataPipeline : public ::testing::Test {
     }
   }
 
+  // Copies the dataset to `root` with episode 1's left wrist video cut in half; returns its path.
+  static std::string copy_with_a_truncated_video(const std::string& root) {
+    fs::copy(dataset_->file("robotwin"), root, fs::copy_options::recursive);
+    const std::string broken =
+        root + "/videos/chunk-000/observation.images.cam_left_wrist/episode_000001.mp4";
+    fs::resize_file(broken, fs::file_size(broken) / 2);
+    return broken;
+  }
+
   static testing::TempDir* dataset_;
 };
 
@@ -111,10 +120,7 @@ TEST_F(DataPipeline, SparseAndFullDecodeGiveTheSameBatches) {
 TEST_F(DataPipeline, CorruptVideoIsSkippedAndCountedOrFailsNamingTheFile) {
   testing::TempDir copy;
   const std::string root = copy.file("robotwin");
-  fs::copy(dataset_->file("robotwin"), root, fs::copy_options::recursive);
-  const std::string broken =
-      root + "/videos/chunk-000/observation.images.cam_left_wrist/episode_000001.mp4";
-  fs::resize_file(broken, fs::file_size(broken) / 2);
+  const std::string broken = copy_with_a_truncated_video(root);
 
   Run skipped = run("robotwin_data_online.json", {}, root);
   ASSERT_FALSE(skipped.result.error);
@@ -180,10 +186,7 @@ TEST_F(DataPipeline, OnTheGpuDeviceFramesAndAugmentGiveTheCpusBatches) {
 
   testing::TempDir copy;
   const std::string root = copy.file("robotwin");
-  fs::copy(dataset_->file("robotwin"), root, fs::copy_options::recursive);
-  const std::string broken =
-      root + "/videos/chunk-000/observation.images.cam_left_wrist/episode_000001.mp4";
-  fs::resize_file(broken, fs::file_size(broken) / 2);
+  const std::string broken = copy_with_a_truncated_video(root);
   Run skipped = run("robotwin_data_online.json", on_gpu, root);
   ASSERT_FALSE(skipped.result.error);
   const NodeStats& decode = skipped.result.stats.nodes[1];
