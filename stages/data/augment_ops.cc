@@ -12,6 +12,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include "common/capture_gate.h"
 #include "wam/error.h"
 #include "wam/tensor.h"
 
@@ -243,6 +244,8 @@ AugmentedImages augment_with_tensor_ops(const at::Tensor& frames, const AugmentP
 AugmentedImages augment_on_gpu(const at::Tensor& frames, const at::Device& device,
                                const AugmentParams& params, const SampleDraws* draws) {
 #if WAM_WITH_CUDA
+  // GPU work beside the step's graph capture (common/capture_gate.h).
+  const auto gpu_work = capture_gate().gpu_work();
   const c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(
       /*isHighPriority=*/false, device.index());
   AugmentedImages out;

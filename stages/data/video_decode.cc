@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +39,7 @@
 #include <torch/cuda.h>
 #include <torch/version.h>
 
+#include "common/capture_gate.h"
 #include "common/distributed.h"
 #include "common/lru_cache.h"
 #include "data/video_reader.h"
@@ -203,6 +205,12 @@ class VideoDecodeStage final : public Stage {
       wanted.insert(wanted.end(), plan.window.begin(), plan.window.end());
     }
 
+    // NVDEC's readers (their opening and closing too) and device frames work on the GPU beside the
+    // step's graph capture (common/capture_gate.h); released before the sample goes on.
+    std::shared_lock<CaptureGate::Mutex> gpu_work;
+    if (decoder_.decoder == video::Decoder::kNvdec || frames_device_.is_cuda()) {
+      gpu_work = capture_gate().gpu_work();
+    }
     // One reader cache per worker thread: TBB keeps running a node's samples on few threads, and
     // consecutive samples mostly come from the same episode.
     video::ReaderCache& cache = reader_caches_.local();
@@ -250,6 +258,7 @@ class VideoDecodeStage final : public Stage {
         decode_full(*readers[v], in_file, plan.fps, camera, stats);
       }
     }
+    if (gpu_work.owns_lock()) gpu_work.unlock();
     frames_decoded_->add(stats.frames_decoded);
     seeks_->add(stats.seeks);
     readers_opened_->add(stats.readers_opened);

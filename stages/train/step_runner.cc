@@ -6,6 +6,7 @@
 #include <sstream>
 #include <vector>
 
+#include "common/capture_gate.h"
 #include "wam/error.h"
 
 #if WAM_WITH_CUDA
@@ -360,6 +361,9 @@ void StepRunner::capture(const models::TrainBatch& batch) {
   // Captured with no gradients allocated: the captured backward writes fresh ones on every replay.
   reset_grads(optimizer_.params());
   {
+    // No other thread of the data path touches the GPU while the step is captured
+    // (common/capture_gate.h).
+    const auto alone = capture_gate().capture();
     c10::cuda::CUDAStreamGuard guard(side);
     graph_->graph.capture_begin({0, 0}, cudaStreamCaptureModeThreadLocal);
     graph_->outputs = forward_backward(graph_->inputs, graph_->noise);

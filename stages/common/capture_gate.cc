@@ -1,0 +1,10 @@
+#include "common/capture_gate.h"
+
+namespace wam {
+
+CaptureGate& capture_gate() {
+  static CaptureGate gate;
+  return gate;
+}
+
+}  // namespace wam
