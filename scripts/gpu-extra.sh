@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine's image lacks from this Debian machine into .gpu-extra/, to carry
 # beside .gpu/ (see ../shared/device/README.md): the header-only CLI11, ISA-L (the cache's row
-# checksums), snappy and zstd (the Parquet codecs), with pkg-config files pointing into .gpu-extra.
+# checksums), snappy and zstd (the Parquet codecs), and libxxhash (the row checksums of trees
+# before the CRC-32C store, which step-bench.sh builds beside this one), with pkg-config files
+# pointing into .gpu-extra.
 # On the GPU machine:
 #   source .gpu/gpu-env.sh && source .gpu-extra/env.sh
 set -euo pipefail
@@ -13,14 +15,14 @@ cp -a /usr/include/CLI .gpu-extra/usr/include/
 cp -a /usr/share/cmake/CLI11 .gpu-extra/usr/share/cmake/
 lib=.gpu-extra/usr/lib/x86_64-linux-gnu
 mkdir -p "$lib/pkgconfig"
-for pc in snappy libzstd libisal; do
+for pc in snappy libzstd libisal libxxhash; do
   sed 's#^prefix=.*#prefix=${pcfiledir}/../../..#; s#^libdir=.*#libdir=${prefix}/lib/x86_64-linux-gnu#' \
     "/usr/lib/x86_64-linux-gnu/pkgconfig/$pc.pc" >"$lib/pkgconfig/$pc.pc"
 done
 cp -a /usr/include/snappy*.h /usr/include/zstd*.h /usr/include/zdict.h /usr/include/isa-l* \
-  .gpu-extra/usr/include/
+  /usr/include/xxhash.h /usr/include/xxh3.h .gpu-extra/usr/include/
 cp -a /usr/lib/x86_64-linux-gnu/libsnappy.so* /usr/lib/x86_64-linux-gnu/libzstd.so* \
-  /usr/lib/x86_64-linux-gnu/libisal.so* "$lib/"
+  /usr/lib/x86_64-linux-gnu/libisal.so* /usr/lib/x86_64-linux-gnu/libxxhash.so* "$lib/"
 cat >.gpu-extra/env.sh <<'ENV'
 extra=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export CMAKE_PREFIX_PATH=$extra/usr:${CMAKE_PREFIX_PATH:-}
