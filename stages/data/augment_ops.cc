@@ -208,6 +208,13 @@ at::Tensor tensor_video(const at::Tensor& canvas, int64_t first, int64_t count, 
   return as_levels ? image_ops::signed_unit_to_levels(video) : video;
 }
 
+// The output of `frames: current`: the VLM's images alone.
+AugmentedImages vlm_images_only(at::Tensor vlm_images) {
+  AugmentedImages out;
+  out.vlm_current_images = std::move(vlm_images);
+  return out;
+}
+
 // The outputs of `frames: all`, from the unit canvas of a sample's `time` frames: each its own
 // compact tensor, written straight from the canvas by `to_video` (views of it would keep all of it
 // alive downstream).
@@ -228,7 +235,7 @@ AugmentedImages with_canvas(at::Tensor vlm_images, const at::Tensor& canvas, int
 AugmentedImages augment_on_host(const at::Tensor& frames, const AugmentParams& params,
                                 const SampleDraws* draws) {
   at::Tensor vlm_images = host_vlm_images(frames, params, draws);
-  if (!all_frames(params)) return {std::move(vlm_images)};
+  if (!all_frames(params)) return vlm_images_only(std::move(vlm_images));
   return with_canvas(std::move(vlm_images), host_canvas(frames, params, draws), frames.size(1),
                      params, image_ops::unit_frames_to_video);
 }
@@ -236,7 +243,7 @@ AugmentedImages augment_on_host(const at::Tensor& frames, const AugmentParams& p
 AugmentedImages augment_with_tensor_ops(const at::Tensor& frames, const AugmentParams& params,
                                         const SampleDraws* draws) {
   at::Tensor vlm_images = tensor_vlm_images(frames, params, draws);
-  if (!all_frames(params)) return {std::move(vlm_images)};
+  if (!all_frames(params)) return vlm_images_only(std::move(vlm_images));
   return with_canvas(std::move(vlm_images), tensor_canvas(frames, params, draws), frames.size(1),
                      params, tensor_video);
 }
