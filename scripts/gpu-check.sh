@@ -55,7 +55,7 @@ grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)
 # The slowest tests: what to split or move when the suite outgrows a device call.
 echo "gpu-check: slowest tests:"
 sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) .* \([0-9.]*\) sec$/\2 \1/p' "$log" |
-  sort -rn | head -10 | sed 's/^/  /'
+  sort -rn | sed -n '1,10s/^/  /p'  # sed reads to the end: head would stop sort (SIGPIPE, exit 141)
 echo "gpu-check: ctest ${total:-?} tests, ${failed:-?} failed, ${skipped} skipped, in" \
   "$((SECONDS - began)) s (log: $log)"
 exit "$status"
