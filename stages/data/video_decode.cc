@@ -44,6 +44,7 @@
 #include "common/lru_cache.h"
 #include "data/video_reader.h"
 #include "wam/host_memory.h"
+#include "wam/limits.h"
 #include "wam/per_thread.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
@@ -182,6 +183,7 @@ class VideoDecodeStage final : public Stage {
     if (!params_.decode_if.empty()) passed_through_ = &context.counter("passed_through");
     if (params_.frame_cache > 0) frame_cache_hits_ = &context.counter("frame_cache_hits");
     budget_ = context.host_memory();
+    worker_threads_ = budget_ ? budget_->worker_threads() : max_threads();
     reader_capacity_.store(params_.cache_readers);
     frame_capacity_.store(params_.frame_cache);
     choose_decoder(context);
@@ -211,14 +213,10 @@ class VideoDecodeStage final : public Stage {
     if (decoder_.decoder == video::Decoder::kNvdec || frames_device_.is_cuda()) {
       gpu_work = capture_gate().gpu_work();
     }
-    // One reader cache per worker thread: TBB keeps running a node's samples on few threads, and
-    // consecutive samples mostly come from the same episode.
-    video::ReaderCache& cache = reader_caches_.local();
     video::DecodeStats stats;
     std::vector<std::shared_ptr<video::VideoReader>> readers;
     for (const auto& file : files) {
-      readers.push_back(
-          cache.acquire(file, static_cast<size_t>(reader_capacity_.load()), stats, decoder_));
+      readers.push_back(acquire_reader(file, stats));
       if (const std::string& refusal = readers.back()->nvdec_refusal(); !refusal.empty()) {
         std::call_once(nvdec_refusal_said_, [&] {
           context_->log(
@@ -258,6 +256,7 @@ class VideoDecodeStage final : public Stage {
         decode_full(*readers[v], in_file, plan.fps, camera, stats);
       }
     }
+    readers.clear();  // an NVDEC reader given back may close its decoder, GPU work too
     if (gpu_work.owns_lock()) gpu_work.unlock();
     frames_decoded_->add(stats.frames_decoded);
     seeks_->add(stats.seeks);
@@ -304,6 +303,20 @@ class VideoDecodeStage final : public Stage {
                 " (decoder " + params_.decoder + "), at most " +
                 std::to_string(params_.nvdec_sessions) + " sessions" +
                 (params_.device_frames ? ", frames kept in GPU memory" : ""));
+  }
+
+  // The reader of `file` for this sample. The CPU's readers are cached per worker thread (TBB
+  // keeps running a node's samples on few threads, and consecutive samples mostly come from the
+  // same episode); NVDEC's are shared by the threads, as their opening is slow and serialised
+  // (video::SharedReaderPool), as many kept as the thread caches would keep together.
+  std::shared_ptr<video::VideoReader> acquire_reader(const std::string& file,
+                                                     video::DecodeStats& stats) {
+    const auto per_thread = static_cast<size_t>(reader_capacity_.load());
+    if (decoder_.decoder == video::Decoder::kNvdec) {
+      return shared_readers_.acquire(file, per_thread * static_cast<size_t>(worker_threads_), stats,
+                                     decoder_);
+    }
+    return reader_caches_.local().acquire(file, per_thread, stats, decoder_);
   }
 
   // Claims the decoder sessions and cached frames of every worker thread from the budget, priced
@@ -403,6 +416,8 @@ class VideoDecodeStage final : public Stage {
   std::once_flag claimed_;
   std::atomic<int64_t> reader_capacity_{0}, frame_capacity_{0};  // per thread, after the budget
   PerThread<video::ReaderCache> reader_caches_;
+  video::SharedReaderPool shared_readers_;
+  int64_t worker_threads_ = 1;  // the run's, for the shared readers' capacity
   PerThread<std::unique_ptr<FrameCache>> frame_caches_;
 };
 

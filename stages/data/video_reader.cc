@@ -747,6 +747,22 @@ at::Tensor VideoReader::read_range(int64_t first, int64_t last, double fps, Deco
   return read_frames(indices, fps, stats);
 }
 
+namespace {
+
+// A new reader, counted in `stats`: opened, on NVDEC, or asked for NVDEC and decoding on the CPU.
+std::unique_ptr<VideoReader> open_reader(const std::string& path, DecodeStats& stats,
+                                         const DecoderChoice& choice) {
+  auto reader = std::make_unique<VideoReader>(path, choice);
+  ++stats.readers_opened;
+  if (reader->decoder() == Decoder::kNvdec) ++stats.nvdec_readers_opened;
+  if (choice.decoder == Decoder::kNvdec && reader->decoder() != Decoder::kNvdec) {
+    ++(reader->nvdec_refusal().empty() ? stats.nvdec_overflow : stats.nvdec_refused);
+  }
+  return reader;
+}
+
+}  // namespace
+
 std::shared_ptr<VideoReader> ReaderCache::acquire(const std::string& path, size_t capacity,
                                                   DecodeStats& stats, const DecoderChoice& choice) {
   for (auto it = readers_.begin(); it != readers_.end(); ++it) {
@@ -755,16 +771,53 @@ std::shared_ptr<VideoReader> ReaderCache::acquire(const std::string& path, size_
       return readers_.front().second;
     }
   }
-  auto reader = std::make_shared<VideoReader>(path, choice);
-  ++stats.readers_opened;
-  if (reader->decoder() == Decoder::kNvdec) ++stats.nvdec_readers_opened;
-  if (choice.decoder == Decoder::kNvdec && reader->decoder() != Decoder::kNvdec) {
-    ++(reader->nvdec_refusal().empty() ? stats.nvdec_overflow : stats.nvdec_refused);
-  }
+  std::shared_ptr<VideoReader> reader = open_reader(path, stats, choice);
   if (capacity == 0) return reader;
   readers_.emplace_front(choice.decoder, reader);
   while (readers_.size() > capacity) readers_.pop_back();
   return reader;
+}
+
+std::shared_ptr<VideoReader> SharedReaderPool::acquire(const std::string& path, size_t capacity,
+                                                       DecodeStats& stats,
+                                                       const DecoderChoice& choice) {
+  std::unique_ptr<VideoReader> reader;
+  // Closed once the lock is released: destroying an NVDEC decoder takes a while.
+  std::unique_ptr<VideoReader> closing;
+  {
+    const std::lock_guard lock(idle_->mutex);
+    idle_->capacity = capacity;
+    auto& readers = idle_->readers;
+    for (auto it = readers.begin(); it != readers.end(); ++it) {
+      if (it->first == choice.decoder && it->second->path() == path) {
+        reader = std::move(it->second);
+        readers.erase(it);
+        break;
+      }
+    }
+    if (!reader && choice.decoder == Decoder::kNvdec &&
+        open_nvdec_readers() >= choice.max_nvdec_sessions) {
+      for (auto it = readers.rbegin(); it != readers.rend(); ++it) {
+        if (it->second->decoder() == Decoder::kNvdec) {
+          closing = std::move(it->second);
+          readers.erase(std::next(it).base());
+          break;
+        }
+      }
+    }
+  }
+  closing.reset();
+  if (!reader) reader = open_reader(path, stats, choice);
+  return std::shared_ptr<VideoReader>(
+      reader.release(), [idle = idle_, key = choice.decoder](VideoReader* returned) {
+        std::unique_ptr<VideoReader> owned(returned), dropped;  // dropped after the lock's release
+        const std::lock_guard lock(idle->mutex);
+        idle->readers.emplace_front(key, std::move(owned));
+        if (idle->readers.size() > idle->capacity) {
+          dropped = std::move(idle->readers.back().second);
+          idle->readers.pop_back();
+        }
+      });
 }
 
 }  // namespace wam::video

@@ -7,6 +7,7 @@
 #include <limits>
 #include <list>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -130,6 +131,31 @@ class ReaderCache {
   // Each reader with the decoder it was asked for (an NVDEC overflow runs on the CPU), most
   // recently used first.
   std::list<std::pair<Decoder, std::shared_ptr<VideoReader>>> readers_;
+};
+
+// Readers that the threads of a stage share: a thread borrows a file's idle reader for a sample
+// and the reader comes back when the last copy of the returned pointer goes. NVDEC's readers are
+// kept so: opening one creates a hardware decoder, which the driver serialises across the process,
+// and with a cache per thread 16 threads reopened nearly every sample's files (docs/BENCHMARKS.md,
+// "The capture gate and the data path on NVDEC").
+class SharedReaderPool {
+ public:
+  // The reader of `path` with `choice.decoder` that no other thread holds: an idle one, else a new
+  // one. The pool keeps the `capacity` most recently returned readers (0: none). Where NVDEC's
+  // sessions are all held, the least recently returned idle NVDEC reader closes before a new one
+  // opens, so its session goes to the file asked for.
+  std::shared_ptr<VideoReader> acquire(const std::string& path, size_t capacity, DecodeStats& stats,
+                                       const DecoderChoice& choice = {});
+
+ private:
+  struct Idle {
+    std::mutex mutex;
+    size_t capacity = 0;
+    // Each reader with the decoder it was asked for, most recently returned first.
+    std::list<std::pair<Decoder, std::unique_ptr<VideoReader>>> readers;
+  };
+  // Shared with the returned pointers' deleters, which may outlive the pool.
+  std::shared_ptr<Idle> idle_ = std::make_shared<Idle>();
 };
 
 }  // namespace wam::video

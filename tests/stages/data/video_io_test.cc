@@ -316,6 +316,50 @@ TEST(ReaderCacheTest, ReusesOpenReadersUpToCapacity) {
   EXPECT_NE(cache.acquire(paths[1], 0, stats), cache.acquire(paths[1], 0, stats));
 }
 
+TEST(SharedReaderPoolTest, ThreadsBorrowIdleReadersAndGiveThemBack) {
+  TempDir dir;
+  std::vector<std::string> paths;
+  for (int i = 0; i < 2; ++i) {
+    paths.push_back(encode(dir.file("v" + std::to_string(i) + ".mp4"),
+                           EncodeOptions{"h264", kFps, 30, false, 23}));
+  }
+  DecodeStats stats;
+  std::shared_ptr<VideoReader> outliving;
+  {
+    SharedReaderPool pool;
+    auto held = pool.acquire(paths[0], 4, stats);
+    auto other = pool.acquire(paths[0], 4, stats);  // the first is held: a reader of its own
+    EXPECT_NE(held, other);
+    EXPECT_EQ(stats.readers_opened, 2);
+    const VideoReader* returned = held.get();
+    held.reset();
+    auto again = pool.acquire(paths[0], 4, stats);
+    EXPECT_EQ(again.get(), returned);
+    EXPECT_EQ(stats.readers_opened, 2);
+    // A borrowed reader that decoded before decodes on from wherever it was left.
+    DecodeStats unused;
+    again->read_frames({20}, kFps, unused);
+    EXPECT_TRUE(torch::equal(again->read_frames({3, 7}, kFps, unused),
+                             VideoReader(paths[0]).read_frames({3, 7}, kFps, unused)));
+
+    // Capacity 1: of the two given back, the one returned last is kept.
+    again.reset();
+    other.reset();
+    auto second_file = pool.acquire(paths[1], 1, stats);
+    EXPECT_EQ(stats.readers_opened, 3);
+    second_file.reset();  // the pool keeps this one alone
+    const VideoReader* kept = pool.acquire(paths[1], 1, stats).get();
+    EXPECT_EQ(stats.readers_opened, 3);
+    EXPECT_NE(kept, nullptr);
+    pool.acquire(paths[0], 1, stats);
+    EXPECT_EQ(stats.readers_opened, 4) << "readers of paths[0] beyond the capacity stayed open";
+    outliving = pool.acquire(paths[1], 1, stats);
+  }
+  // Given back after the pool is gone: closed, not returned to freed memory (ASan's build checks).
+  EXPECT_EQ(outliving->path(), paths[1]);
+  outliving.reset();
+}
+
 // NVDEC (Decoder::kNvdec). Its videos are larger than the others: the hardware decodes no frame
 // smaller than 128x128 in AV1.
 constexpr int kNvdecWidth = 320;
