@@ -453,11 +453,14 @@ TEST(NvdecTest, ReadersBeyondTheSessionLimitDecodeOnTheCpu) {
   EXPECT_EQ(VideoReader(path, one_more).decoder(), Decoder::kNvdec);
 }
 
-// The real dataset: H.264 with B-frames, a keyframe every 250 frames, 20 fps, timestamps from 0.
+// The real dataset: H.264 with B-frames, a keyframe every 250 frames, 20 fps, timestamps from 0;
+// its first episode has 416 frames.
+constexpr const char* kGrootEgoView = WAM_SOURCE_DIR
+    "/../shared/data/lerobot-gr00t-picknplace/videos/chunk-000/observation.images.ego_view/"
+    "episode_000000.mp4";
+
 TEST(VideoReaderDatasetTest, GrootPickAndPlaceSparseEqualsFull) {
-  const std::string path = WAM_SOURCE_DIR
-      "/../shared/data/lerobot-gr00t-picknplace/videos/chunk-000/observation.images.ego_view/"
-      "episode_000000.mp4";
+  const std::string path = kGrootEgoView;
   if (!fs::exists(path)) GTEST_SKIP() << path << " is not present";
   VideoReader reader(path);
   EXPECT_EQ(reader.width(), 256);
@@ -477,6 +480,38 @@ TEST(VideoReaderDatasetTest, GrootPickAndPlaceSparseEqualsFull) {
   // 138..249.
   EXPECT_EQ(sparse_stats.seeks, 2);
   EXPECT_EQ(full_stats.frames_decoded, 261);
+}
+
+// The real dataset on NVDEC: random sparse plans across both keyframe runs, with the seeks back
+// that a shuffled sampler asks for, equal the CPU decoder's frames within a level, decoded with
+// the same seeks and frames.
+TEST(VideoReaderDatasetTest, GrootPickAndPlaceOnNvdecEqualsTheCpuWithinALevel) {
+  const std::string path = kGrootEgoView;
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is not present";
+  if (const std::string& problem = nvdec_problem(0); !problem.empty()) {
+    GTEST_SKIP() << "no NVDEC here: " << problem;
+  }
+  VideoReader cpu(path);
+  VideoReader nvdec(path, {.decoder = Decoder::kNvdec});
+  ASSERT_EQ(nvdec.decoder(), Decoder::kNvdec);
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<int64_t> pick(0, 415);
+  for (int round = 0; round < 6; ++round) {
+    std::vector<int64_t> indices(11);
+    for (auto& k : indices) k = pick(rng);
+    DecodeStats cpu_stats, nvdec_stats;
+    const at::Tensor want = cpu.read_frames(indices, 20.0, cpu_stats);
+    const at::Tensor got = nvdec.read_frames(indices, 20.0, nvdec_stats);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    for (size_t i = 0; i < indices.size(); ++i) {
+      const auto slot = static_cast<int64_t>(i);
+      EXPECT_LE((got[slot].to(at::kFloat) - want[slot].to(at::kFloat)).abs().mean().item<double>(),
+                1.0)
+          << "round " << round << " frame " << indices[i];
+    }
+    EXPECT_EQ(nvdec_stats.seeks, cpu_stats.seeks) << "round " << round;
+    EXPECT_EQ(nvdec_stats.frames_decoded, cpu_stats.frames_decoded) << "round " << round;
+  }
 }
 
 }  // namespace
