@@ -12,7 +12,8 @@
 #         robotwin_compile (base preset) on H.264 datasets (the H200's NVDEC has no AV1), as shipped
 #         (decoding and Augment on the CPU) against NVDEC with the frames kept in GPU memory and
 #         Augment there, and against the CPU's decoding with Augment on the GPU: the data path's
-#         samples/s beside the step's. $WAM_LADDER_TASKS picks the tasks.
+#         samples/s beside the step's, then alone (`run --stop-after h2d`, 40 batches).
+#         $WAM_LADDER_TASKS picks the tasks.
 # ladder: the profile ladder on a CUDA machine, base preset, for each task of $WAM_LADDER_TASKS
 #         (default "libero robotwin"): `cache generate` samples/s, then one `wam-pipeline bench` of
 #         the baseline, online, compile and cache graphs (those that exist) on the same synthetic
@@ -51,6 +52,24 @@ bin=$build/wam-pipeline
 . scripts/bench-data.sh
 what=("${@:-runner data}")
 what=(${what[@]})
+
+# data_path_rate STATS: the samples/s that reached h2d in a `run --stop-after h2d` whose
+# --stats-out is STATS, start-up included (so a little under the steady rate), and the busiest
+# node. Samples per batch from Collate's counts (a partial batch at the stop is fewer than the
+# batches emitted).
+data_path_rate() {
+  python3 - "$1" <<'PY'
+import json, sys
+stats = json.load(open(sys.argv[1]))
+nodes = {n["id"]: n for n in stats["nodes"]}
+batch = nodes["collate"]["in"] // max(1, nodes["collate"]["out"])
+samples = nodes["h2d"]["out"] * batch
+busiest = max(stats["nodes"], key=lambda n: n["utilisation"])
+print(f"  data path alone (run --stop-after h2d): {samples / stats['wall_s']:.2f} samples/s, "
+      f"{samples} samples in {stats['wall_s']:.1f} s; busiest {busiest['id']} "
+      f"{100 * busiest['utilisation']:.0f}%")
+PY
+}
 
 echo "# $(date -u +%F) on $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 
@@ -208,6 +227,13 @@ PY
           echo "## ${task}_compile: $name"
           # shellcheck disable=SC2086  # extra holds several arguments
           "$bin" bench "pipelines/${task}_compile.json" "${base[@]}" $extra --steps 30 --warmup 5
+          # The data path alone: the graph up to h2d, without the step to wait for.
+          stats=$(mktemp)
+          # shellcheck disable=SC2086
+          "$bin" run "pipelines/${task}_compile.json" "${base[@]}" $extra --stop-after h2d \
+            --steps 40 --report-every 0 --quiet --stats-out "$stats" >/dev/null 2>&1
+          data_path_rate "$stats"
+          rm -f "$stats"
         done
       done
       ;;
