@@ -8,9 +8,10 @@
 # Phases, run in the order given, each one's output in $WAM_GPU_SESSION_DIR (default
 # /tmp/gpu-session) as NN-PHASE.txt:
 #   build    scripts/gpu-check.sh build (every target, and how wam-pipeline was linked)
-#   quick    ctest of $WAM_QUICK_TESTS (default: the link, NVDEC, NVDEC training, cache, VAE
-#            stand-in, GPU Augment, CUDA step, epilogue-product, constant-rows, fused-norm,
-#            token-split, pinned-copy and two-rank tests;
+#   quick    ctest of $WAM_QUICK_TESTS (default: the link, NVDEC (the real-data sample's and the
+#            shared readers' included), NVDEC training, cache, VAE stand-in, GPU Augment, CUDA
+#            step, epilogue-product, constant-rows, fused-norm, token-split, pinned-copy and
+#            two-rank tests;
 #            about 60 s)
 #   test     scripts/gpu-check.sh test (the whole ctest, 600 s on the H200 on 2026-12-04, the
 #            AOTInductor export test among them), its log as it goes in ctest-log.txt
@@ -60,7 +61,7 @@ case "${1:-}" in
       build) scripts/gpu-check.sh build ;;
       quick)
         ctest --test-dir "$WAM_BUILD_DIR" -j8 --timeout 300 --output-on-failure -R \
-          "${WAM_QUICK_TESTS:-link_order|filesystem_binding|cli_nvdec_training|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|AugmentTensorOps|Collate|TrainStepCuda|AdamWCuda|EpilogueLinear|ConstantRowsLinear|FusedAdaLnCuda|FusedNorm|SplitTokens|HostToDeviceCuda}"
+          "${WAM_QUICK_TESTS:-link_order|filesystem_binding|cli_nvdec_training|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|SharedReaderPool|VideoReaderDataset|AugmentTensorOps|Collate|TrainStepCuda|AdamWCuda|EpilogueLinear|ConstantRowsLinear|FusedAdaLnCuda|FusedNorm|SplitTokens|HostToDeviceCuda}"
         ;;
       test) WAM_CTEST_LOG=$dir/ctest-log.txt scripts/gpu-check.sh test ;;
       cache) scripts/bench.sh cache ;;
@@ -94,7 +95,7 @@ case "${1:-}" in
     tail -c 3000 "$OUT/all.txt"
     ;;
   *)
-    sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
