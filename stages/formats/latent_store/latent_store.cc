@@ -770,6 +770,23 @@ void parallel_check(size_t count, Check check) {
 
 namespace {
 
+// `key` of a manifest's object, `fallback` where absent. Anything but an integer in
+// int64's range is named: nlohmann converts a double to int64 without a range check (undefined
+// behaviour past it; tests/fuzz/regressions/cache_json/manifest_sample_count_huge_float).
+int64_t manifest_integer(const json& object, const char* key, int64_t fallback,
+                         const std::string& what, const std::string& pointer) {
+  if (!object.is_object() || !object.contains(key)) return fallback;
+  const json& value = object[key];
+  if (!value.is_number_integer() ||
+      (value.is_number_unsigned() &&
+       value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
+    throw CacheError(what + ": " + pointer + " is " +
+                     value.dump(-1, ' ', false, json::error_handler_t::replace) +
+                     ", not an integer");
+  }
+  return value.get<int64_t>();
+}
+
 // Fills each shard's sample_ids from the index: every row indexed exactly once, and the index's
 // keys the samples the build holds.
 void index_shard_rows(CheckedBuild& build, const json& entries, const std::string& index_path) {
@@ -784,8 +801,9 @@ void index_shard_rows(CheckedBuild& build, const json& entries, const std::strin
       throw CacheError(id + " index has a malformed key '" + key + "': " + index_path);
     }
     const int64_t sample_id = *parsed;
-    const int64_t shard = entry.at("shard").get<int64_t>();
-    const int64_t row = entry.at("row").get<int64_t>();
+    const std::string what = id + " index " + index_path;
+    const int64_t shard = manifest_integer(entry, "shard", -1, what, "/entries/" + key + "/shard");
+    const int64_t row = manifest_integer(entry, "row", -1, what, "/entries/" + key + "/row");
     if (shard < 0 || shard >= static_cast<int64_t>(build.shards.size()) || row < 0 ||
         row >= build.shards[shard].rows) {
       throw CacheError(id + " index entry " + key + " points outside the shards: " + index_path);
@@ -859,9 +877,13 @@ CheckedBuild check_build_json(const std::string& build_dir, const std::string& m
     compare_contracts(build.contract, *expected_contract, id, options.partial_allowed);
   }
   build.values = value_schemas(build.contract);
-  build.cached_samples = build.contract.value("sample_count", int64_t{-1});
-  build.expected_samples = expected_contract ? expected_contract->value("sample_count", int64_t{-1})
-                                             : build.cached_samples;
+  const std::string manifest_what = id + " manifest " + manifest_path;
+  build.cached_samples =
+      manifest_integer(build.contract, "sample_count", -1, manifest_what, "/contract/sample_count");
+  build.expected_samples = expected_contract
+                               ? manifest_integer(*expected_contract, "sample_count", -1,
+                                                  id + " expected contract", "/sample_count")
+                               : build.cached_samples;
   if (options.partial_allowed && build.cached_samples == 0) {
     throw CacheError(id + " partial cache is empty: " + manifest_path);
   }
@@ -887,7 +909,8 @@ CheckedBuild check_build_json(const std::string& build_dir, const std::string& m
     throw CacheError(id + " index checksum mismatch: " + index_path);
   }
   const json index = parse_json(index_text, index_path);
-  if (index.value("sample_count", int64_t{-1}) != build.cached_samples) {
+  if (manifest_integer(index, "sample_count", -1, id + " index " + index_path, "/sample_count") !=
+      build.cached_samples) {
     throw CacheError(id + " index sample_count mismatch: " + index_path +
                      " index=" + index.value("sample_count", json()).dump() +
                      " manifest=" + std::to_string(build.cached_samples));
@@ -901,8 +924,8 @@ CheckedBuild check_build_json(const std::string& build_dir, const std::string& m
     const json& shard = shards[s];
     const std::string pointer = "/shards/" + std::to_string(s);
     ShardRecord record{shard.at("file").get<std::string>(),
-                       shard.at("rows").get<int64_t>(),
-                       shard.at("bytes").get<int64_t>(),
+                       manifest_integer(shard, "rows", 0, manifest_what, pointer + "/rows"),
+                       manifest_integer(shard, "bytes", -1, manifest_what, pointer + "/bytes"),
                        shard.at("sha256").get<std::string>(),
                        {}};
     inside_build(shard.at("file"), pointer + "/file");
@@ -1170,23 +1193,6 @@ std::unique_ptr<ArtifactReader> open_stored_artifact(const std::string& root,
 
 namespace {
 
-// `key` of a manifest object for `cache info`, `fallback` where absent. Anything but an integer in
-// int64's range is named: nlohmann converts a double to int64 without a range check (undefined
-// behaviour past it; tests/fuzz/regressions/cache_json/manifest_sample_count_huge_float).
-int64_t manifest_integer(const json& object, const char* key, int64_t fallback,
-                         const std::string& what, const std::string& pointer) {
-  if (!object.is_object() || !object.contains(key)) return fallback;
-  const json& value = object[key];
-  if (!value.is_number_integer() ||
-      (value.is_number_unsigned() &&
-       value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))) {
-    throw CacheError(what + ": " + pointer + " is " +
-                     value.dump(-1, ' ', false, json::error_handler_t::replace) +
-                     ", not an integer");
-  }
-  return value.get<int64_t>();
-}
-
 ArtifactInfo summarize(const std::string& root, const std::string& id, const json& entry) {
   ArtifactInfo info;
   info.artifact_id = id;
@@ -1202,8 +1208,8 @@ ArtifactInfo summarize(const std::string& root, const std::string& id, const jso
   const json shards = manifest.value("shards", json::array());
   const std::string what = id + " manifest " + manifest_path;
   for (const json& shard : shards) {
-    info.bytes += manifest_integer(shard, "bytes", 0, what,
-                                   "/shards/" + std::to_string(info.shards) + "/bytes");
+    info.bytes += internal::manifest_integer(shard, "bytes", 0, what,
+                                             "/shards/" + std::to_string(info.shards) + "/bytes");
     ++info.shards;
   }
   const std::string index_file = manifest.value("index_file", std::string("index.json"));
@@ -1217,7 +1223,7 @@ ArtifactInfo summarize(const std::string& root, const std::string& id, const jso
   info.samples = static_cast<int64_t>(index.value("entries", json::object()).size());
   const json contract = manifest.value("contract", json::object());
   const int64_t sample_count =
-      manifest_integer(contract, "sample_count", 0, what, "/contract/sample_count");
+      internal::manifest_integer(contract, "sample_count", 0, what, "/contract/sample_count");
   info.coverage = sample_count > 0 ? static_cast<double>(info.samples) / sample_count : 0.0;
   json dependencies = json::object();
   const json contract_dependencies = contract.value("dependencies", json::object());
