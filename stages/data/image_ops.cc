@@ -232,9 +232,46 @@ at::Tensor frames_to_planes_as(const at::Tensor& frames_nhwc, int64_t height, in
   return out;
 }
 
+namespace {
+
+// grid_sample's source position (align_corners false, border padding) along an axis of `size`
+// pixels, for the output pixel whose normalised centre the warp maps to `mapped`.
+float source_position(float mapped, float size) {
+  return std::clamp(((mapped + 1.0f) * size - 1.0f) / 2.0f, 0.0f, size - 1.0f);
+}
+// The normalised centre of pixel `k` of `size`.
+float normalised_centre(int64_t k, float size) {
+  return static_cast<float>(2 * k + 1) / size - 1.0f;
+}
+
+// The taps of one axis of a warp without rotation: output pixel k samples at scale * centre +
+// shift, as the per-pixel map below computes it (its cross term is a zero there, which changes no
+// bit once 1 is added).
+struct WarpAxis {
+  std::vector<int32_t> first, second;
+  std::vector<float> weight;
+
+  WarpAxis(int64_t size, float scale, float shift)
+      : first(static_cast<size_t>(size)), second(first.size()), weight(first.size()) {
+    const float extent = static_cast<float>(size);
+    for (int64_t k = 0; k < size; ++k) {
+      const float x = source_position(scale * normalised_centre(k, extent) + shift, extent);
+      const auto x0 = static_cast<int32_t>(x);
+      first[static_cast<size_t>(k)] = x0;
+      second[static_cast<size_t>(k)] = x0 + 1 < size ? x0 + 1 : x0;
+      weight[static_cast<size_t>(k)] = x - static_cast<float>(x0);
+    }
+  }
+  pixel_kernels::AxisTaps taps() const { return {first.data(), second.data(), weight.data()}; }
+};
+
+}  // namespace
+
 // Written by hand: no library we link warps uint8 images (libswscale only scales; torch's
 // grid_sample wants float and costs ~10x more on the CPU). Same arithmetic as torch's
-// affine_grid + grid_sample (align_corners false, border padding, bilinear), in float.
+// affine_grid + grid_sample (align_corners false, border padding, bilinear), in float. Without
+// rotation (the shipped configs' camera jitter) the map is separable and pixel_kernels'
+// sample_separable computes the same bits about 4x faster (docs/BENCHMARKS.md, issue 24).
 at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp) {
   check_planes(planes, "warp_planes");
   const int64_t n = planes.size(0), c = planes.size(1), h = planes.size(2), w = planes.size(3);
@@ -243,6 +280,18 @@ at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp) 
                       static_cast<float>(theta[2]), static_cast<float>(theta[3]),
                       static_cast<float>(theta[4]), static_cast<float>(theta[5])};
   const int64_t row = planes.stride(2);
+  at::Tensor out = padded_planes(n, c, h, w);
+  const int64_t out_row = out.stride(2);
+  if (t[1] == 0.0f && t[3] == 0.0f) {
+    const WarpAxis columns(w, t[0], t[2]), rows(h, t[4], t[5]);
+    for (int64_t b = 0; b < n; ++b) {
+      for (int64_t k = 0; k < c; ++k) {
+        pixel_kernels::sample_separable(plane(planes, b, k), row, w, columns.taps(), rows.taps(), h,
+                                        w, plane(out, b, k), out_row);
+      }
+    }
+    return out;
+  }
   // The sampling position of every output pixel, shared by all planes: the top-left tap's offset,
   // the steps to its right and lower neighbours (0 on the last column / row) and the weights.
   struct Tap {
@@ -252,13 +301,11 @@ at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp) 
   std::vector<Tap> taps(static_cast<size_t>(h * w));
   const float fw = static_cast<float>(w), fh = static_cast<float>(h);
   for (int64_t i = 0; i < h; ++i) {
-    const float yn = static_cast<float>(2 * i + 1) / fh - 1.0f;
+    const float yn = normalised_centre(i, fh);
     for (int64_t j = 0; j < w; ++j) {
-      const float xn = static_cast<float>(2 * j + 1) / fw - 1.0f;
-      const float xs = t[0] * xn + t[1] * yn + t[2];
-      const float ys = t[3] * xn + t[4] * yn + t[5];
-      const float x = std::clamp(((xs + 1.0f) * fw - 1.0f) / 2.0f, 0.0f, fw - 1.0f);
-      const float y = std::clamp(((ys + 1.0f) * fh - 1.0f) / 2.0f, 0.0f, fh - 1.0f);
+      const float xn = normalised_centre(j, fw);
+      const float x = source_position(t[0] * xn + t[1] * yn + t[2], fw);
+      const float y = source_position(t[3] * xn + t[4] * yn + t[5], fh);
       const int64_t x0 = static_cast<int64_t>(x), y0 = static_cast<int64_t>(y);
       taps[static_cast<size_t>(i * w + j)] = {
           static_cast<int32_t>(y0 * row + x0), x0 + 1 < w ? 1 : 0,
@@ -266,8 +313,6 @@ at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp) 
           y - static_cast<float>(y0)};
     }
   }
-  at::Tensor out = padded_planes(n, c, h, w);
-  const int64_t out_row = out.stride(2);
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t k = 0; k < c; ++k) {
       const uint8_t* source = plane(planes, b, k);

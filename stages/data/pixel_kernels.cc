@@ -227,6 +227,21 @@ WAM_INLINE SourceRows source_rows(const uint8_t* source, int64_t row, int64_t he
           source + (2 * y + 1) * row, source + std::min(2 * y + 2, height - 1) * row};
 }
 
+// Source row `source` interpolated along the columns' taps into `out` (`count` values), through
+// its levels as floats in `levels`: gathering floats vectorises, gathering bytes does not.
+WAM_INLINE void interpolate_row(const uint8_t* __restrict source, int64_t source_width,
+                                const AxisTaps& columns, int64_t count, float* __restrict levels,
+                                float* __restrict out) {
+  for (int64_t x = 0; x < source_width; ++x) levels[x] = static_cast<float>(source[x]);
+  const int32_t* __restrict first = columns.first;
+  const int32_t* __restrict second = columns.second;
+  const float* __restrict weight = columns.weight;
+  for (int64_t j = 0; j < count; ++j) {
+    const float a = levels[first[j]];
+    out[j] = a + weight[j] * (levels[second[j]] - a);
+  }
+}
+
 }  // namespace
 
 WAM_PIXEL_KERNEL
@@ -280,6 +295,37 @@ void halve_rgb(const uint8_t* packed, int64_t height, int64_t width, uint8_t* re
       v[-1] = v[0];
       v[width] = v[width - 1];
       halve_row(v, width, out[c] + y * out_row);
+    }
+  }
+}
+
+WAM_PIXEL_KERNEL
+void sample_separable(const uint8_t* source, int64_t source_row, int64_t source_width,
+                      const AxisTaps& columns, const AxisTaps& rows, int64_t out_height,
+                      int64_t out_width, uint8_t* out, int64_t out_row) {
+  // The two source rows last interpolated: consecutive output rows mostly share one.
+  std::vector<float> buffer(static_cast<size_t>(source_width + 2 * out_width));
+  float* const levels = buffer.data();
+  float* interpolated[2] = {levels + source_width, levels + source_width + out_width};
+  int64_t held[2] = {-1, -1};
+  // The row `source_y`, interpolated unless held, replacing the other than `keep`.
+  const auto row_of = [&](int64_t source_y, int64_t keep) -> const float* {
+    for (int k = 0; k < 2; ++k) {
+      if (held[k] == source_y) return interpolated[k];
+    }
+    const int k = held[0] == keep ? 1 : 0;
+    interpolate_row(source + source_y * source_row, source_width, columns, out_width, levels,
+                    interpolated[k]);
+    held[k] = source_y;
+    return interpolated[k];
+  };
+  for (int64_t i = 0; i < out_height; ++i) {
+    const float* __restrict top = row_of(rows.first[i], rows.second[i]);
+    const float* __restrict bottom = row_of(rows.second[i], rows.first[i]);
+    const float weight = rows.weight[i];
+    uint8_t* __restrict line = out + i * out_row;
+    for (int64_t j = 0; j < out_width; ++j) {
+      line[j] = static_cast<uint8_t>(top[j] + weight * (bottom[j] - top[j]) + 0.5f);
     }
   }
 }

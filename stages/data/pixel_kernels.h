@@ -27,6 +27,24 @@ void halve_plane(const uint8_t* source, int64_t source_row, int64_t height, int6
 void halve_rgb(const uint8_t* packed, int64_t height, int64_t width, uint8_t* red, uint8_t* green,
                uint8_t* blue, int64_t out_row);
 
+// Where one output row or column samples the source along an axis: between source pixels
+// `first` and `second` (the same one on the border) with `weight` on the second.
+struct AxisTaps {
+  const int32_t* first;
+  const int32_t* second;
+  const float* weight;
+};
+
+// Bilinear sampling of one plane at positions separable per axis (a camera warp without rotation:
+// image_ops' warp_planes): output pixel (i, j), of `out_height` x `out_width` at `out` (rows
+// `out_row` bytes apart), blends source columns `columns[j]` and rows `rows[i]` of `source`
+// (`source_width` pixels a row, rows `source_row` bytes apart), as the per-pixel sampling does:
+// each row first (a + fx * (b - a) in float), then across rows, + 0.5 and truncated to uint8. Bit
+// for bit that sampling's result, each source row interpolated once instead of per output pixel.
+void sample_separable(const uint8_t* source, int64_t source_row, int64_t source_width,
+                      const AxisTaps& columns, const AxisTaps& rows, int64_t out_height,
+                      int64_t out_width, uint8_t* out, int64_t out_row);
+
 // The colour work of one image, in this order, each step clamped to [0, 1] (the same steps as
 // image_ops' adjust_color_, apply_rgb_gain_ and apply_shadow_, which define it): levels / 255,
 // brightness, contrast (blend with the image's mean ITU-R 601 grey), saturation (blend with each

@@ -453,6 +453,38 @@ TEST(AugmentImageOpsTest, WarpPlanesMatchesTorchGridSample) {
   }
 }
 
+// Without rotation warp_planes samples per axis (pixel_kernels' sample_separable); a full turn
+// takes the per-pixel path (sin 2pi is not 0 in doubles, so the map has a cross term) through the
+// same positions. Both must give the same bits, on even and odd sizes, zooming in and out, with
+// the crop pushed to either border.
+TEST(AugmentImageOpsTest, WarpWithoutRotationIsThePerPixelWarpBitForBit) {
+  const auto smooth = ops::to_planes(smooth_frames(1, 2, 96, 128).select(0, 0));
+  const auto noise = ops::to_planes(noise_frames(1, 3, 61, 77).select(0, 0));
+  const auto strip = ops::to_planes(noise_frames(1, 1, 1, 9).select(0, 0));
+  int64_t warps = 0;
+  for (const double scale : {0.9, 0.95, 0.973, 1.0, 1.08}) {
+    const double slack = std::abs(1.0 - scale) / 2.0;
+    for (const double shift : {-slack, 0.0, 0.4 * slack, slack, 0.07}) {
+      const ops::CameraWarp straight{scale, shift, -0.5 * shift, 0.0};
+      ops::CameraWarp full_turn = straight;
+      full_turn.rotation_degrees = 360.0;
+      for (const auto* planes : {&smooth, &noise, &strip}) {
+        const auto separable = ops::warp_planes(*planes, straight);
+        ASSERT_EQ(separable.sizes(), planes->sizes());
+        EXPECT_TRUE(torch::equal(separable, ops::warp_planes(*planes, full_turn)))
+            << "scale " << scale << ", shift " << shift << ", " << planes->size(2) << "x"
+            << planes->size(3) << ": "
+            << difference(separable, ops::warp_planes(*planes, full_turn)).max
+            << " levels apart at most";
+        ++warps;
+      }
+    }
+  }
+  EXPECT_EQ(warps, 75);
+  // And the warp is not the identity: a zoom moves the levels.
+  EXPECT_FALSE(torch::equal(ops::warp_planes(noise, {0.9, 0.0, 0.0, 0.0}), noise));
+}
+
 // The fused colour pass (pixel_kernels.h) against the torch ops that define it, every step on,
 // on camera-like content and on noise at an odd width (the vector loops' tails). Prints the
 // figures quoted in docs/BENCHMARKS.md (issue 24).
