@@ -95,6 +95,7 @@ PipelineConfig generation_graph(const ValidatedPipeline& pipeline, const CacheSp
   const std::string frames = vae ? "all" : "current";
   nlohmann::json augment = params_to_json(spec.augment);
   augment["frames"] = frames;
+  augment["planes_from_decode"] = false;  // the decode below writes full-size frames
   node("sampler", "EpisodeSampler", {}, sampler);
   // Samples come in id order: consecutive ones share most frames, kept in a frame cache.
   node("decode", "VideoDecode", {"sampler"},

@@ -211,9 +211,11 @@ nlohmann::json artifact_contract(const std::string& field, const CacheSpec& spec
                              {"keyspace_fingerprint", fingerprint(keyspace)},
                              {"key_codec", kKeyCodec},
                              {"value_codec", kValueCodec}};
-  // Where Augment runs moves the images by rounding only (data/augment_ops.h): not part of what
+  // Where Augment runs, and whether it resizes the frames or VideoDecode does (planes_from_decode),
+  // move the images by rounding only (data/augment_ops.h, data/pixel_kernels.h): not part of what
   // the cache holds.
-  nlohmann::json preprocess = without(params_to_json(spec.augment), {"frames", "device"});
+  nlohmann::json preprocess =
+      without(params_to_json(spec.augment), {"frames", "device", "planes_from_decode"});
   // resize and resize_fill came after the first caches, which were all stretched: they enter the
   // contract only when they change the images, so that those caches keep their contracts.
   if (spec.augment.resize != image_ops::ResizeMode::kFit) preprocess.erase("resize_fill");

@@ -73,6 +73,12 @@ void AugmentParams::check(ParamChecker& c) const {
   c.require(device != "cuda" || torch::cuda::is_available(), "device",
             "\"cuda\" needs a CUDA device, and this LibTorch (" TORCH_VERSION
             ") sees none; augment with \"frames\"");
+  if (planes_from_decode) {
+    c.require(frames == FrameSet::kAll, "planes_from_decode",
+              "needs frames \"all\": the planes are the canvas's cameras");
+    c.require(device == "frames", "planes_from_decode",
+              "needs device \"frames\": on the GPU Augment resizes the full-size frames itself");
+  }
   if (canvas == image_ops::Canvas::kRobotwin) {
     for (const auto& [name, list] : {std::pair{"camera_jitter_cameras", &camera_jitter_cameras},
                                      std::pair{"sensor_noise_cameras", &sensor_noise_cameras}}) {
@@ -136,6 +142,10 @@ class AugmentStage final : public Stage, public CanvasRenderer {
   void declare(Contract& contract) const override {
     contract.reads("frames", FieldType::kTensor);
     contract.removes("frames");
+    if (params_.planes_from_decode) {
+      contract.reads("frame_planes", FieldType::kTensor);
+      contract.removes("frame_planes");
+    }
     contract.writes("vlm_current_images", FieldType::kTensor);
     if (!params_.augment_if.empty()) contract.reads(params_.augment_if, FieldType::kBool);
     if (uses_random()) {
@@ -168,6 +178,11 @@ class AugmentStage final : public Stage, public CanvasRenderer {
     use_one_torch_thread();
     const at::Tensor frames = sample.tensor("frames");
     check_frames(frames);
+    at::Tensor planes;
+    if (params_.planes_from_decode) {
+      planes = sample.tensor("frame_planes");
+      check_planes(planes, frames);
+    }
     const int64_t cameras = frames.size(0);
     std::optional<SampleDraws> draws;
     if (uses_random()) {
@@ -182,6 +197,8 @@ class AugmentStage final : public Stage, public CanvasRenderer {
       images = augment_on_gpu(frames, frames.device(), params_, drawn);
     } else if (upload_) {
       images = augment_on_gpu(frames, *upload_, params_, drawn);
+    } else if (planes.defined()) {
+      images = augment_planes_from_decode(frames, planes, params_, drawn);
     } else {
       images = augment_on_host(frames, params_, drawn);
     }
@@ -192,6 +209,7 @@ class AugmentStage final : public Stage, public CanvasRenderer {
       sample.set_tensor("memory_video_recent", std::move(images.memory_video_recent));
     }
     sample.erase("frames");
+    if (planes.defined()) sample.erase("frame_planes");
     out.emit(std::move(sample));
   }
 
@@ -210,10 +228,17 @@ class AugmentStage final : public Stage, public CanvasRenderer {
                        describe_tensor(frames));
     }
     const int64_t time = frames.size(1);
-    if (all_frames() && time <= kWindowStart) {
+    if (params_.planes_from_decode && time != 1) {
+      throw FieldError("field frames has " + std::to_string(time) +
+                       " frames per camera; with planes_from_decode it holds the current frame "
+                       "only (VideoDecode's planes_size); got " +
+                       describe_tensor(frames));
+    }
+    if (all_frames() && !params_.planes_from_decode && time <= kWindowStart) {
       throw FieldError("field frames has " + std::to_string(time) +
                        " frames per camera; `frames: all` needs [anchor, recent, window...] "
-                       "(at least 3); got " +
+                       "(at least 3; VideoDecode's planes_size leaves only the current frame "
+                       "there: set Augment's planes_from_decode too); got " +
                        describe_tensor(frames));
     }
     if (!all_frames() && time != 1) {
@@ -232,6 +257,40 @@ class AugmentStage final : public Stage, public CanvasRenderer {
                       " cameras (indices follow the sampler's cameras order)");
         }
       }
+    }
+  }
+
+  // VideoDecode's planes (planes_size): uint8 [V, T, 3, camera_size] of the cameras of `frames`, in
+  // host memory, each plane's rows with unit column stride.
+  void check_planes(const at::Tensor& planes, const at::Tensor& frames) const {
+    const bool layout_ok = planes.dim() == 5 && planes.scalar_type() == at::kByte &&
+                           planes.device().is_cpu() && planes.size(0) == frames.size(0) &&
+                           planes.size(1) > kWindowStart && planes.size(2) == 3 &&
+                           planes.stride(4) == 1;
+    if (!layout_ok) {
+      throw FieldError(
+          "field frame_planes must be uint8 [V, T, 3, H, W] in host memory with T >= " +
+          std::to_string(kWindowStart + 1) + " and the " + std::to_string(frames.size(0)) +
+          " cameras of frames, got " + describe_tensor(planes));
+    }
+    if (planes.size(3) != params_.camera_size[0] || planes.size(4) != params_.camera_size[1]) {
+      throw FieldError("field frame_planes holds " + std::to_string(planes.size(3)) + "x" +
+                       std::to_string(planes.size(4)) + " (HxW) planes, but camera_size is [" +
+                       std::to_string(params_.camera_size[0]) + ", " +
+                       std::to_string(params_.camera_size[1]) +
+                       "]: set VideoDecode's planes_size to camera_size");
+    }
+    // A halving keeps the aspect ratio, so every resize mode gives the same planes; otherwise
+    // VideoDecode stretched them.
+    const bool halved =
+        frames.size(2) == 2 * planes.size(3) && frames.size(3) == 2 * planes.size(4);
+    if (!halved && params_.resize != image_ops::ResizeMode::kStretch) {
+      throw FieldError("field frame_planes: VideoDecode stretches frames of " +
+                       std::to_string(frames.size(3)) + "x" + std::to_string(frames.size(2)) +
+                       " to planes of " + std::to_string(planes.size(4)) + "x" +
+                       std::to_string(planes.size(3)) +
+                       " (not a halving), but resize is not \"stretch\": set VideoDecode's "
+                       "planes_size to [] and Augment's planes_from_decode to false");
     }
   }
 

@@ -72,12 +72,12 @@ void add_sensor_noise_(at::Tensor& canvas, const std::vector<image_ops::Rect>& s
 
 // ---- on the host --------------------------------------------------------------------------------
 
-at::Tensor host_vlm_images(const at::Tensor& frames, const AugmentParams& params,
+// The VLM's images from frame `current` of each camera of `frames`.
+at::Tensor host_vlm_images(const at::Tensor& frames, int64_t current, const AugmentParams& params,
                            const SampleDraws* draws) {
   std::vector<at::Tensor> images;
   for (int64_t camera = 0; camera < frames.size(0); ++camera) {
-    at::Tensor image =
-        image_ops::to_planes(frames.select(0, camera).narrow(0, current_frame(params), 1));
+    at::Tensor image = image_ops::to_planes(frames.select(0, camera).narrow(0, current, 1));
     if (draws && params.sync_vlm_camera_jitter) {
       if (const auto& warp = draws->camera_warps[static_cast<size_t>(camera)]) {
         image = image_ops::warp_planes(image, *warp);
@@ -92,20 +92,27 @@ at::Tensor host_vlm_images(const at::Tensor& frames, const AugmentParams& params
   return out;
 }
 
-// Frames -> canvas float [T, 3, 384, 256] in [0, 1], contiguous.
-at::Tensor host_canvas(const at::Tensor& frames, const AugmentParams& params,
-                       const SampleDraws* draws) {
-  const int64_t cameras = frames.size(0);
-  const auto slots = image_ops::canvas_layout(params.canvas, cameras, kCanvasHeight, kCanvasWidth);
+// Each camera's frames of `frames` as uint8 planes [T, 3, camera_size].
+std::vector<at::Tensor> camera_planes(const at::Tensor& frames, const AugmentParams& params) {
   std::vector<at::Tensor> images;
+  for (int64_t camera = 0; camera < frames.size(0); ++camera) {
+    images.push_back(image_ops::frames_to_planes_as(frames.select(0, camera), params.camera_size[0],
+                                                    params.camera_size[1], params.resize,
+                                                    fill_level(params)));
+  }
+  return images;
+}
+
+// Each camera's planes at camera_size -> canvas float [T, 3, 384, 256] in [0, 1], contiguous.
+at::Tensor host_canvas(std::vector<at::Tensor> images, const AugmentParams& params,
+                       const SampleDraws* draws) {
+  const auto cameras = static_cast<int64_t>(images.size());
+  const auto slots = image_ops::canvas_layout(params.canvas, cameras, kCanvasHeight, kCanvasWidth);
   for (int64_t camera = 0; camera < cameras; ++camera) {
-    at::Tensor image =
-        image_ops::frames_to_planes_as(frames.select(0, camera), params.camera_size[0],
-                                       params.camera_size[1], params.resize, fill_level(params));
     if (draws && draws->camera_warps[static_cast<size_t>(camera)]) {
+      at::Tensor& image = images[static_cast<size_t>(camera)];
       image = image_ops::warp_planes(image, *draws->camera_warps[static_cast<size_t>(camera)]);
     }
-    images.push_back(std::move(image));
   }
   // The only float tensor of the sample, made with the colour, gain and shadow jitter in one
   // pass: everything from here on is in place on it.
@@ -234,10 +241,23 @@ AugmentedImages with_canvas(at::Tensor vlm_images, const at::Tensor& canvas, int
 
 AugmentedImages augment_on_host(const at::Tensor& frames, const AugmentParams& params,
                                 const SampleDraws* draws) {
-  at::Tensor vlm_images = host_vlm_images(frames, params, draws);
+  at::Tensor vlm_images = host_vlm_images(frames, current_frame(params), params, draws);
   if (!all_frames(params)) return vlm_images_only(std::move(vlm_images));
-  return with_canvas(std::move(vlm_images), host_canvas(frames, params, draws), frames.size(1),
+  return with_canvas(std::move(vlm_images),
+                     host_canvas(camera_planes(frames, params), params, draws), frames.size(1),
                      params, image_ops::unit_frames_to_video);
+}
+
+AugmentedImages augment_planes_from_decode(const at::Tensor& current_frames,
+                                           const at::Tensor& planes, const AugmentParams& params,
+                                           const SampleDraws* draws) {
+  at::Tensor vlm_images = host_vlm_images(current_frames, 0, params, draws);
+  std::vector<at::Tensor> images;
+  for (int64_t camera = 0; camera < planes.size(0); ++camera) {
+    images.push_back(planes.select(0, camera));
+  }
+  return with_canvas(std::move(vlm_images), host_canvas(std::move(images), params, draws),
+                     planes.size(1), params, image_ops::unit_frames_to_video);
 }
 
 AugmentedImages augment_with_tensor_ops(const at::Tensor& frames, const AugmentParams& params,

@@ -55,6 +55,12 @@ struct AugmentedImages {
 // nothing is random. `frames` is only read.
 AugmentedImages augment_on_host(const at::Tensor& frames, const AugmentParams& params,
                                 const SampleDraws* draws);
+// augment_on_host() from VideoDecode's planes (its planes_size): `current_frames` uint8 [V, 1, H,
+// W, 3] (the VLM's), `planes` uint8 [V, T, 3, camera_size] (the canvas's; `frames: all` only). Only
+// read.
+AugmentedImages augment_planes_from_decode(const at::Tensor& current_frames,
+                                           const at::Tensor& planes, const AugmentParams& params,
+                                           const SampleDraws* draws);
 AugmentedImages augment_with_tensor_ops(const at::Tensor& frames, const AugmentParams& params,
                                         const SampleDraws* draws);
 

@@ -62,6 +62,7 @@ struct AugmentParams {
   bool sync_vlm_camera_jitter = true;
   std::string augment_if;
   std::string device = "frames";
+  bool planes_from_decode = false;
 
   template <class V>
   void visit(V& v) {
@@ -156,6 +157,13 @@ struct AugmentParams {
       "within a level a pixel; the outputs stay where they were made (HostToDevice passes GPU "
       "tensors through).",
       OneOf{"frames", "cuda"});
+    v("planes_from_decode", planes_from_decode,
+      "Take each camera's frames for the canvas from frame_planes (VideoDecode's planes_size, "
+      "which must be camera_size: straight from the decoder at half size where the frames are "
+      "twice it, within a level a pixel of halving here on average, on a quarter of the "
+      "decoder's conversion) and the VLM's current frame from frames, which then holds only it. "
+      "Needs frames all, device frames, and resize stretch unless the frames are twice "
+      "camera_size.");
   }
 
   // What the params alone can tell; the camera count of the samples is checked as they come.

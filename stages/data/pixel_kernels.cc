@@ -227,6 +227,37 @@ WAM_INLINE SourceRows source_rows(const uint8_t* source, int64_t row, int64_t he
           source + (2 * y + 1) * row, source + std::min(2 * y + 2, height - 1) * row};
 }
 
+// One row of the (1, 6, 1) / 8 filter's sums (at most 64 * 255) over a chroma plane's rows
+// `above`, `middle`, `below` and then along the row, the edges repeated: `scratch` holds count + 2.
+WAM_INLINE void chroma_sums(const uint8_t* __restrict above, const uint8_t* __restrict middle,
+                            const uint8_t* __restrict below, int64_t count,
+                            uint16_t* __restrict scratch, uint16_t* __restrict sums) {
+  uint16_t* __restrict v = scratch + 1;
+  for (int64_t x = 0; x < count; ++x) {
+    v[x] = static_cast<uint16_t>(above[x] + 6 * middle[x] + below[x]);
+  }
+  v[-1] = v[0];
+  v[count] = v[count - 1];
+  for (int64_t x = 0; x < count; ++x) {
+    sums[x] = static_cast<uint16_t>(v[x - 1] + 6 * v[x] + v[x + 1]);
+  }
+}
+
+// halve_row without the rounding: the (1, 3, 3, 1) filter's sums (at most 64 * 255).
+WAM_INLINE void halve_row_sums(const uint16_t* v, int64_t width, uint16_t* __restrict sums) {
+  using Pair [[gnu::may_alias]] = uint32_t;
+  const Pair* __restrict pairs = reinterpret_cast<const Pair*>(v);
+  const int64_t last = width / 2 - 1;
+  sums[0] = static_cast<uint16_t>(v[-1] + 3 * (v[0] + v[1]) + v[2]);
+  for (int64_t x = 1; x < last; ++x) {
+    const uint32_t left = pairs[x - 1] >> 16, middle = (pairs[x] & 0xffff) + (pairs[x] >> 16),
+                   right = pairs[x + 1] & 0xffff;
+    sums[x] = static_cast<uint16_t>(left + 3 * middle + right);
+  }
+  sums[last] = static_cast<uint16_t>(v[2 * last - 1] + 3 * (v[2 * last] + v[2 * last + 1]) +
+                                     v[2 * last + 2]);
+}
+
 // Source row `source` interpolated along the columns' taps into `out` (`count` values), through
 // its levels as floats in `levels`: gathering floats vectorises, gathering bytes does not.
 WAM_INLINE void interpolate_row(const uint8_t* __restrict source, int64_t source_width,
@@ -295,6 +326,65 @@ void halve_rgb(const uint8_t* packed, int64_t height, int64_t width, uint8_t* re
       v[-1] = v[0];
       v[width] = v[width - 1];
       halve_row(v, width, out[c] + y * out_row);
+    }
+  }
+}
+
+WAM_PIXEL_KERNEL
+void halve_yuv420(const uint8_t* luma, int64_t luma_row, const uint8_t* cb, const uint8_t* cr,
+                  int64_t chroma_row, int64_t height, int64_t width, bool full_range, uint8_t* red,
+                  uint8_t* green, uint8_t* blue, int64_t out_row) {
+  const int64_t out_width = width / 2;
+  // The filters' sums are 64 times the filtered levels; the matrix works on them in integers
+  // (exact, so they vectorise in any order), with 2^14 for 1 and the rounding's half folded into
+  // the offsets. Limited range stretches luma 16-235 and chroma 16-240 to 0-255 first.
+  const double luma_scale = full_range ? 1.0 : 255.0 / 219.0;
+  const double chroma_scale = full_range ? 1.0 : 255.0 / 224.0;
+  const auto fixed = [](double x) { return static_cast<int32_t>(std::lround(x * (1 << 14))); };
+  const int32_t y_gain = fixed(luma_scale), v_to_red = fixed(1.402 * chroma_scale),
+                u_to_green = fixed(0.344136 * chroma_scale),
+                v_to_green = fixed(0.714136 * chroma_scale),
+                u_to_blue = fixed(1.772 * chroma_scale);
+  const int32_t luma_black = full_range ? 0 : 16 * 64, chroma_zero = 128 * 64;
+  // libswscale's integer conversion lands below the exact values (video_reader.cc, nv12_to_rgb).
+  const double red_blue_offset = full_range ? 0.5 : 1.0, green_offset = full_range ? 1.0 : 1.5;
+  const auto offset = [](double levels) {
+    return static_cast<int32_t>(std::lround((0.5 - levels) * (1 << 20)));
+  };
+  const int32_t red_blue_add = offset(red_blue_offset), green_add = offset(green_offset);
+
+  std::vector<uint16_t> buffer(
+      static_cast<size_t>(width + 4 + 2 * (out_width + 2) + 3 * out_width));
+  uint16_t* const luma_columns = buffer.data() + 2;  // v[-1] and v[width]: the repeated edges
+  uint16_t* const cb_scratch = buffer.data() + width + 4;
+  uint16_t* const cr_scratch = cb_scratch + out_width + 2;
+  uint16_t* const y_sums = cr_scratch + out_width + 2;
+  uint16_t* const u_sums = y_sums + out_width;
+  uint16_t* const v_sums = u_sums + out_width;
+  const int64_t out_height = height / 2;
+  for (int64_t y = 0; y < out_height; ++y) {
+    const SourceRows rows = source_rows(luma, luma_row, height, y);
+    vertical_sums(rows.above, rows.top, rows.bottom, rows.below, width, luma_columns);
+    luma_columns[-1] = luma_columns[0];
+    luma_columns[width] = luma_columns[width - 1];
+    halve_row_sums(luma_columns, width, y_sums);
+    const int64_t above = std::max<int64_t>(y - 1, 0) * chroma_row, middle = y * chroma_row,
+                  below = std::min(y + 1, out_height - 1) * chroma_row;
+    chroma_sums(cb + above, cb + middle, cb + below, out_width, cb_scratch, u_sums);
+    chroma_sums(cr + above, cr + middle, cr + below, out_width, cr_scratch, v_sums);
+    uint8_t* __restrict r = red + y * out_row;
+    uint8_t* __restrict g = green + y * out_row;
+    uint8_t* __restrict b = blue + y * out_row;
+    for (int64_t x = 0; x < out_width; ++x) {
+      const int32_t luma_term = (static_cast<int32_t>(y_sums[x]) - luma_black) * y_gain;
+      const int32_t u = static_cast<int32_t>(u_sums[x]) - chroma_zero;
+      const int32_t v = static_cast<int32_t>(v_sums[x]) - chroma_zero;
+      r[x] =
+          static_cast<uint8_t>(std::clamp((luma_term + v_to_red * v + red_blue_add) >> 20, 0, 255));
+      g[x] = static_cast<uint8_t>(
+          std::clamp((luma_term - u_to_green * u - v_to_green * v + green_add) >> 20, 0, 255));
+      b[x] = static_cast<uint8_t>(
+          std::clamp((luma_term + u_to_blue * u + red_blue_add) >> 20, 0, 255));
     }
   }
 }

@@ -27,6 +27,18 @@ void halve_plane(const uint8_t* source, int64_t source_row, int64_t height, int6
 void halve_rgb(const uint8_t* packed, int64_t height, int64_t width, uint8_t* red, uint8_t* green,
                uint8_t* blue, int64_t out_row);
 
+// A YUV 4:2:0 frame (8-bit luma `height` x `width`, both even, at least 8; chroma planes of half
+// that, rows `luma_row` and `chroma_row` bytes apart) -> three RGB planes of half its width and
+// height, rounded to levels: the luma halved by halve_plane's filter, the chroma by the filter that
+// halving RGB gives a chroma sample covering its 2x2 pixels ((1, 6, 1) / 8 per axis), then ITU-R
+// BT.601, limited or full range, as libswscale converts the decoders' frames (offsets as
+// video_reader.h's nv12_to_rgb). What libswscale's RGB24 then halve_rgb give, converting a quarter
+// of the pixels, not bit for bit: 0.3 levels apart on average on the real dataset's frames, more
+// where a colour clips in some of the pixels averaged (video_io_test, video_decode_test check).
+void halve_yuv420(const uint8_t* luma, int64_t luma_row, const uint8_t* cb, const uint8_t* cr,
+                  int64_t chroma_row, int64_t height, int64_t width, bool full_range, uint8_t* red,
+                  uint8_t* green, uint8_t* blue, int64_t out_row);
+
 // Where one output row or column samples the source along an axis: between source pixels
 // `first` and `second` (the same one on the border) with `weight` on the second.
 struct AxisTaps {

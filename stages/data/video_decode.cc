@@ -21,6 +21,13 @@
 // `auto` takes NVDEC where this machine has it, else the CPU, saying why in one line; it also
 // decodes on the CPU the streams this GPU's NVDEC cannot (the H200's has no AV1: docs/
 // BENCHMARKS.md, "NVDEC on the H200"), saying so once, where `nvdec` fails naming the file.
+// `planes_size` [H, W] (with `frames: all`) writes every frame also as RGB planes of that size,
+// `frame_planes` (uint8 [V, T, 3, H, W]), the canvas's cameras for Augment's planes_from_decode:
+// where the frames are twice that size (RoboTwin's 640x480 cameras at 240x320), converted straight
+// from the decoder's 4:2:0 to half size (a quarter of the conversion, and a quarter of the bytes
+// on to Augment), else converted to RGB and resized as Augment would (stretch). `frames` then holds
+// only the current frame (window[0], T = 1), at full size for the VLM (docs/BENCHMARKS.md, "CPU
+// data path per core", issue 24).
 // Counters: frames_decoded, seeks, readers_opened (and passed_through with decode_if,
 // frame_cache_hits with frame_cache, nvdec_readers_opened, nvdec_overflow, nvdec_refused and
 // frames_held_across_seeks on NVDEC).
@@ -42,6 +49,7 @@
 #include "common/capture_gate.h"
 #include "common/distributed.h"
 #include "common/lru_cache.h"
+#include "data/image_ops.h"
 #include "data/video_reader.h"
 #include "wam/host_memory.h"
 #include "wam/limits.h"
@@ -66,6 +74,7 @@ struct VideoDecodeParams {
   std::string decoder = "cpu";
   int64_t nvdec_sessions = 64;
   bool device_frames = false;
+  std::vector<int64_t> planes_size;
   template <class V>
   void visit(V& v) {
     v("mode", mode,
@@ -97,9 +106,31 @@ struct VideoDecodeParams {
       "Keep NVDEC's frames in GPU memory (converted to RGB there): `frames` is a CUDA tensor, "
       "and Augment runs on that GPU; frames decoded on the CPU (sessions beyond nvdec_sessions, "
       "streams NVDEC refuses) are uploaded. Needs decoder nvdec or auto and a CUDA device.");
+    v("planes_size", planes_size,
+      "[H, W]: also write frame_planes, every frame as RGB planes of this size (Augment's "
+      "camera_size, for its planes_from_decode), straight from the decoder's YUV 4:2:0 where the "
+      "frames are twice it (a quarter of the conversion), else resized from RGB (stretch); frames "
+      "then holds only the current frame, at full size. []: off. Needs frames all, mode sparse, "
+      "no frame_cache, host frames.",
+      Min{1});
   }
 
   void check(ParamChecker& c) const {
+    if (!planes_size.empty()) {
+      c.require(planes_size.size() == 2, "planes_size",
+                "must be [H, W] or [], got " + std::to_string(planes_size.size()) + " values");
+      c.require(frames == "all", "planes_size",
+                "needs frames \"all\": with \"current\" only the VLM's full-size frames are "
+                "decoded");
+      c.require(mode == DecodeMode::kSparse, "planes_size",
+                "needs mode \"sparse\" (the baseline's full decoding keeps the reference's RGB "
+                "frames)");
+      c.require(frame_cache == 0, "planes_size",
+                "needs frame_cache 0: the frame cache holds full-size RGB frames");
+      c.require(!device_frames, "planes_size",
+                "needs frames in host memory: set device_frames false (Augment on the GPU "
+                "resizes the device frames itself)");
+    }
     if (device_frames) {
       c.require(decoder != "cpu", "device_frames",
                 "needs decoder \"nvdec\" or \"auto\": the CPU decoders' frames are in host "
@@ -171,6 +202,7 @@ class VideoDecodeStage final : public Stage {
     contract.reads("video_files", FieldType::kJson);
     contract.reads("frame_plan", FieldType::kJson);
     contract.writes("frames", FieldType::kTensor);
+    if (!params_.planes_size.empty()) contract.writes("frame_planes", FieldType::kTensor);
     if (!params_.decode_if.empty()) contract.reads(params_.decode_if, FieldType::kBool);
     contract.concurrency(Concurrency::unlimited());
   }
@@ -238,26 +270,73 @@ class VideoDecodeStage final : public Stage {
       claim_memory(first.width(), first.height(), static_cast<int64_t>(files.size()),
                    static_cast<int64_t>(std::set<int64_t>(wanted.begin(), wanted.end()).size()));
     });
+    const auto cameras = static_cast<int64_t>(readers.size());
+    if (!params_.planes_size.empty()) {
+      const int64_t height = params_.planes_size[0], width = params_.planes_size[1];
+      at::Tensor frames = at::empty({cameras, 1, first.height(), first.width(), 3}, at::kByte);
+      at::Tensor planes =
+          at::empty({cameras, static_cast<int64_t>(wanted.size()), 3, height, width}, at::kByte);
+      for (int64_t v = 0; v < cameras; ++v) {
+        read_planes(*readers[static_cast<size_t>(v)], in_file(wanted, plan, static_cast<size_t>(v)),
+                    plan.fps, frames[v][0], planes[v], stats);
+      }
+      readers.clear();
+      if (gpu_work.owns_lock()) gpu_work.unlock();
+      add_counts(stats);
+      sample.set_tensor("frames", std::move(frames));
+      sample.set_tensor("frame_planes", std::move(planes));
+      out.emit(std::move(sample));
+      return;
+    }
     at::Tensor frames =
-        at::empty({static_cast<int64_t>(readers.size()), static_cast<int64_t>(wanted.size()),
-                   first.height(), first.width(), 3},
+        at::empty({cameras, static_cast<int64_t>(wanted.size()), first.height(), first.width(), 3},
                   at::TensorOptions().dtype(at::kByte).device(frames_device_));
     for (size_t v = 0; v < readers.size(); ++v) {
       at::Tensor camera = frames[static_cast<int64_t>(v)];
-      std::vector<int64_t> in_file = wanted;
-      if (!plan.video_offsets.empty()) {
-        for (int64_t& index : in_file) index += plan.video_offsets[v];
-      }
+      const std::vector<int64_t> indices = in_file(wanted, plan, v);
       if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0) {
-        read_through_cache(*readers[v], in_file, plan.fps, camera, stats);
+        read_through_cache(*readers[v], indices, plan.fps, camera, stats);
       } else if (params_.mode == DecodeMode::kSparse) {
-        readers[v]->read_frames(in_file, plan.fps, camera, stats);
+        readers[v]->read_frames(indices, plan.fps, camera, stats);
       } else {
-        decode_full(*readers[v], in_file, plan.fps, camera, stats);
+        decode_full(*readers[v], indices, plan.fps, camera, stats);
       }
     }
     readers.clear();  // an NVDEC reader given back may close its decoder, GPU work too
     if (gpu_work.owns_lock()) gpu_work.unlock();
+    add_counts(stats);
+    sample.set_tensor("frames", std::move(frames));
+    out.emit(std::move(sample));
+  }
+
+ private:
+  // The frames `wanted` of camera `camera` as indices in its file.
+  static std::vector<int64_t> in_file(const std::vector<int64_t>& wanted, const FramePlan& plan,
+                                      size_t camera) {
+    std::vector<int64_t> indices = wanted;
+    if (!plan.video_offsets.empty()) {
+      for (int64_t& index : indices) index += plan.video_offsets[camera];
+    }
+    return indices;
+  }
+
+  // `planes_size`: the frames `indices` ([anchor, recent, window...]) of one camera as planes
+  // into `planes` ([T, 3, planes_size]), and its current frame (window[0]) into `current`.
+  void read_planes(video::VideoReader& reader, const std::vector<int64_t>& indices, double fps,
+                   at::Tensor current, at::Tensor planes, video::DecodeStats& stats) const {
+    constexpr size_t kCurrent = 2;
+    const int64_t height = params_.planes_size[0], width = params_.planes_size[1];
+    if (reader.height() == 2 * height && reader.width() == 2 * width && height >= 4 && width >= 4) {
+      reader.read_half_planes(indices, fps, planes, kCurrent, current, stats);
+      return;
+    }
+    const at::Tensor rgb = reader.read_frames(indices, fps, stats);
+    current.copy_(rgb[kCurrent]);
+    planes.copy_(image_ops::frames_to_planes_as(rgb, height, width, image_ops::ResizeMode::kStretch,
+                                                /*fill=*/0));
+  }
+
+  void add_counts(const video::DecodeStats& stats) {
     frames_decoded_->add(stats.frames_decoded);
     seeks_->add(stats.seeks);
     readers_opened_->add(stats.readers_opened);
@@ -267,11 +346,8 @@ class VideoDecodeStage final : public Stage {
       nvdec_refused_->add(stats.nvdec_refused);
       frames_held_across_seeks_->add(stats.frames_held_across_seeks);
     }
-    sample.set_tensor("frames", std::move(frames));
-    out.emit(std::move(sample));
   }
 
- private:
   // NVDEC for "nvdec", and for "auto" where the machine has it; the log says which and why.
   void choose_decoder(Context& context) {
     decoder_ = {};

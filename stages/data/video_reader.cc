@@ -36,6 +36,7 @@ extern "C" {
 #endif
 
 #include "common/io/ffmpeg.h"
+#include "data/pixel_kernels.h"
 #include "wam/error.h"
 #include "wam/limits.h"
 
@@ -203,6 +204,8 @@ struct VideoReader::Impl {
   // NVDEC's NV12 frame split into YUV420P planes, and the context that splits it.
   ffmpeg::Frame planar_frame;
   ffmpeg::Scaler chroma_splitter;
+  // to_half_planes(): a frame of a format other than 4:2:0 as full-size RGB, before its halving.
+  std::vector<uint8_t> full_size_rgb;
 #if WAM_WITH_CUDA
   // NVDEC: the reader's own stream (reader_device()), on which FFmpeg maps and copies each frame
   // and read_to_device copies and converts them.
@@ -666,6 +669,35 @@ struct VideoReader::Impl {
     const int strides[1] = {3 * width};
     sws_scale(scaler.get(), decoded->data, decoded->linesize, 0, height, planes, strides);
   }
+
+  // Converts a decoded frame to RGB planes of half its width and height at `red`, `green`, `blue`
+  // (rows `out_row` bytes apart): straight from 4:2:0 (pixel_kernels' halve_yuv420; NVDEC's NV12
+  // split first, as to_rgb does), other formats through to_rgb and halve_rgb.
+  void to_half_planes(const AVFrame* decoded, uint8_t* red, uint8_t* green, uint8_t* blue,
+                      int64_t out_row) {
+    if (decoded->format == AV_PIX_FMT_CUDA) {
+      const int rc = av_hwframe_transfer_data(host_frame.get(), decoded, 0);
+      if (rc < 0) {
+        av_frame_unref(host_frame.get());
+        fail("cannot copy an NVDEC frame to host memory", rc);
+      }
+      check_frame_size(host_frame.get());
+      decoded = planar_from_nv12(host_frame.get());
+    }
+    check_frame_size(decoded);
+    // libswscale reads the range from the format alone (the J formats are full range), and so
+    // does this, so that the two conversions agree.
+    const auto format = static_cast<AVPixelFormat>(decoded->format);
+    if (format == AV_PIX_FMT_YUV420P || format == AV_PIX_FMT_YUVJ420P) {
+      pixel_kernels::halve_yuv420(decoded->data[0], decoded->linesize[0], decoded->data[1],
+                                  decoded->data[2], decoded->linesize[1], height, width,
+                                  format == AV_PIX_FMT_YUVJ420P, red, green, blue, out_row);
+      return;
+    }
+    full_size_rgb.resize(static_cast<size_t>(3 * width * height));
+    to_rgb(decoded, full_size_rgb.data());
+    pixel_kernels::halve_rgb(full_size_rgb.data(), height, width, red, green, blue, out_row);
+  }
 };
 
 VideoReader::VideoReader(std::string path, const DecoderChoice& choice)
@@ -745,6 +777,62 @@ at::Tensor VideoReader::read_range(int64_t first, int64_t last, double fps, Deco
   std::vector<int64_t> indices(static_cast<size_t>(last - first + 1));
   for (size_t i = 0; i < indices.size(); ++i) indices[i] = first + static_cast<int64_t>(i);
   return read_frames(indices, fps, stats);
+}
+
+void VideoReader::read_half_planes(const std::vector<int64_t>& indices, double fps,
+                                   at::Tensor& planes, size_t full_size, at::Tensor& full,
+                                   DecodeStats& stats) {
+  Impl& r = *impl_;
+  if (!(fps > 0)) r.fail("fps must be positive, got " + format_fps(fps));
+  if (r.height % 2 != 0 || r.width % 2 != 0 || r.height < 8 || r.width < 8) {
+    r.fail("frames of " + std::to_string(r.width) + "x" + std::to_string(r.height) +
+           " cannot be halved (half-size planes need an even width and height of at least 8)");
+  }
+  const int64_t half_height = r.height / 2, half_width = r.width / 2;
+  const auto n = static_cast<int64_t>(indices.size());
+  if (planes.is_cuda() || planes.scalar_type() != at::kByte ||
+      planes.sizes() != at::IntArrayRef{n, 3, half_height, half_width} || planes.stride(3) != 1 ||
+      planes.stride(1) != half_height * planes.stride(2)) {
+    r.fail("the half-size planes must be uint8 [" + std::to_string(n) + ", 3, " +
+           std::to_string(half_height) + ", " + std::to_string(half_width) +
+           "] in host memory, planes of rows with unit column stride");
+  }
+  if (full.defined() &&
+      (full.is_cuda() || full.scalar_type() != at::kByte || !full.is_contiguous() ||
+       full.sizes() != at::IntArrayRef{r.height, r.width, 3} || full_size >= indices.size())) {
+    r.fail("the full-size frame must be contiguous uint8 [" + std::to_string(r.height) + ", " +
+           std::to_string(r.width) + ", 3] in host memory, and one of the frames asked for");
+  }
+  std::vector<int64_t> targets = indices;
+  std::sort(targets.begin(), targets.end());
+  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+  const auto target_of = [&](int64_t index) {
+    return static_cast<size_t>(std::lower_bound(targets.begin(), targets.end(), index) -
+                               targets.begin());
+  };
+  // Slot of each target's first request; repeats are copied from it afterwards.
+  std::vector<int64_t> first_slot(targets.size(), -1);
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const size_t t = target_of(indices[i]);
+    if (first_slot[t] < 0) first_slot[t] = static_cast<int64_t>(i);
+  }
+  const size_t full_target = full.defined() ? target_of(indices[full_size]) : targets.size();
+  const int64_t row = planes.stride(2);
+  const auto channel = [&](int64_t slot, int64_t c) {
+    return planes.data_ptr<uint8_t>() + slot * planes.stride(0) + c * planes.stride(1);
+  };
+  r.decode(
+      targets, fps,
+      [&](size_t t, const AVFrame* decoded) {
+        if (t == full_target) r.to_rgb(decoded, full.data_ptr<uint8_t>());
+        const int64_t slot = first_slot[t];
+        r.to_half_planes(decoded, channel(slot, 0), channel(slot, 1), channel(slot, 2), row);
+      },
+      stats);
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const int64_t slot = first_slot[target_of(indices[i])];
+    if (slot != static_cast<int64_t>(i)) planes[static_cast<int64_t>(i)].copy_(planes[slot]);
+  }
 }
 
 namespace {

@@ -278,7 +278,8 @@ TEST(AugmentTest, OutputStaysInSignedUnitRangeAndInputIsUnchanged) {
 TEST(AugmentTest, RejectsFramesThatDoNotFitTheParams) {
   EXPECT_ERROR(run_one(R"({"deterministic": true})", frame_sample(noise_frames(2, 1, 8, 8), 0)),
                "field frames has 1 frames per camera; `frames: all` needs [anchor, recent, "
-               "window...] (at least 3); got Byte[2, 1, 8, 8, 3]");
+               "window...] (at least 3; VideoDecode's planes_size leaves only the current frame "
+               "there: set Augment's planes_from_decode too); got Byte[2, 1, 8, 8, 3]");
   EXPECT_ERROR(run_one(R"({"canvas": "robotwin", "deterministic": true})",
                        frame_sample(noise_frames(2, 11, 8, 8), 0)),
                "canvas \"robotwin\" needs 3 cameras (high, left wrist, right wrist), got 2; "
@@ -292,6 +293,65 @@ TEST(AugmentTest, RejectsFramesThatDoNotFitTheParams) {
       run_one(R"({"camera_jitter_scale": [1, 0.9]})", frame_sample(noise_frames(2, 11, 8, 8), 0)),
       "<test>:/params/camera_jitter_scale [Augment]: must be [min, max] with min <= max, got "
       "[1.0,0.9]");
+}
+
+// planes_from_decode: the canvas from VideoDecode's planes at camera_size and the VLM's images
+// from the current frame alone give, for planes resized as Augment resizes, Augment's own outputs
+// bit for bit, every random transform on; planes of another size, or all frames where only the
+// current one belongs, are errors naming the params to set.
+TEST(AugmentTest, PlanesFromDecodeAreAugmentsOwnResizeBitForBit) {
+  const auto frames = smooth_frames(3, 11, 48, 64, 3);
+  auto params = nlohmann::json::parse(everything_on(false));
+  params["camera_size"] = {24, 32};
+  const Sample own = run_one(params.dump(), frame_sample(frames, 6, 1));
+  std::vector<at::Tensor> cameras;
+  for (int64_t v = 0; v < 3; ++v) {
+    cameras.push_back(
+        image_ops::frames_to_planes_as(frames[v], 24, 32, image_ops::ResizeMode::kStretch, 0));
+  }
+  Sample from_planes = frame_sample(frames.narrow(1, 2, 1).contiguous(), 6, 1);
+  from_planes.set_tensor("frame_planes", torch::stack(cameras));
+  params["planes_from_decode"] = true;
+  const Sample got = run_one(params.dump(), from_planes);
+  for (const char* field :
+       {"video", "memory_video_anchor", "memory_video_recent", "vlm_current_images"}) {
+    EXPECT_TRUE(torch::equal(got.tensor(field), own.tensor(field))) << field;
+  }
+  EXPECT_FALSE(got.has("frame_planes"));
+  EXPECT_FALSE(got.has("frames"));
+
+  Sample wrong_size = frame_sample(frames.narrow(1, 2, 1).contiguous(), 6, 1);
+  wrong_size.set_tensor("frame_planes", torch::zeros({3, 11, 3, 20, 32}, torch::kUInt8));
+  EXPECT_ERROR(run_one(params.dump(), wrong_size),
+               "field frame_planes holds 20x32 (HxW) planes, but camera_size is [24, 32]: set "
+               "VideoDecode's planes_size to camera_size");
+  Sample all_frames = frame_sample(frames, 6, 1);
+  all_frames.set_tensor("frame_planes", torch::stack(cameras));
+  EXPECT_ERROR(run_one(params.dump(), all_frames),
+               "field frames has 11 frames per camera; with planes_from_decode it holds the "
+               "current frame only (VideoDecode's planes_size); got Byte[3, 11, 48, 64, 3]");
+  EXPECT_EQ(testing::error_of([] {
+              SteppedStage stage("Augment",
+                                 R"({"planes_from_decode": true, "frames": "current",
+                                     "resize": "fit"})");
+            }),
+            "<test>:/params/planes_from_decode [Augment]: needs frames \"all\": the planes are the "
+            "canvas's cameras");
+  // Planes resized other than by a halving were stretched: another resize mode is an error. A
+  // halving is the same in every mode.
+  params["resize"] = "fit";
+  params["camera_size"] = {20, 30};
+  Sample stretched = frame_sample(frames.narrow(1, 2, 1).contiguous(), 6, 1);
+  stretched.set_tensor("frame_planes", torch::zeros({3, 11, 3, 20, 30}, torch::kUInt8));
+  EXPECT_ERROR(run_one(params.dump(), stretched),
+               "field frame_planes: VideoDecode stretches frames of 64x48 to planes of 30x20 (not "
+               "a halving), but resize is not \"stretch\": set VideoDecode's planes_size to [] and "
+               "Augment's planes_from_decode to false");
+  params["camera_size"] = {24, 32};
+  const at::Tensor fit_from_planes = run_one(params.dump(), from_planes).tensor("video");
+  params["planes_from_decode"] = false;
+  EXPECT_TRUE(torch::equal(fit_from_planes,
+                           run_one(params.dump(), frame_sample(frames, 6, 1)).tensor("video")));
 }
 
 TEST(AugmentTest, CameraJitterAndSensorNoiseTouchOnlySelectedCameras) {

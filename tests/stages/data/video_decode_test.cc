@@ -15,6 +15,8 @@ extern "C" {
 #include <string>
 #include <vector>
 
+#include "data/image_ops.h"
+#include "data/pixel_kernels.h"
 #include "data/video_io.h"
 #include "data/video_reader.h"
 #include "testing/expect_error.h"
@@ -357,6 +359,123 @@ TEST_F(VideoDecodeTest, DeviceFramesAreRefusedAtValidateWithoutCuda) {
       << on_cpu;
 }
 
+// `planes_size` at half the frames' size: the planes come straight from the decoder's 4:2:0, within
+// three quarters of a level of halving the RGB frames (the reader's tests bound it on real frames);
+// at another size from the RGB frames resized as Augment does, bit for bit. Either way `frames`
+// holds the current frame, bit for bit the RGB run's, and the decoding is the same work.
+TEST_F(VideoDecodeTest, PlanesSizeWritesEveryFrameAsPlanesAndTheCurrentFrameAtFullSize) {
+  testing::SteppedStage rgb_stage("VideoDecode", "{}");
+  const auto rgb_run = rgb_stage.process(make_sample({av1_, h264_}, kPlan));
+  const at::Tensor& rgb = rgb_run.at(0).tensor("frames");
+  for (const auto& [height, width] : {std::pair{32, 48}, std::pair{24, 40}}) {
+    SCOPED_TRACE(std::to_string(height) + "x" + std::to_string(width));
+    testing::SteppedStage stage("VideoDecode", json{{"planes_size", {height, width}}}.dump());
+    const auto out = stage.process(make_sample({av1_, h264_}, kPlan));
+    ASSERT_EQ(out.size(), 1u);
+    const at::Tensor& frames = out[0].tensor("frames");
+    const at::Tensor& planes = out[0].tensor("frame_planes");
+    ASSERT_EQ(frames.sizes(), (at::IntArrayRef{2, 1, 64, 96, 3}));
+    ASSERT_EQ(planes.sizes(), (at::IntArrayRef{2, 11, 3, height, width}));
+    for (int64_t v = 0; v < 2; ++v) {
+      EXPECT_TRUE(at::equal(frames[v][0], rgb[v][2])) << "camera " << v;
+      const at::Tensor resized =
+          image_ops::frames_to_planes_as(rgb[v], height, width, image_ops::ResizeMode::kStretch, 0);
+      if (height == 32) {
+        const double mean =
+            (planes[v].to(at::kFloat) - resized.to(at::kFloat)).abs().mean().item<double>();
+        EXPECT_LE(mean, 0.75) << "camera " << v;  // measured 0.53 and 0.58
+      } else {
+        EXPECT_TRUE(at::equal(planes[v], resized)) << "camera " << v;
+      }
+    }
+    EXPECT_EQ(stage.counter("frames_decoded"), rgb_stage.counter("frames_decoded"));
+    EXPECT_EQ(stage.counter("seeks"), rgb_stage.counter("seeks"));
+  }
+}
+
+TEST_F(VideoDecodeTest, PlanesSizeIsRefusedAtValidateWhereItCannotApply) {
+  EXPECT_EQ(testing::error_of([] {
+              testing::SteppedStage stage(
+                  "VideoDecode",
+                  R"({"planes_size": [32, 48], "frames": "current", "mode": "full",
+                      "frame_cache": 33})");
+            }),
+            "<test>:/params/planes_size [VideoDecode]: needs frames \"all\": with \"current\" "
+            "only the VLM's full-size frames are decoded\n"
+            "<test>:/params/planes_size [VideoDecode]: needs mode \"sparse\" (the baseline's full "
+            "decoding keeps the reference's RGB frames)\n"
+            "<test>:/params/planes_size [VideoDecode]: needs frame_cache 0: the frame cache holds "
+            "full-size RGB frames");
+  EXPECT_EQ(testing::error_of(
+                [] { testing::SteppedStage stage("VideoDecode", R"({"planes_size": [32]})"); }),
+            "<test>:/params/planes_size [VideoDecode]: must be [H, W] or [], got 1 values");
+}
+
+// libswscale's conversion of planar 4:2:0 (luma [H, W], chroma planes [H / 2, W / 2]) to RGB24,
+// as VideoReader's to_rgb makes the CPU decoders' frames (SWS_BILINEAR, the default BT.601
+// matrix; the J format for full range): uint8 [1, H, W, 3].
+at::Tensor libswscale_rgb(const at::Tensor& luma, const at::Tensor& cb, const at::Tensor& cr,
+                          bool full_range) {
+  const int height = static_cast<int>(luma.size(0)), width = static_cast<int>(luma.size(1));
+  SwsContext* scaler =
+      sws_getContext(width, height, full_range ? AV_PIX_FMT_YUVJ420P : AV_PIX_FMT_YUV420P, width,
+                     height, AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr, nullptr, nullptr);
+  EXPECT_NE(scaler, nullptr);
+  const at::Tensor y_plane = luma.contiguous(), u_plane = cb.contiguous(),
+                   v_plane = cr.contiguous();
+  const uint8_t* planes[3] = {y_plane.data_ptr<uint8_t>(), u_plane.data_ptr<uint8_t>(),
+                              v_plane.data_ptr<uint8_t>()};
+  const int strides[3] = {width, width / 2, width / 2};
+  at::Tensor rgb = torch::empty({1, height, width, 3}, torch::kUInt8);
+  uint8_t* out[1] = {rgb.data_ptr<uint8_t>()};
+  const int out_strides[1] = {3 * width};
+  sws_scale(scaler, planes, strides, 0, height, out, out_strides);
+  sws_freeContext(scaler);
+  return rgb;
+}
+
+// pixel_kernels' halve_yuv420 against libswscale's conversion of the same 4:2:0 to RGB24 (the CPU
+// decoders' frames) then halve_rgb, limited and full range, on camera-like content: smooth
+// gradients, edges and noise, with colours that clip.
+TEST(HalveYuv420Test, IsLibswscalesRgbHalvedWithinThreeQuartersOfALevel) {
+  constexpr int kWidth = 96, kHeight = 64;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(29);
+  const auto ramp = [](int64_t n) { return torch::arange(n, torch::kFloat) / n; };
+  const at::Tensor noise = torch::randn({kHeight, kWidth}, generator) * 6.0;
+  const at::Tensor luma =
+      (ramp(kHeight).unsqueeze(1) * 180 + ramp(kWidth).unsqueeze(0) * 60 + 16 + noise)
+          .clamp(0, 255)
+          .to(torch::kUInt8)
+          .contiguous();
+  const at::Tensor cb = (ramp(kWidth / 2).unsqueeze(0).expand({kHeight / 2, kWidth / 2}) * 220 + 16)
+                            .to(torch::kUInt8)
+                            .contiguous();
+  at::Tensor cr = (ramp(kHeight / 2).unsqueeze(1).expand({kHeight / 2, kWidth / 2}) * -200 + 236)
+                      .to(torch::kUInt8)
+                      .contiguous();
+  cr.narrow(1, 10, 6).fill_(240);  // an edge of a strong red
+  for (const bool full_range : {false, true}) {
+    SCOPED_TRACE(full_range ? "full range" : "limited range");
+    const at::Tensor rgb = libswscale_rgb(luma, cb, cr, full_range);
+    const at::Tensor want = image_ops::frames_to_planes_as(rgb, kHeight / 2, kWidth / 2,
+                                                           image_ops::ResizeMode::kStretch, 0)[0];
+    at::Tensor got = torch::empty({3, kHeight / 2, kWidth / 2}, torch::kUInt8);
+    pixel_kernels::halve_yuv420(luma.data_ptr<uint8_t>(), kWidth, cb.data_ptr<uint8_t>(),
+                                cr.data_ptr<uint8_t>(), kWidth / 2, kHeight, kWidth, full_range,
+                                got[0].data_ptr<uint8_t>(), got[1].data_ptr<uint8_t>(),
+                                got[2].data_ptr<uint8_t>(), kWidth / 2);
+    const at::Tensor d = (got.to(at::kFloat) - want.contiguous().to(at::kFloat)).abs();
+    std::cout << "halve_yuv420 vs libswscale then halve_rgb: mean " << d.mean().item<double>()
+              << ", max " << d.max().item<double>() << " levels\n";
+    // Measured: means 0.57 (limited) and 0.49 (full); 2.1% and 1.6% of values beyond 4 levels,
+    // at the red edge, where some of the pixels a plane pixel averages clip and others do not.
+    EXPECT_LE(d.mean().item<double>(), 0.75);
+    EXPECT_LE((d > 4.0).to(at::kFloat).mean().item<double>(), 0.03);
+    // Not a copy of the luma: the colour went through the matrix.
+    EXPECT_FALSE(at::equal(got[0], got[2]));
+  }
+}
+
 // nv12_to_rgb against libswscale's conversion of the same YUV as planar 4:2:0, the CPU decoders'
 // frames (VideoReader's to_rgb: SWS_BILINEAR, the default BT.601 matrix), limited and full range.
 TEST(Nv12ToRgbTest, MatchesLibswscalesPlanarConversionWithinALevel) {
@@ -368,20 +487,7 @@ TEST(Nv12ToRgbTest, MatchesLibswscalesPlanarConversionWithinALevel) {
   const at::Tensor chroma = torch::stack({u, v}, 2).reshape({1, kHeight / 2, kWidth});
   for (const bool full_range : {false, true}) {
     SCOPED_TRACE(full_range ? "full range" : "limited range");
-    SwsContext* scaler =
-        sws_getContext(kWidth, kHeight, full_range ? AV_PIX_FMT_YUVJ420P : AV_PIX_FMT_YUV420P,
-                       kWidth, kHeight, AV_PIX_FMT_RGB24, SWS_BILINEAR, nullptr, nullptr, nullptr);
-    ASSERT_NE(scaler, nullptr);
-    const at::Tensor y_plane = luma[0].contiguous(), u_plane = u.contiguous(),
-                     v_plane = v.contiguous();
-    const uint8_t* planes[3] = {y_plane.data_ptr<uint8_t>(), u_plane.data_ptr<uint8_t>(),
-                                v_plane.data_ptr<uint8_t>()};
-    const int strides[3] = {kWidth, kWidth / 2, kWidth / 2};
-    at::Tensor want = torch::empty({1, kHeight, kWidth, 3}, torch::kUInt8);
-    uint8_t* out[1] = {want.data_ptr<uint8_t>()};
-    const int out_strides[1] = {3 * kWidth};
-    sws_scale(scaler, planes, strides, 0, kHeight, out, out_strides);
-    sws_freeContext(scaler);
+    const at::Tensor want = libswscale_rgb(luma[0], u, v, full_range);
     const at::Tensor got = video::nv12_to_rgb(luma, chroma, full_range);
     ASSERT_EQ(got.sizes(), want.sizes());
     const at::Tensor d = (got.to(at::kFloat) - want.to(at::kFloat)).abs();
