@@ -293,6 +293,7 @@ void run_std_filesystem_from_libstdcxx(char** argv) {
 
 int run_cli(int argc, char** argv) {
   run_std_filesystem_from_libstdcxx(argv);
+  keep_sample_buffers_in_the_heap();
   CLI::App app{
       "wam-pipeline: train robot world action models with a oneTBB flow graph of stages "
       "described in JSON pipeline files.",

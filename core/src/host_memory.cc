@@ -3,6 +3,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "wam/limits.h"
 
@@ -179,6 +185,21 @@ std::string HostMemoryBudget::start_line() const {
             format_bytes(claim.bytes) + ")";
   }
   return line;
+}
+
+bool keep_sample_buffers_in_the_heap() {
+#if defined(__GLIBC__)
+  const char* tunables = std::getenv("GLIBC_TUNABLES");
+  if ((tunables != nullptr && std::strstr(tunables, "glibc.malloc.") != nullptr) ||
+      std::getenv("MALLOC_MMAP_THRESHOLD_") != nullptr ||
+      std::getenv("MALLOC_TRIM_THRESHOLD_") != nullptr) {
+    return false;
+  }
+  constexpr int kMiB = 1 << 20;
+  return mallopt(M_MMAP_THRESHOLD, 64 * kMiB) == 1 && mallopt(M_TRIM_THRESHOLD, 128 * kMiB) == 1;
+#else
+  return false;
+#endif
 }
 
 }  // namespace wam

@@ -36,6 +36,16 @@ int64_t auto_host_memory_bytes(int64_t machine_bytes);
 // "1.46 GiB", "10.5 MiB", "512 KiB".
 std::string format_bytes(int64_t bytes);
 
+// Has glibc's malloc keep blocks of up to 64 MiB in its heaps and reuse them, where by default it
+// maps each block above its threshold (128 KiB, raised to the largest block freed, at most 32 MiB)
+// with mmap and unmaps it when freed, and gives back a heap's free top above twice that: a
+// sample's decoded frames, planes and canvases (2-30 MiB each) then arrive in fresh pages the
+// kernel faults in and zeroes, about a second of system time per 96 RoboTwin samples on one core
+// (docs/BENCHMARKS.md, "CPU data path per core"). The command line calls it at start; a user's
+// own malloc settings (GLIBC_TUNABLES, MALLOC_*_ environment variables) are left alone. Returns
+// whether it changed them.
+bool keep_sample_buffers_in_the_heap();
+
 class HostMemoryBudget {
  public:
   // `bytes` to share; `origin` says where the figure comes from ("auto: 1/32 of 23.4 GiB" or
