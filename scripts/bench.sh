@@ -28,6 +28,9 @@
 #         at all cores. CPU-seconds are the process's user + system time less a one-sample run's
 #         (start-up), so other jobs on the machine move them less than wall time; each row is the
 #         median, with VideoDecode's and Augment's busy ms per sample, and the ratio per round.
+#         Both read this tree's pipeline: a binary from before its params (e.g. planes_size) runs
+#         from its own tree through a wrapper instead (docs/BENCHMARKS.md, "Decoding straight to
+#         the canvas's size").
 # nvdec:  on a machine with NVIDIA's decoder, VideoDecode's `decoder: nvdec` (frames copied to the
 #         host, and with `device_frames` kept in GPU memory, where Augment then runs) against the
 #         CPU decoder on the dataset of `data` made with H.264 instead of AV1 (the H200's NVDEC has
@@ -48,6 +51,9 @@ if [ -z "${WAM_SKIP_SETUP:-}" ]; then
 fi
 build=${WAM_BUILD_DIR:-build}
 bin=$build/wam-pipeline
+# Augment on the GPU resizes the full-size frames itself: the RoboTwin online graphs' decoding
+# straight to half-size planes (VideoDecode's planes_size) is turned off for those variants.
+full_frames="nodes.decode.params.planes_size=[],nodes.augment.params.planes_from_decode=false"
 # shellcheck source=scripts/bench-data.sh
 . scripts/bench-data.sh
 what=("${@:-runner data}")
@@ -133,12 +139,12 @@ PY
       for stop in decode augment; do
         echo "## robotwin_data_online, --stop-after $stop"
         gpu_augment=()
-        [ "$stop" = augment ] && gpu_augment=("cpu_gpu_augment=$bin,nodes.augment.params.device=cuda")
+        [ "$stop" = augment ] && gpu_augment=("cpu_gpu_augment=$bin,nodes.augment.params.device=cuda,$full_frames")
         ROBOTWIN_DATA_ROOT=$root python3 scripts/data_path_compare.py --stop-after "$stop" \
           --samples "${WAM_BENCH_SAMPLES:-96}" --rounds "${WAM_BENCH_ROUNDS:-3}" \
           --threads "${WAM_BENCH_THREADS:-1,$(nproc)}" "cpu=$bin" \
           "nvdec=$bin,nodes.decode.params.decoder=nvdec" \
-          "nvdec_device=$bin,nodes.decode.params.decoder=nvdec,nodes.decode.params.device_frames=true" \
+          "nvdec_device=$bin,nodes.decode.params.decoder=nvdec,nodes.decode.params.device_frames=true,$full_frames" \
           "${gpu_augment[@]}"
       done
       ;;
@@ -215,8 +221,8 @@ PY
       # name | extra arguments
       runs=(
         "as shipped|"
-        "NVDEC, frames and Augment on the GPU|--set nodes.decode.params.decoder=nvdec --set nodes.decode.params.device_frames=true"
-        "CPU decoding, Augment on the GPU|--set nodes.augment.params.device=cuda"
+        "NVDEC, frames and Augment on the GPU|--set nodes.decode.params.decoder=nvdec --set nodes.decode.params.device_frames=true --set ${full_frames/,/ --set }"
+        "CPU decoding, Augment on the GPU|--set nodes.augment.params.device=cuda --set ${full_frames/,/ --set }"
       )
       for task in ${WAM_LADDER_TASKS:-libero robotwin}; do
         ladder_data "$bin" "$task" "${WAM_LADDER_FRAMES:-128}" h264

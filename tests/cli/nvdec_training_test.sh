@@ -12,7 +12,8 @@ trap 'rm -rf "$work"' EXIT
 export WAM_CACHE_ROOT=$work/cache WAM_OUTPUT_ROOT=$work/runs ROBOTWIN_DATA_ROOT=$work/robotwin
 pipeline=pipelines/robotwin_compile.json
 on_gpu=(--set include.model=configs/model/tiny.json --set nodes.decode.params.decoder=nvdec
-  --set nodes.decode.params.device_frames=true)
+  --set nodes.decode.params.device_frames=true --set nodes.decode.params.planes_size=[]
+  --set nodes.augment.params.planes_from_decode=false)
 steps=6
 
 "$bin" dataset synth --preset robotwin --episodes 2 --frames-per-episode 40 --codec h264 --gop 2 \

@@ -117,6 +117,39 @@ TEST_F(DataPipeline, SparseAndFullDecodeGiveTheSameBatches) {
   expect_same_batches(full, sparse);
 }
 
+// The online graph's frames straight to half-size planes (camera_size half the 80x64 frames):
+// the batches of the graph with the planes off within three quarters of a level (the VLM's
+// full-size images bit for bit), the same serial and parallel.
+TEST_F(DataPipeline, HalfSizePlanesGiveTheFullSizeFramesBatchesWithinALevel) {
+  const std::vector<std::string> half = {"nodes.augment.params.camera_size=[32,40]",
+                                         "nodes.decode.params.planes_size=[32,40]"};
+  std::vector<std::string> full = half;
+  full.push_back("nodes.decode.params.planes_size=[]");
+  full.push_back("nodes.augment.params.planes_from_decode=false");
+  Run planes = run("robotwin_data_online.json", half);
+  Run frames = run("robotwin_data_online.json", full);
+  ASSERT_FALSE(planes.result.error) << planes.result.error->what();
+  ASSERT_FALSE(frames.result.error) << frames.result.error->what();
+  ASSERT_EQ(planes.batches.size(), frames.batches.size());
+  ASSERT_EQ(planes.batches.size(), 6u);
+  for (size_t i = 0; i < planes.batches.size(); ++i) {
+    EXPECT_TRUE(torch::equal(planes.batches[i].tensor("vlm_current_images"),
+                             frames.batches[i].tensor("vlm_current_images")));
+    for (const char* field : {"video", "memory_video_anchor", "memory_video_recent"}) {
+      const at::Tensor& got = planes.batches[i].tensor(field);
+      const at::Tensor& want = frames.batches[i].tensor(field);
+      ASSERT_EQ(got.sizes(), want.sizes()) << field;
+      // [-1, 1] floats: a level is 1 / 127.5.
+      const double mean = (got - want).abs().mean().item<double>() * 127.5;
+      EXPECT_LE(mean, 0.75) << "batch " << i << " field " << field;
+      EXPECT_GT(mean, 0.0) << "batch " << i << " field " << field << ": the planes path ran";
+    }
+  }
+  std::vector<std::string> parallel = half;
+  parallel.push_back("settings.threads=4");
+  expect_same_batches(planes, run("robotwin_data_online.json", parallel));
+}
+
 TEST_F(DataPipeline, CorruptVideoIsSkippedAndCountedOrFailsNamingTheFile) {
   testing::TempDir copy;
   const std::string root = copy.file("robotwin");
@@ -149,8 +182,9 @@ TEST_F(DataPipeline, OnTheGpuDeviceFramesAndAugmentGiveTheCpusBatches) {
   if (const std::string& problem = video::nvdec_problem(0); !problem.empty()) {
     GTEST_SKIP() << "no NVDEC here: " << problem;
   }
-  const std::vector<std::string> on_gpu = {"nodes.decode.params.decoder=nvdec",
-                                           "nodes.decode.params.device_frames=true"};
+  const std::vector<std::string> on_gpu = {
+      "nodes.decode.params.decoder=nvdec", "nodes.decode.params.device_frames=true",
+      "nodes.decode.params.planes_size=[]", "nodes.augment.params.planes_from_decode=false"};
   auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
