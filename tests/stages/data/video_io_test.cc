@@ -483,6 +483,34 @@ TEST_P(NvdecReaderTest, SparseFramesEqualTheCpuDecodersWithinALevel) {
                         nvdec.read_frames({25}, kFps, stats)[0]));
 }
 
+// NVDEC's frames through the half-size planes (copied to host memory, NV12 split to 4:2:0, then
+// halve_yuv420): within a level of the CPU decoder's planes, and of its RGB frames halved.
+TEST_P(NvdecReaderTest, HalfSizePlanesEqualTheCpuDecodersWithinALevel) {
+  const DecoderChoice fallback{.decoder = Decoder::kNvdec, .cpu_fallback = true};
+  if (const std::string refusal = VideoReader(large_video(), fallback).nvdec_refusal();
+      !refusal.empty()) {
+    GTEST_SKIP() << refusal;
+  }
+  VideoReader cpu(large_video());
+  VideoReader nvdec(large_video(), {.decoder = Decoder::kNvdec});
+  ASSERT_EQ(nvdec.decoder(), Decoder::kNvdec);
+  const std::vector<int64_t> indices = {3, 0, 31, 12, 12, 59, 40};
+  const auto half = [&](VideoReader& reader, at::Tensor& full) {
+    at::Tensor planes = at::empty(
+        {static_cast<int64_t>(indices.size()), 3, kNvdecHeight / 2, kNvdecWidth / 2}, at::kByte);
+    DecodeStats stats;
+    reader.read_half_planes(indices, kFps, planes, 2, full, stats);
+    return planes;
+  };
+  at::Tensor cpu_full = at::empty({kNvdecHeight, kNvdecWidth, 3}, at::kByte);
+  at::Tensor nvdec_full = at::empty_like(cpu_full);
+  const at::Tensor want = half(cpu, cpu_full);
+  const at::Tensor got = half(nvdec, nvdec_full);
+  EXPECT_LE((got.to(at::kFloat) - want.to(at::kFloat)).abs().mean().item<double>(), 1.0);
+  EXPECT_LE((nvdec_full.to(at::kFloat) - cpu_full.to(at::kFloat)).abs().mean().item<double>(), 1.0);
+  expect_half_planes_are_the_halved_frames(nvdec, indices, kFps, 0.75);
+}
+
 INSTANTIATE_TEST_SUITE_P(Codecs, NvdecReaderTest, ::testing::ValuesIn(kCodecCases),
                          codec_case_name);
 
