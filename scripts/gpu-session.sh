@@ -9,7 +9,8 @@
 # /tmp/gpu-session) as NN-PHASE.txt:
 #   build    scripts/gpu-check.sh build (every target, and how wam-pipeline was linked)
 #   quick    ctest of $WAM_QUICK_TESTS (default: the link, NVDEC (the real-data sample's and the
-#            shared readers' included), NVDEC training, cache, VAE stand-in, GPU Augment, CUDA
+#            shared readers' included), NVDEC training, cache, VAE stand-in, the data path on the
+#            GPU, GPU Augment, CUDA
 #            step, epilogue-product, constant-rows, fused-norm, token-split, pinned-copy and
 #            two-rank tests;
 #            about 60 s)
@@ -61,7 +62,7 @@ case "${1:-}" in
       build) scripts/gpu-check.sh build ;;
       quick)
         ctest --test-dir "$WAM_BUILD_DIR" -j8 --timeout 300 --output-on-failure -R \
-          "${WAM_QUICK_TESTS:-link_order|filesystem_binding|cli_nvdec_training|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|SharedReaderPool|VideoReaderDataset|AugmentTensorOps|Collate|TrainStepCuda|AdamWCuda|EpilogueLinear|ConstantRowsLinear|FusedAdaLnCuda|FusedNorm|SplitTokens|HostToDeviceCuda}"
+          "${WAM_QUICK_TESTS:-link_order|filesystem_binding|cli_nvdec_training|vae_standin|dist_two_ranks|LatentCache|Nvdec|VideoDecodeTest|SharedReaderPool|VideoReaderDataset|DataPipeline|AugmentTensorOps|Collate|TrainStepCuda|AdamWCuda|EpilogueLinear|ConstantRowsLinear|FusedAdaLnCuda|FusedNorm|SplitTokens|HostToDeviceCuda}"
         ;;
       test) WAM_CTEST_LOG=$dir/ctest-log.txt scripts/gpu-check.sh test ;;
       cache) scripts/bench.sh cache ;;
