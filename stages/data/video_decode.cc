@@ -271,41 +271,45 @@ class VideoDecodeStage final : public Stage {
                    static_cast<int64_t>(std::set<int64_t>(wanted.begin(), wanted.end()).size()));
     });
     const auto cameras = static_cast<int64_t>(readers.size());
+    at::Tensor frames, planes;
     if (!params_.planes_size.empty()) {
-      const int64_t height = params_.planes_size[0], width = params_.planes_size[1];
-      at::Tensor frames = at::empty({cameras, 1, first.height(), first.width(), 3}, at::kByte);
-      at::Tensor planes =
-          at::empty({cameras, static_cast<int64_t>(wanted.size()), 3, height, width}, at::kByte);
+      frames = at::empty({cameras, 1, first.height(), first.width(), 3}, at::kByte);
+      planes = at::empty({cameras, static_cast<int64_t>(wanted.size()), 3, params_.planes_size[0],
+                          params_.planes_size[1]},
+                         at::kByte);
       for (int64_t v = 0; v < cameras; ++v) {
         read_planes(*readers[static_cast<size_t>(v)], in_file(wanted, plan, static_cast<size_t>(v)),
                     plan.fps, frames[v][0], planes[v], stats);
       }
-      readers.clear();
-      if (gpu_work.owns_lock()) gpu_work.unlock();
-      add_counts(stats);
-      sample.set_tensor("frames", std::move(frames));
-      sample.set_tensor("frame_planes", std::move(planes));
-      out.emit(std::move(sample));
-      return;
-    }
-    at::Tensor frames =
-        at::empty({cameras, static_cast<int64_t>(wanted.size()), first.height(), first.width(), 3},
-                  at::TensorOptions().dtype(at::kByte).device(frames_device_));
-    for (size_t v = 0; v < readers.size(); ++v) {
-      at::Tensor camera = frames[static_cast<int64_t>(v)];
-      const std::vector<int64_t> indices = in_file(wanted, plan, v);
-      if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0) {
-        read_through_cache(*readers[v], indices, plan.fps, camera, stats);
-      } else if (params_.mode == DecodeMode::kSparse) {
-        readers[v]->read_frames(indices, plan.fps, camera, stats);
-      } else {
-        decode_full(*readers[v], indices, plan.fps, camera, stats);
+    } else {
+      frames = at::empty(
+          {cameras, static_cast<int64_t>(wanted.size()), first.height(), first.width(), 3},
+          at::TensorOptions().dtype(at::kByte).device(frames_device_));
+      for (size_t v = 0; v < readers.size(); ++v) {
+        at::Tensor camera = frames[static_cast<int64_t>(v)];
+        const std::vector<int64_t> indices = in_file(wanted, plan, v);
+        if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0) {
+          read_through_cache(*readers[v], indices, plan.fps, camera, stats);
+        } else if (params_.mode == DecodeMode::kSparse) {
+          readers[v]->read_frames(indices, plan.fps, camera, stats);
+        } else {
+          decode_full(*readers[v], indices, plan.fps, camera, stats);
+        }
       }
     }
     readers.clear();  // an NVDEC reader given back may close its decoder, GPU work too
     if (gpu_work.owns_lock()) gpu_work.unlock();
-    add_counts(stats);
+    frames_decoded_->add(stats.frames_decoded);
+    seeks_->add(stats.seeks);
+    readers_opened_->add(stats.readers_opened);
+    if (nvdec_readers_opened_) {
+      nvdec_readers_opened_->add(stats.nvdec_readers_opened);
+      nvdec_overflow_->add(stats.nvdec_overflow);
+      nvdec_refused_->add(stats.nvdec_refused);
+      frames_held_across_seeks_->add(stats.frames_held_across_seeks);
+    }
     sample.set_tensor("frames", std::move(frames));
+    if (planes.defined()) sample.set_tensor("frame_planes", std::move(planes));
     out.emit(std::move(sample));
   }
 
@@ -334,18 +338,6 @@ class VideoDecodeStage final : public Stage {
     current.copy_(rgb[kCurrent]);
     planes.copy_(image_ops::frames_to_planes_as(rgb, height, width, image_ops::ResizeMode::kStretch,
                                                 /*fill=*/0));
-  }
-
-  void add_counts(const video::DecodeStats& stats) {
-    frames_decoded_->add(stats.frames_decoded);
-    seeks_->add(stats.seeks);
-    readers_opened_->add(stats.readers_opened);
-    if (nvdec_readers_opened_) {
-      nvdec_readers_opened_->add(stats.nvdec_readers_opened);
-      nvdec_overflow_->add(stats.nvdec_overflow);
-      nvdec_refused_->add(stats.nvdec_refused);
-      frames_held_across_seeks_->add(stats.frames_held_across_seeks);
-    }
   }
 
   // NVDEC for "nvdec", and for "auto" where the machine has it; the log says which and why.
