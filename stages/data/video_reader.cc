@@ -146,6 +146,33 @@ const AVCodec* nvdec_decoder(AVCodecID codec) {
   return nullptr;
 }
 
+// The distinct frames of a request (`indices`, any order, repeats allowed), ascending, and the
+// position of each one's first request: each is decoded once, into that slot, and its repeats are
+// copied from there.
+struct RequestedFrames {
+  std::vector<int64_t> targets;
+  std::vector<int64_t> first_slot;
+
+  explicit RequestedFrames(const std::vector<int64_t>& indices) : targets(indices) {
+    std::sort(targets.begin(), targets.end());
+    targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+    first_slot.assign(targets.size(), -1);
+    for (size_t i = 0; i < indices.size(); ++i) {
+      int64_t& slot = first_slot[target_of(indices[i])];
+      if (slot < 0) slot = static_cast<int64_t>(i);
+    }
+  }
+  size_t target_of(int64_t index) const {
+    return static_cast<size_t>(std::lower_bound(targets.begin(), targets.end(), index) -
+                               targets.begin());
+  }
+  // Request i's slot when it repeats an earlier one, else -1.
+  int64_t repeated_slot(const std::vector<int64_t>& indices, size_t i) const {
+    const int64_t slot = first_slot[target_of(indices[i])];
+    return slot == static_cast<int64_t>(i) ? -1 : slot;
+  }
+};
+
 }  // namespace
 
 at::Tensor nv12_to_rgb(const at::Tensor& luma, const at::Tensor& chroma, bool full_range) {
@@ -732,32 +759,23 @@ void VideoReader::read_frames(const std::vector<int64_t>& indices, double fps, a
     out.copy_(host);
     return;
   }
-  std::vector<int64_t> targets = indices;
-  std::sort(targets.begin(), targets.end());
-  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
+  const RequestedFrames requested(indices);
 #if WAM_WITH_CUDA
   if (out.is_cuda()) {
-    r.read_to_device(indices, targets, fps, out, stats);
+    r.read_to_device(indices, requested.targets, fps, out, stats);
     return;
   }
 #endif
-  // Slot of each target's first request; repeats are copied from it afterwards.
-  std::vector<int64_t> first_slot(targets.size(), -1);
-  for (size_t i = 0; i < indices.size(); ++i) {
-    size_t t = std::lower_bound(targets.begin(), targets.end(), indices[i]) - targets.begin();
-    if (first_slot[t] < 0) first_slot[t] = static_cast<int64_t>(i);
-  }
   uint8_t* base = out.data_ptr<uint8_t>();
   r.decode(
-      targets, fps,
+      requested.targets, fps,
       [&](size_t t, const AVFrame* decoded) {
-        r.to_rgb(decoded, base + first_slot[t] * frame_bytes);
+        r.to_rgb(decoded, base + requested.first_slot[t] * frame_bytes);
       },
       stats);
   for (size_t i = 0; i < indices.size(); ++i) {
-    size_t t = std::lower_bound(targets.begin(), targets.end(), indices[i]) - targets.begin();
-    if (first_slot[t] != static_cast<int64_t>(i)) {
-      std::memcpy(base + i * frame_bytes, base + first_slot[t] * frame_bytes, frame_bytes);
+    if (const int64_t slot = requested.repeated_slot(indices, i); slot >= 0) {
+      std::memcpy(base + i * frame_bytes, base + slot * frame_bytes, frame_bytes);
     }
   }
 }
@@ -803,35 +821,25 @@ void VideoReader::read_half_planes(const std::vector<int64_t>& indices, double f
     r.fail("the full-size frame must be contiguous uint8 [" + std::to_string(r.height) + ", " +
            std::to_string(r.width) + ", 3] in host memory, and one of the frames asked for");
   }
-  std::vector<int64_t> targets = indices;
-  std::sort(targets.begin(), targets.end());
-  targets.erase(std::unique(targets.begin(), targets.end()), targets.end());
-  const auto target_of = [&](int64_t index) {
-    return static_cast<size_t>(std::lower_bound(targets.begin(), targets.end(), index) -
-                               targets.begin());
-  };
-  // Slot of each target's first request; repeats are copied from it afterwards.
-  std::vector<int64_t> first_slot(targets.size(), -1);
-  for (size_t i = 0; i < indices.size(); ++i) {
-    const size_t t = target_of(indices[i]);
-    if (first_slot[t] < 0) first_slot[t] = static_cast<int64_t>(i);
-  }
-  const size_t full_target = full.defined() ? target_of(indices[full_size]) : targets.size();
+  const RequestedFrames requested(indices);
+  const size_t full_target =
+      full.defined() ? requested.target_of(indices[full_size]) : requested.targets.size();
   const int64_t row = planes.stride(2);
   const auto channel = [&](int64_t slot, int64_t c) {
     return planes.data_ptr<uint8_t>() + slot * planes.stride(0) + c * planes.stride(1);
   };
   r.decode(
-      targets, fps,
+      requested.targets, fps,
       [&](size_t t, const AVFrame* decoded) {
         if (t == full_target) r.to_rgb(decoded, full.data_ptr<uint8_t>());
-        const int64_t slot = first_slot[t];
+        const int64_t slot = requested.first_slot[t];
         r.to_half_planes(decoded, channel(slot, 0), channel(slot, 1), channel(slot, 2), row);
       },
       stats);
   for (size_t i = 0; i < indices.size(); ++i) {
-    const int64_t slot = first_slot[target_of(indices[i])];
-    if (slot != static_cast<int64_t>(i)) planes[static_cast<int64_t>(i)].copy_(planes[slot]);
+    if (const int64_t slot = requested.repeated_slot(indices, i); slot >= 0) {
+      planes[static_cast<int64_t>(i)].copy_(planes[slot]);
+    }
   }
 }
 
