@@ -121,6 +121,9 @@ TEST(HostMemory, SettingIsANonNegativeNumberOfGiB) {
 // default mapped afresh, so every page faults again; kept in the heap, it is reused. Minor page
 // faults of this thread count the difference.
 TEST(HostMemory, SampleBuffersAreReusedFromTheHeapWithoutPageFaults) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer's allocator stands in for glibc's malloc";
+#endif
   if (std::getenv("GLIBC_TUNABLES") != nullptr) GTEST_SKIP() << "GLIBC_TUNABLES is set";
   ASSERT_TRUE(keep_sample_buffers_in_the_heap());
   constexpr size_t kBytes = size_t{40} << 20, kPage = 4096;
