@@ -163,10 +163,13 @@ TEST_P(Runner, InFlightItemsStayWithinMaxInFlight) {
                        {threads()});
   ASSERT_FALSE(o.result.error);
   EXPECT_EQ(o.node("exit").out, 300);
-  // The input node holds one produced item ready while the limiter is full: bound + 1.
+  // The input node holds one produced item ready while the limiter is full: bound + 1. The
+  // delay's queue counts that item too (the source announces it to its consumer as it produces
+  // it, ahead of the limiter), so it may reach bound + 1 when the delay is slow (as under
+  // AddressSanitizer, where CI saw 4).
   EXPECT_LE(testing::InFlightProbe::max_live.load(), 3 + 1);
   EXPECT_GE(testing::InFlightProbe::max_live.load(), 1);
-  EXPECT_LE(o.node("delay").queue_max, 3);
+  EXPECT_LE(o.node("delay").queue_max, 3 + 1);
 }
 
 TEST_P(Runner, AutoMaxInFlightBoundsTheGraphByBatchAndThreads) {
