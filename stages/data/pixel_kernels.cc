@@ -207,22 +207,29 @@ WAM_INLINE void vertical_sums(const uint8_t* __restrict above, const uint8_t* __
 }
 
 // The horizontal pass over one plane's row of vertical sums `v` (`width` values, with v[-1] and
-// v[width] holding the repeated edges) into `width / 2` output levels, rounded half up. Read as
-// pairs (v[2x], v[2x + 1]) in one 32-bit word, so that the loop loads contiguously and vectorises
-// (little-endian: the low half is v[2x]).
-WAM_INLINE void halve_row(const uint16_t* v, int64_t width, uint8_t* __restrict line) {
+// v[width] holding the repeated edges) into `width / 2` outputs, each `finish(sum)` of the (1, 3,
+// 3, 1) filter's sum (at most 64 * 255). Read as pairs (v[2x], v[2x + 1]) in one 32-bit word, so
+// that the loop loads contiguously and vectorises (little-endian: the low half is v[2x]).
+template <class Out, class Finish>
+WAM_INLINE void halve_row_with(const uint16_t* v, int64_t width, Out* __restrict line,
+                               Finish finish) {
   static_assert(std::endian::native == std::endian::little);
   using Pair [[gnu::may_alias]] = uint32_t;
   const Pair* __restrict pairs = reinterpret_cast<const Pair*>(v);
   const int64_t last = width / 2 - 1;
-  line[0] = static_cast<uint8_t>((v[-1] + 3 * (v[0] + v[1]) + v[2] + 32) >> 6);
+  line[0] = finish(v[-1] + 3 * (v[0] + v[1]) + v[2]);
   for (int64_t x = 1; x < last; ++x) {
     const uint32_t left = pairs[x - 1] >> 16, middle = (pairs[x] & 0xffff) + (pairs[x] >> 16),
                    right = pairs[x + 1] & 0xffff;
-    line[x] = static_cast<uint8_t>((left + 3 * middle + right + 32) >> 6);
+    line[x] = finish(left + 3 * middle + right);
   }
-  line[last] = static_cast<uint8_t>(
-      (v[2 * last - 1] + 3 * (v[2 * last] + v[2 * last + 1]) + v[2 * last + 2] + 32) >> 6);
+  line[last] = finish(v[2 * last - 1] + 3 * (v[2 * last] + v[2 * last + 1]) + v[2 * last + 2]);
+}
+
+// halve_row_with's levels, rounded half up.
+WAM_INLINE void halve_row(const uint16_t* v, int64_t width, uint8_t* __restrict line) {
+  halve_row_with(v, width, line,
+                 [](uint32_t sum) { return static_cast<uint8_t>((sum + 32) >> 6); });
 }
 
 // Row y's four source rows (2y - 1 to 2y + 2, the edge rows repeated), `row` bytes apart.
@@ -250,19 +257,9 @@ WAM_INLINE void chroma_sums(const uint8_t* __restrict above, const uint8_t* __re
   }
 }
 
-// halve_row without the rounding: the (1, 3, 3, 1) filter's sums (at most 64 * 255).
+// halve_row_with's sums themselves.
 WAM_INLINE void halve_row_sums(const uint16_t* v, int64_t width, uint16_t* __restrict sums) {
-  using Pair [[gnu::may_alias]] = uint32_t;
-  const Pair* __restrict pairs = reinterpret_cast<const Pair*>(v);
-  const int64_t last = width / 2 - 1;
-  sums[0] = static_cast<uint16_t>(v[-1] + 3 * (v[0] + v[1]) + v[2]);
-  for (int64_t x = 1; x < last; ++x) {
-    const uint32_t left = pairs[x - 1] >> 16, middle = (pairs[x] & 0xffff) + (pairs[x] >> 16),
-                   right = pairs[x + 1] & 0xffff;
-    sums[x] = static_cast<uint16_t>(left + 3 * middle + right);
-  }
-  sums[last] = static_cast<uint16_t>(v[2 * last - 1] + 3 * (v[2 * last] + v[2 * last + 1]) +
-                                     v[2 * last + 2]);
+  halve_row_with(v, width, sums, [](uint32_t sum) { return static_cast<uint16_t>(sum); });
 }
 
 // Source row `source` interpolated along the columns' taps into `out` (`count` values), through
