@@ -89,25 +89,26 @@ WAM_INLINE void power_row(float* __restrict row, float* __restrict scratch, int6
 WAM_INLINE float grey(float r, float g, float b) { return r * 0.299f + g * 0.587f + b * 0.114f; }
 
 // One row of the image (`source` at the row, planes `source_plane` bytes apart) through every
-// step, into `rows` ([0, 1] floats); `mean_grey` is the contrast's blend target. Brightness,
-// contrast and saturation run in one loop over the pixels, as do RGB gain and shadow: a factor of
-// 1 (and no shadow) gives back its input bit for bit, so within a loop no step needs skipping, and
-// one pass does the work of a pass per step. Skipped: a loop whose every step is the identity (the
-// deterministic configs' canvas), and gamma at 1, which is no identity in floats (exp(log x)
-// rounds).
+// step, into `rows` ([0, 1] floats). Brightness and contrast act on each channel's level alone, so
+// `adjusted` holds their result for each of the 256 levels (the same float operations, once per
+// image: a gather from it is cheaper than the division, multiplies and clamps per value).
+// Saturation runs in one loop over the pixels, as do RGB gain and shadow: a factor of 1 (and no
+// shadow) gives back its input bit for bit, so within a loop no step needs skipping, and one pass
+// does the work of a pass per step. Skipped: a loop whose every step is the identity (the
+// deterministic configs' canvas, where converting the levels beats gathering them), and gamma at
+// 1, which is no identity in floats (exp(log x) rounds).
 WAM_INLINE void jitter_row(const uint8_t* source, int64_t source_plane, const ColourJitter& j,
-                           float mean_grey, const float* attenuation, int64_t width, float* rows[3],
-                           float* scratch) {
+                           const float* adjusted, const float* attenuation, int64_t width,
+                           float* rows[3], float* scratch) {
   const uint8_t* __restrict in_r = source;
   const uint8_t* __restrict in_g = source + source_plane;
   const uint8_t* __restrict in_b = source + 2 * source_plane;
+  const float* __restrict unit = adjusted;
   float* __restrict r = rows[0];
   float* __restrict g = rows[1];
   float* __restrict b = rows[2];
-  const float brightness = j.brightness;
-  const float contrast = j.contrast, contrast_add = (1.0f - j.contrast) * mean_grey;
   const float saturation = j.saturation, saturation_blend = 1.0f - j.saturation;
-  if (brightness == 1.0f && contrast == 1.0f && saturation == 1.0f) {
+  if (j.brightness == 1.0f && j.contrast == 1.0f && saturation == 1.0f) {
     for (int64_t x = 0; x < width; ++x) {
       r[x] = static_cast<float>(in_r[x]) / 255.0f;
       g[x] = static_cast<float>(in_g[x]) / 255.0f;
@@ -115,12 +116,7 @@ WAM_INLINE void jitter_row(const uint8_t* source, int64_t source_plane, const Co
     }
   } else {
     for (int64_t x = 0; x < width; ++x) {
-      float red = clamp_unit(static_cast<float>(in_r[x]) / 255.0f * brightness);
-      float green = clamp_unit(static_cast<float>(in_g[x]) / 255.0f * brightness);
-      float blue = clamp_unit(static_cast<float>(in_b[x]) / 255.0f * brightness);
-      red = clamp_unit(red * contrast + contrast_add);
-      green = clamp_unit(green * contrast + contrast_add);
-      blue = clamp_unit(blue * contrast + contrast_add);
+      const float red = unit[in_r[x]], green = unit[in_g[x]], blue = unit[in_b[x]];
       const float level = grey(red, green, blue) * saturation_blend;
       r[x] = clamp_unit(red * saturation + level);
       g[x] = clamp_unit(green * saturation + level);
@@ -186,8 +182,15 @@ WAM_INLINE void jitter(const uint8_t* source, int64_t source_plane, int64_t sour
   const float mean = j.contrast != 1.0f
                          ? mean_grey(source, source_plane, source_row, height, width, j.brightness)
                          : 0.0f;
+  // Brightness then contrast of each level (jitter_row).
+  float adjusted[256];
+  const float contrast_add = (1.0f - j.contrast) * mean;
+  for (int level = 0; level < 256; ++level) {
+    const float bright = clamp_unit(static_cast<float>(level) / 255.0f * j.brightness);
+    adjusted[level] = clamp_unit(bright * j.contrast + contrast_add);
+  }
   for (int64_t y = 0; y < height; ++y) {
-    jitter_row(source + y * source_row, source_plane, j, mean,
+    jitter_row(source + y * source_row, source_plane, j, adjusted,
                j.attenuation ? j.attenuation + y * width : nullptr, width, rows, scratch);
     for (int c = 0; c < 3; ++c) store(c, y, rows[c]);
   }
