@@ -103,9 +103,34 @@ std::vector<at::Tensor> camera_planes(const at::Tensor& frames, const AugmentPar
   return images;
 }
 
-// Each camera's planes at camera_size -> canvas float [T, 3, 384, 256] in [0, 1], contiguous.
-at::Tensor host_canvas(std::vector<at::Tensor> images, const AugmentParams& params,
-                       const SampleDraws* draws) {
+bool has_sensor_noise(const SampleDraws& draws) {
+  for (const SensorNoise& noise : draws.sensor_noise) {
+    if (noise.downsample_scale || noise.blur_sigma || noise.gaussian_seed) return true;
+  }
+  return false;
+}
+
+// The outputs of `frames: all`, from the unit canvas of a sample's `time` frames: each its own
+// compact tensor, written straight from the canvas by `to_video` (views of it would keep all of it
+// alive downstream).
+using ToVideo = at::Tensor (*)(const at::Tensor& canvas, int64_t first, int64_t count,
+                               bool as_levels);
+AugmentedImages with_canvas(at::Tensor vlm_images, const at::Tensor& canvas, int64_t time,
+                            const AugmentParams& params, ToVideo to_video) {
+  AugmentedImages out;
+  out.vlm_current_images = std::move(vlm_images);
+  out.video = to_video(canvas, kWindowStart, time - kWindowStart, video_as_levels(params));
+  out.memory_video_anchor = to_video(canvas, kAnchorIndex, 1, false);
+  out.memory_video_recent = to_video(canvas, kRecentIndex, 1, false);
+  return out;
+}
+
+// Each camera's planes at camera_size (`time` frames) -> the canvas [T, 3, 384, 256] in levels,
+// then through the colour jitter to the outputs. Float video without sensor noise comes straight
+// from the jitter as [-1, 1] floats (jittered_signed_videos); otherwise through the float canvas
+// in [0, 1], which the sensor noise changes in place, to with_canvas.
+AugmentedImages host_outputs(at::Tensor vlm_images, std::vector<at::Tensor> images,
+                             const AugmentParams& params, const SampleDraws* draws, int64_t time) {
   const auto cameras = static_cast<int64_t>(images.size());
   const auto slots = image_ops::canvas_layout(params.canvas, cameras, kCanvasHeight, kCanvasWidth);
   for (int64_t camera = 0; camera < cameras; ++camera) {
@@ -114,16 +139,24 @@ at::Tensor host_canvas(std::vector<at::Tensor> images, const AugmentParams& para
       image = image_ops::warp_planes(image, *draws->camera_warps[static_cast<size_t>(camera)]);
     }
   }
-  // The only float tensor of the sample, made with the colour, gain and shadow jitter in one
-  // pass: everything from here on is in place on it.
   image_ops::ColourJitter jitter;
   if (draws) jitter = {draws->color, draws->rgb_gain, draws->shadow};
-  at::Tensor canvas = image_ops::jittered_unit_float(
-      image_ops::compose_canvas(images, slots, kCanvasHeight, kCanvasWidth, params.resize,
-                                fill_level(params)),
-      jitter);
-  if (draws) add_sensor_noise_(canvas, slots, *draws, params);
-  return canvas;
+  const at::Tensor levels = image_ops::compose_canvas(images, slots, kCanvasHeight, kCanvasWidth,
+                                                      params.resize, fill_level(params));
+  if (video_as_levels(params) || (draws && has_sensor_noise(*draws))) {
+    at::Tensor canvas = image_ops::jittered_unit_float(levels, jitter);
+    if (draws) add_sensor_noise_(canvas, slots, *draws, params);
+    return with_canvas(std::move(vlm_images), canvas, time, params,
+                       image_ops::unit_frames_to_video);
+  }
+  std::vector<at::Tensor> videos = image_ops::jittered_signed_videos(
+      levels, jitter, {{kWindowStart, time - kWindowStart}, {kAnchorIndex, 1}, {kRecentIndex, 1}});
+  AugmentedImages out;
+  out.vlm_current_images = std::move(vlm_images);
+  out.video = std::move(videos[0]);
+  out.memory_video_anchor = std::move(videos[1]);
+  out.memory_video_recent = std::move(videos[2]);
+  return out;
 }
 
 // ---- as ATen ops on the frames' device ----------------------------------------------------------
@@ -222,30 +255,14 @@ AugmentedImages vlm_images_only(at::Tensor vlm_images) {
   return out;
 }
 
-// The outputs of `frames: all`, from the unit canvas of a sample's `time` frames: each its own
-// compact tensor, written straight from the canvas by `to_video` (views of it would keep all of it
-// alive downstream).
-using ToVideo = at::Tensor (*)(const at::Tensor& canvas, int64_t first, int64_t count,
-                               bool as_levels);
-AugmentedImages with_canvas(at::Tensor vlm_images, const at::Tensor& canvas, int64_t time,
-                            const AugmentParams& params, ToVideo to_video) {
-  AugmentedImages out;
-  out.vlm_current_images = std::move(vlm_images);
-  out.video = to_video(canvas, kWindowStart, time - kWindowStart, video_as_levels(params));
-  out.memory_video_anchor = to_video(canvas, kAnchorIndex, 1, false);
-  out.memory_video_recent = to_video(canvas, kRecentIndex, 1, false);
-  return out;
-}
-
 }  // namespace
 
 AugmentedImages augment_on_host(const at::Tensor& frames, const AugmentParams& params,
                                 const SampleDraws* draws) {
   at::Tensor vlm_images = host_vlm_images(frames, current_frame(params), params, draws);
   if (!all_frames(params)) return vlm_images_only(std::move(vlm_images));
-  return with_canvas(std::move(vlm_images),
-                     host_canvas(camera_planes(frames, params), params, draws), frames.size(1),
-                     params, image_ops::unit_frames_to_video);
+  return host_outputs(std::move(vlm_images), camera_planes(frames, params), params, draws,
+                      frames.size(1));
 }
 
 AugmentedImages augment_planes_from_decode(const at::Tensor& current_frames,
@@ -256,8 +273,7 @@ AugmentedImages augment_planes_from_decode(const at::Tensor& current_frames,
   for (int64_t camera = 0; camera < planes.size(0); ++camera) {
     images.push_back(planes.select(0, camera));
   }
-  return with_canvas(std::move(vlm_images), host_canvas(std::move(images), params, draws),
-                     planes.size(1), params, image_ops::unit_frames_to_video);
+  return host_outputs(std::move(vlm_images), std::move(images), params, draws, planes.size(1));
 }
 
 AugmentedImages augment_with_tensor_ops(const at::Tensor& frames, const AugmentParams& params,

@@ -446,26 +446,57 @@ void check_rgb_planes(const at::Tensor& planes, const char* what) {
   }
 }
 
+// `jitter` as the kernels take it for [h, w] images, with the shadow's factors it points to.
+struct KernelJitter {
+  pixel_kernels::ColourJitter kernel;
+  at::Tensor attenuation;
+};
+KernelJitter kernel_jitter(const ColourJitter& jitter, int64_t h, int64_t w) {
+  KernelJitter out{kernel_jitter(jitter.color), at::Tensor()};
+  if (jitter.rgb_gain) {
+    for (size_t c = 0; c < 3; ++c) out.kernel.gain[c] = static_cast<float>((*jitter.rgb_gain)[c]);
+  }
+  if (jitter.shadow) {
+    out.attenuation = shadow_attenuation(*jitter.shadow, h, w);
+    out.kernel.attenuation = out.attenuation.data_ptr<float>();
+  }
+  return out;
+}
+
 }  // namespace
 
 at::Tensor jittered_unit_float(const at::Tensor& planes, const ColourJitter& jitter) {
   check_rgb_planes(planes, "jittered_unit_float");
   const int64_t n = planes.size(0), h = planes.size(2), w = planes.size(3);
-  pixel_kernels::ColourJitter j = kernel_jitter(jitter.color);
-  if (jitter.rgb_gain) {
-    for (size_t c = 0; c < 3; ++c) j.gain[c] = static_cast<float>((*jitter.rgb_gain)[c]);
-  }
-  at::Tensor attenuation;
-  if (jitter.shadow) {
-    attenuation = shadow_attenuation(*jitter.shadow, h, w);
-    j.attenuation = attenuation.data_ptr<float>();
-  }
+  const KernelJitter j = kernel_jitter(jitter, h, w);
   at::Tensor out = at::empty({n, 3, h, w}, at::kFloat);
   for (int64_t i = 0; i < n; ++i) {
-    pixel_kernels::jitter_image(plane(planes, i, 0), planes.stride(1), planes.stride(2), h, w, j,
-                                out.data_ptr<float>() + i * 3 * h * w);
+    pixel_kernels::jitter_image(plane(planes, i, 0), planes.stride(1), planes.stride(2), h, w,
+                                j.kernel, out.data_ptr<float>() + i * 3 * h * w);
   }
   return out;
+}
+
+std::vector<at::Tensor> jittered_signed_videos(const at::Tensor& planes, const ColourJitter& jitter,
+                                               const std::vector<FrameRange>& ranges) {
+  check_rgb_planes(planes, "jittered_signed_videos");
+  const int64_t n = planes.size(0), h = planes.size(2), w = planes.size(3);
+  const KernelJitter j = kernel_jitter(jitter, h, w);
+  std::vector<at::Tensor> videos;
+  for (const FrameRange& range : ranges) {
+    TORCH_CHECK(range.first >= 0 && range.count >= 0 && range.first + range.count <= n,
+                "jittered_signed_videos: frames [", range.first, ", ", range.first + range.count,
+                ") of ", n);
+    at::Tensor video = at::empty({3, range.count, h, w}, at::kFloat);
+    for (int64_t t = 0; t < range.count; ++t) {
+      float* const out[3] = {video[0][t].data_ptr<float>(), video[1][t].data_ptr<float>(),
+                             video[2][t].data_ptr<float>()};
+      pixel_kernels::jitter_image_signed(plane(planes, range.first + t, 0), planes.stride(1),
+                                         planes.stride(2), h, w, j.kernel, out);
+    }
+    videos.push_back(std::move(video));
+  }
+  return videos;
 }
 
 at::Tensor jittered_levels(const at::Tensor& planes, const ColorAdjustment& color) {

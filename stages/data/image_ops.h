@@ -176,4 +176,15 @@ void levels_to_signed_unit_(at::Tensor& levels);
 at::Tensor unit_frames_to_video(const at::Tensor& canvas, int64_t first, int64_t count,
                                 bool as_levels);
 
+// A frame range [first, first + count) of a canvas.
+struct FrameRange {
+  int64_t first = 0, count = 0;
+};
+
+// uint8 planes [T, 3, H, W] -> for each range, a new float [3, count, H, W] in [-1, 1]:
+// unit_frames_to_video(jittered_unit_float(planes, jitter), first, count, false) bit for bit, each
+// value written once, without the float canvas between them.
+std::vector<at::Tensor> jittered_signed_videos(const at::Tensor& planes, const ColourJitter& jitter,
+                                               const std::vector<FrameRange>& ranges);
+
 }  // namespace wam::image_ops

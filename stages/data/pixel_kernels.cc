@@ -451,6 +451,17 @@ void jitter_image_levels(const uint8_t* source, int64_t source_plane, int64_t so
 }
 
 WAM_PIXEL_KERNEL
+void jitter_image_signed(const uint8_t* source, int64_t source_plane, int64_t source_row,
+                         int64_t height, int64_t width, const ColourJitter& j,
+                         float* const planes[3]) {
+  jitter(source, source_plane, source_row, height, width, j,
+         [&](int c, int64_t y, const float* row) {
+           float* __restrict line = planes[c] + y * width;
+           for (int64_t x = 0; x < width; ++x) line[x] = row[x] * 2.0f - 1.0f;  // unit_to_signed's
+         });
+}
+
+WAM_PIXEL_KERNEL
 void unit_to_signed(const float* unit, int64_t count, float* out) {
   for (int64_t i = 0; i < count; ++i) out[i] = unit[i] * 2.0f - 1.0f;
 }

@@ -78,6 +78,13 @@ void jitter_image(const uint8_t* source, int64_t source_plane, int64_t source_ro
 void jitter_image_levels(const uint8_t* source, int64_t source_plane, int64_t source_row,
                          int64_t height, int64_t width, const ColourJitter& jitter, uint8_t* out);
 
+// jitter_image, then unit_to_signed, in one pass: channel c's [height, width] floats in [-1, 1]
+// at planes[c] (three separate planes, e.g. one frame of a [3, T, H, W] video), bit for bit those
+// two.
+void jitter_image_signed(const uint8_t* source, int64_t source_plane, int64_t source_row,
+                         int64_t height, int64_t width, const ColourJitter& jitter,
+                         float* const planes[3]);
+
 // `count` floats in [0, 1] -> x * 2 - 1 at `out`, as torch's mul_(2) then sub_(1) round them: x * 2
 // is exact, the subtraction rounds once.
 void unit_to_signed(const float* unit, int64_t count, float* out);
