@@ -75,8 +75,8 @@ WAM_INLINE float exp_clamped(float x) {
 
 // row[x] = row[x]^gamma for values in [0, 1] and gamma > 0 (so the exponent is at most 0); 0 stays
 // 0 (as exp(gamma * log 0) = exp(-inf) does). In two loops through `scratch`: in one, the log's and
-// the exp's constants did not fit the vector registers together, and it ran 1.7x slower
-// (docs/BENCHMARKS.md, issue 24).
+// the exp's constants did not fit the vector registers together, and it ran 1.7x slower (1.2x
+// with the fused multiply-adds; docs/BENCHMARKS.md, issue 24).
 WAM_INLINE void power_row(float* __restrict row, float* __restrict scratch, int64_t width,
                           float gamma) {
   for (int64_t x = 0; x < width; ++x) scratch[x] = gamma * log_unit(std::max(row[x], 1e-30f));
