@@ -212,8 +212,11 @@ void expect_half_planes_are_the_halved_frames(VideoReader& reader,
   std::cout << reader.path() << ": half planes vs halved RGB: mean " << mean << ", max "
             << d.max().item<double>() << ", " << 100 * beyond_four << "% beyond 4 levels\n";
   EXPECT_LE(mean, mean_bound);
-  // Beyond a few levels only where a colour clips in some of the pixels a plane pixel averages.
-  EXPECT_LE(beyond_four, 0.01);
+  // Beyond a few levels only where a colour clips in some of the pixels a plane pixel averages:
+  // 0.45% of values on GR00T's frames, 0.64-0.89% on the synthetic stamps, 1.10-1.18% on their
+  // 320x256 videos (the NVDEC tests'), with the CPU decoder and with NVDEC alike (1.10% on the
+  // H200).
+  EXPECT_LE(beyond_four, 0.02);
   // Repeats are copies, and every frame was decoded once, as for the RGB frames.
   for (size_t i = 0; i < indices.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
