@@ -1,9 +1,12 @@
 #include "data/image_ops.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 extern "C" {
 #include <libavutil/pixdesc.h>
@@ -12,6 +15,7 @@ extern "C" {
 
 #include "common/io/ffmpeg.h"
 #include "data/pixel_kernels.h"
+#include "data/plane_resize.h"
 #include "wam/error.h"
 #include "wam/tensor.h"
 
@@ -30,53 +34,68 @@ constexpr int kResizeFlags = SWS_BILINEAR | SWS_ACCURATE_RND | SWS_BITEXACT;
 // width (measured: 4 bytes on this machine's SSE/AVX paths), 64 leaves room for any vector width.
 constexpr int64_t kRowPadding = 64;
 
-// libswscale contexts are not thread-safe and cost far more to make than to use: each thread keeps
-// its own, one per (sizes, formats, flags), which is a handful (raw -> camera, camera -> slot).
-class ScalerCache {
+// libswscale contexts and plane resizers are not thread-safe and cost far more to make than to
+// use: each thread keeps its own, one per key (sizes, formats, flags), which is a handful (raw ->
+// camera, camera -> slot).
+template <class Key, class Value>
+class PerThreadCache {
  public:
-  ScalerCache() = default;
-  ScalerCache(const ScalerCache&) = delete;
-  ScalerCache& operator=(const ScalerCache&) = delete;
-
-  SwsContext* get(int src_width, int src_height, AVPixelFormat src_format, int dst_width,
-                  int dst_height, AVPixelFormat dst_format, int flags) {
-    for (const auto& e : entries_) {
-      if (e.src_width == src_width && e.src_height == src_height && e.src_format == src_format &&
-          e.dst_width == dst_width && e.dst_height == dst_height && e.dst_format == dst_format &&
-          e.flags == flags) {
-        return e.context.get();
-      }
+  template <class Make>
+  const Value& get(const Key& key, Make make) {
+    for (const auto& [k, value] : entries_) {
+      if (k == key) return value;
     }
-    ffmpeg::Scaler context(sws_getContext(src_width, src_height, src_format, dst_width, dst_height,
-                                          dst_format, flags, nullptr, nullptr, nullptr));
-    if (!context) {
-      throw Error("libswscale cannot convert " + std::to_string(src_width) + "x" +
-                  std::to_string(src_height) + " " + av_get_pix_fmt_name(src_format) + " to " +
-                  std::to_string(dst_width) + "x" + std::to_string(dst_height) + " " +
-                  av_get_pix_fmt_name(dst_format));
-    }
+    Value value = make();
     if (entries_.size() == kCapacity) entries_.erase(entries_.begin());
-    entries_.push_back({src_width, src_height, src_format, dst_width, dst_height, dst_format, flags,
-                        std::move(context)});
-    return entries_.back().context.get();
+    entries_.emplace_back(key, std::move(value));
+    return entries_.back().second;
   }
 
  private:
   static constexpr size_t kCapacity = 16;
-  struct Entry {
-    int src_width, src_height;
-    AVPixelFormat src_format;
-    int dst_width, dst_height;
-    AVPixelFormat dst_format;
-    int flags;
-    ffmpeg::Scaler context;
-  };
-  std::vector<Entry> entries_;
+  std::vector<std::pair<Key, Value>> entries_;
 };
 
-ScalerCache& scalers() {
-  thread_local ScalerCache cache;
-  return cache;
+struct ScalerKey {
+  int src_width, src_height;
+  AVPixelFormat src_format;
+  int dst_width, dst_height;
+  AVPixelFormat dst_format;
+  int flags;
+  bool operator==(const ScalerKey&) const = default;
+};
+
+SwsContext* scaler(const ScalerKey& key) {
+  thread_local PerThreadCache<ScalerKey, ffmpeg::Scaler> cache;
+  return cache
+      .get(key,
+           [&] {
+             ffmpeg::Scaler context(sws_getContext(key.src_width, key.src_height, key.src_format,
+                                                   key.dst_width, key.dst_height, key.dst_format,
+                                                   key.flags, nullptr, nullptr, nullptr));
+             if (!context) {
+               throw Error("libswscale cannot convert " + std::to_string(key.src_width) + "x" +
+                           std::to_string(key.src_height) + " " +
+                           av_get_pix_fmt_name(key.src_format) + " to " +
+                           std::to_string(key.dst_width) + "x" + std::to_string(key.dst_height) +
+                           " " + av_get_pix_fmt_name(key.dst_format));
+             }
+             return context;
+           })
+      .get();
+}
+
+// The resizer of these sizes, or null where libswscale resizes them (plane_resize.h).
+plane_resize::PlaneResizer* plane_resizer(int src_width, int src_height, int dst_width,
+                                          int dst_height) {
+  thread_local PerThreadCache<std::array<int, 4>, std::unique_ptr<plane_resize::PlaneResizer>>
+      cache;
+  return cache
+      .get({src_width, src_height, dst_width, dst_height},
+           [&] {
+             return plane_resize::PlaneResizer::make(src_width, src_height, dst_width, dst_height);
+           })
+      .get();
 }
 
 void scale(SwsContext* scaler, const uint8_t* const source[], const int source_stride[],
@@ -181,16 +200,26 @@ at::Tensor resize_planes(const at::Tensor& planes, int64_t height, int64_t width
     }
     return out;
   }
-  SwsContext* scaler = scalers().get(static_cast<int>(w), static_cast<int>(h), AV_PIX_FMT_GRAY8,
-                                     static_cast<int>(width), static_cast<int>(height),
-                                     AV_PIX_FMT_GRAY8, kResizeFlags);
+  const int src_width = static_cast<int>(w), src_height = static_cast<int>(h);
+  const int dst_width = static_cast<int>(width), dst_height = static_cast<int>(height);
+  if (plane_resize::PlaneResizer* resizer =
+          plane_resizer(src_width, src_height, dst_width, dst_height)) {
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t k = 0; k < c; ++k) {
+        resizer->resize(plane(planes, i, k), planes.stride(2), plane(out, i, k), out.stride(2));
+      }
+    }
+    return out;
+  }
+  SwsContext* context = scaler({src_width, src_height, AV_PIX_FMT_GRAY8, dst_width, dst_height,
+                                AV_PIX_FMT_GRAY8, kResizeFlags});
   const int source_stride[1] = {static_cast<int>(planes.stride(2))};
   const int destination_stride[1] = {static_cast<int>(out.stride(2))};
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t k = 0; k < c; ++k) {
       const uint8_t* source[1] = {plane(planes, i, k)};
       uint8_t* destination[1] = {plane(out, i, k)};
-      scale(scaler, source, source_stride, static_cast<int>(h), destination, destination_stride);
+      scale(context, source, source_stride, src_height, destination, destination_stride);
     }
   }
   return out;

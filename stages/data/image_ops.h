@@ -41,8 +41,9 @@ at::Tensor to_planes(const at::Tensor& frames_nhwc);
 // most 0.51 inside the image; at most ~2 levels on the two outermost rows and columns, where
 // swscale repeats the edge pixel and torch renormalises the truncated filter (up to 13 on pure
 // noise). SWS_AREA, the other antialiasing filter, is a box: mean 2-4 levels off on the same
-// content, max 13-24 (measured once, not kept). Returns `planes` itself when the size already
-// matches.
+// content, max 13-24 (measured once, not kept). libswscale's output bit for bit, computed by
+// pixel_kernels' halving and plane_resize's kernel where they apply (3x faster), by libswscale
+// itself elsewhere. Returns `planes` itself when the size already matches.
 at::Tensor resize_planes(const at::Tensor& planes, int64_t height, int64_t width);
 
 // resize_planes() in a resize mode (canvas_layout.h's place()): stretch is resize_planes itself;

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <random>
 #include <thread>
 
 #include <torch/cuda.h>
@@ -18,6 +19,7 @@ extern "C" {
 #include "data/augment_ops.h"
 #include "data/augment_params.h"
 #include "data/image_ops.h"
+#include "data/plane_resize.h"
 #include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
@@ -452,47 +454,163 @@ TEST(AugmentImageOpsTest, ResizePlanesMatchesTorchAntialiasedBilinear) {
   EXPECT_TRUE(ops::resize_planes(planes, 8, 8).is_same(planes));
 }
 
+// libswscale's own bilinear resize of every plane, with the flags resize_planes gives it: what
+// resize_planes must equal bit for bit, however it computes it.
+at::Tensor libswscale_resize(const at::Tensor& planes, int64_t height, int64_t width) {
+  SwsContext* scaler = sws_getContext(
+      static_cast<int>(planes.size(3)), static_cast<int>(planes.size(2)), AV_PIX_FMT_GRAY8,
+      static_cast<int>(width), static_cast<int>(height), AV_PIX_FMT_GRAY8,
+      SWS_BILINEAR | SWS_ACCURATE_RND | SWS_BITEXACT, nullptr, nullptr, nullptr);
+  EXPECT_NE(scaler, nullptr);
+  // Rows padded: libswscale's vector stores may write past a row's end.
+  at::Tensor out =
+      torch::empty({planes.size(0), planes.size(1), height + 1, width + 64}, torch::kUInt8);
+  for (int64_t i = 0; i < planes.size(0); ++i) {
+    for (int64_t k = 0; k < planes.size(1); ++k) {
+      const at::Tensor source = planes[i][k].contiguous();
+      at::Tensor destination = out[i][k];
+      const uint8_t* source_data[1] = {source.data_ptr<uint8_t>()};
+      const int source_stride[1] = {static_cast<int>(planes.size(3))};
+      uint8_t* destination_data[1] = {destination.data_ptr<uint8_t>()};
+      const int destination_stride[1] = {static_cast<int>(width + 64)};
+      sws_scale(scaler, source_data, source_stride, 0, static_cast<int>(planes.size(2)),
+                destination_data, destination_stride);
+    }
+  }
+  sws_freeContext(scaler);
+  return out.narrow(2, 0, height).narrow(3, 0, width).contiguous();
+}
+
+at::Tensor checkerboard_planes(int64_t height, int64_t width) {
+  const auto rows = torch::arange(height).view({height, 1}), columns = torch::arange(width);
+  return ops::to_planes(((rows + columns) % 2 * 255)
+                            .to(torch::kUInt8)
+                            .expand({1, 3, height, width})
+                            .permute({0, 2, 3, 1})
+                            .contiguous());
+}
+
 // A halving takes pixel_kernels' halve_plane instead of libswscale: the same bits as libswscale's
 // bilinear with the flags resize_planes gives it, on noise and on the extremes 0 and 255 side by
 // side, from the smallest size it takes (8 a side: four output pixels, each near an edge) up.
 // Below that libswscale narrows its filter, and resize_planes leaves halvings to it.
 TEST(AugmentImageOpsTest, HalvingIsLibswscalesBilinearBitForBit) {
-  const auto checkerboard = [](int64_t height, int64_t width) {
-    const auto rows = torch::arange(height).view({height, 1}), columns = torch::arange(width);
-    return ((rows + columns) % 2 * 255).to(torch::kUInt8).expand({1, 3, height, width});
-  };
   struct Case {
     int64_t height, width;
   };
   for (const Case& c : {Case{480, 640}, Case{38, 54}, Case{8, 8}, Case{8, 12}, Case{4, 6}}) {
-    for (const auto& planes :
-         {ops::to_planes(noise_frames(1, 2, c.height, c.width).select(0, 0)),
-          ops::to_planes(checkerboard(c.height, c.width).permute({0, 2, 3, 1}).contiguous())}) {
+    for (const auto& planes : {ops::to_planes(noise_frames(1, 2, c.height, c.width).select(0, 0)),
+                               checkerboard_planes(c.height, c.width)}) {
       const auto ours = ops::resize_planes(planes, c.height / 2, c.width / 2);
       ASSERT_EQ(ours.sizes(), (std::vector<int64_t>{planes.size(0), 3, c.height / 2, c.width / 2}));
-      SwsContext* scaler = sws_getContext(
-          static_cast<int>(c.width), static_cast<int>(c.height), AV_PIX_FMT_GRAY8,
-          static_cast<int>(c.width / 2), static_cast<int>(c.height / 2), AV_PIX_FMT_GRAY8,
-          SWS_BILINEAR | SWS_ACCURATE_RND | SWS_BITEXACT, nullptr, nullptr, nullptr);
-      ASSERT_NE(scaler, nullptr);
-      at::Tensor expected = torch::empty(ours.sizes(), torch::kUInt8);
-      for (int64_t i = 0; i < planes.size(0); ++i) {
-        for (int64_t k = 0; k < 3; ++k) {
-          const at::Tensor source = planes[i][k].contiguous();
-          at::Tensor destination = expected[i][k];
-          const uint8_t* source_data[1] = {source.data_ptr<uint8_t>()};
-          const int source_stride[1] = {static_cast<int>(c.width)};
-          uint8_t* destination_data[1] = {destination.data_ptr<uint8_t>()};
-          const int destination_stride[1] = {static_cast<int>(c.width / 2)};
-          sws_scale(scaler, source_data, source_stride, 0, static_cast<int>(c.height),
-                    destination_data, destination_stride);
-        }
-      }
-      sws_freeContext(scaler);
+      const auto expected = libswscale_resize(planes, c.height / 2, c.width / 2);
       EXPECT_TRUE(torch::equal(ours.contiguous(), expected))
           << c.height << "x" << c.width << ": " << difference(ours, expected).max
           << " levels apart at most";
     }
+  }
+}
+
+// plane_resize's filters are libswscale's: applied as its scalers apply them (horizontal sums
+// >> 7, then the vertical sum + 2^18 >> 19), they give its output bit for bit, on the configs'
+// sizes and on random ones up to 8 taps an axis. Plain loops, so this holds on every CPU, with
+// or without the AVX-512 kernel.
+TEST(AugmentImageOpsTest, PlaneResizeFiltersAreLibswscales) {
+  const auto apply = [](const at::Tensor& planes, int64_t height, int64_t width) {
+    const int source_height = static_cast<int>(planes.size(2));
+    const int source_width = static_cast<int>(planes.size(3));
+    const auto across =
+        wam::plane_resize::bilinear_filter(source_width, static_cast<int>(width), 1 << 14, 4);
+    const auto down =
+        wam::plane_resize::bilinear_filter(source_height, static_cast<int>(height), 1 << 12, 2);
+    const at::Tensor source = planes.contiguous();
+    at::Tensor out = torch::empty({planes.size(0), planes.size(1), height, width}, torch::kUInt8);
+    std::vector<int32_t> sums(static_cast<size_t>(source_height * width));
+    for (int64_t plane = 0; plane < planes.size(0) * planes.size(1); ++plane) {
+      const uint8_t* in = source.data_ptr<uint8_t>() + plane * source_height * source_width;
+      for (int y = 0; y < source_height; ++y) {
+        for (int64_t i = 0; i < width; ++i) {
+          int32_t sum = 0;
+          for (int j = 0; j < across.taps; ++j) {
+            const int x = across.first[i] + j;
+            // libswscale pads to 4 taps with zero weights, which may reach past the row.
+            if (x < source_width)
+              sum += in[y * source_width + x] * across.weights[i * across.taps + j];
+          }
+          sums[y * width + i] = std::min(sum >> 7, (1 << 15) - 1);
+        }
+      }
+      uint8_t* result = out.data_ptr<uint8_t>() + plane * height * width;
+      for (int64_t y = 0; y < height; ++y) {
+        for (int64_t i = 0; i < width; ++i) {
+          int32_t sum = 1 << 18;
+          for (int j = 0; j < down.taps; ++j) {
+            sum += sums[(down.first[y] + j) * width + i] * down.weights[y * down.taps + j];
+          }
+          result[y * width + i] = static_cast<uint8_t>(std::clamp(sum >> 19, 0, 255));
+        }
+      }
+    }
+    return out;
+  };
+  std::mt19937 random(5);
+  std::vector<std::array<int64_t, 4>> cases = {
+      {240, 320, 256, 256}, {240, 320, 128, 128}, {512, 512, 192, 256}, {24, 32, 192, 256}};
+  while (cases.size() < 60) {
+    const int64_t height = 3 + random() % 200, width = 3 + random() % 200;
+    const int64_t out_height = std::max<int64_t>(1, height * (25 + random() % 300) / 100);
+    const int64_t out_width = std::max<int64_t>(1, width * (25 + random() % 300) / 100);
+    cases.push_back({height, width, out_height, out_width});
+  }
+  int checked = 0;
+  for (const auto& [height, width, out_height, out_width] : cases) {
+    if (wam::plane_resize::bilinear_filter(static_cast<int>(width), static_cast<int>(out_width),
+                                           1 << 14, 4)
+                .taps > 8 ||
+        wam::plane_resize::bilinear_filter(static_cast<int>(height), static_cast<int>(out_height),
+                                           1 << 12, 2)
+                .taps > 8) {
+      continue;  // beyond the kernel: libswscale's own
+    }
+    for (const auto& planes : {ops::to_planes(noise_frames(1, 1, height, width).select(0, 0)),
+                               checkerboard_planes(height, width)}) {
+      const auto expected = libswscale_resize(planes, out_height, out_width);
+      const auto ours = apply(planes, out_height, out_width);
+      EXPECT_TRUE(torch::equal(ours, expected))
+          << height << "x" << width << " -> " << out_height << "x" << out_width << ": "
+          << difference(ours, expected).max << " levels apart at most";
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 80);
+}
+
+// resize_planes gives libswscale's bits whichever way it takes (plane_resize's AVX-512 kernel
+// where the CPU has it, libswscale itself otherwise), on the configs' sizes, random sizes, plane
+// views that start inside a row (resize_planes_as' fill mode) and every size near the kernel's
+// limits (a 128-byte window per 32 outputs, 8 taps).
+TEST(AugmentImageOpsTest, ResizePlanesIsLibswscalesBilinearBitForBit) {
+  std::cout << "plane_resize kernel on this CPU: "
+            << (wam::plane_resize::PlaneResizer::make(320, 240, 256, 256) ? "yes" : "no") << "\n";
+  std::mt19937 random(11);
+  std::vector<std::array<int64_t, 4>> cases = {
+      {240, 320, 256, 256}, {240, 320, 128, 128}, {512, 512, 192, 256}, {24, 32, 192, 256},
+      {480, 640, 240, 321}, {100, 300, 30, 90},   {5, 5, 1, 1},         {3, 3, 7, 2}};
+  while (cases.size() < 70) {
+    const auto size = [&] { return static_cast<int64_t>(random() % 300); };
+    cases.push_back({3 + size(), 3 + size(), 1 + size(), 1 + size()});
+  }
+  for (const auto& [height, width, out_height, out_width] : cases) {
+    const auto frames = noise_frames(1, 2, height + 2, width + 5).select(0, 0);
+    // A view one row and three columns into wider planes: rows start unaligned, end short of the
+    // stride.
+    const auto planes = ops::to_planes(frames).narrow(2, 1, height).narrow(3, 3, width);
+    const auto ours = ops::resize_planes(planes, out_height, out_width);
+    const auto expected = libswscale_resize(planes, out_height, out_width);
+    ASSERT_EQ(ours.sizes(), expected.sizes());
+    EXPECT_TRUE(torch::equal(ours, expected))
+        << height << "x" << width << " -> " << out_height << "x" << out_width << ": "
+        << difference(ours, expected).max << " levels apart at most";
   }
 }
 
