@@ -299,8 +299,10 @@ struct WarpAxis {
 // Written by hand: no library we link warps uint8 images (libswscale only scales; torch's
 // grid_sample wants float and costs ~10x more on the CPU). Same arithmetic as torch's
 // affine_grid + grid_sample (align_corners false, border padding, bilinear), in float. Without
-// rotation (the shipped configs' camera jitter) the map is separable and pixel_kernels'
-// sample_separable computes the same bits about 4x faster (docs/BENCHMARKS.md, issue 24).
+// rotation (RoboTwin's camera jitter) the map is separable and pixel_kernels' sample_separable
+// computes the same bits about 4x faster; with it (LIBERO's, up to 5 degrees) pixel_kernels'
+// sample_bilinear gathers each pixel's four source levels as floats, about 2x faster than the
+// scalar loop it replaced, with the same bits (docs/BENCHMARKS.md, issue 24).
 at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp) {
   check_planes(planes, "warp_planes");
   const int64_t n = planes.size(0), c = planes.size(1), h = planes.size(2), w = planes.size(3);
@@ -321,46 +323,19 @@ at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp) 
     }
     return out;
   }
-  // The sampling position of every output pixel, shared by all planes: the top-left tap's offset,
-  // the steps to its right and lower neighbours (0 on the last column / row) and the weights.
-  struct Tap {
-    int32_t offset, right, down;
-    float fx, fy;
-  };
-  std::vector<Tap> taps(static_cast<size_t>(h * w));
-  const float fw = static_cast<float>(w), fh = static_cast<float>(h);
-  for (int64_t i = 0; i < h; ++i) {
-    const float yn = normalised_centre(i, fh);
-    for (int64_t j = 0; j < w; ++j) {
-      const float xn = normalised_centre(j, fw);
-      const float x = source_position(t[0] * xn + t[1] * yn + t[2], fw);
-      const float y = source_position(t[3] * xn + t[4] * yn + t[5], fh);
-      const int64_t x0 = static_cast<int64_t>(x), y0 = static_cast<int64_t>(y);
-      taps[static_cast<size_t>(i * w + j)] = {
-          static_cast<int32_t>(y0 * row + x0), x0 + 1 < w ? 1 : 0,
-          static_cast<int32_t>(y0 + 1 < h ? row : 0), x - static_cast<float>(x0),
-          y - static_cast<float>(y0)};
-    }
-  }
+  // The sampling position of every output pixel, shared by all planes.
+  const auto count = static_cast<size_t>(h * w);
+  std::vector<int32_t> offsets(3 * count);
+  std::vector<float> weights(2 * count);
+  const pixel_kernels::PixelTaps taps{offsets.data(), offsets.data() + count,
+                                      offsets.data() + 2 * count, weights.data(),
+                                      weights.data() + count};
+  pixel_kernels::warp_taps(t, h, w, row, taps);
+  std::vector<float> levels(static_cast<size_t>(h * row));
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t k = 0; k < c; ++k) {
-      const uint8_t* source = plane(planes, b, k);
-      uint8_t* destination = plane(out, b, k);
-      for (int64_t i = 0; i < h; ++i) {
-        const Tap* tap = taps.data() + i * w;
-        uint8_t* line = destination + i * out_row;
-        for (int64_t j = 0; j < w; ++j, ++tap) {
-          const uint8_t* p = source + tap->offset;
-          const float top =
-              static_cast<float>(p[0]) +
-              tap->fx * (static_cast<float>(p[tap->right]) - static_cast<float>(p[0]));
-          const uint8_t* q = p + tap->down;
-          const float bottom =
-              static_cast<float>(q[0]) +
-              tap->fx * (static_cast<float>(q[tap->right]) - static_cast<float>(q[0]));
-          line[j] = static_cast<uint8_t>(top + tap->fy * (bottom - top) + 0.5f);
-        }
-      }
+      pixel_kernels::sample_bilinear(plane(planes, b, k), row, taps, h, w, levels.data(),
+                                     plane(out, b, k), out_row);
     }
   }
   return out;

@@ -428,6 +428,64 @@ void sample_separable(const uint8_t* source, int64_t source_row, int64_t source_
 }
 
 WAM_PIXEL_KERNEL
+void warp_taps(const float theta[6], int64_t height, int64_t width, int64_t row,
+               const PixelTaps& taps) {
+  const float fw = static_cast<float>(width), fh = static_cast<float>(height);
+  const float t0 = theta[0], t1 = theta[1], t2 = theta[2], t3 = theta[3], t4 = theta[4],
+              t5 = theta[5];
+  int32_t* __restrict offset = taps.offset;
+  int32_t* __restrict right = taps.right;
+  int32_t* __restrict down = taps.down;
+  float* __restrict fx = taps.fx;
+  float* __restrict fy = taps.fy;
+  for (int64_t i = 0; i < height; ++i) {
+    const float yn = static_cast<float>(2 * i + 1) / fh - 1.0f;
+    for (int64_t j = 0; j < width; ++j) {
+      const float xn = static_cast<float>(2 * j + 1) / fw - 1.0f;
+      // grid_sample's source position, clamped to the plane (border padding).
+      const float x =
+          std::clamp(((t0 * xn + t1 * yn + t2 + 1.0f) * fw - 1.0f) / 2.0f, 0.0f, fw - 1.0f);
+      const float y =
+          std::clamp(((t3 * xn + t4 * yn + t5 + 1.0f) * fh - 1.0f) / 2.0f, 0.0f, fh - 1.0f);
+      const auto x0 = static_cast<int32_t>(x), y0 = static_cast<int32_t>(y);
+      const int64_t k = i * width + j;
+      offset[k] = static_cast<int32_t>(y0 * row + x0);
+      right[k] = x0 + 1 < width ? 1 : 0;
+      down[k] = static_cast<int32_t>(y0 + 1 < height ? row : 0);
+      fx[k] = x - static_cast<float>(x0);
+      fy[k] = y - static_cast<float>(y0);
+    }
+  }
+}
+
+WAM_PIXEL_KERNEL
+void sample_bilinear(const uint8_t* source, int64_t source_row, const PixelTaps& taps,
+                     int64_t height, int64_t width, float* levels, uint8_t* out, int64_t out_row) {
+  // The plane as floats, in the source's layout (the taps' offsets index it as they index the
+  // bytes): gathering floats vectorises, gathering bytes does not.
+  for (int64_t y = 0; y < height; ++y) {
+    const uint8_t* __restrict in = source + y * source_row;
+    float* __restrict row = levels + y * source_row;
+    for (int64_t x = 0; x < width; ++x) row[x] = static_cast<float>(in[x]);
+  }
+  const float* __restrict l = levels;
+  for (int64_t i = 0; i < height; ++i) {
+    const int32_t* __restrict offset = taps.offset + i * width;
+    const int32_t* __restrict right = taps.right + i * width;
+    const int32_t* __restrict down = taps.down + i * width;
+    const float* __restrict fx = taps.fx + i * width;
+    const float* __restrict fy = taps.fy + i * width;
+    uint8_t* __restrict line = out + i * out_row;
+    for (int64_t j = 0; j < width; ++j) {
+      const int32_t p = offset[j], q = p + down[j];
+      const float top = l[p] + fx[j] * (l[p + right[j]] - l[p]);
+      const float bottom = l[q] + fx[j] * (l[q + right[j]] - l[q]);
+      line[j] = static_cast<uint8_t>(top + fy[j] * (bottom - top) + 0.5f);
+    }
+  }
+}
+
+WAM_PIXEL_KERNEL
 void jitter_image(const uint8_t* source, int64_t source_plane, int64_t source_row, int64_t height,
                   int64_t width, const ColourJitter& j, float* out) {
   jitter(source, source_plane, source_row, height, width, j,

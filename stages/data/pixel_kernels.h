@@ -57,6 +57,32 @@ void sample_separable(const uint8_t* source, int64_t source_row, int64_t source_
                       const AxisTaps& columns, const AxisTaps& rows, int64_t out_height,
                       int64_t out_width, uint8_t* out, int64_t out_row);
 
+// Where each output pixel of a warp samples the source (`count` pixels, row-major): its top-left
+// tap at `offset` (bytes into the source), the steps to its right and lower neighbours (0 on the
+// last column / row) and the weights along x and y.
+struct PixelTaps {
+  int32_t* offset;
+  int32_t* right;
+  int32_t* down;
+  float* fx;
+  float* fy;
+};
+
+// The taps of the affine map `theta` (row-major 2x3, grid_sample's normalised [-1, 1]
+// coordinates, align_corners false, border padding) over a height x width plane whose rows are
+// `row` bytes apart: output pixel (i, j) samples the source at theta applied to its normalised
+// centre, clamped to the plane (image_ops' warp_planes).
+void warp_taps(const float theta[6], int64_t height, int64_t width, int64_t row,
+               const PixelTaps& taps);
+
+// Bilinear sampling of one plane at the pixels' own taps (a camera warp with rotation): output
+// pixel (i, j) of `height` x `width` at `out` (rows `out_row` bytes apart) blends its four pixels
+// of `source` (the same size, rows `source_row` bytes apart) as the per-pixel sampling of torch's
+// grid_sample does, each row first (a + fx * (b - a) in float), then across rows, + 0.5 and
+// truncated to uint8. `levels` is scratch for height * source_row floats.
+void sample_bilinear(const uint8_t* source, int64_t source_row, const PixelTaps& taps,
+                     int64_t height, int64_t width, float* levels, uint8_t* out, int64_t out_row);
+
 // The colour work of one image, in this order, each step clamped to [0, 1] (the same steps as
 // image_ops' adjust_color_, apply_rgb_gain_ and apply_shadow_, which define it): levels / 255,
 // brightness, contrast (blend with the image's mean ITU-R 601 grey), saturation (blend with each
