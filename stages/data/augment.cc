@@ -42,6 +42,7 @@
 
 #include "common/device.h"
 #include "common/seeding.h"
+#include "common/torch_threads.h"
 #include "data/augment_ops.h"
 #include "data/augment_params.h"
 #include "data/image_ops.h"
@@ -114,12 +115,6 @@ class SampleRandom {
  private:
   std::mt19937_64 engine_;
 };
-
-// Under OpenMP the intra-op thread count is per OS thread, so each worker that runs this stage
-// sets it once; the graph, not torch, provides the parallelism.
-void use_one_torch_thread() {
-  if (at::get_num_threads() != 1) at::set_num_threads(1);
-}
 
 bool contains(const std::vector<int64_t>& list, int64_t value) {
   return std::find(list.begin(), list.end(), value) != list.end();

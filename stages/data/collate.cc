@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/torch_threads.h"
 #include "wam/registry.h"
 #include "wam/tensor.h"
 
@@ -90,6 +91,7 @@ class CollateStage final : public Stage {
   }
 
   void process(Sample sample, Emitter& out) override {
+    use_one_torch_thread();
     if (members_.empty()) {
       start_batch(sample);
     } else {

@@ -49,6 +49,7 @@
 #include "common/capture_gate.h"
 #include "common/distributed.h"
 #include "common/lru_cache.h"
+#include "common/torch_threads.h"
 #include "data/image_ops.h"
 #include "data/video_reader.h"
 #include "wam/host_memory.h"
@@ -219,6 +220,7 @@ class VideoDecodeStage final : public Stage {
     reader_capacity_.store(params_.cache_readers);
     frame_capacity_.store(params_.frame_cache);
     choose_decoder(context);
+    use_one_torch_thread();
   }
 
   void process(Sample sample, Emitter& out) override {
@@ -227,6 +229,7 @@ class VideoDecodeStage final : public Stage {
       out.emit(std::move(sample));
       return;
     }
+    use_one_torch_thread();
     const std::vector<std::string> files = parse_video_files(sample.get_json("video_files"));
     const FramePlan plan = parse_frame_plan(sample.get_json("frame_plan"));
     if (!plan.video_offsets.empty() && plan.video_offsets.size() != files.size()) {

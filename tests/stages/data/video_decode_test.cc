@@ -1,10 +1,13 @@
 // VideoDecode through the stage harness: frame order, modes, frames: current, counters and errors.
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
+
 #include <torch/cuda.h>
 #include <torch/torch.h>
 #include <torch/version.h>
 #include <unistd.h>
+#include <thread>
 
 extern "C" {
 #include <libavutil/log.h>
@@ -115,6 +118,26 @@ TEST_F(VideoDecodeTest, AllFramesInPlanOrderForEveryCameraInBothModes) {
     by_mode.push_back(frames);
   }
   EXPECT_TRUE(at::equal(by_mode[0], by_mode[1]));
+}
+
+// The graph's workers provide the parallelism: a worker that decodes runs torch's ops (the frame
+// copies) with one intra-op thread, whatever it had (stages/common/torch_threads.h). Run on a
+// thread of its own, since the count is per OS thread under OpenMP.
+TEST_F(VideoDecodeTest, DecodesWithOneTorchThreadOnItsWorker) {
+  int before = 0, after = 0;
+  size_t samples = 0;
+  std::thread worker([&] {
+    at::set_num_threads(2);
+    before = at::get_num_threads();
+    samples = testing::run_stage("VideoDecode", json{{"mode", "sparse"}}.dump(),
+                                 {make_sample({av1_, h264_}, kPlan)})
+                  .size();
+    after = at::get_num_threads();
+  });
+  worker.join();
+  EXPECT_EQ(before, 2);
+  EXPECT_EQ(samples, 1u);
+  EXPECT_EQ(after, 1);
 }
 
 TEST_F(VideoDecodeTest, CurrentFrameOnly) {
