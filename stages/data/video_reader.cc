@@ -276,7 +276,9 @@ struct VideoReader::Impl {
     if (holds_nvdec_session) --nvdec_readers;
   }
 
-  // Picks NVDEC's frames in device memory; none offered means the hardware cannot decode it.
+  // Picks NVDEC's frames in device memory; none offered means the hardware cannot decode it, or
+  // FFmpeg could not set NVDEC's decoder up (it offers the formats again without CUDA then: out of
+  // GPU memory for another decoder, on the H100 beside the step; docs/BENCHMARKS.md, issue 24).
   static AVPixelFormat cuda_format(AVCodecContext* context, const AVPixelFormat* offered) {
     for (const AVPixelFormat* format = offered; *format != AV_PIX_FMT_NONE; ++format) {
       if (*format == AV_PIX_FMT_CUDA) return *format;
@@ -324,7 +326,8 @@ struct VideoReader::Impl {
     if (nvdec_refused) {
       fail(
           "NVDEC cannot decode this stream (its profile, bit depth or frame size is beyond the "
-          "hardware's): decode it with decoder \"cpu\"");
+          "hardware's, or the decoder could not be set up, e.g. out of GPU memory): decode it "
+          "with decoder \"cpu\"");
     }
     fail(what, code);
   }
@@ -369,7 +372,8 @@ struct VideoReader::Impl {
       const std::string why = std::string("NVDEC on CUDA device ") + std::to_string(choice.device) +
                               " cannot decode its " + avcodec_get_name(stream->codecpar->codec_id) +
                               " stream (the codec, profile, bit depth or frame size is beyond this "
-                              "GPU's decoder)";
+                              "GPU's decoder, or the decoder could not be set up, e.g. out of GPU "
+                              "memory)";
       if (!choice.cpu_fallback) fail(why + ": decode it with decoder \"cpu\" or \"auto\"");
       // decoder "auto": this stream decodes on the CPU, the session goes back.
       nvdec_refusal = why;

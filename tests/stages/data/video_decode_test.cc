@@ -549,7 +549,8 @@ TEST_F(VideoDecodeTest, AutoDecodesOnTheCpuTheStreamsNvdecCannot) {
   }
   EXPECT_EQ(refusal,
             "NVDEC on CUDA device 0 cannot decode its av1 stream (the codec, profile, bit depth or "
-            "frame size is beyond this GPU's decoder)");
+            "frame size is beyond this GPU's decoder, or the decoder could not be set up, e.g. out "
+            "of GPU memory)");
   EXPECT_EQ(automatic.log(),
             (std::vector<std::string>{
                 "[test] VideoDecode: decoding on NVDEC, CUDA device 0 (decoder auto), at most 64 "
