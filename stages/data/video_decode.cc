@@ -29,8 +29,9 @@
 // only the current frame (window[0], T = 1), at full size for the VLM (docs/BENCHMARKS.md, "CPU
 // data path per core", issue 24).
 // Counters: frames_decoded, seeks, readers_opened (and passed_through with decode_if,
-// frame_cache_hits with frame_cache, nvdec_readers_opened, nvdec_overflow, nvdec_refused and
-// frames_held_across_seeks on NVDEC).
+// frame_cache_hits with frame_cache, nvdec_readers_opened, nvdec_overflow, nvdec_refused,
+// decoders_moved (readers moved to another file with their decoder) and frames_held_across_seeks
+// on NVDEC).
 // Example: {"id": "decode", "type": "VideoDecode", "inputs": ["sampler"],
 //           "params": {"mode": "sparse", "frames": "all", "cache_readers": 4}}
 #include <algorithm>
@@ -310,6 +311,7 @@ class VideoDecodeStage final : public Stage {
       nvdec_overflow_->add(stats.nvdec_overflow);
       nvdec_refused_->add(stats.nvdec_refused);
       frames_held_across_seeks_->add(stats.frames_held_across_seeks);
+      decoders_moved_->add(stats.decoders_moved);
     }
     sample.set_tensor("frames", std::move(frames));
     if (planes.defined()) sample.set_tensor("frame_planes", std::move(planes));
@@ -370,6 +372,7 @@ class VideoDecodeStage final : public Stage {
     nvdec_overflow_ = &context.counter("nvdec_overflow");
     nvdec_refused_ = &context.counter("nvdec_refused");
     frames_held_across_seeks_ = &context.counter("frames_held_across_seeks");
+    decoders_moved_ = &context.counter("decoders_moved");
     context.log("VideoDecode: decoding on NVDEC, CUDA device " + std::to_string(device) +
                 " (decoder " + params_.decoder + "), at most " +
                 std::to_string(params_.nvdec_sessions) + " sessions" +
@@ -479,6 +482,7 @@ class VideoDecodeStage final : public Stage {
   Counter* nvdec_overflow_ = nullptr;
   Counter* nvdec_refused_ = nullptr;
   Counter* frames_held_across_seeks_ = nullptr;
+  Counter* decoders_moved_ = nullptr;
   Context* context_ = nullptr;
   std::once_flag nvdec_refusal_said_;
   video::DecoderChoice decoder_;

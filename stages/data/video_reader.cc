@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <map>
@@ -173,6 +174,57 @@ struct RequestedFrames {
   }
 };
 
+// A file's demuxer, its best video stream and that stream's software decoder.
+struct OpenedStream {
+  ffmpeg::InputFormat format;
+  int stream_index = -1;
+  const AVCodec* decoder = nullptr;
+  AVStream* stream() const { return format->streams[stream_index]; }
+};
+
+OpenedStream open_stream(const std::string& path) {
+  const auto fail = [&](const std::string& what, int code) {
+    throw Error("video \"" + path + "\": " + what + ": " + ffmpeg::error_message(code));
+  };
+  // FFmpeg would wait forever for a writer of a FIFO.
+  if (const std::string problem = regular_file_problem(path); !problem.empty()) {
+    throw Error("cannot open video \"" + path + "\": " + problem);
+  }
+  OpenedStream opened;
+  AVFormatContext* format = nullptr;
+  int rc = avformat_open_input(&format, path.c_str(), nullptr, nullptr);
+  if (rc < 0) throw Error("cannot open video \"" + path + "\": " + ffmpeg::error_message(rc));
+  opened.format.reset(format);
+  rc = avformat_find_stream_info(format, nullptr);
+  if (rc < 0) fail("cannot read the stream info", rc);
+  rc = av_find_best_stream(format, AVMEDIA_TYPE_VIDEO, -1, -1, &opened.decoder, 0);
+  if (rc == AVERROR_STREAM_NOT_FOUND) throw Error("video \"" + path + "\": has no video stream");
+  if (rc < 0) fail("no decoder for its video stream", rc);
+  opened.stream_index = rc;
+  const AVCodecParameters* codecpar = opened.stream()->codecpar;
+  if (codecpar->width <= 0 || codecpar->height <= 0) {
+    throw Error("video \"" + path + "\": the video stream has no frame size");
+  }
+  return opened;
+}
+
+// Whether a decoder opened for stream `a` decodes stream `b` as it would decode its own: the same
+// codec, frame size and pixel format, and the same parameter sets (H.264's SPS and PPS, AV1's
+// sequence header), which the decoder reads from the extradata when it opens.
+bool same_decoding(const AVCodecParameters* a, const AVCodecParameters* b) {
+  return a->codec_id == b->codec_id && a->width == b->width && a->height == b->height &&
+         a->format == b->format && a->profile == b->profile &&
+         a->extradata_size == b->extradata_size &&
+         (a->extradata_size == 0 ||
+          std::memcmp(a->extradata, b->extradata, static_cast<size_t>(a->extradata_size)) == 0);
+}
+
+// Packets sent to a decoder that moved to another file carry their pts and dts moved by the
+// number of moves times this, so that the frames it still held from the earlier file are known
+// when they come out: a file's own timestamps stay far inside it (2^39 ticks is over 70 days at
+// 90 kHz).
+constexpr int64_t kFileTimestampSpan = int64_t{1} << 40;
+
 }  // namespace
 
 at::Tensor nv12_to_rgb(const at::Tensor& luma, const at::Tensor& chroma, bool full_range) {
@@ -263,6 +315,11 @@ struct VideoReader::Impl {
   bool dropping_until_keyframe = false;
   std::optional<int64_t> awaited_keyframe_pts;
   int64_t last_output_index = std::numeric_limits<int64_t>::min();
+  // How many times the decoder moved to another file (switch_file): the timestamps sent are
+  // moved by this many kFileTimestampSpan. A move leaves the demuxer where the next read must
+  // seek first.
+  int64_t file_generation = 0;
+  bool must_seek = false;
 
   [[noreturn]] void fail(const std::string& what) const {
     throw Error("video \"" + path + "\": " + what);
@@ -333,27 +390,13 @@ struct VideoReader::Impl {
   }
 
   void open(const DecoderChoice& choice) {
-    // FFmpeg would wait forever for a writer of a FIFO.
-    if (const std::string problem = regular_file_problem(path); !problem.empty()) {
-      throw Error("cannot open video \"" + path + "\": " + problem);
-    }
-    AVFormatContext* opened = nullptr;
-    int rc = avformat_open_input(&opened, path.c_str(), nullptr, nullptr);
-    if (rc < 0) throw Error("cannot open video \"" + path + "\": " + ffmpeg::error_message(rc));
-    format.reset(opened);
-    rc = avformat_find_stream_info(format.get(), nullptr);
-    if (rc < 0) fail("cannot read the stream info", rc);
-    const AVCodec* decoder = nullptr;
-    rc = av_find_best_stream(format.get(), AVMEDIA_TYPE_VIDEO, -1, -1, &decoder, 0);
-    if (rc == AVERROR_STREAM_NOT_FOUND) fail("has no video stream");
-    if (rc < 0) fail("no decoder for its video stream", rc);
-    stream_index = rc;
+    OpenedStream opened = open_stream(path);
+    format = std::move(opened.format);
+    stream_index = opened.stream_index;
+    const AVCodec* decoder = opened.decoder;
     AVStream* stream = format->streams[stream_index];
     width = stream->codecpar->width;
     height = stream->codecpar->height;
-    if (width <= 0 || height <= 0) fail("the video stream has no frame size");
-    time_base = av_q2d(stream->time_base);
-    start_pts = stream->start_time == AV_NOPTS_VALUE ? 0 : stream->start_time;
 
     packet.reset(av_packet_alloc());
     frame.reset(av_frame_alloc());
@@ -363,11 +406,8 @@ struct VideoReader::Impl {
     open_decoder(holds_nvdec_session ? nvdec_decoder_of_stream(choice.device) : decoder,
                  choice.device);
 
-    for (int i = 0, n = avformat_index_get_entries_count(stream); i < n; ++i) {
-      const AVIndexEntry* entry = avformat_index_get_entry(stream, i);
-      if (entry->flags & AVINDEX_KEYFRAME) keyframe_dts.push_back(entry->timestamp);
-    }
-    learn_keyframe_offset();
+    index_keyframes();
+    learn_keyframe_offset(/*probe_nvdec=*/true);
     if (nvdec_refused) {
       const std::string why = std::string("NVDEC on CUDA device ") + std::to_string(choice.device) +
                               " cannot decode its " + avcodec_get_name(stream->codecpar->codec_id) +
@@ -386,6 +426,47 @@ struct VideoReader::Impl {
     if (choice.device_frames) frames_device = at::Device(at::kCUDA, choice.device);
   }
 
+  void index_keyframes() {
+    AVStream* stream = format->streams[stream_index];
+    time_base = av_q2d(stream->time_base);
+    start_pts = stream->start_time == AV_NOPTS_VALUE ? 0 : stream->start_time;
+    keyframe_dts.clear();
+    for (int i = 0, n = avformat_index_get_entries_count(stream); i < n; ++i) {
+      const AVIndexEntry* entry = avformat_index_get_entry(stream, i);
+      if (entry->flags & AVINDEX_KEYFRAME) keyframe_dts.push_back(entry->timestamp);
+    }
+  }
+
+  // Moves the reader, its decoder with it, to the file at `new_path` when that file's video
+  // stream decodes as this one's (same_decoding); else returns false and changes nothing.
+  bool switch_file(const std::string& new_path) {
+    OpenedStream opened = open_stream(new_path);
+    if (!same_decoding(format->streams[stream_index]->codecpar, opened.stream()->codecpar)) {
+      return false;
+    }
+    path = new_path;
+    format = std::move(opened.format);
+    stream_index = opened.stream_index;
+    index_keyframes();
+    keyframe_pts_offset = 0;
+    try {
+      learn_keyframe_offset(/*probe_nvdec=*/false);
+    } catch (...) {
+      positioned = false;  // on a file it cannot read: the next seek starts the decoder afresh
+      throw;
+    }
+    // A decoder that keeps its state across seeks goes on without a flush (which on NVDEC would
+    // make a new hardware decoder): the frames it still holds from the earlier file carry the
+    // earlier timestamp span and are dropped as they come out.
+    ++file_generation;
+    positioned = positioned && !input_ended && !flush_on_seek;
+    must_seek = true;
+    reading_keyframe = 0;
+    sought_keyframe = 0;
+    last_output_index = std::numeric_limits<int64_t>::min();
+    return true;
+  }
+
   // Opens `decoder` for the stream, on NVDEC while the reader holds a session.
   void open_decoder(const AVCodec* decoder, int device) {
     decoder_kind = holds_nvdec_session ? Decoder::kNvdec : Decoder::kCpu;
@@ -402,7 +483,7 @@ struct VideoReader::Impl {
   // Reads up to the first keyframe packet: its pts - dts is the decoding delay of keyframes. On
   // NVDEC the packet is also decoded, which makes the hardware say now whether it can decode the
   // stream (nvdec_refused), not at the first frame a sample asks for; the first read seeks anyway.
-  void learn_keyframe_offset() {
+  void learn_keyframe_offset(bool probe_nvdec) {
     while (true) {
       int rc = av_read_frame(format.get(), packet.get());
       if (rc == AVERROR_EOF) fail("has no keyframe");
@@ -414,7 +495,7 @@ struct VideoReader::Impl {
         }
         // Without a container index the whole file is one run from its first keyframe.
         if (keyframe_dts.empty()) keyframe_dts.push_back(packet->dts);
-        if (holds_nvdec_session) {
+        if (probe_nvdec && holds_nvdec_session) {
           // Any other failure is left to the decoding that reports it with the frame's time.
           avcodec_send_packet(codec.get(), packet.get());
           avcodec_flush_buffers(codec.get());
@@ -463,6 +544,7 @@ struct VideoReader::Impl {
       dropping_until_keyframe = true;
     }
     awaited_keyframe_pts.reset();
+    must_seek = false;
     ++stats.seeks;
     positioned = true;
     input_ended = false;
@@ -510,10 +592,15 @@ struct VideoReader::Impl {
           avcodec_flush_buffers(codec.get());
           dropping_until_keyframe = false;
         } else {
-          awaited_keyframe_pts = packet->pts;
+          awaited_keyframe_pts = packet->pts + file_generation * kFileTimestampSpan;
         }
       }
       int64_t pts = packet->pts;
+      if (file_generation > 0) {
+        const int64_t shift = file_generation * kFileTimestampSpan;
+        if (packet->pts != AV_NOPTS_VALUE) packet->pts += shift;
+        if (packet->dts != AV_NOPTS_VALUE) packet->dts += shift;
+      }
       rc = avcodec_send_packet(codec.get(), packet.get());
       av_packet_unref(packet.get());
       if (rc < 0) {
@@ -544,7 +631,7 @@ struct VideoReader::Impl {
       if (target < 0) frame_not_found(target, fps);
       size_t keyframe = keyframe_for(target, fps);
       bool behind = target <= last_output_index;
-      if (!positioned || behind || worth_seeking(keyframe, fps)) {
+      if (!positioned || must_seek || behind || worth_seeking(keyframe, fps)) {
         seek(keyframe, stats);
         next = decode_pass(targets, next, fps, sink, stats, keyframe);
       } else {
@@ -568,6 +655,17 @@ struct VideoReader::Impl {
       }
       if (rc == AVERROR_EOF) frame_not_found(targets[next], fps);
       if (rc < 0) fail_decoding("cannot decode a frame", rc);
+      int64_t pts = frame->best_effort_timestamp != AV_NOPTS_VALUE ? frame->best_effort_timestamp
+                                                                   : frame->pts;
+      if (file_generation > 0 && pts != AV_NOPTS_VALUE) {
+        // Rounded to the nearest span: a file's own timestamps may start a little below zero.
+        const int64_t span_start = file_generation * kFileTimestampSpan;
+        if (pts < span_start - kFileTimestampSpan / 2) {
+          ++stats.frames_held_across_seeks;  // a frame of an earlier file
+          continue;
+        }
+        pts -= span_start;
+      }
       if (dropping_until_keyframe) {
         if (!awaited_keyframe_pts || frame->pts != *awaited_keyframe_pts) {
           ++stats.frames_held_across_seeks;
@@ -576,8 +674,6 @@ struct VideoReader::Impl {
         dropping_until_keyframe = false;
       }
       ++stats.frames_decoded;
-      int64_t pts = frame->best_effort_timestamp != AV_NOPTS_VALUE ? frame->best_effort_timestamp
-                                                                   : frame->pts;
       int64_t index = index_of_pts(pts, fps);
       if (seeked_to && index > targets[next]) {
         if (*seeked_to == 0) frame_not_found(targets[next], fps);
@@ -742,6 +838,8 @@ VideoReader::~VideoReader() = default;
 
 const std::string& VideoReader::path() const { return impl_->path; }
 Decoder VideoReader::decoder() const { return impl_->decoder_kind; }
+bool VideoReader::keeps_decoder_across_seeks() const { return !impl_->flush_on_seek; }
+bool VideoReader::switch_file(const std::string& path) { return impl_->switch_file(path); }
 const std::string& VideoReader::nvdec_refusal() const { return impl_->nvdec_refusal; }
 int VideoReader::width() const { return impl_->width; }
 int VideoReader::height() const { return impl_->height; }
@@ -884,6 +982,7 @@ std::shared_ptr<VideoReader> SharedReaderPool::acquire(const std::string& path, 
   std::unique_ptr<VideoReader> reader;
   // Closed once the lock is released: destroying an NVDEC decoder takes a while.
   std::unique_ptr<VideoReader> closing;
+  std::unique_ptr<VideoReader> moving;  // an idle reader to move to `path` with its decoder
   {
     const std::lock_guard lock(idle_->mutex);
     idle_->capacity = capacity;
@@ -895,7 +994,20 @@ std::shared_ptr<VideoReader> SharedReaderPool::acquire(const std::string& path, 
         break;
       }
     }
-    if (!reader && choice.decoder == Decoder::kNvdec &&
+    // Readers asked to keep their decoder across seeks (NVDEC's, unless told otherwise) may move.
+    if (!reader && !choice.flush_on_seek.value_or(choice.decoder == Decoder::kCpu)) {
+      // The least recently returned reader of a file in the same folder.
+      const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+      for (auto it = readers.rbegin(); it != readers.rend(); ++it) {
+        if (it->first == choice.decoder && it->second->keeps_decoder_across_seeks() &&
+            std::filesystem::path(it->second->path()).parent_path() == folder) {
+          moving = std::move(it->second);
+          readers.erase(std::next(it).base());
+          break;
+        }
+      }
+    }
+    if (!reader && !moving && choice.decoder == Decoder::kNvdec &&
         open_nvdec_readers() >= choice.max_nvdec_sessions) {
       for (auto it = readers.rbegin(); it != readers.rend(); ++it) {
         if (it->second->decoder() == Decoder::kNvdec) {
@@ -907,6 +1019,26 @@ std::shared_ptr<VideoReader> SharedReaderPool::acquire(const std::string& path, 
     }
   }
   closing.reset();
+  if (moving) {
+    // Back to the idle readers, as the least recently returned, where it stays on its file.
+    const auto keep_idle = [&] {
+      const std::lock_guard lock(idle_->mutex);
+      idle_->readers.emplace_back(choice.decoder, std::move(moving));
+    };
+    bool moved = false;
+    try {
+      moved = moving->switch_file(path);  // opens the file: outside the lock
+    } catch (...) {
+      keep_idle();
+      throw;
+    }
+    if (moved) {
+      reader = std::move(moving);
+      ++stats.decoders_moved;
+    } else {
+      keep_idle();  // its stream decodes otherwise
+    }
+  }
   if (!reader) reader = open_reader(path, stats, choice);
   return std::shared_ptr<VideoReader>(
       reader.release(), [idle = idle_, key = choice.decoder](VideoReader* returned) {

@@ -31,6 +31,9 @@ struct DecodeStats {
   int64_t nvdec_readers_opened = 0;  // of readers_opened, those decoding on NVDEC
   int64_t nvdec_overflow = 0;        // readers asked for NVDEC, opened on the CPU: sessions full
   int64_t nvdec_refused = 0;  // readers asked for NVDEC, opened on the CPU: the GPU lacks the codec
+  // Readers that moved to another file with their decoder (VideoReader::switch_file), where a
+  // reader of that file would have been opened.
+  int64_t decoders_moved = 0;
 };
 
 // Which decoder a reader runs: FFmpeg's software decoder of the stream's codec (libdav1d for AV1),
@@ -95,6 +98,17 @@ class VideoReader {
 
   const std::string& path() const;
   Decoder decoder() const;
+  // Whether a seek leaves the decoder's state alone (DecoderChoice::flush_on_seek).
+  bool keeps_decoder_across_seeks() const;
+
+  // Moves the reader to the file at `path`, keeping its decoder, when that file's video stream
+  // decodes as the current one's: the same codec, frame size, pixel format and parameter sets
+  // (the extradata, byte for byte). Returns false and changes nothing otherwise. A file that
+  // cannot be opened is an error naming it, and leaves the reader as it was; one that opens but
+  // has no keyframe fails as a reader of it would, the reader then on that file. For NVDEC this
+  // saves making a hardware decoder, which takes a while and is serialised across the process;
+  // a reader that keeps its decoder across seeks goes on without a flush, as at a seek.
+  bool switch_file(const std::string& path);
   // Why NVDEC gave the stream back to the CPU (DecoderChoice::cpu_fallback); empty otherwise.
   const std::string& nvdec_refusal() const;
   int width() const;
@@ -146,7 +160,11 @@ class ReaderCache {
 // and the reader comes back when the last copy of the returned pointer goes. NVDEC's readers are
 // kept so: opening one creates a hardware decoder, which the driver serialises across the process,
 // and with a cache per thread 16 threads reopened nearly every sample's files (docs/BENCHMARKS.md,
-// "The capture gate and the data path on NVDEC").
+// "The capture gate and the data path on NVDEC"). Where no reader of the file is idle, an idle
+// reader that keeps its decoder across seeks, of a file in the same folder (a LeRobot camera's
+// episodes), moves to the file with its decoder (VideoReader::switch_file): with more episodes
+// than sessions, a sample otherwise made new hardware decoders for each of its files
+// (docs/BENCHMARKS.md, "NVDEC's decoders moved between files").
 class SharedReaderPool {
  public:
   // The reader of `path` with `choice.decoder` that no other thread holds: an idle one, else a new

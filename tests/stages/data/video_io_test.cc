@@ -65,10 +65,13 @@ std::vector<uint8_t> make_frame(int index, int width = kWidth, int height = kHei
   return rgb;
 }
 
+// Frame i shows (and is stamped with) first_stamp + i.
 std::string encode(const std::string& path, const EncodeOptions& options, int frames = kFrames,
-                   int width = kWidth, int height = kHeight) {
+                   int width = kWidth, int height = kHeight, int first_stamp = 0) {
   VideoWriter writer(path, width, height, options);
-  for (int i = 0; i < frames; ++i) writer.write(make_frame(i, width, height).data());
+  for (int i = 0; i < frames; ++i) {
+    writer.write(make_frame(first_stamp + i, width, height).data());
+  }
   writer.finish();
   return path;
 }
@@ -286,6 +289,66 @@ TEST_P(VideoReaderTest, KeepingTheDecoderAcrossSeeksGivesTheSameFrames) {
   }
 }
 
+// How NVDEC's shared readers avoid making a hardware decoder per file (SharedReaderPool), run on
+// the CPU decoders: a reader that keeps its decoder across seeks moves between files of the same
+// encoding and gives each file's own frames, the bytes a reader of that file gives, and none of
+// those the decoder still held from the file before.
+TEST_P(VideoReaderTest, MovingToAnotherFileKeepsTheDecoderAndGivesThatFilesFrames) {
+  TempDir dir;
+  std::vector<std::string> paths;
+  for (int k = 0; k < 3; ++k) {
+    paths.push_back(encode(dir.file("episode_" + std::to_string(k) + ".mp4"), GetParam().options,
+                           kFrames, kWidth, kHeight, 1000 * k));
+  }
+  DecoderChoice keep;
+  keep.flush_on_seek = false;
+  VideoReader moving(paths[0], keep);
+  EXPECT_TRUE(moving.keeps_decoder_across_seeks());
+  EXPECT_FALSE(VideoReader(paths[0]).keeps_decoder_across_seeks());
+  const std::vector<size_t> visits = {0, 1, 2, 0, 2, 1, 1, 0};
+  // The first two: with B-frames the decoder still holds file 0's keyframe 30 when file 1's
+  // keyframe 30, with the same timestamp, is sent.
+  const std::vector<std::vector<int64_t>> plans = {{28, 29}, {30, 31}, {40, 41, 42}, {5, 6, 59},
+                                                   {0, 30},  {58, 59}, {17},         {44, 3}};
+  DecodeStats moving_stats, reference_stats;
+  for (size_t v = 0; v < visits.size(); ++v) {
+    const size_t k = visits[v];
+    if (v > 0) ASSERT_TRUE(moving.switch_file(paths[k])) << "visit " << v;
+    EXPECT_EQ(moving.path(), paths[k]);
+    const at::Tensor frames = moving.read_frames(plans[v], kFps, moving_stats);
+    const at::Tensor reference = VideoReader(paths[k]).read_frames(plans[v], kFps, reference_stats);
+    for (size_t i = 0; i < plans[v].size(); ++i) {
+      const auto row = static_cast<int64_t>(i);
+      EXPECT_EQ(stamp_of(frames[row]), 1000 * static_cast<int64_t>(k) + plans[v][i])
+          << "visit " << v << ", position " << i;
+      EXPECT_TRUE(at::equal(frames[row], reference[row])) << "visit " << v << ", position " << i;
+    }
+  }
+  EXPECT_EQ(moving_stats.frames_decoded, reference_stats.frames_decoded);
+  EXPECT_EQ(moving_stats.seeks, reference_stats.seeks);
+  if (GetParam().options.b_frames) EXPECT_GT(moving_stats.frames_held_across_seeks, 0);
+}
+
+TEST_P(VideoReaderTest, AReaderMovesOnlyToAFileThatDecodesAsItsOwn) {
+  TempDir dir;
+  const std::string own = encode(dir.file("own.mp4"), GetParam().options);
+  const std::string larger =
+      encode(dir.file("larger.mp4"), GetParam().options, 10, kWidth + 32, kHeight);
+  DecoderChoice keep;
+  keep.flush_on_seek = false;
+  VideoReader reader(own, keep);
+  DecodeStats stats;
+  reader.read_frames({12}, kFps, stats);
+  EXPECT_FALSE(reader.switch_file(larger));
+  const std::string missing = dir.file("missing.mp4");
+  EXPECT_ERROR(reader.switch_file(missing), "cannot open video \"" + missing + "\": no such file");
+  // Neither changed the reader: it decodes its own file on.
+  EXPECT_EQ(reader.path(), own);
+  const at::Tensor frames = reader.read_frames({13, 50}, kFps, stats);
+  EXPECT_EQ(stamp_of(frames[0]), 13);
+  EXPECT_EQ(stamp_of(frames[1]), 50);
+}
+
 TEST_P(VideoReaderTest, FullRangeEqualsSparseBytewise) {
   VideoReader reader(video());
   DecodeStats full_stats, sparse_stats;
@@ -419,6 +482,56 @@ TEST(SharedReaderPoolTest, ThreadsBorrowIdleReadersAndGiveThemBack) {
   outliving.reset();
 }
 
+// Where no reader of a file is idle, an idle reader of the same folder that keeps its decoder
+// across seeks moves to it; one of another folder, or that decodes otherwise, does not.
+TEST(SharedReaderPoolTest, AnIdleReaderOfTheFolderMovesToAFileWithItsDecoder) {
+  TempDir dir;
+  fs::create_directories(dir.path() / "cam_high");
+  fs::create_directories(dir.path() / "cam_wrist");
+  const EncodeOptions options{"h264", kFps, 30, false, 23};
+  std::vector<std::string> high;
+  for (int k = 0; k < 2; ++k) {
+    high.push_back(encode(dir.file("cam_high/episode_" + std::to_string(k) + ".mp4"), options,
+                          kFrames, kWidth, kHeight, 1000 * k));
+  }
+  const std::string high_larger =
+      encode(dir.file("cam_high/episode_2.mp4"), options, 10, kWidth + 32, kHeight);
+  const std::string wrist = encode(dir.file("cam_wrist/episode_0.mp4"), options);
+  DecoderChoice keep;
+  keep.flush_on_seek = false;
+  SharedReaderPool pool;
+  DecodeStats stats, unused;
+  const VideoReader* first = nullptr;
+  {
+    auto reader = pool.acquire(high[0], 4, stats, keep);
+    first = reader.get();
+    EXPECT_EQ(stamp_of(reader->read_frames({20}, kFps, unused)[0]), 20);
+  }
+  auto wrist_reader = pool.acquire(wrist, 4, stats, keep);  // another folder: opened
+  EXPECT_NE(wrist_reader.get(), first);
+  EXPECT_EQ(stats.readers_opened, 2);
+  {
+    auto moved = pool.acquire(high[1], 4, stats, keep);
+    EXPECT_EQ(moved.get(), first);
+    EXPECT_EQ(moved->path(), high[1]);
+    EXPECT_EQ(stats.readers_opened, 2);
+    EXPECT_EQ(stats.decoders_moved, 1);
+    EXPECT_EQ(stamp_of(moved->read_frames({21}, kFps, unused)[0]), 1021);
+  }
+  // Another frame size: a reader of its own; the idle one stays on its file, and is found there.
+  EXPECT_NE(pool.acquire(high_larger, 4, stats, keep).get(), first);
+  EXPECT_EQ(stats.readers_opened, 3);
+  EXPECT_EQ(stats.decoders_moved, 1);
+  EXPECT_EQ(pool.acquire(high[1], 4, stats, keep).get(), first);
+  // Readers that flush at a seek (the CPU's default) are opened per file, as before.
+  SharedReaderPool flushing_pool;
+  DecodeStats flushing;
+  flushing_pool.acquire(high[0], 4, flushing);
+  flushing_pool.acquire(high[1], 4, flushing);
+  EXPECT_EQ(flushing.readers_opened, 2);
+  EXPECT_EQ(flushing.decoders_moved, 0);
+}
+
 // NVDEC (Decoder::kNvdec). Its videos are larger than the others: the hardware decodes no frame
 // smaller than 128x128 in AV1.
 constexpr int kNvdecWidth = 320;
@@ -512,6 +625,40 @@ TEST_P(NvdecReaderTest, HalfSizePlanesEqualTheCpuDecodersWithinALevel) {
   EXPECT_LE((got.to(at::kFloat) - want.to(at::kFloat)).abs().mean().item<double>(), 1.0);
   EXPECT_LE((nvdec_full.to(at::kFloat) - cpu_full.to(at::kFloat)).abs().mean().item<double>(), 1.0);
   expect_half_planes_are_the_halved_frames(nvdec, indices, kFps, 0.75);
+}
+
+// An NVDEC reader moved between files of the same encoding (as SharedReaderPool moves them) keeps
+// its hardware decoder and gives each file's frames: stamped, within a level of the CPU's.
+TEST_P(NvdecReaderTest, MovedBetweenFilesGivesEachFilesFramesWithinALevel) {
+  const DecoderChoice fallback{.decoder = Decoder::kNvdec, .cpu_fallback = true};
+  if (const std::string refusal = VideoReader(large_video(), fallback).nvdec_refusal();
+      !refusal.empty()) {
+    GTEST_SKIP() << refusal;
+  }
+  std::vector<std::string> paths;
+  for (int k = 0; k < 2; ++k) {
+    paths.push_back(encode(dir_->file(GetParam().name + "_moved_" + std::to_string(k) + ".mp4"),
+                           GetParam().options, kFrames, kNvdecWidth, kNvdecHeight, 1000 * k));
+  }
+  VideoReader nvdec(paths[0], {.decoder = Decoder::kNvdec});
+  ASSERT_EQ(nvdec.decoder(), Decoder::kNvdec);
+  const std::vector<size_t> visits = {0, 1, 0, 1};
+  const std::vector<std::vector<int64_t>> plans = {{28, 29}, {30, 31}, {59, 3}, {12, 44}};
+  DecodeStats nvdec_stats, cpu_stats;
+  for (size_t v = 0; v < visits.size(); ++v) {
+    const size_t k = visits[v];
+    if (v > 0) ASSERT_TRUE(nvdec.switch_file(paths[k]));
+    const at::Tensor got = nvdec.read_frames(plans[v], kFps, nvdec_stats);
+    const at::Tensor want = VideoReader(paths[k]).read_frames(plans[v], kFps, cpu_stats);
+    for (size_t i = 0; i < plans[v].size(); ++i) {
+      EXPECT_EQ(stamp_of(got[static_cast<int64_t>(i)]),
+                1000 * static_cast<int64_t>(k) + plans[v][i])
+          << "visit " << v;
+    }
+    EXPECT_LE((got.to(at::kFloat) - want.to(at::kFloat)).abs().mean().item<double>(), 1.0)
+        << "visit " << v;
+  }
+  EXPECT_EQ(nvdec_stats.frames_decoded, cpu_stats.frames_decoded);
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, NvdecReaderTest, ::testing::ValuesIn(kCodecCases),
