@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmarks, measured side by side in one run on this machine; paste the output into
 # docs/BENCHMARKS.md with this command line.
-#   scripts/bench.sh [runner] [data] [auto] [percore] [nvdec] [cache] [gpu] [gpu-data] [ladder]
+#   scripts/bench.sh [runner] [data] [auto] [percore] [nvdec] [nvdec-files] [cache] [gpu] [gpu-data]
+#                    [ladder]
 # runner: the runner's own overhead (5 trivial stages, Google Benchmark).
 # data:   data-path samples/s, sparse vs full decode, on one synthetic RoboTwin dataset (GOP 2, AV1),
 #         with all cores and with one thread (samples/s per core).
@@ -12,7 +13,8 @@
 #         robotwin_compile (base preset) on H.264 datasets (the H200's NVDEC has no AV1), as shipped
 #         (decoding and Augment on the CPU) against NVDEC with the frames kept in GPU memory and
 #         Augment there, and against the CPU's decoding with Augment on the GPU: the data path's
-#         samples/s beside the step's, then alone (`run --stop-after h2d`, 40 batches).
+#         samples/s beside the step's, then alone (`run --stop-after h2d`, $WAM_DATA_PATH_STEPS
+#         batches, default 120: over all of it and over its second half).
 #         $WAM_LADDER_TASKS picks the tasks.
 # ladder: the profile ladder on a CUDA machine, base preset, for each task of $WAM_LADDER_TASKS
 #         (default "libero robotwin"): `cache generate` samples/s, then one `wam-pipeline bench` of
@@ -39,6 +41,10 @@
 #         samples per CPU-second and per wall second at the thread counts of $WAM_BENCH_THREADS
 #         (default one and all cores, e.g. "1,2,4,16" for the scaling), alternating run by run,
 #         $WAM_BENCH_ROUNDS rounds (default 3; scripts/data_path_compare.py).
+# nvdec-files: on a machine with NVIDIA's decoder, decoding alone on a dataset of more files than
+#         NVDEC sessions (16 RoboTwin episodes, H.264): the CPU decoder, NVDEC with the frames copied
+#         to the host, and with them kept in GPU memory, at one thread and all cores; samples/s over
+#         the run and over its second half, with the readers opened and the decoders moved.
 # auto:   data-path samples/s (--stop-after augment) with the parallel stages' default,
 #         `concurrency: "auto"`, against them fixed at "unlimited" (what they declare), on the
 #         same dataset as `data`, all cores; the settings alternate run by run, $WAM_BENCH_ROUNDS
@@ -60,9 +66,10 @@ what=("${@:-runner data}")
 what=(${what[@]})
 
 # data_path_rate STATS: the samples/s that reached h2d in a `run --stop-after h2d` whose
-# --stats-out is STATS, start-up included (so a little under the steady rate), and the busiest
-# node. Samples per batch from Collate's counts (a partial batch at the stop is fewer than the
-# batches emitted).
+# --stats-out is STATS, start-up included, and over the run's second half (the stats' series of
+# one-second buckets: NVDEC's start-up, making its decoders, takes seconds), and the busiest node.
+# Samples per batch from Collate's counts (a partial batch at the stop is fewer than the batches
+# emitted).
 data_path_rate() {
   python3 - "$1" <<'PY'
 import json, sys
@@ -71,9 +78,16 @@ nodes = {n["id"]: n for n in stats["nodes"]}
 batch = nodes["collate"]["in"] // max(1, nodes["collate"]["out"])
 samples = nodes["h2d"]["out"] * batch
 busiest = max(stats["nodes"], key=lambda n: n["utilisation"])
-print(f"  data path alone (run --stop-after h2d): {samples / stats['wall_s']:.2f} samples/s, "
-      f"{samples} samples in {stats['wall_s']:.1f} s; busiest {busiest['id']} "
-      f"{100 * busiest['utilisation']:.0f}%")
+series = stats["series"]
+times, batches = series["t"], series["nodes"]["h2d"]["items"]
+half = len(times) // 2
+steady = ""
+if len(times) >= 4:
+    steady = (f", {batch * sum(batches[half + 1:]) / (times[-1] - times[half]):.2f} over its "
+              f"second half")
+print(f"  data path alone (run --stop-after h2d): {samples / stats['wall_s']:.2f} samples/s"
+      f"{steady}, {samples} samples in {stats['wall_s']:.1f} s; busiest {busiest['id']} "
+      f"{100 * busiest['utilisation']:.0f}%; decode's counters {nodes['decode']['counters']}")
 PY
 }
 
@@ -146,6 +160,41 @@ PY
           "nvdec=$bin,nodes.decode.params.decoder=nvdec" \
           "nvdec_device=$bin,nodes.decode.params.decoder=nvdec,nodes.decode.params.device_frames=true,$full_frames" \
           "${gpu_augment[@]}"
+      done
+      ;;
+    nvdec-files)
+      # More files than NVDEC sessions: 16 RoboTwin episodes (48 files) in H.264, decoding alone,
+      # every sample of the dataset once, at one thread and all cores: samples/s over the run and
+      # over its second half (NVDEC's start-up makes its decoders), and the readers opened.
+      root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_h264_gop2_16
+      bench_dataset "$bin" robotwin 16 96 "$root" h264
+      for threads in 1 "$(nproc)"; do
+        for spec in "cpu|" "nvdec|--set nodes.decode.params.decoder=nvdec" \
+          "nvdec, device frames|--set nodes.decode.params.decoder=nvdec --set nodes.decode.params.device_frames=true --set ${full_frames/,/ --set }"; do
+          IFS='|' read -r name extra <<<"$spec"
+          stats=$(mktemp)
+          # shellcheck disable=SC2086  # extra holds several arguments
+          if ! ROBOTWIN_DATA_ROOT=$root "$bin" run pipelines/robotwin_data_online.json \
+            --stop-after decode --threads "$threads" --set settings.seed=7 --report-every 0 \
+            --quiet --stats-out "$stats" $extra >"$stats.log" 2>&1; then
+            echo "  $name, $threads threads: failed: $(head -c 300 "$stats.log")"
+            rm -f "$stats" "$stats.log"
+            continue
+          fi
+          rm -f "$stats.log"
+          python3 - "$stats" "$name" "$threads" <<'PY'
+import json, sys
+stats = json.load(open(sys.argv[1]))
+decode = {n["id"]: n for n in stats["nodes"]}["decode"]
+times, items = stats["series"]["t"], stats["series"]["nodes"]["decode"]["items"]
+half = len(times) // 2
+steady = sum(items[half + 1:]) / (times[-1] - times[half]) if len(times) >= 4 else float("nan")
+print(f"  {sys.argv[2]}, {sys.argv[3]} threads: {decode['out'] / stats['wall_s']:.1f} samples/s, "
+      f"{steady:.1f} over the second half; {decode['out']} samples in {stats['wall_s']:.1f} s; "
+      f"{decode['counters']}")
+PY
+          rm -f "$stats"
+        done
       done
       ;;
     auto)
@@ -237,7 +286,8 @@ PY
           stats=$(mktemp)
           # shellcheck disable=SC2086
           "$bin" run "pipelines/${task}_compile.json" "${base[@]}" $extra --stop-after h2d \
-            --steps 40 --report-every 0 --quiet --stats-out "$stats" >/dev/null 2>&1
+            --steps "${WAM_DATA_PATH_STEPS:-120}" --report-every 0 --quiet --stats-out "$stats" \
+            >/dev/null 2>&1
           data_path_rate "$stats"
           rm -f "$stats"
         done
