@@ -250,58 +250,50 @@ class VideoDecodeStage final : public Stage {
       gpu_work = capture_gate().gpu_work();
     }
     video::DecodeStats stats;
-    std::vector<std::shared_ptr<video::VideoReader>> readers;
-    for (const auto& file : files) {
-      readers.push_back(acquire_reader(file, stats));
-      if (const std::string& refusal = readers.back()->nvdec_refusal(); !refusal.empty()) {
-        std::call_once(nvdec_refusal_said_, [&] {
-          context_->log(
-              "VideoDecode: \"" + file + "\": " + refusal +
-              "; such streams decode on the CPU (decoder auto; counted in nvdec_refused)");
-        });
-      }
-      const auto& first = *readers.front();
-      const auto& reader = *readers.back();
-      if (reader.width() != first.width() || reader.height() != first.height()) {
-        throw Error("cameras of one sample must share a frame size: \"" + first.path() + "\" is " +
-                    std::to_string(first.width()) + "x" + std::to_string(first.height()) +
-                    " but \"" + reader.path() + "\" is " + std::to_string(reader.width()) + "x" +
-                    std::to_string(reader.height()));
-      }
-    }
-    const auto& first = *readers.front();
+    // Each camera's reader is borrowed for its frames alone and given back before the next is
+    // taken: with NVDEC's shared readers a thread then holds one hardware decoder, not one per
+    // camera, and an idle one moves on to the next camera's file (video::SharedReaderPool).
+    std::shared_ptr<video::VideoReader> reader = borrow_reader(files.front(), stats);
+    const int width = reader->width(), height = reader->height();
     std::call_once(claimed_, [&] {
-      claim_memory(first.width(), first.height(), static_cast<int64_t>(files.size()),
+      claim_memory(width, height, static_cast<int64_t>(files.size()),
                    static_cast<int64_t>(std::set<int64_t>(wanted.begin(), wanted.end()).size()));
     });
-    const auto cameras = static_cast<int64_t>(readers.size());
+    const auto cameras = static_cast<int64_t>(files.size());
     at::Tensor frames, planes;
     if (!params_.planes_size.empty()) {
-      frames = at::empty({cameras, 1, first.height(), first.width(), 3}, at::kByte);
+      frames = at::empty({cameras, 1, height, width, 3}, at::kByte);
       planes = at::empty({cameras, static_cast<int64_t>(wanted.size()), 3, params_.planes_size[0],
                           params_.planes_size[1]},
                          at::kByte);
-      for (int64_t v = 0; v < cameras; ++v) {
-        read_planes(*readers[static_cast<size_t>(v)], in_file(wanted, plan, static_cast<size_t>(v)),
-                    plan.fps, frames[v][0], planes[v], stats);
-      }
     } else {
-      frames = at::empty(
-          {cameras, static_cast<int64_t>(wanted.size()), first.height(), first.width(), 3},
-          at::TensorOptions().dtype(at::kByte).device(frames_device_));
-      for (size_t v = 0; v < readers.size(); ++v) {
-        at::Tensor camera = frames[static_cast<int64_t>(v)];
-        const std::vector<int64_t> indices = in_file(wanted, plan, v);
-        if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0) {
-          read_through_cache(*readers[v], indices, plan.fps, camera, stats);
-        } else if (params_.mode == DecodeMode::kSparse) {
-          readers[v]->read_frames(indices, plan.fps, camera, stats);
-        } else {
-          decode_full(*readers[v], indices, plan.fps, camera, stats);
-        }
-      }
+      frames = at::empty({cameras, static_cast<int64_t>(wanted.size()), height, width, 3},
+                         at::TensorOptions().dtype(at::kByte).device(frames_device_));
     }
-    readers.clear();  // an NVDEC reader given back may close its decoder, GPU work too
+    for (size_t v = 0; v < files.size(); ++v) {
+      if (v > 0) reader = borrow_reader(files[v], stats);
+      if (reader->width() != width || reader->height() != height) {
+        throw Error("cameras of one sample must share a frame size: \"" + files.front() + "\" is " +
+                    std::to_string(width) + "x" + std::to_string(height) + " but \"" +
+                    reader->path() + "\" is " + std::to_string(reader->width()) + "x" +
+                    std::to_string(reader->height()));
+      }
+      const std::vector<int64_t> indices = in_file(wanted, plan, v);
+      const auto camera = static_cast<int64_t>(v);
+      if (planes.defined()) {
+        read_planes(*reader, indices, plan.fps, frames[camera][0], planes[camera], stats);
+      } else if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0) {
+        at::Tensor out = frames[camera];
+        read_through_cache(*reader, indices, plan.fps, out, stats);
+      } else if (params_.mode == DecodeMode::kSparse) {
+        at::Tensor out = frames[camera];
+        reader->read_frames(indices, plan.fps, out, stats);
+      } else {
+        at::Tensor out = frames[camera];
+        decode_full(*reader, indices, plan.fps, out, stats);
+      }
+      reader.reset();  // an NVDEC reader given back may close its decoder, GPU work too
+    }
     if (gpu_work.owns_lock()) gpu_work.unlock();
     frames_decoded_->add(stats.frames_decoded);
     seeks_->add(stats.seeks);
@@ -382,15 +374,23 @@ class VideoDecodeStage final : public Stage {
   // The reader of `file` for this sample. The CPU's readers are cached per worker thread (TBB
   // keeps running a node's samples on few threads, and consecutive samples mostly come from the
   // same episode); NVDEC's are shared by the threads, as their opening is slow and serialised
-  // (video::SharedReaderPool), as many kept as the thread caches would keep together.
-  std::shared_ptr<video::VideoReader> acquire_reader(const std::string& file,
-                                                     video::DecodeStats& stats) {
+  // (video::SharedReaderPool), as many kept as the thread caches would keep together. A stream
+  // NVDEC refused (decoder auto) is said once.
+  std::shared_ptr<video::VideoReader> borrow_reader(const std::string& file,
+                                                    video::DecodeStats& stats) {
     const auto per_thread = static_cast<size_t>(reader_capacity_.load());
-    if (decoder_.decoder == video::Decoder::kNvdec) {
-      return shared_readers_.acquire(file, per_thread * static_cast<size_t>(worker_threads_), stats,
-                                     decoder_);
+    std::shared_ptr<video::VideoReader> reader =
+        decoder_.decoder == video::Decoder::kNvdec
+            ? shared_readers_.acquire(file, per_thread * static_cast<size_t>(worker_threads_),
+                                      stats, decoder_)
+            : reader_caches_.local().acquire(file, per_thread, stats, decoder_);
+    if (const std::string& refusal = reader->nvdec_refusal(); !refusal.empty()) {
+      std::call_once(nvdec_refusal_said_, [&] {
+        context_->log("VideoDecode: \"" + file + "\": " + refusal +
+                      "; such streams decode on the CPU (decoder auto; counted in nvdec_refused)");
+      });
     }
-    return reader_caches_.local().acquire(file, per_thread, stats, decoder_);
+    return reader;
   }
 
   // Claims the decoder sessions and cached frames of every worker thread from the budget, priced

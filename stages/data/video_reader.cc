@@ -996,15 +996,22 @@ std::shared_ptr<VideoReader> SharedReaderPool::acquire(const std::string& path, 
     }
     // Readers asked to keep their decoder across seeks (NVDEC's, unless told otherwise) may move.
     if (!reader && !choice.flush_on_seek.value_or(choice.decoder == Decoder::kCpu)) {
-      // The least recently returned reader of a file in the same folder.
+      // The least recently returned reader of a file in the same folder, which most likely
+      // decodes as this file does, else of any folder (a sample's other cameras, often encoded
+      // alike); switch_file checks.
       const std::filesystem::path folder = std::filesystem::path(path).parent_path();
+      auto candidate = readers.rend();
       for (auto it = readers.rbegin(); it != readers.rend(); ++it) {
-        if (it->first == choice.decoder && it->second->keeps_decoder_across_seeks() &&
-            std::filesystem::path(it->second->path()).parent_path() == folder) {
-          moving = std::move(it->second);
-          readers.erase(std::next(it).base());
+        if (it->first != choice.decoder || !it->second->keeps_decoder_across_seeks()) continue;
+        if (std::filesystem::path(it->second->path()).parent_path() == folder) {
+          candidate = it;
           break;
         }
+        if (candidate == readers.rend()) candidate = it;
+      }
+      if (candidate != readers.rend()) {
+        moving = std::move(candidate->second);
+        readers.erase(std::next(candidate).base());
       }
     }
     if (!reader && !moving && choice.decoder == Decoder::kNvdec &&

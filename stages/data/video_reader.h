@@ -161,10 +161,11 @@ class ReaderCache {
 // kept so: opening one creates a hardware decoder, which the driver serialises across the process,
 // and with a cache per thread 16 threads reopened nearly every sample's files (docs/BENCHMARKS.md,
 // "The capture gate and the data path on NVDEC"). Where no reader of the file is idle, an idle
-// reader that keeps its decoder across seeks, of a file in the same folder (a LeRobot camera's
-// episodes), moves to the file with its decoder (VideoReader::switch_file): with more episodes
-// than sessions, a sample otherwise made new hardware decoders for each of its files
-// (docs/BENCHMARKS.md, "NVDEC's decoders moved between files").
+// reader that keeps its decoder across seeks moves to the file with its decoder
+// (VideoReader::switch_file), one of a file in the same folder (a LeRobot camera's episodes) if
+// there is one, else of another folder; if the file decodes otherwise, it stays idle and a reader
+// opens. With more episodes than sessions, a sample otherwise made new hardware decoders for each
+// of its files (docs/BENCHMARKS.md, "NVDEC's decoders moved between files").
 class SharedReaderPool {
  public:
   // The reader of `path` with `choice.decoder` that no other thread holds: an idle one, else a new

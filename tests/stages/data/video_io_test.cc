@@ -482,52 +482,66 @@ TEST(SharedReaderPoolTest, ThreadsBorrowIdleReadersAndGiveThemBack) {
   outliving.reset();
 }
 
-// Where no reader of a file is idle, an idle reader of the same folder that keeps its decoder
-// across seeks moves to it; one of another folder, or that decodes otherwise, does not.
-TEST(SharedReaderPoolTest, AnIdleReaderOfTheFolderMovesToAFileWithItsDecoder) {
+// Where no reader of a file is idle, an idle reader that keeps its decoder across seeks moves to
+// it: one of the same folder first, else one of another folder; one whose stream decodes
+// otherwise stays idle on its file.
+TEST(SharedReaderPoolTest, AnIdleReaderMovesToAFileWithItsDecoder) {
   TempDir dir;
   fs::create_directories(dir.path() / "cam_high");
   fs::create_directories(dir.path() / "cam_wrist");
   const EncodeOptions options{"h264", kFps, 30, false, 23};
-  std::vector<std::string> high;
-  for (int k = 0; k < 2; ++k) {
-    high.push_back(encode(dir.file("cam_high/episode_" + std::to_string(k) + ".mp4"), options,
-                          kFrames, kWidth, kHeight, 1000 * k));
-  }
+  const auto episode = [&](const std::string& camera, int k) {
+    return encode(dir.file(camera + "/episode_" + std::to_string(k) + ".mp4"), options, kFrames,
+                  kWidth, kHeight, 1000 * k + (camera == "cam_wrist" ? 100 : 0));
+  };
+  const std::string high_0 = episode("cam_high", 0), high_1 = episode("cam_high", 1);
+  const std::string wrist_0 = episode("cam_wrist", 0), wrist_1 = episode("cam_wrist", 1);
   const std::string high_larger =
       encode(dir.file("cam_high/episode_2.mp4"), options, 10, kWidth + 32, kHeight);
-  const std::string wrist = encode(dir.file("cam_wrist/episode_0.mp4"), options);
   DecoderChoice keep;
   keep.flush_on_seek = false;
   SharedReaderPool pool;
   DecodeStats stats, unused;
-  const VideoReader* first = nullptr;
-  {
-    auto reader = pool.acquire(high[0], 4, stats, keep);
-    first = reader.get();
-    EXPECT_EQ(stamp_of(reader->read_frames({20}, kFps, unused)[0]), 20);
-  }
-  auto wrist_reader = pool.acquire(wrist, 4, stats, keep);  // another folder: opened
-  EXPECT_NE(wrist_reader.get(), first);
+  const auto stamp = [&](const std::shared_ptr<VideoReader>& reader, int64_t index) {
+    return stamp_of(reader->read_frames({index}, kFps, unused)[0]);
+  };
+  auto high = pool.acquire(high_0, 4, stats, keep);
+  auto wrist = pool.acquire(wrist_0, 4, stats, keep);  // none idle: opened
+  const VideoReader* high_reader = high.get();
+  const VideoReader* wrist_reader = wrist.get();
+  EXPECT_EQ(stamp(high, 20), 20);
+  EXPECT_EQ(stamp(wrist, 20), 120);
   EXPECT_EQ(stats.readers_opened, 2);
-  {
-    auto moved = pool.acquire(high[1], 4, stats, keep);
-    EXPECT_EQ(moved.get(), first);
-    EXPECT_EQ(moved->path(), high[1]);
-    EXPECT_EQ(stats.readers_opened, 2);
-    EXPECT_EQ(stats.decoders_moved, 1);
-    EXPECT_EQ(stamp_of(moved->read_frames({21}, kFps, unused)[0]), 1021);
-  }
-  // Another frame size: a reader of its own; the idle one stays on its file, and is found there.
-  EXPECT_NE(pool.acquire(high_larger, 4, stats, keep).get(), first);
+  wrist.reset();
+  high.reset();  // returned last: the wrist reader is now the least recently returned
+  // The same folder's idle reader moves, not the least recently returned.
+  high = pool.acquire(high_1, 4, stats, keep);
+  EXPECT_EQ(high.get(), high_reader);
+  EXPECT_EQ(high->path(), high_1);
+  EXPECT_EQ(stamp(high, 21), 1021);
+  EXPECT_EQ(stats.decoders_moved, 1);
+  // Another frame size: the wrist reader, the only idle one, is tried, stays on its file, and a
+  // reader opens.
+  auto larger = pool.acquire(high_larger, 4, stats, keep);
+  EXPECT_NE(larger.get(), wrist_reader);
   EXPECT_EQ(stats.readers_opened, 3);
   EXPECT_EQ(stats.decoders_moved, 1);
-  EXPECT_EQ(pool.acquire(high[1], 4, stats, keep).get(), first);
+  // No reader of cam_wrist's folder is idle but for wrist_0's: it moves; then, with that one held
+  // (and the larger one), the high camera's reader, given back, moves across folders.
+  wrist = pool.acquire(wrist_1, 4, stats, keep);
+  EXPECT_EQ(wrist.get(), wrist_reader);
+  EXPECT_EQ(stamp(wrist, 5), 1105);
+  high.reset();
+  auto wrist_again = pool.acquire(wrist_0, 4, stats, keep);
+  EXPECT_EQ(wrist_again.get(), high_reader);
+  EXPECT_EQ(stamp(wrist_again, 7), 107);
+  EXPECT_EQ(stats.decoders_moved, 3);
+  EXPECT_EQ(stats.readers_opened, 3);
   // Readers that flush at a seek (the CPU's default) are opened per file, as before.
   SharedReaderPool flushing_pool;
   DecodeStats flushing;
-  flushing_pool.acquire(high[0], 4, flushing);
-  flushing_pool.acquire(high[1], 4, flushing);
+  flushing_pool.acquire(high_0, 4, flushing);
+  flushing_pool.acquire(high_1, 4, flushing);
   EXPECT_EQ(flushing.readers_opened, 2);
   EXPECT_EQ(flushing.decoders_moved, 0);
 }
