@@ -219,11 +219,13 @@ bool same_decoding(const AVCodecParameters* a, const AVCodecParameters* b) {
           std::memcmp(a->extradata, b->extradata, static_cast<size_t>(a->extradata_size)) == 0);
 }
 
-// Packets sent to a decoder that moved to another file carry their pts and dts moved by the
-// number of moves times this, so that the frames it still held from the earlier file are known
-// when they come out: a file's own timestamps stay far inside it (2^39 ticks is over 70 days at
-// 90 kHz).
-constexpr int64_t kFileTimestampSpan = int64_t{1} << 40;
+// A decoder kept across seeks and files tells the frames it still held from before a seek by
+// their timestamps: the packets sent after the g-th such seek carry pts and dts moved by g times
+// this span (a file's own timestamps stay far inside one: 2^39 ticks is over 70 days at 90 kHz),
+// with g counted modulo kTimestampGenerations so that the sums stay inside 64 bits however long a
+// run is (a held frame is a few seeks old, never 2^20).
+constexpr int64_t kTimestampSpan = int64_t{1} << 40;
+constexpr int64_t kTimestampGenerations = int64_t{1} << 20;
 
 }  // namespace
 
@@ -315,10 +317,10 @@ struct VideoReader::Impl {
   bool dropping_until_keyframe = false;
   std::optional<int64_t> awaited_keyframe_pts;
   int64_t last_output_index = std::numeric_limits<int64_t>::min();
-  // How many times the decoder moved to another file (switch_file): the timestamps sent are
-  // moved by this many kFileTimestampSpan. A move leaves the demuxer where the next read must
-  // seek first.
-  int64_t file_generation = 0;
+  // The seeks without a flush so far (modulo kTimestampGenerations): the timestamps sent are
+  // moved by this many kTimestampSpan. A move to another file (switch_file), or NVDEC's probe
+  // at opening, leaves the demuxer where the next read must seek first.
+  int64_t generation = 0;
   bool must_seek = false;
 
   [[noreturn]] void fail(const std::string& what) const {
@@ -456,9 +458,8 @@ struct VideoReader::Impl {
       throw;
     }
     // A decoder that keeps its state across seeks goes on without a flush (which on NVDEC would
-    // make a new hardware decoder): the frames it still holds from the earlier file carry the
-    // earlier timestamp span and are dropped as they come out.
-    ++file_generation;
+    // make a new hardware decoder) at the seek that must come next: the frames it still holds from
+    // the earlier file carry an earlier generation's timestamps and are dropped as they come out.
     positioned = positioned && !input_ended && !flush_on_seek;
     must_seek = true;
     reading_keyframe = 0;
@@ -496,9 +497,13 @@ struct VideoReader::Impl {
         // Without a container index the whole file is one run from its first keyframe.
         if (keyframe_dts.empty()) keyframe_dts.push_back(packet->dts);
         if (probe_nvdec && holds_nvdec_session) {
-          // Any other failure is left to the decoding that reports it with the frame's time.
-          avcodec_send_packet(codec.get(), packet.get());
-          avcodec_flush_buffers(codec.get());
+          // Any other failure is left to the decoding that reports it with the frame's time. No
+          // flush after it: with the CUDA hwaccel a flush makes the next packet create a second
+          // hardware decoder (see DecoderChoice::flush_on_seek); the first read seeks without one,
+          // and the probe's frame, of the generation before, is dropped.
+          const bool sent = avcodec_send_packet(codec.get(), packet.get()) == 0;
+          positioned = sent && !nvdec_refused;
+          must_seek = true;
         }
       }
       av_packet_unref(packet.get());
@@ -542,6 +547,7 @@ struct VideoReader::Impl {
       dropping_until_keyframe = false;
     } else {
       dropping_until_keyframe = true;
+      generation = (generation + 1) % kTimestampGenerations;
     }
     awaited_keyframe_pts.reset();
     must_seek = false;
@@ -592,12 +598,12 @@ struct VideoReader::Impl {
           avcodec_flush_buffers(codec.get());
           dropping_until_keyframe = false;
         } else {
-          awaited_keyframe_pts = packet->pts + file_generation * kFileTimestampSpan;
+          awaited_keyframe_pts = packet->pts + generation * kTimestampSpan;
         }
       }
       int64_t pts = packet->pts;
-      if (file_generation > 0) {
-        const int64_t shift = file_generation * kFileTimestampSpan;
+      if (generation > 0) {
+        const int64_t shift = generation * kTimestampSpan;
         if (packet->pts != AV_NOPTS_VALUE) packet->pts += shift;
         if (packet->dts != AV_NOPTS_VALUE) packet->dts += shift;
       }
@@ -657,15 +663,6 @@ struct VideoReader::Impl {
       if (rc < 0) fail_decoding("cannot decode a frame", rc);
       int64_t pts = frame->best_effort_timestamp != AV_NOPTS_VALUE ? frame->best_effort_timestamp
                                                                    : frame->pts;
-      if (file_generation > 0 && pts != AV_NOPTS_VALUE) {
-        // Rounded to the nearest span: a file's own timestamps may start a little below zero.
-        const int64_t span_start = file_generation * kFileTimestampSpan;
-        if (pts < span_start - kFileTimestampSpan / 2) {
-          ++stats.frames_held_across_seeks;  // a frame of an earlier file
-          continue;
-        }
-        pts -= span_start;
-      }
       if (dropping_until_keyframe) {
         if (!awaited_keyframe_pts || frame->pts != *awaited_keyframe_pts) {
           ++stats.frames_held_across_seeks;
@@ -673,6 +670,9 @@ struct VideoReader::Impl {
         }
         dropping_until_keyframe = false;
       }
+      // Frames held from before the seek came out above, as theirs are another generation's
+      // timestamps, never the awaited keyframe's.
+      if (pts != AV_NOPTS_VALUE) pts -= generation * kTimestampSpan;
       ++stats.frames_decoded;
       int64_t index = index_of_pts(pts, fps);
       if (seeked_to && index > targets[next]) {

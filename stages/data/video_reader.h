@@ -64,9 +64,10 @@ struct DecoderChoice {
   // Whether a seek flushes the decoder; unset: the CPU decoders flush, NVDEC readers do not.
   // FFmpeg's H.264 decoder rebuilds its context after a flush, and with the CUDA hwaccel that
   // re-creates the hardware decoder on every seek (libavcodec/h264dec.c, h264_decode_flush). A
-  // reader that does not flush sends the keyframe's packets on and drops what the decoder still
-  // held from before the seek: every frame up to the keyframe's own (docs/DESIGN.md section 4,
-  // "Seeking on NVDEC").
+  // reader that does not flush sends the keyframe's packets on, their timestamps moved into a
+  // span of their own, and drops what the decoder still held from before the seek: every frame
+  // up to the keyframe's own (docs/DESIGN.md section 4, "Seeking on NVDEC"). An NVDEC reader
+  // opens without a flush too.
   std::optional<bool> flush_on_seek = std::nullopt;
   // NVDEC readers keep their frames in the memory of CUDA device `device`: read_frames() without
   // an output tensor returns them there (converted to RGB there), as it does, uploaded, the frames
