@@ -13,8 +13,9 @@
 #         robotwin_compile (base preset) on H.264 datasets (the H200's NVDEC has no AV1), as shipped
 #         (decoding and Augment on the CPU) against NVDEC with the frames kept in GPU memory and
 #         Augment there, and against the CPU's decoding with Augment on the GPU: the data path's
-#         samples/s beside the step's, then alone (`run --stop-after h2d`, $WAM_DATA_PATH_STEPS
-#         batches, default 120: over all of it and over its second half).
+#         samples/s beside the step's (30 steps after $WAM_GPU_DATA_WARMUP, default 60), then
+#         alone (`run --stop-after h2d`, $WAM_DATA_PATH_STEPS batches, default 120: over all of it
+#         and over its second half).
 #         $WAM_LADDER_TASKS picks the tasks.
 # ladder: the profile ladder on a CUDA machine, base preset, for each task of $WAM_LADDER_TASKS
 #         (default "libero robotwin"): `cache generate` samples/s, then one `wam-pipeline bench` of
@@ -281,7 +282,10 @@ PY
           IFS='|' read -r name extra <<<"$spec"
           echo "## ${task}_compile: $name"
           # shellcheck disable=SC2086  # extra holds several arguments
-          "$bin" bench "pipelines/${task}_compile.json" "${base[@]}" $extra --steps 30 --warmup 5
+          # Warm-up steps long enough for NVDEC's start-up (its decoders are made in the first
+          # seconds: docs/BENCHMARKS.md, "NVDEC's decoders moved between files").
+          "$bin" bench "pipelines/${task}_compile.json" "${base[@]}" $extra --steps 30 \
+            --warmup "${WAM_GPU_DATA_WARMUP:-60}"
           # The data path alone: the graph up to h2d, without the step to wait for.
           stats=$(mktemp)
           # shellcheck disable=SC2086
