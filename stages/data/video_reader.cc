@@ -1042,6 +1042,9 @@ std::shared_ptr<VideoReader> SharedReaderPool::acquire(const std::string& path, 
     if (moved) {
       reader = std::move(moving);
       ++stats.decoders_moved;
+    } else if (choice.decoder == Decoder::kNvdec &&
+               open_nvdec_readers() >= choice.max_nvdec_sessions) {
+      moving.reset();  // its stream decodes otherwise, and its session goes to this file's reader
     } else {
       keep_idle();  // its stream decodes otherwise
     }
