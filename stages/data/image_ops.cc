@@ -301,8 +301,9 @@ struct WarpAxis {
 // affine_grid + grid_sample (align_corners false, border padding, bilinear), in float. Without
 // rotation (RoboTwin's camera jitter) the map is separable and pixel_kernels' sample_separable
 // computes the same bits about 4x faster; with it (LIBERO's, up to 5 degrees) pixel_kernels'
-// sample_bilinear gathers each pixel's four source levels as floats, about 2x faster than the
-// scalar loop it replaced, with the same bits (docs/BENCHMARKS.md, issue 24).
+// sample_bilinear picks each pixel's four source levels as floats, with the same bits as the
+// scalar loop it replaced: by AVX-512 permutes of the two or three source rows a block of 16
+// pixels spans, else by the vectoriser's gathers (docs/BENCHMARKS.md, issue 24).
 at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp) {
   check_planes(planes, "warp_planes");
   const int64_t n = planes.size(0), c = planes.size(1), h = planes.size(2), w = planes.size(3);
@@ -331,7 +332,7 @@ at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp) 
                                       offsets.data() + 2 * count, weights.data(),
                                       weights.data() + count};
   pixel_kernels::warp_taps(t, h, w, row, taps);
-  std::vector<float> levels(static_cast<size_t>(h * row));
+  std::vector<float> levels(static_cast<size_t>(h * row + pixel_kernels::kBilinearLevelsPadding));
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t k = 0; k < c; ++k) {
       pixel_kernels::sample_bilinear(plane(planes, b, k), row, taps, h, w, levels.data(),

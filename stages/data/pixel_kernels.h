@@ -79,7 +79,9 @@ void warp_taps(const float theta[6], int64_t height, int64_t width, int64_t row,
 // pixel (i, j) of `height` x `width` at `out` (rows `out_row` bytes apart) blends its four pixels
 // of `source` (the same size, rows `source_row` bytes apart) as the per-pixel sampling of torch's
 // grid_sample does, each row first (a + fx * (b - a) in float), then across rows, + 0.5 and
-// truncated to uint8. `levels` is scratch for height * source_row floats.
+// truncated to uint8. `levels` is scratch for height * source_row + kBilinearLevelsPadding
+// floats, zeroed once (the vector path reads past the plane's last level).
+constexpr int64_t kBilinearLevelsPadding = 32;
 void sample_bilinear(const uint8_t* source, int64_t source_row, const PixelTaps& taps,
                      int64_t height, int64_t width, float* levels, uint8_t* out, int64_t out_row);
 
