@@ -127,7 +127,9 @@ TEST(AutoConcurrency, ARaisedLimitIsUsedWithoutNewArrivals) {
                                              {}, testing::test_registry());
   RunOptions options;
   options.log = [](const std::string&) {};
-  options.autotune_every_s = 0.02;
+  // The first window long enough for `fast` to pass all 200 items first on a loaded machine under
+  // the sanitizers (at 0.02 s it had passed 59 there), short against slow's 0.4 s on one worker.
+  options.autotune_every_s = 0.15;
   options.tick_every_s = 0.01;
   int64_t slow_limit_max = 0, slow_active_max = 0, fast_out_at_raise = -1;
   options.on_tick = [&](const RunSnapshot& s) {
