@@ -164,9 +164,10 @@ class ReaderCache {
 // "The capture gate and the data path on NVDEC"). Where no reader of the file is idle, an idle
 // reader that keeps its decoder across seeks moves to the file with its decoder
 // (VideoReader::switch_file), one of a file in the same folder (a LeRobot camera's episodes) if
-// there is one, else of another folder; if the file decodes otherwise, it stays idle and a reader
-// opens. With more episodes than sessions, a sample otherwise made new hardware decoders for each
-// of its files (docs/BENCHMARKS.md, "NVDEC's decoders moved between files").
+// there is one, else of another folder; if the file decodes otherwise, it stays idle (or closes,
+// where NVDEC's sessions are all held, to give its session to the file) and a reader opens. With
+// more episodes than sessions, a sample otherwise made new hardware decoders for each of its files
+// (docs/BENCHMARKS.md, "NVDEC's decoders moved between files").
 class SharedReaderPool {
  public:
   // The reader of `path` with `choice.decoder` that no other thread holds: an idle one, else a new
