@@ -280,16 +280,14 @@ class VideoDecodeStage final : public Stage {
       }
       const std::vector<int64_t> indices = in_file(wanted, plan, v);
       const auto camera = static_cast<int64_t>(v);
+      at::Tensor out = frames[camera];
       if (planes.defined()) {
-        read_planes(*reader, indices, plan.fps, frames[camera][0], planes[camera], stats);
+        read_planes(*reader, indices, plan.fps, out[0], planes[camera], stats);
       } else if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0) {
-        at::Tensor out = frames[camera];
         read_through_cache(*reader, indices, plan.fps, out, stats);
       } else if (params_.mode == DecodeMode::kSparse) {
-        at::Tensor out = frames[camera];
         reader->read_frames(indices, plan.fps, out, stats);
       } else {
-        at::Tensor out = frames[camera];
         decode_full(*reader, indices, plan.fps, out, stats);
       }
       reader.reset();  // an NVDEC reader given back may close its decoder, GPU work too
