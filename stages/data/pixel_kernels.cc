@@ -341,29 +341,54 @@ void halve_rgb(const uint8_t* packed, int64_t height, int64_t width, uint8_t* re
   }
 }
 
-WAM_PIXEL_KERNEL
-void halve_yuv420(const uint8_t* luma, int64_t luma_row, const uint8_t* cb, const uint8_t* cr,
-                  int64_t chroma_row, int64_t height, int64_t width, bool full_range, uint8_t* red,
-                  uint8_t* green, uint8_t* blue, int64_t out_row) {
-  const int64_t out_width = width / 2;
-  // The filters' sums are 64 times the filtered levels; the matrix works on them in integers
-  // (exact, so they vectorise in any order), with 2^14 for 1 and the rounding's half folded into
-  // the offsets. Limited range stretches luma 16-235 and chroma 16-240 to 0-255 first.
+Yuv64Matrix::Yuv64Matrix(bool full_range) {
+  // The sums are 64 times the levels; the matrix works on them in integers (exact, so they
+  // vectorise in any order), with 2^14 for 1 and the rounding's half folded into the offsets.
+  // Limited range stretches luma 16-235 and chroma 16-240 to 0-255 first.
   const double luma_scale = full_range ? 1.0 : 255.0 / 219.0;
   const double chroma_scale = full_range ? 1.0 : 255.0 / 224.0;
   const auto fixed = [](double x) { return static_cast<int32_t>(std::lround(x * (1 << 14))); };
-  const int32_t y_gain = fixed(luma_scale), v_to_red = fixed(1.402 * chroma_scale),
-                u_to_green = fixed(0.344136 * chroma_scale),
-                v_to_green = fixed(0.714136 * chroma_scale),
-                u_to_blue = fixed(1.772 * chroma_scale);
-  const int32_t luma_black = full_range ? 0 : 16 * 64, chroma_zero = 128 * 64;
+  y_gain = fixed(luma_scale);
+  v_to_red = fixed(1.402 * chroma_scale);
+  u_to_green = fixed(0.344136 * chroma_scale);
+  v_to_green = fixed(0.714136 * chroma_scale);
+  u_to_blue = fixed(1.772 * chroma_scale);
+  luma_black = full_range ? 0 : 16 * 64;
   // libswscale's integer conversion lands below the exact values (video_reader.cc, nv12_to_rgb).
   const double red_blue_offset = full_range ? 0.5 : 1.0, green_offset = full_range ? 1.0 : 1.5;
   const auto offset = [](double levels) {
     return static_cast<int32_t>(std::lround((0.5 - levels) * (1 << 20)));
   };
-  const int32_t red_blue_add = offset(red_blue_offset), green_add = offset(green_offset);
+  red_blue_add = offset(red_blue_offset);
+  green_add = offset(green_offset);
+}
 
+WAM_PIXEL_KERNEL
+void rgb_from_yuv64(const Yuv64Matrix& matrix, const uint16_t* __restrict y_sums,
+                    const uint16_t* __restrict u_sums, const uint16_t* __restrict v_sums,
+                    int64_t count, uint8_t* __restrict red, uint8_t* __restrict green,
+                    uint8_t* __restrict blue) {
+  constexpr int32_t kChromaZero = 128 * 64;
+  const Yuv64Matrix k = matrix;  // in registers: the stores below cannot alias it
+  for (int64_t x = 0; x < count; ++x) {
+    const int32_t luma_term = (static_cast<int32_t>(y_sums[x]) - k.luma_black) * k.y_gain;
+    const int32_t u = static_cast<int32_t>(u_sums[x]) - kChromaZero;
+    const int32_t v = static_cast<int32_t>(v_sums[x]) - kChromaZero;
+    red[x] = static_cast<uint8_t>(
+        std::clamp((luma_term + k.v_to_red * v + k.red_blue_add) >> 20, 0, 255));
+    green[x] = static_cast<uint8_t>(
+        std::clamp((luma_term - k.u_to_green * u - k.v_to_green * v + k.green_add) >> 20, 0, 255));
+    blue[x] = static_cast<uint8_t>(
+        std::clamp((luma_term + k.u_to_blue * u + k.red_blue_add) >> 20, 0, 255));
+  }
+}
+
+WAM_PIXEL_KERNEL
+void halve_yuv420(const uint8_t* luma, int64_t luma_row, const uint8_t* cb, const uint8_t* cr,
+                  int64_t chroma_row, int64_t height, int64_t width, bool full_range, uint8_t* red,
+                  uint8_t* green, uint8_t* blue, int64_t out_row) {
+  const int64_t out_width = width / 2;
+  const Yuv64Matrix matrix(full_range);
   std::vector<uint16_t> buffer(
       static_cast<size_t>(width + 4 + 2 * (out_width + 2) + 3 * out_width));
   uint16_t* const luma_columns = buffer.data() + 2;  // v[-1] and v[width]: the repeated edges
@@ -383,20 +408,8 @@ void halve_yuv420(const uint8_t* luma, int64_t luma_row, const uint8_t* cb, cons
                   below = std::min(y + 1, out_height - 1) * chroma_row;
     chroma_sums(cb + above, cb + middle, cb + below, out_width, cb_scratch, u_sums);
     chroma_sums(cr + above, cr + middle, cr + below, out_width, cr_scratch, v_sums);
-    uint8_t* __restrict r = red + y * out_row;
-    uint8_t* __restrict g = green + y * out_row;
-    uint8_t* __restrict b = blue + y * out_row;
-    for (int64_t x = 0; x < out_width; ++x) {
-      const int32_t luma_term = (static_cast<int32_t>(y_sums[x]) - luma_black) * y_gain;
-      const int32_t u = static_cast<int32_t>(u_sums[x]) - chroma_zero;
-      const int32_t v = static_cast<int32_t>(v_sums[x]) - chroma_zero;
-      r[x] =
-          static_cast<uint8_t>(std::clamp((luma_term + v_to_red * v + red_blue_add) >> 20, 0, 255));
-      g[x] = static_cast<uint8_t>(
-          std::clamp((luma_term - u_to_green * u - v_to_green * v + green_add) >> 20, 0, 255));
-      b[x] = static_cast<uint8_t>(
-          std::clamp((luma_term + u_to_blue * u + red_blue_add) >> 20, 0, 255));
-    }
+    rgb_from_yuv64(matrix, y_sums, u_sums, v_sums, out_width, red + y * out_row,
+                   green + y * out_row, blue + y * out_row);
   }
 }
 

@@ -27,12 +27,23 @@ void halve_plane(const uint8_t* source, int64_t source_row, int64_t height, int6
 void halve_rgb(const uint8_t* packed, int64_t height, int64_t width, uint8_t* red, uint8_t* green,
                uint8_t* blue, int64_t out_row);
 
+// ITU-R BT.601, limited or full range, as libswscale converts the decoders' frames (offsets as
+// video_reader.h's nv12_to_rgb), on luma and chroma at 64 times their levels (filtered sums not
+// yet rounded to levels), in 2^14 and 2^20 fixed point.
+struct Yuv64Matrix {
+  explicit Yuv64Matrix(bool full_range);
+  int32_t y_gain, v_to_red, u_to_green, v_to_green, u_to_blue, luma_black, red_blue_add, green_add;
+};
+// `count` pixels of luma and chroma at 64 times their levels -> RGB, rounded and clipped to bytes.
+void rgb_from_yuv64(const Yuv64Matrix& matrix, const uint16_t* y_sums, const uint16_t* u_sums,
+                    const uint16_t* v_sums, int64_t count, uint8_t* red, uint8_t* green,
+                    uint8_t* blue);
+
 // A YUV 4:2:0 frame (8-bit luma `height` x `width`, both even, at least 8; chroma planes of half
 // that, rows `luma_row` and `chroma_row` bytes apart) -> three RGB planes of half its width and
 // height, rounded to levels: the luma halved by halve_plane's filter, the chroma by the filter that
-// halving RGB gives a chroma sample covering its 2x2 pixels ((1, 6, 1) / 8 per axis), then ITU-R
-// BT.601, limited or full range, as libswscale converts the decoders' frames (offsets as
-// video_reader.h's nv12_to_rgb). What libswscale's RGB24 then halve_rgb give, converting a quarter
+// halving RGB gives a chroma sample covering its 2x2 pixels ((1, 6, 1) / 8 per axis), then
+// rgb_from_yuv64. What libswscale's RGB24 then halve_rgb give, converting a quarter
 // of the pixels, not bit for bit: 0.3 levels apart on average on the real dataset's frames, more
 // where a colour clips in some of the pixels averaged (video_io_test, video_decode_test check).
 void halve_yuv420(const uint8_t* luma, int64_t luma_row, const uint8_t* cb, const uint8_t* cr,

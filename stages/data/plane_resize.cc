@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <type_traits>
+
+#include "data/pixel_kernels.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -122,6 +125,71 @@ AxisFilter bilinear_filter(int source_size, int target_size, int one, int align)
   return filter;
 }
 
+AxisFilter over_pairs(const AxisFilter& filter, int source_size, int align) {
+  const int half = source_size / 2;
+  const size_t outputs = filter.first.size();
+  int taps = 1;
+  for (size_t i = 0; i < outputs; ++i)
+    taps = std::max(taps, ((filter.first[i] & 1) + filter.taps + 1) / 2);
+  taps = std::min((taps + align - 1) / align * align, half);
+  AxisFilter pairs;
+  pairs.taps = taps;
+  pairs.first.resize(outputs);
+  pairs.weights.assign(outputs * static_cast<size_t>(taps), 0);
+  for (size_t i = 0; i < outputs; ++i) {
+    const int start = std::max(std::min(filter.first[i] / 2, half - taps), 0);
+    pairs.first[i] = start;
+    for (int j = 0; j < filter.taps; ++j) {
+      const int16_t weight = filter.weights[i * static_cast<size_t>(filter.taps) + j];
+      if (weight == 0) continue;  // a padding tap may lie past the plane
+      const int pair = (filter.first[i] + j) / 2;
+      pairs.weights[i * static_cast<size_t>(taps) + static_cast<size_t>(pair - start)] += weight;
+    }
+  }
+  return pairs;
+}
+
+template <typename Out>
+void resize_plainly(const uint8_t* source, int64_t source_row, const AxisFilter& horizontal,
+                    const AxisFilter& vertical, int shift, Out* target, int64_t target_row) {
+  const auto width = static_cast<int64_t>(horizontal.first.size());
+  const auto height = static_cast<int64_t>(vertical.first.size());
+  const int row_begin = *std::min_element(vertical.first.begin(), vertical.first.end());
+  const int row_end =
+      *std::max_element(vertical.first.begin(), vertical.first.end()) + vertical.taps;
+  std::vector<int32_t> sums(static_cast<size_t>((row_end - row_begin) * width));
+  for (int y = row_begin; y < row_end; ++y) {
+    const uint8_t* row = source + y * source_row;
+    int32_t* out = sums.data() + (y - row_begin) * width;
+    for (int64_t x = 0; x < width; ++x) {
+      const int16_t* w = &horizontal.weights[static_cast<size_t>(x * horizontal.taps)];
+      int32_t sum = 0;
+      for (int j = 0; j < horizontal.taps; ++j) {
+        if (w[j] != 0) sum += w[j] * row[horizontal.first[static_cast<size_t>(x)] + j];
+      }
+      out[x] = sum >> 7;
+    }
+  }
+  // The kernel packs to int16 with saturation, then bytes to 0..255.
+  const int32_t low = std::is_same_v<Out, uint8_t> ? 0 : std::numeric_limits<int16_t>::min();
+  const int32_t high = std::is_same_v<Out, uint8_t> ? 255 : std::numeric_limits<int16_t>::max();
+  for (int64_t i = 0; i < height; ++i) {
+    const int16_t* w = &vertical.weights[static_cast<size_t>(i * vertical.taps)];
+    const int32_t* rows =
+        sums.data() + (vertical.first[static_cast<size_t>(i)] - row_begin) * width;
+    Out* out = target + i * target_row;
+    for (int64_t x = 0; x < width; ++x) {
+      int32_t sum = int32_t{1} << (shift - 1);
+      for (int k = 0; k < vertical.taps; ++k) sum += w[k] * rows[k * width + x];
+      out[x] = static_cast<Out>(std::clamp(sum >> shift, low, high));
+    }
+  }
+}
+template void resize_plainly(const uint8_t*, int64_t, const AxisFilter&, const AxisFilter&, int,
+                             uint8_t*, int64_t);
+template void resize_plainly(const uint8_t*, int64_t, const AxisFilter&, const AxisFilter&, int,
+                             uint16_t*, int64_t);
+
 #ifdef WAM_PLANE_RESIZE_KERNEL
 // GCC 12's AVX-512 intrinsics start their results from _mm512_undefined_epi32(), which its own
 // -Wmaybe-uninitialized then reports as used uninitialised.
@@ -174,14 +242,17 @@ WAM_VBMI void horizontal_sums(const uint8_t* source, int64_t source_row, int sou
   }
 }
 
-// libswscale's vertical scaler: (sum of the taps' sums x weights + 2^18) >> 19, clipped to a byte.
-// Two rows' words interleaved (unpack) meet two weights in one vpmaddwd; unpack and pack both act
-// per 128-bit lane, so the words come back in order and only the final bytes need a permute.
-template <int Taps>
+// libswscale's vertical scaler: (sum of the taps' sums x weights + 2^18) >> 19, clipped to a byte,
+// or, for uint16 outputs, (... + 2^12) >> 13, 64 times the level. Two rows' words interleaved
+// (unpack) meet two weights in one vpmaddwd; unpack and pack both act per 128-bit lane, so the
+// words come back in order and only the final bytes need a permute.
+template <int Taps, typename Out>
 WAM_VBMI void vertical_pass(const int16_t* sums, int64_t sums_row, const AxisFilter& filter,
-                            int width, int height, uint8_t* target, int64_t target_row) {
+                            int width, int height, Out* target, int64_t target_row) {
+  constexpr bool kBytes = std::is_same_v<Out, uint8_t>;
+  constexpr int kShift = kBytes ? 19 : 13;
   constexpr int kPairs = (Taps + 1) / 2;
-  const __m512i round = _mm512_set1_epi32(1 << 18);
+  const __m512i round = _mm512_set1_epi32(1 << (kShift - 1));
   const __m512i in_order = _mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7);
   for (int y = 0; y < height; ++y) {
     const int16_t* w = &filter.weights[static_cast<size_t>(y) * Taps];
@@ -193,7 +264,7 @@ WAM_VBMI void vertical_pass(const int16_t* sums, int64_t sums_row, const AxisFil
                             static_cast<int32_t>(static_cast<uint32_t>(second) << 16));
     }
     const int16_t* rows = sums + filter.first[y] * sums_row;
-    uint8_t* out = target + y * target_row;
+    Out* out = target + y * target_row;
     for (int x = 0; x < width; x += 64) {
       __m512i words[2];
       for (int half = 0; half < 2; ++half) {
@@ -207,11 +278,21 @@ WAM_VBMI void vertical_pass(const int16_t* sums, int64_t sums_row, const AxisFil
           high = _mm512_add_epi32(
               high, _mm512_madd_epi16(_mm512_unpackhi_epi16(a, b), pair_weights[pair]));
         }
-        words[half] = _mm512_packs_epi32(_mm512_srai_epi32(low, 19), _mm512_srai_epi32(high, 19));
+        words[half] =
+            _mm512_packs_epi32(_mm512_srai_epi32(low, kShift), _mm512_srai_epi32(high, kShift));
       }
-      const __m512i bytes =
-          _mm512_permutexvar_epi64(in_order, _mm512_packus_epi16(words[0], words[1]));
-      _mm512_mask_storeu_epi8(out + x, first_bytes(width - x), bytes);
+      if constexpr (kBytes) {
+        const __m512i bytes =
+            _mm512_permutexvar_epi64(in_order, _mm512_packus_epi16(words[0], words[1]));
+        _mm512_mask_storeu_epi8(out + x, first_bytes(width - x), bytes);
+      } else {
+        for (int half = 0; half < 2; ++half) {
+          const int64_t left = width - x - 32 * half;
+          if (left <= 0) break;
+          const __mmask32 mask = left >= 32 ? ~__mmask32{0} : (__mmask32{1} << left) - 1;
+          _mm512_mask_storeu_epi16(out + x + 32 * half, mask, words[half]);
+        }
+      }
     }
   }
 }
@@ -220,15 +301,25 @@ WAM_VBMI void vertical_pass(const int16_t* sums, int64_t sums_row, const AxisFil
 
 std::unique_ptr<PlaneResizer> PlaneResizer::make(int source_width, int source_height,
                                                  int target_width, int target_height) {
+  if (source_width < 3 || source_height < 3 || target_width < 1 || target_height < 1)
+    return nullptr;
+  return make(source_width, source_height, bilinear_filter(source_width, target_width, 1 << 14, 4),
+              bilinear_filter(source_height, target_height, 1 << 12, 2));
+}
+
+std::unique_ptr<PlaneResizer> PlaneResizer::make(int source_width, int source_height,
+                                                 const AxisFilter& horizontal,
+                                                 AxisFilter vertical) {
   if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl") ||
-      !__builtin_cpu_supports("avx512vbmi") || source_width < 3 || source_height < 3 ||
-      target_width < 1 || target_height < 1) {
+      !__builtin_cpu_supports("avx512vbmi") || source_width < 3 || source_height < 3) {
     return nullptr;
   }
-  const AxisFilter horizontal = bilinear_filter(source_width, target_width, 1 << 14, 4);
-  AxisFilter vertical = bilinear_filter(source_height, target_height, 1 << 12, 2);
-  if (horizontal.taps > 8 || vertical.taps > 8 ||
-      vertical.first.back() + vertical.taps > source_height) {
+  const int target_width = static_cast<int>(horizontal.first.size());
+  const int target_height = static_cast<int>(vertical.first.size());
+  const bool vertical_taps_taken =
+      vertical.taps == 1 || (vertical.taps % 2 == 0 && vertical.taps <= 8);
+  if ((horizontal.taps != 4 && horizontal.taps != 8) || !vertical_taps_taken || target_width < 1 ||
+      target_height < 1 || vertical.first.back() + vertical.taps > source_height) {
     return nullptr;
   }
   std::unique_ptr<PlaneResizer> resizer(new PlaneResizer());
@@ -269,38 +360,113 @@ std::unique_ptr<PlaneResizer> PlaneResizer::make(int source_width, int source_he
   return resizer;
 }
 
-void PlaneResizer::resize(const uint8_t* source, int64_t source_row, uint8_t* target,
-                          int64_t target_row) {
+void PlaneResizer::horizontal_pass(const uint8_t* source, int64_t source_row) {
   const int row_begin = vertical_.first.front();
   const int row_end = vertical_.first.back() + vertical_.taps;
-  // make() allows 4 or 8 horizontal taps (a multiple of 4) and up to 8 vertical ones.
-  const int16_t* const weights = weights_.data();
-  int16_t* const sums = sums_.data();
+  // make() allows 4 or 8 horizontal taps.
   if (horizontal_pairs_ == 2) {
     horizontal_sums<2>(source, source_row, source_width_, row_begin, row_end, blocks_,
-                       block_start_.data(), indices_.data(), weights, sums, sums_row_);
+                       block_start_.data(), indices_.data(), weights_.data(), sums_.data(),
+                       sums_row_);
   } else {
     horizontal_sums<4>(source, source_row, source_width_, row_begin, row_end, blocks_,
-                       block_start_.data(), indices_.data(), weights, sums, sums_row_);
+                       block_start_.data(), indices_.data(), weights_.data(), sums_.data(),
+                       sums_row_);
   }
-  const auto vertical = [&](auto taps) {
-    vertical_pass<decltype(taps)::value>(sums, sums_row_, vertical_, target_width_, target_height_,
-                                         target, target_row);
+}
+
+namespace {
+
+// The vertical pass for make()'s vertical taps: 1, 2, 4, 6 or 8.
+template <typename Out>
+void vertical_for_taps(const int16_t* sums, int64_t sums_row, const AxisFilter& filter, int width,
+                       int height, Out* target, int64_t target_row) {
+  const auto pass = [&](auto taps) {
+    vertical_pass<decltype(taps)::value>(sums, sums_row, filter, width, height, target, target_row);
   };
-  switch (vertical_.taps) {
-    case 1: vertical(std::integral_constant<int, 1>{}); break;
-    case 2: vertical(std::integral_constant<int, 2>{}); break;
-    case 4: vertical(std::integral_constant<int, 4>{}); break;
-    case 6: vertical(std::integral_constant<int, 6>{}); break;
-    default: vertical(std::integral_constant<int, 8>{}); break;
+  switch (filter.taps) {
+    case 1: pass(std::integral_constant<int, 1>{}); break;
+    case 2: pass(std::integral_constant<int, 2>{}); break;
+    case 4: pass(std::integral_constant<int, 4>{}); break;
+    case 6: pass(std::integral_constant<int, 6>{}); break;
+    default: pass(std::integral_constant<int, 8>{}); break;
   }
+}
+
+}  // namespace
+
+void PlaneResizer::resize(const uint8_t* source, int64_t source_row, uint8_t* target,
+                          int64_t target_row) {
+  horizontal_pass(source, source_row);
+  vertical_for_taps(sums_.data(), sums_row_, vertical_, target_width_, target_height_, target,
+                    target_row);
+}
+
+void PlaneResizer::resize_levels64(const uint8_t* source, int64_t source_row, uint16_t* target,
+                                   int64_t target_row) {
+  horizontal_pass(source, source_row);
+  vertical_for_taps(sums_.data(), sums_row_, vertical_, target_width_, target_height_, target,
+                    target_row);
 }
 
 #else  // not x86-64 with GCC: libswscale resizes
 
 std::unique_ptr<PlaneResizer> PlaneResizer::make(int, int, int, int) { return nullptr; }
+std::unique_ptr<PlaneResizer> PlaneResizer::make(int, int, const AxisFilter&, AxisFilter) {
+  return nullptr;
+}
+void PlaneResizer::horizontal_pass(const uint8_t*, int64_t) {}
 void PlaneResizer::resize(const uint8_t*, int64_t, uint8_t*, int64_t) {}
+void PlaneResizer::resize_levels64(const uint8_t*, int64_t, uint16_t*, int64_t) {}
 
 #endif
+
+std::unique_ptr<Yuv420Resizer> Yuv420Resizer::make(int width, int height, int target_width,
+                                                   int target_height) {
+  if (width % 2 != 0 || height % 2 != 0 || width < 8 || height < 8 || target_width < 1 ||
+      target_height < 1) {
+    return nullptr;
+  }
+  std::unique_ptr<Yuv420Resizer> resizer(new Yuv420Resizer());
+  Yuv420Resizer& r = *resizer;
+  r.target_width_ = target_width;
+  r.target_height_ = target_height;
+  r.horizontal_[0] = bilinear_filter(width, target_width, 1 << 14, 4);
+  r.vertical_[0] = bilinear_filter(height, target_height, 1 << 12, 2);
+  r.horizontal_[1] = over_pairs(r.horizontal_[0], width, 4);
+  r.vertical_[1] = over_pairs(r.vertical_[0], height, 2);
+  r.kernels_[0] = PlaneResizer::make(width, height, r.horizontal_[0], r.vertical_[0]);
+  r.kernels_[1] = PlaneResizer::make(width / 2, height / 2, r.horizontal_[1], r.vertical_[1]);
+  r.levels_.resize(static_cast<size_t>(3 * target_width * target_height));
+  return resizer;
+}
+
+void Yuv420Resizer::resize_plane(int which, const uint8_t* source, int64_t source_row,
+                                 uint16_t* target) {
+  if (kernels_[which]) {
+    kernels_[which]->resize_levels64(source, source_row, target, target_width_);
+  } else {
+    resize_plainly(source, source_row, horizontal_[which], vertical_[which], 13, target,
+                   target_width_);
+  }
+}
+
+void Yuv420Resizer::resize(const uint8_t* luma, int64_t luma_row, const uint8_t* cb,
+                           const uint8_t* cr, int64_t chroma_row, bool full_range, uint8_t* red,
+                           uint8_t* green, uint8_t* blue, int64_t out_row) {
+  const int64_t plane = static_cast<int64_t>(target_width_) * target_height_;
+  uint16_t* const y = levels_.data();
+  uint16_t* const u = y + plane;
+  uint16_t* const v = u + plane;
+  resize_plane(0, luma, luma_row, y);
+  resize_plane(1, cb, chroma_row, u);
+  resize_plane(1, cr, chroma_row, v);
+  const pixel_kernels::Yuv64Matrix matrix(full_range);
+  for (int64_t row = 0; row < target_height_; ++row) {
+    const int64_t at = row * target_width_;
+    pixel_kernels::rgb_from_yuv64(matrix, y + at, u + at, v + at, target_width_,
+                                  red + row * out_row, green + row * out_row, blue + row * out_row);
+  }
+}
 
 }  // namespace wam::plane_resize

@@ -23,11 +23,11 @@
 // BENCHMARKS.md, "NVDEC on the H200"), saying so once, where `nvdec` fails naming the file.
 // `planes_size` [H, W] (with `frames: all`) writes every frame also as RGB planes of that size,
 // `frame_planes` (uint8 [V, T, 3, H, W]), the canvas's cameras for Augment's planes_from_decode:
-// where the frames are twice that size (RoboTwin's 640x480 cameras at 240x320), converted straight
-// from the decoder's 4:2:0 to half size (a quarter of the conversion, and a quarter of the bytes
-// on to Augment), else converted to RGB and resized as Augment would (stretch). `frames` then holds
-// only the current frame (window[0], T = 1), at full size for the VLM (docs/BENCHMARKS.md, "CPU
-// data path per core", issue 24).
+// converted straight from the decoder's 4:2:0 at that size (RoboTwin's 640x480 cameras at
+// 240x320: a quarter of the conversion, and a quarter of the bytes on to Augment; LIBERO's 512x512
+// at 192x256: a fifth), within a level of Augment's own stretch of the RGB frames. `frames` then
+// holds only the current frame (window[0], T = 1), at full size for the VLM (docs/BENCHMARKS.md,
+// "CPU data path per core" and "LIBERO's frames resized before their colour conversion", issue 24).
 // Counters: frames_decoded, seeks, readers_opened (and passed_through with decode_if,
 // frame_cache_hits with frame_cache, nvdec_readers_opened, nvdec_overflow, nvdec_refused,
 // decoders_moved (readers moved to another file with their decoder) and frames_held_across_seeks
@@ -110,10 +110,10 @@ struct VideoDecodeParams {
       "streams NVDEC refuses) are uploaded. Needs decoder nvdec or auto and a CUDA device.");
     v("planes_size", planes_size,
       "[H, W]: also write frame_planes, every frame as RGB planes of this size (Augment's "
-      "camera_size, for its planes_from_decode), straight from the decoder's YUV 4:2:0 where the "
-      "frames are twice it (a quarter of the conversion), else resized from RGB (stretch); frames "
-      "then holds only the current frame, at full size. []: off. Needs frames all, mode sparse, "
-      "no frame_cache, host frames.",
+      "camera_size, for its planes_from_decode), resized and converted straight from the "
+      "decoder's YUV 4:2:0 (only the output's pixels converted), within a level of Augment's "
+      "stretch of the RGB frames; frames then holds only the current frame, at full size. []: "
+      "off. Needs frames all, mode sparse, no frame_cache, host frames.",
       Min{1});
   }
 
@@ -282,7 +282,11 @@ class VideoDecodeStage final : public Stage {
       const auto camera = static_cast<int64_t>(v);
       at::Tensor out = frames[camera];
       if (planes.defined()) {
-        read_planes(*reader, indices, plan.fps, out[0], planes[camera], stats);
+        // Every frame ([anchor, recent, window...]) as planes, the current one (window[0]) also
+        // at full size.
+        constexpr size_t kCurrent = 2;
+        at::Tensor current = out[0], camera_planes = planes[camera];
+        reader->read_planes(indices, plan.fps, camera_planes, kCurrent, current, stats);
       } else if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0) {
         read_through_cache(*reader, indices, plan.fps, out, stats);
       } else if (params_.mode == DecodeMode::kSparse) {
@@ -317,22 +321,6 @@ class VideoDecodeStage final : public Stage {
       for (int64_t& index : indices) index += plan.video_offsets[camera];
     }
     return indices;
-  }
-
-  // `planes_size`: the frames `indices` ([anchor, recent, window...]) of one camera as planes
-  // into `planes` ([T, 3, planes_size]), and its current frame (window[0]) into `current`.
-  void read_planes(video::VideoReader& reader, const std::vector<int64_t>& indices, double fps,
-                   at::Tensor current, at::Tensor planes, video::DecodeStats& stats) const {
-    constexpr size_t kCurrent = 2;
-    const int64_t height = params_.planes_size[0], width = params_.planes_size[1];
-    if (reader.height() == 2 * height && reader.width() == 2 * width && height >= 4 && width >= 4) {
-      reader.read_half_planes(indices, fps, planes, kCurrent, current, stats);
-      return;
-    }
-    const at::Tensor rgb = reader.read_frames(indices, fps, stats);
-    current.copy_(rgb[kCurrent]);
-    planes.copy_(image_ops::frames_to_planes_as(rgb, height, width, image_ops::ResizeMode::kStretch,
-                                                /*fill=*/0));
   }
 
   // NVDEC for "nvdec", and for "auto" where the machine has it; the log says which and why.

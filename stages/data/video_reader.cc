@@ -37,7 +37,9 @@ extern "C" {
 #endif
 
 #include "common/io/ffmpeg.h"
+#include "data/image_ops.h"
 #include "data/pixel_kernels.h"
+#include "data/plane_resize.h"
 #include "wam/error.h"
 #include "wam/limits.h"
 
@@ -285,8 +287,11 @@ struct VideoReader::Impl {
   // NVDEC's NV12 frame split into YUV420P planes, and the context that splits it.
   ffmpeg::Frame planar_frame;
   ffmpeg::Scaler chroma_splitter;
-  // to_half_planes(): a frame of a format other than 4:2:0 as full-size RGB, before its halving.
+  // to_planes(): a frame of a format other than 4:2:0 as full-size RGB, before its resize.
   std::vector<uint8_t> full_size_rgb;
+  // to_planes(): 4:2:0 frames resized to planes of other than half their size.
+  std::unique_ptr<plane_resize::Yuv420Resizer> yuv_resizer;
+  std::pair<int64_t, int64_t> yuv_resizer_size;
 #if WAM_WITH_CUDA
   // NVDEC: the reader's own stream (reader_device()), on which FFmpeg maps and copies each frame
   // and read_to_device copies and converts them.
@@ -797,11 +802,13 @@ struct VideoReader::Impl {
     sws_scale(scaler.get(), decoded->data, decoded->linesize, 0, height, planes, strides);
   }
 
-  // Converts a decoded frame to RGB planes of half its width and height at `red`, `green`, `blue`
-  // (rows `out_row` bytes apart): straight from 4:2:0 (pixel_kernels' halve_yuv420; NVDEC's NV12
-  // split first, as to_rgb does), other formats through to_rgb and halve_rgb.
-  void to_half_planes(const AVFrame* decoded, uint8_t* red, uint8_t* green, uint8_t* blue,
-                      int64_t out_row) {
+  // Converts a decoded frame to RGB planes of `out_height` x `out_width` at `red`, `green`, `blue`
+  // (rows `out_row` bytes apart) straight from 4:2:0: at half its size pixel_kernels'
+  // halve_yuv420, at another size plane_resize's Yuv420Resizer (NVDEC's NV12 split first, as
+  // to_rgb does); other formats, and odd sizes, through to_rgb, then halve_rgb or image_ops'
+  // stretch.
+  void to_planes(const AVFrame* decoded, int64_t out_height, int64_t out_width, uint8_t* red,
+                 uint8_t* green, uint8_t* blue, int64_t out_row) {
     if (decoded->format == AV_PIX_FMT_CUDA) {
       const int rc = av_hwframe_transfer_data(host_frame.get(), decoded, 0);
       if (rc < 0) {
@@ -812,18 +819,43 @@ struct VideoReader::Impl {
       decoded = planar_from_nv12(host_frame.get());
     }
     check_frame_size(decoded);
+    // The kernels take even sizes of at least 8 (chroma of exactly half the luma).
+    const bool even = width % 2 == 0 && height % 2 == 0 && width >= 8 && height >= 8;
+    const bool halving = even && 2 * out_height == height && 2 * out_width == width;
     // libswscale reads the range from the format alone (the J formats are full range), and so
     // does this, so that the two conversions agree.
     const auto format = static_cast<AVPixelFormat>(decoded->format);
-    if (format == AV_PIX_FMT_YUV420P || format == AV_PIX_FMT_YUVJ420P) {
-      pixel_kernels::halve_yuv420(decoded->data[0], decoded->linesize[0], decoded->data[1],
-                                  decoded->data[2], decoded->linesize[1], height, width,
-                                  format == AV_PIX_FMT_YUVJ420P, red, green, blue, out_row);
+    if (even && (format == AV_PIX_FMT_YUV420P || format == AV_PIX_FMT_YUVJ420P)) {
+      const bool full_range = format == AV_PIX_FMT_YUVJ420P;
+      if (halving) {
+        pixel_kernels::halve_yuv420(decoded->data[0], decoded->linesize[0], decoded->data[1],
+                                    decoded->data[2], decoded->linesize[1], height, width,
+                                    full_range, red, green, blue, out_row);
+      } else {
+        if (!yuv_resizer || yuv_resizer_size != std::pair{out_height, out_width}) {
+          yuv_resizer = plane_resize::Yuv420Resizer::make(
+              width, height, static_cast<int>(out_width), static_cast<int>(out_height));
+          yuv_resizer_size = {out_height, out_width};
+        }
+        yuv_resizer->resize(decoded->data[0], decoded->linesize[0], decoded->data[1],
+                            decoded->data[2], decoded->linesize[1], full_range, red, green, blue,
+                            out_row);
+      }
       return;
     }
     full_size_rgb.resize(static_cast<size_t>(3 * width * height));
     to_rgb(decoded, full_size_rgb.data());
-    pixel_kernels::halve_rgb(full_size_rgb.data(), height, width, red, green, blue, out_row);
+    if (halving) {
+      pixel_kernels::halve_rgb(full_size_rgb.data(), height, width, red, green, blue, out_row);
+      return;
+    }
+    const at::Tensor frame = at::from_blob(full_size_rgb.data(), {1, height, width, 3}, at::kByte);
+    const at::Tensor planes = image_ops::frames_to_planes_as(
+        frame, out_height, out_width, image_ops::ResizeMode::kStretch, /*fill=*/0)[0];
+    uint8_t* const out[3] = {red, green, blue};
+    for (int64_t c = 0; c < 3; ++c) {
+      at::from_blob(out[c], {out_height, out_width}, {out_row, 1}, at::kByte).copy_(planes[c]);
+    }
   }
 };
 
@@ -899,24 +931,18 @@ at::Tensor VideoReader::read_range(int64_t first, int64_t last, double fps, Deco
   return read_frames(indices, fps, stats);
 }
 
-void VideoReader::read_half_planes(const std::vector<int64_t>& indices, double fps,
-                                   at::Tensor& planes, size_t full_size, at::Tensor& full,
-                                   DecodeStats& stats) {
+void VideoReader::read_planes(const std::vector<int64_t>& indices, double fps, at::Tensor& planes,
+                              size_t full_size, at::Tensor& full, DecodeStats& stats) {
   Impl& r = *impl_;
   if (!(fps > 0)) r.fail("fps must be positive, got " + format_fps(fps));
-  if (r.height % 2 != 0 || r.width % 2 != 0 || r.height < 8 || r.width < 8) {
-    r.fail("frames of " + std::to_string(r.width) + "x" + std::to_string(r.height) +
-           " cannot be halved (half-size planes need an even width and height of at least 8)");
-  }
-  const int64_t half_height = r.height / 2, half_width = r.width / 2;
   const auto n = static_cast<int64_t>(indices.size());
-  if (planes.is_cuda() || planes.scalar_type() != at::kByte ||
-      planes.sizes() != at::IntArrayRef{n, 3, half_height, half_width} || planes.stride(3) != 1 ||
-      planes.stride(1) != half_height * planes.stride(2)) {
-    r.fail("the half-size planes must be uint8 [" + std::to_string(n) + ", 3, " +
-           std::to_string(half_height) + ", " + std::to_string(half_width) +
-           "] in host memory, planes of rows with unit column stride");
+  if (planes.is_cuda() || planes.scalar_type() != at::kByte || planes.dim() != 4 ||
+      planes.size(0) != n || planes.size(1) != 3 || planes.size(2) < 1 || planes.size(3) < 1 ||
+      planes.stride(3) != 1 || planes.stride(1) != planes.size(2) * planes.stride(2)) {
+    r.fail("the planes must be uint8 [" + std::to_string(n) +
+           ", 3, H, W] in host memory, planes of rows with unit column stride");
   }
+  const int64_t out_height = planes.size(2), out_width = planes.size(3);
   if (full.defined() &&
       (full.is_cuda() || full.scalar_type() != at::kByte || !full.is_contiguous() ||
        full.sizes() != at::IntArrayRef{r.height, r.width, 3} || full_size >= indices.size())) {
@@ -935,7 +961,8 @@ void VideoReader::read_half_planes(const std::vector<int64_t>& indices, double f
       [&](size_t t, const AVFrame* decoded) {
         if (t == full_target) r.to_rgb(decoded, full.data_ptr<uint8_t>());
         const int64_t slot = requested.first_slot[t];
-        r.to_half_planes(decoded, channel(slot, 0), channel(slot, 1), channel(slot, 2), row);
+        r.to_planes(decoded, out_height, out_width, channel(slot, 0), channel(slot, 1),
+                    channel(slot, 2), row);
       },
       stats);
   for (size_t i = 0; i < indices.size(); ++i) {

@@ -124,14 +124,15 @@ class VideoReader {
   // The same into a new tensor: in CUDA memory with DecoderChoice::device_frames.
   at::Tensor read_frames(const std::vector<int64_t>& indices, double fps, DecodeStats& stats);
 
-  // The frames at `indices` (any order, repeats allowed) as RGB planes of half the width and
-  // height into `planes` (uint8 [indices.size(), 3, H / 2, W / 2] in host memory, unit column
-  // stride), converted straight from the decoder's 4:2:0 (pixel_kernels' halve_yuv420: a quarter
-  // of the pixels to convert), and, where `full` is defined, frame `indices[full_size]` also as
-  // full-size RGB into `full` (uint8 [H, W, 3] contiguous), from the same decoding. H and W must
-  // be even and at least 8.
-  void read_half_planes(const std::vector<int64_t>& indices, double fps, at::Tensor& planes,
-                        size_t full_size, at::Tensor& full, DecodeStats& stats);
+  // The frames at `indices` (any order, repeats allowed) as RGB planes into `planes` (uint8
+  // [indices.size(), 3, h, w] in host memory, unit column stride), converted straight from the
+  // decoder's 4:2:0 at that size (at half the frame's width and height pixel_kernels'
+  // halve_yuv420, at another plane_resize's Yuv420Resizer: only the output's pixels converted),
+  // and, where `full` is defined, frame `indices[full_size]` also as full-size RGB into `full`
+  // (uint8 [H, W, 3] contiguous), from the same decoding. Frames of other formats, or of an odd
+  // size, go through RGB.
+  void read_planes(const std::vector<int64_t>& indices, double fps, at::Tensor& planes,
+                   size_t full_size, at::Tensor& full, DecodeStats& stats);
 
   // Every frame from `first` to `last` (inclusive), decoded in one forward pass: uint8
   // [last - first + 1, H, W, 3].

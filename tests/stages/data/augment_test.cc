@@ -512,10 +512,10 @@ TEST(AugmentImageOpsTest, HalvingIsLibswscalesBilinearBitForBit) {
   }
 }
 
-// plane_resize's filters are libswscale's: applied as its scalers apply them (horizontal sums
-// >> 7, then the vertical sum + 2^18 >> 19), they give its output bit for bit, on the configs'
-// sizes and on random ones up to 8 taps an axis. Plain loops, so this holds on every CPU, with
-// or without the AVX-512 kernel.
+// plane_resize's filters are libswscale's: applied as its scalers apply them (resize_plainly:
+// horizontal sums >> 7, then the vertical sum + 2^18 >> 19), they give its output bit for bit, on
+// the configs' sizes and on random ones up to 8 taps an axis. Plain loops, so this holds on every
+// CPU, with or without the AVX-512 kernel.
 TEST(AugmentImageOpsTest, PlaneResizeFiltersAreLibswscales) {
   const auto apply = [](const at::Tensor& planes, int64_t height, int64_t width) {
     const int source_height = static_cast<int>(planes.size(2));
@@ -526,31 +526,10 @@ TEST(AugmentImageOpsTest, PlaneResizeFiltersAreLibswscales) {
         wam::plane_resize::bilinear_filter(source_height, static_cast<int>(height), 1 << 12, 2);
     const at::Tensor source = planes.contiguous();
     at::Tensor out = torch::empty({planes.size(0), planes.size(1), height, width}, torch::kUInt8);
-    std::vector<int32_t> sums(static_cast<size_t>(source_height * width));
     for (int64_t plane = 0; plane < planes.size(0) * planes.size(1); ++plane) {
-      const uint8_t* in = source.data_ptr<uint8_t>() + plane * source_height * source_width;
-      for (int y = 0; y < source_height; ++y) {
-        for (int64_t i = 0; i < width; ++i) {
-          int32_t sum = 0;
-          for (int j = 0; j < across.taps; ++j) {
-            const int x = across.first[i] + j;
-            // libswscale pads to 4 taps with zero weights, which may reach past the row.
-            if (x < source_width)
-              sum += in[y * source_width + x] * across.weights[i * across.taps + j];
-          }
-          sums[y * width + i] = std::min(sum >> 7, (1 << 15) - 1);
-        }
-      }
-      uint8_t* result = out.data_ptr<uint8_t>() + plane * height * width;
-      for (int64_t y = 0; y < height; ++y) {
-        for (int64_t i = 0; i < width; ++i) {
-          int32_t sum = 1 << 18;
-          for (int j = 0; j < down.taps; ++j) {
-            sum += sums[(down.first[y] + j) * width + i] * down.weights[y * down.taps + j];
-          }
-          result[y * width + i] = static_cast<uint8_t>(std::clamp(sum >> 19, 0, 255));
-        }
-      }
+      wam::plane_resize::resize_plainly(
+          source.data_ptr<uint8_t>() + plane * source_height * source_width, source_width, across,
+          down, 19, out.data_ptr<uint8_t>() + plane * height * width, width);
     }
     return out;
   };
@@ -584,6 +563,112 @@ TEST(AugmentImageOpsTest, PlaneResizeFiltersAreLibswscales) {
     }
   }
   EXPECT_GE(checked, 80);
+}
+
+// A random plane of `height` x `width` bytes.
+at::Tensor random_plane(int64_t height, int64_t width, uint64_t seed) {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  return torch::randint(0, 256, {height, width}, generator, torch::kUInt8);
+}
+
+// over_pairs' filter on 4:2:0 chroma is the luma's filter on that chroma repeated over its 2x2
+// pixels (as libswscale's RGB conversion repeats it), bit for bit in resize_plainly's integers,
+// at levels and at 64 times the levels, on LIBERO's and RoboTwin's sizes and random ones.
+TEST(AugmentImageOpsTest, ChromaFilterOverPairsIsTheFilterOnTheRepeatedChroma) {
+  namespace pr = wam::plane_resize;
+  std::mt19937 random(17);
+  std::vector<std::array<int, 4>> cases = {
+      {512, 512, 192, 256}, {480, 640, 256, 256}, {480, 640, 128, 128}, {8, 8, 3, 5}};
+  while (cases.size() < 40) {
+    const int height = 8 + 2 * static_cast<int>(random() % 150);
+    const int width = 8 + 2 * static_cast<int>(random() % 150);
+    cases.push_back({height, width, 1 + static_cast<int>(random() % (height * 2)),
+                     1 + static_cast<int>(random() % (width * 2))});
+  }
+  for (const auto& [height, width, out_height, out_width] : cases) {
+    SCOPED_TRACE(std::to_string(height) + "x" + std::to_string(width) + " -> " +
+                 std::to_string(out_height) + "x" + std::to_string(out_width));
+    const pr::AxisFilter across = pr::bilinear_filter(width, out_width, 1 << 14, 4);
+    const pr::AxisFilter down = pr::bilinear_filter(height, out_height, 1 << 12, 2);
+    const pr::AxisFilter pairs_across = pr::over_pairs(across, width, 4);
+    const pr::AxisFilter pairs_down = pr::over_pairs(down, height, 2);
+    EXPECT_TRUE(pairs_across.taps % 4 == 0 || pairs_across.taps == width / 2);
+    EXPECT_TRUE(pairs_down.taps % 2 == 0 || pairs_down.taps == 1 || pairs_down.taps == height / 2);
+    const at::Tensor chroma = random_plane(height / 2, width / 2, random());
+    const at::Tensor repeated = chroma.repeat_interleave(2, 0).repeat_interleave(2, 1).contiguous();
+    for (const int shift : {19, 13}) {
+      std::vector<uint16_t> want_values(static_cast<size_t>(out_height * out_width));
+      std::vector<uint16_t> got_values(want_values.size());
+      pr::resize_plainly(repeated.data_ptr<uint8_t>(), width, across, down, shift,
+                         want_values.data(), out_width);
+      pr::resize_plainly(chroma.data_ptr<uint8_t>(), width / 2, pairs_across, pairs_down, shift,
+                         got_values.data(), out_width);
+      EXPECT_EQ(got_values, want_values) << "shift " << shift;
+    }
+  }
+}
+
+// Yuv420Resizer takes PlaneResizer's AVX-512 kernel where the CPU has it and the filters fit it
+// (luma and chroma at 64 times the levels) and gives resize_plainly's bits then rgb_from_yuv64's,
+// on LIBERO's sizes and random ones: every machine renders a sample alike.
+TEST(AugmentImageOpsTest, Yuv420ResizerIsThePlainLoopsBitForBit) {
+  namespace pr = wam::plane_resize;
+  namespace pk = wam::pixel_kernels;
+  std::mt19937 random(19);
+  std::vector<std::array<int, 4>> cases = {
+      {512, 512, 192, 256}, {480, 640, 200, 300}, {64, 96, 24, 48}, {8, 8, 3, 5}};
+  while (cases.size() < 40) {
+    const int height = 8 + 2 * static_cast<int>(random() % 200);
+    const int width = 8 + 2 * static_cast<int>(random() % 200);
+    cases.push_back({height, width, 1 + static_cast<int>(random() % height),
+                     1 + static_cast<int>(random() % width)});
+  }
+  int on_the_kernel = 0;
+  for (const auto& [height, width, out_height, out_width] : cases) {
+    SCOPED_TRACE(std::to_string(height) + "x" + std::to_string(width) + " -> " +
+                 std::to_string(out_height) + "x" + std::to_string(out_width));
+    const at::Tensor luma = random_plane(height, width, random());
+    const at::Tensor cb = random_plane(height / 2, width / 2, random());
+    const at::Tensor cr = random_plane(height / 2, width / 2, random());
+    const pr::AxisFilter across = pr::bilinear_filter(width, out_width, 1 << 14, 4);
+    const pr::AxisFilter down = pr::bilinear_filter(height, out_height, 1 << 12, 2);
+    const pr::AxisFilter pairs_across = pr::over_pairs(across, width, 4);
+    const pr::AxisFilter pairs_down = pr::over_pairs(down, height, 2);
+    if (pr::PlaneResizer::make(width, height, across, down) &&
+        pr::PlaneResizer::make(width / 2, height / 2, pairs_across, pairs_down)) {
+      ++on_the_kernel;
+    }
+    const int64_t plane = static_cast<int64_t>(out_height) * out_width;
+    std::vector<uint16_t> levels(static_cast<size_t>(3 * plane));
+    pr::resize_plainly(luma.data_ptr<uint8_t>(), width, across, down, 13, levels.data(), out_width);
+    pr::resize_plainly(cb.data_ptr<uint8_t>(), width / 2, pairs_across, pairs_down, 13,
+                       levels.data() + plane, out_width);
+    pr::resize_plainly(cr.data_ptr<uint8_t>(), width / 2, pairs_across, pairs_down, 13,
+                       levels.data() + 2 * plane, out_width);
+    for (const bool full_range : {false, true}) {
+      at::Tensor want = torch::empty({3, out_height, out_width}, torch::kUInt8);
+      pk::rgb_from_yuv64(pk::Yuv64Matrix(full_range), levels.data(), levels.data() + plane,
+                         levels.data() + 2 * plane, plane, want[0].data_ptr<uint8_t>(),
+                         want[1].data_ptr<uint8_t>(), want[2].data_ptr<uint8_t>());
+      // Output rows a few bytes apart beyond their width, as in a tensor's padded planes.
+      const int64_t row = out_width + 5;
+      at::Tensor got = torch::zeros({3, out_height, row}, torch::kUInt8);
+      auto resizer = pr::Yuv420Resizer::make(width, height, out_width, out_height);
+      ASSERT_TRUE(resizer);
+      resizer->resize(luma.data_ptr<uint8_t>(), width, cb.data_ptr<uint8_t>(),
+                      cr.data_ptr<uint8_t>(), width / 2, full_range, got[0].data_ptr<uint8_t>(),
+                      got[1].data_ptr<uint8_t>(), got[2].data_ptr<uint8_t>(), row);
+      EXPECT_TRUE(torch::equal(got.narrow(2, 0, out_width), want)) << "full range " << full_range;
+      EXPECT_EQ(got.narrow(2, out_width, 5).count_nonzero().item<int64_t>(), 0);
+    }
+  }
+  std::cout << on_the_kernel << " of " << cases.size() << " cases on the AVX-512 kernel\n";
+  // The others are shrinks beyond the kernel's 8 taps (26 of the 40 took it on 2026-12-06).
+  if (pr::PlaneResizer::make(320, 240, 256, 256)) {
+    EXPECT_GE(on_the_kernel, 20);
+  }
+  EXPECT_FALSE(pr::Yuv420Resizer::make(63, 64, 10, 10));
+  EXPECT_FALSE(pr::Yuv420Resizer::make(6, 6, 3, 3));
 }
 
 // resize_planes gives libswscale's bits whichever way it takes (plane_resize's AVX-512 kernel

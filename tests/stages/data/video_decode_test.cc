@@ -382,10 +382,10 @@ TEST_F(VideoDecodeTest, DeviceFramesAreRefusedAtValidateWithoutCuda) {
       << on_cpu;
 }
 
-// `planes_size` at half the frames' size: the planes come straight from the decoder's 4:2:0, within
-// three quarters of a level of halving the RGB frames (the reader's tests bound it on real frames);
-// at another size from the RGB frames resized as Augment does, bit for bit. Either way `frames`
-// holds the current frame, bit for bit the RGB run's, and the decoding is the same work.
+// `planes_size` at half the frames' size or another: the planes come straight from the decoder's
+// 4:2:0, within three quarters of a level of resizing the RGB frames as Augment does (the reader's
+// tests bound it on real frames). `frames` holds the current frame, bit for bit the RGB run's, and
+// the decoding is the same work.
 TEST_F(VideoDecodeTest, PlanesSizeWritesEveryFrameAsPlanesAndTheCurrentFrameAtFullSize) {
   testing::SteppedStage rgb_stage("VideoDecode", "{}");
   const auto rgb_run = rgb_stage.process(make_sample({av1_, h264_}, kPlan));
@@ -403,13 +403,10 @@ TEST_F(VideoDecodeTest, PlanesSizeWritesEveryFrameAsPlanesAndTheCurrentFrameAtFu
       EXPECT_TRUE(at::equal(frames[v][0], rgb[v][2])) << "camera " << v;
       const at::Tensor resized =
           image_ops::frames_to_planes_as(rgb[v], height, width, image_ops::ResizeMode::kStretch, 0);
-      if (height == 32) {
-        const double mean =
-            (planes[v].to(at::kFloat) - resized.to(at::kFloat)).abs().mean().item<double>();
-        EXPECT_LE(mean, 0.75) << "camera " << v;  // measured 0.53 and 0.58
-      } else {
-        EXPECT_TRUE(at::equal(planes[v], resized)) << "camera " << v;
-      }
+      const double mean =
+          (planes[v].to(at::kFloat) - resized.to(at::kFloat)).abs().mean().item<double>();
+      EXPECT_LE(mean, 0.75) << "camera " << v;  // measured 0.41-0.58
+      EXPECT_GT(mean, 0.0) << "camera " << v << ": converted after the resize, not before";
     }
     EXPECT_EQ(stage.counter("frames_decoded"), rgb_stage.counter("frames_decoded"));
     EXPECT_EQ(stage.counter("seeks"), rgb_stage.counter("seeks"));

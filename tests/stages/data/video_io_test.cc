@@ -193,27 +193,30 @@ TEST_P(VideoReaderTest, SparseReturnsTheStampedFrameForRandomIndices) {
   }
 }
 
-// Half-size planes straight from the decoder's 4:2:0 against the full-size RGB frames halved
-// (image_ops' frames_to_planes_as: libswscale's RGB24, then halve_rgb) at the same indices, in
-// one pass that also writes one frame at full size, bit for bit the RGB one.
-void expect_half_planes_are_the_halved_frames(VideoReader& reader,
-                                              const std::vector<int64_t>& indices, double fps,
-                                              double mean_bound) {
+// Planes straight from the decoder's 4:2:0 against the full-size RGB frames resized (image_ops'
+// frames_to_planes_as: libswscale's RGB24, then halve_rgb or the stretch) at the same indices, in
+// one pass that also writes one frame at full size, bit for bit the RGB one. Half the frame's size
+// unless `height` and `width` say otherwise.
+void expect_planes_are_the_resized_frames(VideoReader& reader, const std::vector<int64_t>& indices,
+                                          double fps, double mean_bound, int64_t height = 0,
+                                          int64_t width = 0) {
+  if (height == 0) height = reader.height() / 2;
+  if (width == 0) width = reader.width() / 2;
   DecodeStats rgb_stats, planes_stats;
   const at::Tensor rgb = reader.read_frames(indices, fps, rgb_stats);
   const auto n = static_cast<int64_t>(indices.size());
-  const int64_t height = reader.height() / 2, width = reader.width() / 2;
   at::Tensor planes = at::empty({n, 3, height, width}, at::kByte);
   at::Tensor full = at::empty({reader.height(), reader.width(), 3}, at::kByte);
-  reader.read_half_planes(indices, fps, planes, 2, full, planes_stats);
+  reader.read_planes(indices, fps, planes, 2, full, planes_stats);
   EXPECT_TRUE(at::equal(full, rgb[2]));
-  const at::Tensor halved =
+  const at::Tensor resized =
       image_ops::frames_to_planes_as(rgb, height, width, image_ops::ResizeMode::kStretch, 0);
-  const at::Tensor d = (planes.to(at::kFloat) - halved.to(at::kFloat)).abs();
+  const at::Tensor d = (planes.to(at::kFloat) - resized.to(at::kFloat)).abs();
   const double mean = d.mean().item<double>();
   const double beyond_four = (d > 4.0).to(at::kFloat).mean().item<double>();
-  std::cout << reader.path() << ": half planes vs halved RGB: mean " << mean << ", max "
-            << d.max().item<double>() << ", " << 100 * beyond_four << "% beyond 4 levels\n";
+  std::cout << reader.path() << ": " << height << "x" << width << " planes vs resized RGB: mean "
+            << mean << ", max " << d.max().item<double>() << ", " << 100 * beyond_four
+            << "% beyond 4 levels\n";
   EXPECT_LE(mean, mean_bound);
   // Beyond a few levels only where a colour clips in some of the pixels a plane pixel averages:
   // 0.45% of values on GR00T's frames, 0.64-0.89% on the synthetic stamps, 1.10-1.18% on their
@@ -241,14 +244,26 @@ TEST_P(VideoReaderTest, HalfSizePlanesAreTheFramesHalvedWithinThreeQuartersOfALe
     std::vector<int64_t> indices(11);
     for (auto& k : indices) k = pick(rng);
     indices[1] = indices[0];
-    expect_half_planes_are_the_halved_frames(reader, indices, kFps, 0.75);
+    expect_planes_are_the_resized_frames(reader, indices, kFps, 0.75);
   }
-  at::Tensor planes = at::empty({1, 3, kHeight / 2, kWidth / 2 + 1}, at::kByte), none;
+  at::Tensor planes = at::empty({1, 3, kHeight / 2, kWidth / 2}, at::kByte).transpose(2, 3), none;
   DecodeStats stats;
-  EXPECT_ERROR(reader.read_half_planes({0}, kFps, planes, 0, none, stats),
+  EXPECT_ERROR(reader.read_planes({0}, kFps, planes, 0, none, stats),
                "video \"" + reader.path() +
-                   "\": the half-size planes must be uint8 [1, 3, 32, 48] "
+                   "\": the planes must be uint8 [1, 3, H, W] "
                    "in host memory, planes of rows with unit column stride");
+}
+
+// Planes at other sizes than half, resized in YUV before the colour conversion (LIBERO's 512x512
+// cameras at 192x256 are a shrink by 2.67 and 2): the RGB frames resized within three quarters
+// of a level on the stamps' sharp coloured edges, a shrink and a stretch alike.
+TEST_P(VideoReaderTest, PlanesOfAnotherSizeAreTheFramesResizedWithinThreeQuartersOfALevel) {
+  VideoReader reader(video());
+  const std::vector<int64_t> indices = {5, 5, 17, 2, 30, 31, 9};
+  for (const auto& [height, width] : {std::pair{24, 48}, std::pair{40, 36}, std::pair{64, 120}}) {
+    SCOPED_TRACE(std::to_string(height) + "x" + std::to_string(width));
+    expect_planes_are_the_resized_frames(reader, indices, kFps, 0.75, height, width);
+  }
 }
 
 // The no-flush seeking of NVDEC readers (DecoderChoice::flush_on_seek), run on the CPU decoders:
@@ -629,7 +644,7 @@ TEST_P(NvdecReaderTest, HalfSizePlanesEqualTheCpuDecodersWithinALevel) {
     at::Tensor planes = at::empty(
         {static_cast<int64_t>(indices.size()), 3, kNvdecHeight / 2, kNvdecWidth / 2}, at::kByte);
     DecodeStats stats;
-    reader.read_half_planes(indices, kFps, planes, 2, full, stats);
+    reader.read_planes(indices, kFps, planes, 2, full, stats);
     return planes;
   };
   at::Tensor cpu_full = at::empty({kNvdecHeight, kNvdecWidth, 3}, at::kByte);
@@ -638,7 +653,7 @@ TEST_P(NvdecReaderTest, HalfSizePlanesEqualTheCpuDecodersWithinALevel) {
   const at::Tensor got = half(nvdec, nvdec_full);
   EXPECT_LE((got.to(at::kFloat) - want.to(at::kFloat)).abs().mean().item<double>(), 1.0);
   EXPECT_LE((nvdec_full.to(at::kFloat) - cpu_full.to(at::kFloat)).abs().mean().item<double>(), 1.0);
-  expect_half_planes_are_the_halved_frames(nvdec, indices, kFps, 0.75);
+  expect_planes_are_the_resized_frames(nvdec, indices, kFps, 0.75);
 }
 
 // An NVDEC reader moved between files of the same encoding (as SharedReaderPool moves them) keeps
@@ -730,15 +745,17 @@ TEST(VideoReaderDatasetTest, GrootPickAndPlaceSparseEqualsFull) {
   EXPECT_EQ(full_stats.frames_decoded, 261);
 }
 
-// The real dataset's H.264 (limited range) through the half-size planes: within half a level of
-// the RGB frames halved (measured 0.31, and 0.45% of values beyond 4 levels), across both
-// keyframe runs.
-TEST(VideoReaderDatasetTest, GrootPickAndPlaceHalfSizePlanesAreTheFramesHalved) {
+// The real dataset's H.264 (limited range) through planes of half its size and of LIBERO's shrink
+// (2.67 and 2): within half a level of the RGB frames resized (measured 0.31, and 0.45% of values
+// beyond 4 levels, halved), across both keyframe runs.
+TEST(VideoReaderDatasetTest, GrootPickAndPlacePlanesAreTheFramesResized) {
   const std::string path = kGrootEgoView;
   if (!fs::exists(path)) GTEST_SKIP() << path << " is not present";
   VideoReader reader(path);
-  expect_half_planes_are_the_halved_frames(
-      reader, {0, 40, 137, 200, 251, 260, 300, 360, 401, 5, 415}, 20.0, 0.5);
+  const std::vector<int64_t> indices = {0, 40, 137, 200, 251, 260, 300, 360, 401, 5, 415};
+  expect_planes_are_the_resized_frames(reader, indices, 20.0, 0.5);
+  expect_planes_are_the_resized_frames(reader, indices, 20.0, 0.5, reader.height() * 3 / 8,
+                                       reader.width() / 2);
 }
 
 // The real dataset on NVDEC: random sparse plans across both keyframe runs, with the seeks back
