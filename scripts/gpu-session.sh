@@ -23,6 +23,7 @@
 #   attention  scripts/attention-bench.py (SDPA's kernels on the step's attention shapes, as a
 #            replayed CUDA graph; its figures also in attention.json)
 #   nvdec    scripts/bench.sh nvdec, $WAM_BENCH_ROUNDS rounds (default 3)
+#   nvdec-files  scripts/bench.sh nvdec-files (more files than NVDEC sessions)
 #   gpu-data scripts/bench.sh gpu-data (the data path on NVDEC and the GPU beside the step)
 #   step     scripts/step-bench.sh against the source trees in $WAM_STEP_BEFORE (if set; several
 #            separated by spaces), 1 round, no peer unless WAM_STEP_BENCH_NO_PEER=0
@@ -73,6 +74,7 @@ case "${1:-}" in
       exported-vae) WAM_EXPORTED_VAE_WIDTHS=128 scripts/exported-vae-bench.sh ;;
       attention) python3 scripts/attention-bench.py --iters 50 --json "$dir/attention.json" ;;
       nvdec) WAM_BENCH_ROUNDS=${WAM_BENCH_ROUNDS:-3} scripts/bench.sh nvdec ;;
+      nvdec-files) scripts/bench.sh nvdec-files ;;
       gpu-data) scripts/bench.sh gpu-data ;;
       step)
         # shellcheck disable=SC2086  # WAM_STEP_BEFORE may name several trees
@@ -96,7 +98,7 @@ case "${1:-}" in
     tail -c 3000 "$OUT/all.txt"
     ;;
   *)
-    sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
