@@ -26,9 +26,10 @@
 #         reference-cost ones of docs/ENCODERS.md) in every command of the ladder.
 # cache:  latent cache reads, 1 and 2 threads, against a plain pread of the same bytes.
 # percore: the data path's samples per CPU-second (RoboTwin online, --stop-after augment, on the
-#         dataset of `data`) of $WAM_BENCH_BEFORE (another build's wam-pipeline) against this
-#         build, alternating run by run, $WAM_BENCH_ROUNDS rounds (default 5) at one thread and
-#         at all cores. CPU-seconds are the process's user + system time less a one-sample run's
+#         dataset of `data`; with WAM_PERCORE_TASK=libero LIBERO online on its ladder dataset) of
+#         $WAM_BENCH_BEFORE (another build's wam-pipeline) against this build, alternating run by
+#         run, $WAM_BENCH_ROUNDS rounds (default 5) of $WAM_BENCH_SAMPLES samples (default 96) at
+#         one thread and at all cores. CPU-seconds are the process's user + system time less a one-sample run's
 #         (start-up), so other jobs on the machine move them less than wall time; each row is the
 #         median, with VideoDecode's and Augment's busy ms per sample, and the ratio per round.
 #         Both read this tree's pipeline: a binary from before its params (e.g. planes_size) runs
@@ -140,9 +141,16 @@ PY
         echo "bench.sh percore: WAM_BENCH_BEFORE=$before is not an executable wam-pipeline" >&2
         exit 2
       fi
-      root=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gop2
-      bench_dataset "$bin" robotwin 4 96 "$root"
-      ROBOTWIN_DATA_ROOT=$root python3 scripts/data_path_compare.py \
+      if [ "${WAM_PERCORE_TASK:-robotwin}" = libero ]; then
+        ladder_data "$bin" libero "${WAM_LADDER_FRAMES:-128}"
+        # Absolute: a binary from another tree runs from there.
+        LIBERO_DATA_ROOT=$(realpath "$LIBERO_DATA_ROOT")
+      else
+        export ROBOTWIN_DATA_ROOT=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gop2
+        bench_dataset "$bin" robotwin 4 96 "$ROBOTWIN_DATA_ROOT"
+      fi
+      python3 scripts/data_path_compare.py \
+        --pipeline "pipelines/${WAM_PERCORE_TASK:-robotwin}_data_online.json" \
         --samples "${WAM_BENCH_SAMPLES:-96}" --rounds "${WAM_BENCH_ROUNDS:-5}" \
         --threads "1,$(nproc)" "before=$before" "after=$bin"
       ;;

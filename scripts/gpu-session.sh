@@ -25,6 +25,9 @@
 #   nvdec    scripts/bench.sh nvdec, $WAM_BENCH_ROUNDS rounds (default 3)
 #   nvdec-files  scripts/bench.sh nvdec-files (more files than NVDEC sessions)
 #   gpu-data scripts/bench.sh gpu-data (the data path on NVDEC and the GPU beside the step)
+#   percore-libero  scripts/bench.sh percore on LIBERO (3 rounds of 256 samples) against the
+#            source tree in $WAM_PERCORE_BEFORE (built first, wam-pipeline only, in
+#            /tmp/build-before; run from that tree, with its own pipelines)
 #   step     scripts/step-bench.sh against the source trees in $WAM_STEP_BEFORE (if set; several
 #            separated by spaces), 1 round, no peer unless WAM_STEP_BENCH_NO_PEER=0
 # PHASE@SECONDS stops that phase after SECONDS (its output so far is kept), e.g. nvdec@240.
@@ -76,6 +79,16 @@ case "${1:-}" in
       nvdec) WAM_BENCH_ROUNDS=${WAM_BENCH_ROUNDS:-3} scripts/bench.sh nvdec ;;
       nvdec-files) scripts/bench.sh nvdec-files ;;
       gpu-data) scripts/bench.sh gpu-data ;;
+      percore-libero)
+        before_tree=$(realpath "${WAM_PERCORE_BEFORE:?set WAM_PERCORE_BEFORE to a source tree}")
+        cmake -S "$before_tree" -B /tmp/build-before -G Ninja -DCMAKE_BUILD_TYPE=Release \
+          >/tmp/build-before.log 2>&1 && ninja -C /tmp/build-before wam-pipeline \
+          >>/tmp/build-before.log 2>&1 || { tail -20 /tmp/build-before.log; exit 1; }
+        printf '#!/bin/bash\ncd %q && exec /tmp/build-before/wam-pipeline "$@"\n' "$before_tree" \
+          >/tmp/run-before && chmod +x /tmp/run-before
+        WAM_BENCH_BEFORE=/tmp/run-before WAM_PERCORE_TASK=libero WAM_BENCH_SAMPLES=256 \
+          WAM_BENCH_ROUNDS=3 scripts/bench.sh percore
+        ;;
       step)
         # shellcheck disable=SC2086  # WAM_STEP_BEFORE may name several trees
         OUT=$dir WAM_STEP_BENCH_NO_PEER=${WAM_STEP_BENCH_NO_PEER:-1} WAM_STEP_BENCH_ROUNDS=1 \
@@ -98,7 +111,7 @@ case "${1:-}" in
     tail -c 3000 "$OUT/all.txt"
     ;;
   *)
-    sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
