@@ -126,9 +126,9 @@ AugmentedImages with_canvas(at::Tensor vlm_images, const at::Tensor& canvas, int
 }
 
 // Each camera's planes at camera_size (`time` frames) -> the canvas [T, 3, 384, 256] in levels,
-// then through the colour jitter to the outputs. Float video without sensor noise comes straight
-// from the jitter as [-1, 1] floats (jittered_signed_videos); otherwise through the float canvas
-// in [0, 1], which the sensor noise changes in place, to with_canvas.
+// then through the colour jitter to the outputs. Without sensor noise the videos come straight
+// from the jitter as [-1, 1] floats or uint8 levels (jittered_videos); otherwise through the
+// float canvas in [0, 1], which the sensor noise changes in place, to with_canvas.
 AugmentedImages host_outputs(at::Tensor vlm_images, std::vector<at::Tensor> images,
                              const AugmentParams& params, const SampleDraws* draws, int64_t time) {
   const auto cameras = static_cast<int64_t>(images.size());
@@ -143,14 +143,17 @@ AugmentedImages host_outputs(at::Tensor vlm_images, std::vector<at::Tensor> imag
   if (draws) jitter = {draws->color, draws->rgb_gain, draws->shadow};
   const at::Tensor levels = image_ops::compose_canvas(images, slots, kCanvasHeight, kCanvasWidth,
                                                       params.resize, fill_level(params));
-  if (video_as_levels(params) || (draws && has_sensor_noise(*draws))) {
+  if (draws && has_sensor_noise(*draws)) {
     at::Tensor canvas = image_ops::jittered_unit_float(levels, jitter);
-    if (draws) add_sensor_noise_(canvas, slots, *draws, params);
+    add_sensor_noise_(canvas, slots, *draws, params);
     return with_canvas(std::move(vlm_images), canvas, time, params,
                        image_ops::unit_frames_to_video);
   }
-  std::vector<at::Tensor> videos = image_ops::jittered_signed_videos(
-      levels, jitter, {{kWindowStart, time - kWindowStart}, {kAnchorIndex, 1}, {kRecentIndex, 1}});
+  std::vector<at::Tensor> videos =
+      image_ops::jittered_videos(levels, jitter,
+                                 {{kWindowStart, time - kWindowStart, video_as_levels(params)},
+                                  {kAnchorIndex, 1},
+                                  {kRecentIndex, 1}});
   AugmentedImages out;
   out.vlm_current_images = std::move(vlm_images);
   out.video = std::move(videos[0]);

@@ -325,12 +325,13 @@ at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp) 
     return out;
   }
   // The sampling position of every output pixel, shared by all planes.
+  // warp_taps writes every tap: not zeroed first (5 MB for the VLM's 512x512 images).
   const auto count = static_cast<size_t>(h * w);
-  std::vector<int32_t> offsets(3 * count);
-  std::vector<float> weights(2 * count);
-  const pixel_kernels::PixelTaps taps{offsets.data(), offsets.data() + count,
-                                      offsets.data() + 2 * count, weights.data(),
-                                      weights.data() + count};
+  const auto offsets = std::make_unique_for_overwrite<int32_t[]>(3 * count);
+  const auto weights = std::make_unique_for_overwrite<float[]>(2 * count);
+  const pixel_kernels::PixelTaps taps{offsets.get(), offsets.get() + count,
+                                      offsets.get() + 2 * count, weights.get(),
+                                      weights.get() + count};
   pixel_kernels::warp_taps(t, h, w, row, taps);
   std::vector<float> levels(static_cast<size_t>(h * row + pixel_kernels::kBilinearLevelsPadding));
   for (int64_t b = 0; b < n; ++b) {
@@ -482,22 +483,30 @@ at::Tensor jittered_unit_float(const at::Tensor& planes, const ColourJitter& jit
   return out;
 }
 
-std::vector<at::Tensor> jittered_signed_videos(const at::Tensor& planes, const ColourJitter& jitter,
-                                               const std::vector<FrameRange>& ranges) {
-  check_rgb_planes(planes, "jittered_signed_videos");
+std::vector<at::Tensor> jittered_videos(const at::Tensor& planes, const ColourJitter& jitter,
+                                        const std::vector<FrameRange>& ranges) {
+  check_rgb_planes(planes, "jittered_videos");
   const int64_t n = planes.size(0), h = planes.size(2), w = planes.size(3);
   const KernelJitter j = kernel_jitter(jitter, h, w);
   std::vector<at::Tensor> videos;
   for (const FrameRange& range : ranges) {
     TORCH_CHECK(range.first >= 0 && range.count >= 0 && range.first + range.count <= n,
-                "jittered_signed_videos: frames [", range.first, ", ", range.first + range.count,
-                ") of ", n);
-    at::Tensor video = at::empty({3, range.count, h, w}, at::kFloat);
+                "jittered_videos: frames [", range.first, ", ", range.first + range.count, ") of ",
+                n);
+    at::Tensor video = at::empty({3, range.count, h, w}, range.as_levels ? at::kByte : at::kFloat);
     for (int64_t t = 0; t < range.count; ++t) {
-      float* const out[3] = {video[0][t].data_ptr<float>(), video[1][t].data_ptr<float>(),
-                             video[2][t].data_ptr<float>()};
-      pixel_kernels::jitter_image_signed(plane(planes, range.first + t, 0), planes.stride(1),
-                                         planes.stride(2), h, w, j.kernel, out);
+      const uint8_t* source = plane(planes, range.first + t, 0);
+      if (range.as_levels) {
+        uint8_t* const out[3] = {video[0][t].data_ptr<uint8_t>(), video[1][t].data_ptr<uint8_t>(),
+                                 video[2][t].data_ptr<uint8_t>()};
+        pixel_kernels::jitter_image_video_levels(source, planes.stride(1), planes.stride(2), h, w,
+                                                 j.kernel, out);
+      } else {
+        float* const out[3] = {video[0][t].data_ptr<float>(), video[1][t].data_ptr<float>(),
+                               video[2][t].data_ptr<float>()};
+        pixel_kernels::jitter_image_signed(source, planes.stride(1), planes.stride(2), h, w,
+                                           j.kernel, out);
+      }
     }
     videos.push_back(std::move(video));
   }
@@ -542,7 +551,16 @@ at::Tensor downsample_upsample(const at::Tensor& images, double scale) {
   const int64_t width = images.size(3);
   const int64_t low_height = std::max<int64_t>(1, std::llround(height * scale));
   const int64_t low_width = std::max<int64_t>(1, std::llround(width * scale));
-  return resize(resize(images, low_height, low_width), height, width).clamp(0.0, 1.0);
+  // Back up without antialiasing: it only changes a shrink (an enlargement's filter is the plain
+  // bilinear's, up to rounding), and ATen's antialiased kernel took 9% of a LIBERO sample's time
+  // for the 8% of samples drawing this (docs/BENCHMARKS.md, "LIBERO's frames resized before their
+  // colour conversion").
+  const at::Tensor low = resize(images, low_height, low_width);
+  return F::interpolate(low, F::InterpolateFuncOptions()
+                                 .size(std::vector<int64_t>{height, width})
+                                 .mode(torch::kBilinear)
+                                 .align_corners(false))
+      .clamp_(0.0, 1.0);
 }
 
 at::Tensor add_gaussian_noise(const at::Tensor& images, double stddev, at::Generator& generator) {

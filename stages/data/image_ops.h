@@ -177,15 +177,16 @@ void levels_to_signed_unit_(at::Tensor& levels);
 at::Tensor unit_frames_to_video(const at::Tensor& canvas, int64_t first, int64_t count,
                                 bool as_levels);
 
-// A frame range [first, first + count) of a canvas.
+// A frame range [first, first + count) of a canvas, and whether its video is uint8 levels.
 struct FrameRange {
   int64_t first = 0, count = 0;
+  bool as_levels = false;
 };
 
-// uint8 planes [T, 3, H, W] -> for each range, a new float [3, count, H, W] in [-1, 1]:
-// unit_frames_to_video(jittered_unit_float(planes, jitter), first, count, false) bit for bit, each
-// value written once, without the float canvas between them.
-std::vector<at::Tensor> jittered_signed_videos(const at::Tensor& planes, const ColourJitter& jitter,
-                                               const std::vector<FrameRange>& ranges);
+// uint8 planes [T, 3, H, W] -> for each range, a new [3, count, H, W], float in [-1, 1] or uint8
+// levels: unit_frames_to_video(jittered_unit_float(planes, jitter), first, count, as_levels) bit
+// for bit, each value written once, without the float canvas between them.
+std::vector<at::Tensor> jittered_videos(const at::Tensor& planes, const ColourJitter& jitter,
+                                        const std::vector<FrameRange>& ranges);
 
 }  // namespace wam::image_ops

@@ -32,6 +32,14 @@ namespace {
 
 WAM_INLINE float clamp_unit(float x) { return std::min(std::max(x, 0.0f), 1.0f); }
 
+// A unit float's video level: round(((x * 2 - 1) + 1) * 127.5), clamped, as torch's ops on the
+// [-1, 1] video round it (image_ops' signed_unit_to_levels).
+WAM_INLINE uint8_t unit_level(float unit) {
+  const float scaled = ((unit * 2.0f - 1.0f) + 1.0f) * 127.5f;
+  const float level = (scaled + 12582912.0f) - 12582912.0f;  // halves to even, as torch's round_
+  return static_cast<uint8_t>(std::min(std::max(level, 0.0f), 255.0f));
+}
+
 // Natural log for x in (0, 1] (Cephes' logf: about 1 ulp), branch-free so that it vectorises;
 // torch's Sleef log is as close. x <= 0 is the caller's case.
 WAM_INLINE float log_unit(float x) {
@@ -632,17 +640,24 @@ void jitter_image_signed(const uint8_t* source, int64_t source_plane, int64_t so
 }
 
 WAM_PIXEL_KERNEL
+void jitter_image_video_levels(const uint8_t* source, int64_t source_plane, int64_t source_row,
+                               int64_t height, int64_t width, const ColourJitter& j,
+                               uint8_t* const planes[3]) {
+  jitter(source, source_plane, source_row, height, width, j,
+         [&](int c, int64_t y, const float* row) {
+           uint8_t* __restrict line = planes[c] + y * width;
+           for (int64_t x = 0; x < width; ++x) line[x] = unit_level(row[x]);
+         });
+}
+
+WAM_PIXEL_KERNEL
 void unit_to_signed(const float* unit, int64_t count, float* out) {
   for (int64_t i = 0; i < count; ++i) out[i] = unit[i] * 2.0f - 1.0f;
 }
 
 WAM_PIXEL_KERNEL
 void unit_to_levels(const float* unit, int64_t count, uint8_t* out) {
-  for (int64_t i = 0; i < count; ++i) {
-    const float scaled = ((unit[i] * 2.0f - 1.0f) + 1.0f) * 127.5f;
-    const float level = (scaled + 12582912.0f) - 12582912.0f;  // halves to even, as torch's round_
-    out[i] = static_cast<uint8_t>(std::min(std::max(level, 0.0f), 255.0f));
-  }
+  for (int64_t i = 0; i < count; ++i) out[i] = unit_level(unit[i]);
 }
 
 }  // namespace wam::pixel_kernels

@@ -124,6 +124,12 @@ void jitter_image_signed(const uint8_t* source, int64_t source_plane, int64_t so
                          int64_t height, int64_t width, const ColourJitter& jitter,
                          float* const planes[3]);
 
+// jitter_image, then unit_to_levels, in one pass: channel c's [height, width] levels at planes[c],
+// bit for bit those two.
+void jitter_image_video_levels(const uint8_t* source, int64_t source_plane, int64_t source_row,
+                               int64_t height, int64_t width, const ColourJitter& jitter,
+                               uint8_t* const planes[3]);
+
 // `count` floats in [0, 1] -> x * 2 - 1 at `out`, as torch's mul_(2) then sub_(1) round them: x * 2
 // is exact, the subtraction rounds once.
 void unit_to_signed(const float* unit, int64_t count, float* out);

@@ -1126,30 +1126,31 @@ TEST(AugmentImageOpsTest, UnitFramesToVideoIsTheTorchOpsBitForBit) {
   }
 }
 
-// The host path's float video straight from the colour jitter: the jittered unit canvas, then
-// unit_frames_to_video, bit for bit, for every part of a sample and with no jitter at all.
-TEST(AugmentImageOpsTest, JitteredSignedVideosAreTheJitteredCanvasThenToVideoBitForBit) {
+// The host path's float and uint8 video straight from the colour jitter: the jittered unit canvas,
+// then unit_frames_to_video, bit for bit, for every part of a sample and with no jitter at all.
+TEST(AugmentImageOpsTest, JitteredVideosAreTheJitteredCanvasThenToVideoBitForBit) {
   const auto planes = ops::to_planes(noise_frames(1, 7, 37, 53).select(0, 0));
   ops::ColourJitter jitter;
   jitter.color = {1.15, 0.85, 1.2, 0.92};
   jitter.rgb_gain = std::array<double, 3>{1.1, 0.9, 1.05};
   jitter.shadow = ops::Shadow{0.3, 0.6, 0.25, 0.4};
-  const std::vector<ops::FrameRange> ranges = {{2, 5}, {0, 1}, {1, 1}, {3, 0}};
+  const std::vector<ops::FrameRange> ranges = {{2, 5},       {0, 1},       {1, 1},      {3, 0},
+                                               {2, 5, true}, {0, 1, true}, {6, 1, true}};
   for (const ops::ColourJitter& each : {jitter, ops::ColourJitter{}}) {
     const at::Tensor canvas = ops::jittered_unit_float(planes, each);
-    const std::vector<at::Tensor> videos = ops::jittered_signed_videos(planes, each, ranges);
+    const std::vector<at::Tensor> videos = ops::jittered_videos(planes, each, ranges);
     ASSERT_EQ(videos.size(), ranges.size());
     for (size_t i = 0; i < ranges.size(); ++i) {
       SCOPED_TRACE("frames " + std::to_string(ranges[i].first) + " + " +
-                   std::to_string(ranges[i].count));
+                   std::to_string(ranges[i].count) + (ranges[i].as_levels ? " as levels" : ""));
       const at::Tensor want =
-          ops::unit_frames_to_video(canvas, ranges[i].first, ranges[i].count, false);
+          ops::unit_frames_to_video(canvas, ranges[i].first, ranges[i].count, ranges[i].as_levels);
       ASSERT_EQ(videos[i].sizes(), want.sizes());
       EXPECT_TRUE(videos[i].is_contiguous());
       EXPECT_TRUE(torch::equal(videos[i], want));
     }
   }
-  EXPECT_THROW(ops::jittered_signed_videos(planes, jitter, {{5, 3}}), c10::Error);
+  EXPECT_THROW(ops::jittered_videos(planes, jitter, {{5, 3}}), c10::Error);
 }
 
 // ---- as ATen ops (frames in GPU memory)
