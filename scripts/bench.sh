@@ -26,7 +26,8 @@
 #         reference-cost ones of docs/ENCODERS.md) in every command of the ladder.
 # cache:  latent cache reads, 1 and 2 threads, against a plain pread of the same bytes.
 # percore: the data path's samples per CPU-second (RoboTwin online, --stop-after augment, on the
-#         dataset of `data`; with WAM_PERCORE_TASK=libero LIBERO online on its ladder dataset) of
+#         dataset of `data`; with WAM_PERCORE_TASK=libero the LIBERO compile graph's (the issue's
+#         LIBERO measure, uint8 video) on its ladder dataset; $WAM_PERCORE_PIPELINE overrides) of
 #         $WAM_BENCH_BEFORE (another build's wam-pipeline) against this build, alternating run by
 #         run, $WAM_BENCH_ROUNDS rounds (default 5) of $WAM_BENCH_SAMPLES samples (default 96) at
 #         one thread and at all cores. CPU-seconds are the process's user + system time less a one-sample run's
@@ -149,8 +150,9 @@ PY
         export ROBOTWIN_DATA_ROOT=${WAM_BENCH_ROOT:-${WAM_CACHE_ROOT:-.cache/wam}/bench}/robotwin_gop2
         bench_dataset "$bin" robotwin 4 96 "$ROBOTWIN_DATA_ROOT"
       fi
-      python3 scripts/data_path_compare.py \
-        --pipeline "pipelines/${WAM_PERCORE_TASK:-robotwin}_data_online.json" \
+      default_pipeline=pipelines/robotwin_data_online.json
+      [ "${WAM_PERCORE_TASK:-robotwin}" = libero ] && default_pipeline=pipelines/libero_compile.json
+      python3 scripts/data_path_compare.py --pipeline "${WAM_PERCORE_PIPELINE:-$default_pipeline}" \
         --samples "${WAM_BENCH_SAMPLES:-96}" --rounds "${WAM_BENCH_ROUNDS:-5}" \
         --threads "1,$(nproc)" "before=$before" "after=$bin"
       ;;
