@@ -60,8 +60,8 @@ if [ -z "${WAM_SKIP_SETUP:-}" ]; then
 fi
 build=${WAM_BUILD_DIR:-build}
 bin=$build/wam-pipeline
-# Augment on the GPU resizes the full-size frames itself: the RoboTwin online graphs' decoding
-# straight to half-size planes (VideoDecode's planes_size) is turned off for those variants.
+# Augment on the GPU resizes the full-size frames itself: the online graphs' decoding straight to
+# the camera planes (VideoDecode's planes_size) is turned off for those variants.
 full_frames="nodes.decode.params.planes_size=[],nodes.augment.params.planes_from_decode=false"
 # shellcheck source=scripts/bench-data.sh
 . scripts/bench-data.sh
