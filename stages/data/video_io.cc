@@ -125,6 +125,9 @@ VideoWriter::VideoWriter(const std::string& path, int width, int height,
     throw Error("cannot write video \"" + path + "\": unknown codec \"" + options.codec +
                 "\" (allowed: av1, h264)");
   }
+  if (options.full_chroma && options.codec != "h264") {
+    throw Error("cannot write video \"" + path + "\": full_chroma (yuv444p) needs codec h264");
+  }
   const AVCodec* encoder = avcodec_find_encoder_by_name(encoder_name);
   if (!encoder) {
     throw Error("cannot write video \"" + path + "\": this FFmpeg build has no " +
@@ -139,11 +142,12 @@ VideoWriter::VideoWriter(const std::string& path, int width, int height,
   if (rc < 0) w.fail("cannot create the mp4 muxer", rc);
   w.format.reset(muxer);
 
+  const AVPixelFormat pixel_format = options.full_chroma ? AV_PIX_FMT_YUV444P : AV_PIX_FMT_YUV420P;
   w.codec.reset(avcodec_alloc_context3(encoder));
   if (!w.codec) w.fail("cannot allocate the encoder", AVERROR(ENOMEM));
   w.codec->width = width;
   w.codec->height = height;
-  w.codec->pix_fmt = AV_PIX_FMT_YUV420P;
+  w.codec->pix_fmt = pixel_format;
   w.codec->time_base = AVRational{1, options.fps};
   w.codec->framerate = AVRational{options.fps, 1};
   w.codec->gop_size = options.gop;
@@ -182,12 +186,12 @@ VideoWriter::VideoWriter(const std::string& path, int width, int height,
   av_dict_free(&muxer_options);
   if (rc < 0) w.fail("cannot write the mp4 header", rc);
 
-  w.scaler.reset(sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, AV_PIX_FMT_YUV420P,
+  w.scaler.reset(sws_getContext(width, height, AV_PIX_FMT_RGB24, width, height, pixel_format,
                                 SWS_BICUBIC, nullptr, nullptr, nullptr));
   w.frame.reset(av_frame_alloc());
   w.packet.reset(av_packet_alloc());
   if (!w.scaler || !w.frame || !w.packet) w.fail("cannot allocate buffers", AVERROR(ENOMEM));
-  w.frame->format = AV_PIX_FMT_YUV420P;
+  w.frame->format = pixel_format;
   w.frame->width = width;
   w.frame->height = height;
   rc = av_frame_get_buffer(w.frame.get(), 0);

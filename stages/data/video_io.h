@@ -17,15 +17,16 @@ namespace wam::video {
 struct EncodeOptions {
   std::string codec = "av1";  // "av1" (libsvtav1, as LeRobot) or "h264" (libx264)
   int fps = 30;
-  int gop = 2;           // keyframe interval in frames
+  int gop = 2;            // keyframe interval in frames
   bool b_frames = false;  // h264 only: allow B-frames (reordered pts vs dts)
   int crf = 30;
-  bool faststart = false;  // the index (moov) before the frames, as streaming sites want it
+  bool faststart = false;    // the index (moov) before the frames, as streaming sites want it
+  bool full_chroma = false;  // h264 only: yuv444p, chroma at full size, instead of yuv420p
 };
 
-// Writes RGB24 frames (H x W x 3, row-major) to an mp4, yuv420p. The file appears atomically:
-// frames go to a wam::AtomicFile, published by finish(). Errors (wam::Error) name the path and
-// carry FFmpeg's message.
+// Writes RGB24 frames (H x W x 3, row-major) to an mp4, yuv420p (or yuv444p: full_chroma). The file
+// appears atomically: frames go to a wam::AtomicFile, published by finish(). Errors (wam::Error)
+// name the path and carry FFmpeg's message.
 class VideoWriter {
  public:
   VideoWriter(const std::string& path, int width, int height, const EncodeOptions& options);

@@ -266,6 +266,32 @@ TEST_P(VideoReaderTest, PlanesOfAnotherSizeAreTheFramesResizedWithinThreeQuarter
   }
 }
 
+// A stream that is not 4:2:0 (H.264 in yuv444p) goes through RGB: its planes are the RGB frames
+// halved or resized, bit for bit, at half the size and at another. Only H.264 writes it here.
+TEST(VideoReaderFormatTest, PlanesOfA444StreamAreItsRgbFramesResizedBitForBit) {
+  TempDir dir;
+  EncodeOptions options;
+  options.codec = "h264";
+  options.full_chroma = true;
+  VideoReader reader(encode(dir.file("yuv444.mp4"), options, 12));
+  const std::vector<int64_t> indices = {0, 3, 3, 11, 7};
+  DecodeStats stats;
+  const at::Tensor rgb = reader.read_frames(indices, kFps, stats);
+  for (const auto& [height, width] : {std::pair{kHeight / 2, kWidth / 2}, std::pair{24, 40}}) {
+    SCOPED_TRACE(std::to_string(height) + "x" + std::to_string(width));
+    at::Tensor planes = at::empty({5, 3, height, width}, at::kByte);
+    at::Tensor full = at::empty({kHeight, kWidth, 3}, at::kByte);
+    reader.read_planes(indices, kFps, planes, 3, full, stats);
+    EXPECT_TRUE(at::equal(full, rgb[3]));
+    EXPECT_TRUE(at::equal(planes, image_ops::frames_to_planes_as(
+                                      rgb, height, width, image_ops::ResizeMode::kStretch, 0)));
+  }
+  options.codec = "av1";
+  EXPECT_ERROR(
+      VideoWriter(dir.file("av1.mp4"), kWidth, kHeight, options),
+      "cannot write video \"" + dir.file("av1.mp4") + "\": full_chroma (yuv444p) needs codec h264");
+}
+
 // The no-flush seeking of NVDEC readers (DecoderChoice::flush_on_seek), run on the CPU decoders:
 // plans that jump forward and back between keyframe runs, and repeat the run just decoded, give
 // the stamped frames and the flushing reader's bytes.
