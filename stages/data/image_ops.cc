@@ -347,7 +347,13 @@ at::Tensor compose_canvas(const std::vector<at::Tensor>& cameras, const std::vec
                           int64_t canvas_height, int64_t canvas_width, ResizeMode mode,
                           uint8_t fill) {
   const int64_t frames = cameras.front().size(0);
-  at::Tensor canvas = at::zeros({frames, 3, canvas_height, canvas_width}, at::kByte);
+  // Zeroed only where the cameras leave some of it uncovered (slots do not overlap): LIBERO's and
+  // RoboTwin's layouts tile it whole.
+  int64_t covered = 0;
+  for (size_t i = 0; i < cameras.size(); ++i) covered += slots[i].height * slots[i].width;
+  at::Tensor canvas = covered == canvas_height * canvas_width
+                          ? at::empty({frames, 3, canvas_height, canvas_width}, at::kByte)
+                          : at::zeros({frames, 3, canvas_height, canvas_width}, at::kByte);
   for (size_t i = 0; i < cameras.size(); ++i) {
     const Rect& slot = slots[i];
     canvas.narrow(2, slot.top, slot.height)

@@ -882,6 +882,27 @@ TEST(AugmentTest, CanvasMatchesTheFloatResizePipelineItReplaces) {
   EXPECT_LE(d.max, 8.0);
 }
 
+// The canvas is zero wherever no camera's slot covers it (two cameras in RoboTwin's three slots),
+// and a tiled one is every camera's planes: compose_canvas skips the zeroing only for the latter.
+TEST(AugmentImageOpsTest, ComposeCanvasIsZeroOutsideTheCamerasSlots) {
+  const auto planes = [](uint8_t level, int64_t height, int64_t width) {
+    return torch::full({2, 3, height, width}, level, torch::kUInt8);
+  };
+  const auto slots = ops::canvas_layout(ops::Canvas::kRobotwin, 3, 48, 32);
+  // A dirty allocation of the canvas's size first, which a fresh canvas may reuse.
+  { at::Tensor dirty = torch::full({2, 3, 48, 32}, 77, torch::kUInt8); }
+  const at::Tensor two = ops::compose_canvas({planes(200, 32, 32), planes(100, 16, 16)}, slots, 48,
+                                             32, ops::ResizeMode::kStretch, 0);
+  EXPECT_EQ(two.narrow(2, 0, 32).min().item<int>(), 200);
+  EXPECT_EQ(two.narrow(2, 32, 16).narrow(3, 0, 16).min().item<int>(), 100);
+  EXPECT_EQ(two.narrow(2, 32, 16).narrow(3, 16, 16).max().item<int>(), 0);
+  const at::Tensor three =
+      ops::compose_canvas({planes(200, 32, 32), planes(100, 16, 16), planes(50, 16, 16)}, slots, 48,
+                          32, ops::ResizeMode::kStretch, 0);
+  EXPECT_EQ(three.narrow(2, 32, 16).narrow(3, 16, 16).min().item<int>(), 50);
+  EXPECT_EQ(three.narrow(2, 32, 16).narrow(3, 16, 16).max().item<int>(), 50);
+}
+
 // ---- resize modes -------------------------------------------------------------------------------
 
 // uint8 planes [1, 3, h, w] of levels 100 + (row + 3 column) % 100: never the fill level 7 below,
