@@ -779,9 +779,9 @@ struct VideoReader::Impl {
   }
 #endif
 
-  // Converts a decoded frame to packed RGB24 at `rgb` (H * W * 3 bytes); NVDEC's from host
-  // memory, where it is copied first.
-  void to_rgb(const AVFrame* decoded, uint8_t* rgb) {
+  // A decoded frame in host memory, of the stream's size: NVDEC's copied there and split into
+  // YUV420P planes (planar_from_nv12), a CPU decoder's as it is.
+  const AVFrame* in_host_memory(const AVFrame* decoded) {
     if (decoded->format == AV_PIX_FMT_CUDA) {
       const int rc = av_hwframe_transfer_data(host_frame.get(), decoded, 0);
       if (rc < 0) {
@@ -792,6 +792,13 @@ struct VideoReader::Impl {
       decoded = planar_from_nv12(host_frame.get());
     }
     check_frame_size(decoded);
+    return decoded;
+  }
+
+  // Converts a decoded frame to packed RGB24 at `rgb` (H * W * 3 bytes); NVDEC's from host
+  // memory, where it is copied first.
+  void to_rgb(const AVFrame* decoded, uint8_t* rgb) {
+    decoded = in_host_memory(decoded);
     // Frees the old context itself when it returns another one (or none).
     scaler.reset(sws_getCachedContext(scaler.release(), width, height,
                                       static_cast<AVPixelFormat>(decoded->format), width, height,
@@ -804,21 +811,11 @@ struct VideoReader::Impl {
 
   // Converts a decoded frame to RGB planes of `out_height` x `out_width` at `red`, `green`, `blue`
   // (rows `out_row` bytes apart) straight from 4:2:0: at half its size pixel_kernels'
-  // halve_yuv420, at another size plane_resize's Yuv420Resizer (NVDEC's NV12 split first, as
-  // to_rgb does); other formats, and odd sizes, through to_rgb, then halve_rgb or image_ops'
-  // stretch.
+  // halve_yuv420, at another size plane_resize's Yuv420Resizer (NVDEC's frames in host memory
+  // first); other formats, and odd sizes, through to_rgb, then halve_rgb or image_ops' stretch.
   void to_planes(const AVFrame* decoded, int64_t out_height, int64_t out_width, uint8_t* red,
                  uint8_t* green, uint8_t* blue, int64_t out_row) {
-    if (decoded->format == AV_PIX_FMT_CUDA) {
-      const int rc = av_hwframe_transfer_data(host_frame.get(), decoded, 0);
-      if (rc < 0) {
-        av_frame_unref(host_frame.get());
-        fail("cannot copy an NVDEC frame to host memory", rc);
-      }
-      check_frame_size(host_frame.get());
-      decoded = planar_from_nv12(host_frame.get());
-    }
-    check_frame_size(decoded);
+    decoded = in_host_memory(decoded);
     // The kernels take even sizes of at least 8 (chroma of exactly half the luma).
     const bool even = width % 2 == 0 && height % 2 == 0 && width >= 8 && height >= 8;
     const bool halving = even && 2 * out_height == height && 2 * out_width == width;
