@@ -325,15 +325,13 @@ at::Tensor warp_planes(const at::Tensor& planes, const CameraWarp& camera_warp) 
     return out;
   }
   // The sampling position of every output pixel, shared by all planes.
-  // warp_taps writes every tap: not zeroed first (5 MB for the VLM's 512x512 images).
+  // warp_taps writes every tap: not zeroed first (3 MB for the VLM's 512x512 images).
   const auto count = static_cast<size_t>(h * w);
-  const auto offsets = std::make_unique_for_overwrite<int32_t[]>(3 * count);
+  const auto offsets = std::make_unique_for_overwrite<int32_t[]>(count);
   const auto weights = std::make_unique_for_overwrite<float[]>(2 * count);
-  const pixel_kernels::PixelTaps taps{offsets.get(), offsets.get() + count,
-                                      offsets.get() + 2 * count, weights.get(),
-                                      weights.get() + count};
+  const pixel_kernels::PixelTaps taps{offsets.get(), weights.get(), weights.get() + count};
   pixel_kernels::warp_taps(t, h, w, row, taps);
-  std::vector<float> levels(static_cast<size_t>(h * row + pixel_kernels::kBilinearLevelsPadding));
+  std::vector<float> levels(static_cast<size_t>(pixel_kernels::bilinear_levels_size(h, row)));
   for (int64_t b = 0; b < n; ++b) {
     for (int64_t k = 0; k < c; ++k) {
       pixel_kernels::sample_bilinear(plane(planes, b, k), row, taps, h, w, levels.data(),

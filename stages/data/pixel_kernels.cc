@@ -459,8 +459,6 @@ void warp_taps(const float theta[6], int64_t height, int64_t width, int64_t row,
   const float t0 = theta[0], t1 = theta[1], t2 = theta[2], t3 = theta[3], t4 = theta[4],
               t5 = theta[5];
   int32_t* __restrict offset = taps.offset;
-  int32_t* __restrict right = taps.right;
-  int32_t* __restrict down = taps.down;
   float* __restrict fx = taps.fx;
   float* __restrict fy = taps.fy;
   for (int64_t i = 0; i < height; ++i) {
@@ -475,9 +473,7 @@ void warp_taps(const float theta[6], int64_t height, int64_t width, int64_t row,
       const auto x0 = static_cast<int32_t>(x), y0 = static_cast<int32_t>(y);
       const int64_t k = i * width + j;
       offset[k] = static_cast<int32_t>(y0 * row + x0);
-      right[k] = x0 + 1 < width ? 1 : 0;
-      down[k] = static_cast<int32_t>(y0 + 1 < height ? row : 0);
-      fx[k] = x - static_cast<float>(x0);
+      fx[k] = x - static_cast<float>(x0);  // 0 on the last column (x clamped to width - 1)
       fy[k] = y - static_cast<float>(y0);
     }
   }
@@ -485,11 +481,14 @@ void warp_taps(const float theta[6], int64_t height, int64_t width, int64_t row,
 
 namespace {
 
-// One output pixel of sample_bilinear, taps index k, from the float plane `l`.
-WAM_INLINE uint8_t bilinear_pixel(const float* __restrict l, const PixelTaps& taps, int64_t k) {
-  const int32_t p = taps.offset[k], q = p + taps.down[k];
-  const float top = l[p] + taps.fx[k] * (l[p + taps.right[k]] - l[p]);
-  const float bottom = l[q] + taps.fx[k] * (l[q + taps.right[k]] - l[q]);
+// One output pixel of sample_bilinear, taps index k, from the float plane `l` (rows `row` apart).
+// On the last column or row the weight toward the next is 0: that level times 0 adds a zero, the
+// bits of the edge's own level (PixelTaps).
+WAM_INLINE uint8_t bilinear_pixel(const float* __restrict l, int64_t row, const PixelTaps& taps,
+                                  int64_t k) {
+  const int64_t p = taps.offset[k], q = p + row;
+  const float top = l[p] + taps.fx[k] * (l[p + 1] - l[p]);
+  const float bottom = l[q] + taps.fx[k] * (l[q + 1] - l[q]);
   return static_cast<uint8_t>(top + taps.fy[k] * (bottom - top) + 0.5f);
 }
 
@@ -499,8 +498,8 @@ WAM_INLINE uint8_t bilinear_pixel(const float* __restrict l, const PixelTaps& ta
 // two or three source rows and 32 columns, so each row's 32 levels are loaded once and every
 // pixel's pick comes from two-register permutes, where the vectoriser's four gathers a block were
 // the kernel's cost. A block beyond that (steep rotations, strong zooms out) and a row's last
-// width % 16 pixels go pixel by pixel. Rows are read 32 levels wide from their first pick on:
-// `levels` has kBilinearLevelsPadding floats after the plane.
+// width % 16 pixels go pixel by pixel. Rows are read 32 levels wide from their first pick on, up
+// to the row past the plane: `levels` has bilinear_levels_size's padding.
 // GCC 12 warns of its own intrinsics' undefined-vector temporaries (avx512fintrin.h) here.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -517,8 +516,6 @@ __attribute__((target("avx512f"))) void bilinear_blocks(const float* levels, int
     for (; j + 16 <= width; j += 16) {
       const int64_t k = i * width + j;
       const __m512i offset = _mm512_loadu_si512(taps.offset + k);
-      const __m512i right = _mm512_loadu_si512(taps.right + k);
-      const __m512i down = _mm512_loadu_si512(taps.down + k);
       // Each pixel's row against the first pixel's (y0), from its offset: -1, 0 or +1 here.
       const int64_t y0 = taps.offset[k] / row;
       const __m512i from_y0 =
@@ -534,23 +531,23 @@ __attribute__((target("avx512f"))) void bilinear_blocks(const float* levels, int
           _mm512_sub_epi32(_mm512_mask_add_epi32(from_y0, above, from_y0, row_step),
                            _mm512_maskz_mov_epi32(below, row_step));
       const int32_t first_column = _mm512_reduce_min_epi32(column);
-      const int32_t last_column = _mm512_reduce_max_epi32(_mm512_add_epi32(column, right));
+      const int32_t last_column = _mm512_reduce_max_epi32(column) + 1;
       if (!fits || last_column - first_column > 31) {
-        for (int64_t x = j; x < j + 16; ++x) line[x] = bilinear_pixel(levels, taps, i * width + x);
+        for (int64_t x = j; x < j + 16; ++x)
+          line[x] = bilinear_pixel(levels, row, taps, i * width + x);
         continue;
       }
       // Source rows top_row, top_row + 1, top_row + 2 (0, 1, 2 below); a pixel's top row is 0 or 1
-      // (`upper`), its bottom row one further where it has one (down).
+      // (`upper`), its bottom row the next.
       const int64_t top_row = y0 - (above != 0 ? 1 : 0);
       const __mmask16 upper = above != 0 ? static_cast<__mmask16>(~above) : below;
-      const __mmask16 has_down = _mm512_cmpneq_epi32_mask(down, zero);
-      const __mmask16 bottom_1 = static_cast<__mmask16>((~upper & has_down) | (upper & ~has_down));
-      const __mmask16 bottom_2 = static_cast<__mmask16>(upper & has_down);
+      const __mmask16 bottom_1 = static_cast<__mmask16>(~upper);
+      const __mmask16 bottom_2 = upper;
       const __m512i pick = _mm512_sub_epi32(column, _mm512_set1_epi32(first_column));
-      const __m512i pick_right = _mm512_add_epi32(pick, right);
+      const __m512i pick_right = _mm512_add_epi32(pick, _mm512_set1_epi32(1));
       __m512 left_of[3], right_of[3];
       for (int r = 0; r < 3; ++r) {
-        if ((r == 1 && (upper | has_down) == 0) || (r == 2 && bottom_2 == 0)) {
+        if (r == 2 && bottom_2 == 0) {
           left_of[r] = right_of[r] = _mm512_setzero_ps();
           continue;
         }
@@ -575,7 +572,7 @@ __attribute__((target("avx512f"))) void bilinear_blocks(const float* levels, int
       _mm_storeu_si128(reinterpret_cast<__m128i*>(line + j),
                        _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(level)));
     }
-    for (; j < width; ++j) line[j] = bilinear_pixel(levels, taps, i * width + j);
+    for (; j < width; ++j) line[j] = bilinear_pixel(levels, row, taps, i * width + j);
   }
 }
 #pragma GCC diagnostic pop
@@ -601,7 +598,8 @@ void sample_bilinear(const uint8_t* source, int64_t source_row, const PixelTaps&
 #endif
   for (int64_t i = 0; i < height; ++i) {
     uint8_t* __restrict line = out + i * out_row;
-    for (int64_t j = 0; j < width; ++j) line[j] = bilinear_pixel(levels, taps, i * width + j);
+    for (int64_t j = 0; j < width; ++j)
+      line[j] = bilinear_pixel(levels, source_row, taps, i * width + j);
   }
 }
 

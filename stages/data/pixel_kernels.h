@@ -69,12 +69,12 @@ void sample_separable(const uint8_t* source, int64_t source_row, int64_t source_
                       int64_t out_width, uint8_t* out, int64_t out_row);
 
 // Where each output pixel of a warp samples the source (`count` pixels, row-major): its top-left
-// tap at `offset` (bytes into the source), the steps to its right and lower neighbours (0 on the
-// last column / row) and the weights along x and y.
+// tap at `offset` (bytes into the source) and the weights along x and y toward the next column and
+// row. A tap on the last column or row has weight exactly 0 toward the next (the position is
+// clamped to the plane there), so the sampling may read past the plane, into finite zeros,
+// without a step of its own per pixel (12 bytes a pixel, not 20).
 struct PixelTaps {
   int32_t* offset;
-  int32_t* right;
-  int32_t* down;
   float* fx;
   float* fy;
 };
@@ -90,9 +90,11 @@ void warp_taps(const float theta[6], int64_t height, int64_t width, int64_t row,
 // pixel (i, j) of `height` x `width` at `out` (rows `out_row` bytes apart) blends its four pixels
 // of `source` (the same size, rows `source_row` bytes apart) as the per-pixel sampling of torch's
 // grid_sample does, each row first (a + fx * (b - a) in float), then across rows, + 0.5 and
-// truncated to uint8. `levels` is scratch for height * source_row + kBilinearLevelsPadding
-// floats, zeroed once (the vector path reads past the plane's last level).
-constexpr int64_t kBilinearLevelsPadding = 32;
+// truncated to uint8. `levels` is scratch for bilinear_levels_size(height, source_row) floats,
+// zeroed once (the sampling reads one row past the plane, and the vector path 32 levels further).
+constexpr int64_t bilinear_levels_size(int64_t height, int64_t source_row) {
+  return (height + 1) * source_row + 32;
+}
 void sample_bilinear(const uint8_t* source, int64_t source_row, const PixelTaps& taps,
                      int64_t height, int64_t width, float* levels, uint8_t* out, int64_t out_row);
 
