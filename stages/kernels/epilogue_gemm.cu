@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "kernels/fp8.h"
 
@@ -133,15 +134,62 @@ cublasLtHandle_t handle_for(int device) {
   return handle;
 }
 
-// The heuristic's first choice for a product, or none; asked once per Product (a host call of
-// tens of microseconds, and the step captures its launches once).
+// How many of cuBLASLt's heuristic choices a product's first call times: its first choice is not
+// the fastest for several of the step's shapes (docs/KERNELS.md, version 22).
+constexpr int kCandidates = 8;
+
+// The fastest of `candidates` at `launch` (1 launch first, then 3 timed, on the caller's stream:
+// the products run with the call's own operands, and the caller's launch after this writes the
+// outputs again), or the first where none can be timed.
+template <class Launch>
+cublasLtMatmulAlgo_t fastest_of(const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
+                                Launch launch, CUstream_st* stream) {
+  cudaEvent_t begin = nullptr, end = nullptr;
+  if (cudaEventCreate(&begin) != cudaSuccess || cudaEventCreate(&end) != cudaSuccess) {
+    if (begin != nullptr) cudaEventDestroy(begin);
+    return candidates.front().algo;
+  }
+  size_t best = 0;
+  float best_ms = -1.0f;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    if (launch(candidates[i].algo) != CUBLAS_STATUS_SUCCESS) continue;
+    constexpr int kTimed = 3;
+    bool launched = cudaEventRecord(begin, stream) == cudaSuccess;
+    for (int run = 0; launched && run < kTimed; ++run) {
+      launched = launch(candidates[i].algo) == CUBLAS_STATUS_SUCCESS;
+    }
+    float ms = 0.0f;
+    if (launched && cudaEventRecord(end, stream) == cudaSuccess &&
+        cudaEventSynchronize(end) == cudaSuccess &&
+        cudaEventElapsedTime(&ms, begin, end) == cudaSuccess && (best_ms < 0 || ms < best_ms)) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  cudaEventDestroy(end);
+  cudaEventDestroy(begin);
+  return candidates[best].algo;
+}
+
+// The algorithm for a product, or none: the fastest of cuBLASLt's first kCandidates heuristic
+// choices, timed at the product's first call outside a CUDA graph capture and kept per Product
+// (the step's warm-up calls come before its capture); inside a capture, the first choice, timed at
+// the next call outside one.
+template <class Launch>
 bool algorithm_for(cublasLtHandle_t handle, const Product& p, const Descriptors& descriptors,
-                   cublasLtMatmulAlgo_t* algorithm) {
+                   Launch launch, CUstream_st* stream, cublasLtMatmulAlgo_t* algorithm) {
+  struct Chosen {
+    bool usable = false, timed = false;
+    cublasLtMatmulAlgo_t algorithm{};
+  };
   static std::mutex mutex;
-  static std::map<Product, std::pair<bool, cublasLtMatmulAlgo_t>> chosen;
+  static std::map<Product, Chosen> chosen;
   std::lock_guard<std::mutex> lock(mutex);
-  auto found = chosen.find(p);
-  if (found == chosen.end()) {
+  Chosen& choice = chosen[p];
+  if (!choice.timed) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    const bool capturing = cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+                           capture != cudaStreamCaptureStatusNone;
     cublasLtMatmulPreference_t preference = nullptr;
     check(cublasLtMatmulPreferenceCreate(&preference), "preference");
     const uint64_t workspace = kEpilogueGemmWorkspaceBytes;
@@ -157,19 +205,24 @@ bool algorithm_for(cublasLtHandle_t handle, const Product& p, const Descriptors&
         status = cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes));
       }
     }
-    cublasLtMatmulHeuristicResult_t result{};
-    int results = 0;
+    std::vector<cublasLtMatmulHeuristicResult_t> results(capturing ? 1 : kCandidates);
+    int found = 0;
     if (status == CUBLAS_STATUS_SUCCESS) {
-      status = cublasLtMatmulAlgoGetHeuristic(handle, descriptors.desc_, descriptors.a_,
-                                              descriptors.b_, descriptors.d_, descriptors.d_,
-                                              preference, 1, &result, &results);
+      status = cublasLtMatmulAlgoGetHeuristic(
+          handle, descriptors.desc_, descriptors.a_, descriptors.b_, descriptors.d_, descriptors.d_,
+          preference, static_cast<int>(results.size()), results.data(), &found);
     }
     cublasLtMatmulPreferenceDestroy(preference);
-    const bool usable = status == CUBLAS_STATUS_SUCCESS && results > 0;
-    found = chosen.emplace(p, std::make_pair(usable, result.algo)).first;
+    results.resize(status == CUBLAS_STATUS_SUCCESS ? static_cast<size_t>(found) : 0);
+    choice.usable = !results.empty();
+    choice.timed = !capturing;
+    if (choice.usable) {
+      choice.algorithm = capturing || results.size() == 1 ? results.front().algo
+                                                          : fastest_of(results, launch, stream);
+    }
   }
-  *algorithm = found->second.second;
-  return found->second.first;
+  *algorithm = choice.algorithm;
+  return choice.usable;
 }
 
 bool run(Product p, const Pointers& pointers, void* workspace, CUstream_st* stream) {
@@ -191,14 +244,17 @@ bool run(Product p, const Pointers& pointers, void* workspace, CUstream_st* stre
     descriptors.set(CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, pointers.b_scale);
   }
   const cublasLtHandle_t handle = handle_for(p.device);
-  cublasLtMatmulAlgo_t algorithm;
-  if (!algorithm_for(handle, p, descriptors, &algorithm)) return false;
   const float alpha = 1.0f, beta = p.adds_c ? 1.0f : 0.0f;
-  check(cublasLtMatmul(handle, descriptors.desc_, &alpha, pointers.a, descriptors.a_, pointers.b,
-                       descriptors.b_, &beta, p.adds_c ? pointers.c : pointers.d, descriptors.d_,
-                       pointers.d, descriptors.d_, &algorithm, workspace,
-                       kEpilogueGemmWorkspaceBytes, stream),
-        "cublasLtMatmul");
+  // D = A B + C writes D only (C is never D here), so a launch may repeat while timing.
+  const auto launch = [&](const cublasLtMatmulAlgo_t& algorithm) {
+    return cublasLtMatmul(handle, descriptors.desc_, &alpha, pointers.a, descriptors.a_, pointers.b,
+                          descriptors.b_, &beta, p.adds_c ? pointers.c : pointers.d, descriptors.d_,
+                          pointers.d, descriptors.d_, &algorithm, workspace,
+                          kEpilogueGemmWorkspaceBytes, stream);
+  };
+  cublasLtMatmulAlgo_t algorithm;
+  if (!algorithm_for(handle, p, descriptors, launch, stream, &algorithm)) return false;
+  check(launch(algorithm), "cublasLtMatmul");
   return true;
 }
 

@@ -29,7 +29,8 @@ constexpr size_t kEpilogueGemmWorkspaceBytes = size_t{32} << 20;
 
 // Each function returns false, having written nothing, when cuBLASLt has no algorithm for the
 // shape and precisions (e.g. a dimension that is not a multiple of 8): the caller then runs
-// ATen's ops. Choices are cached per shape, epilogue, precision and device.
+// ATen's ops. The algorithm is the fastest of cuBLASLt's first few heuristic choices, timed at
+// the first call outside a CUDA graph capture and kept per shape, epilogue, precision and device.
 
 // grad_weight [out, in] = grad_out [rows, out]^T x [rows, in], and grad_bias [out] = the column
 // sums of grad_out, in one product. grad_weight and grad_bias in `precision` (float32: the

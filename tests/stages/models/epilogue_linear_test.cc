@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "models/bf16_weights.h"
 
@@ -16,6 +17,8 @@
 #endif
 #if WAM_FUSED_KERNELS
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
 
 #include "kernels/epilogue_gemm.h"
 #include "kernels/gelu_backward.h"
@@ -392,6 +395,49 @@ TEST_F(EpilogueLinearCuda, CublasLtTakesTheBasePresetsShapes) {
     EXPECT_LE((weight_only - want_weight).abs().max().item<double>(),
               1e-2 * want_weight.abs().max().item<double>());
   }
+}
+
+// A product first met inside a CUDA graph capture takes cuBLASLt's first choice there (timing
+// the candidates would break the capture), replays with the right values, and is timed at its
+// next call outside a capture, again with the right values (version 22 of docs/KERNELS.md).
+TEST_F(EpilogueLinearCuda, AProductFirstMetInACaptureReplaysAndIsTimedAfter) {
+  const at::TensorOptions bf16 = at::TensorOptions(at::kCUDA).dtype(at::kBFloat16);
+  const kernels::LinearShape shape{1000, 1536, 1536};  // a row count no other test uses
+  at::manual_seed(12);
+  const at::Tensor x = at::randn({shape.rows, shape.in}, bf16);
+  const at::Tensor grad = at::randn({shape.rows, shape.out}, bf16);
+  const at::Tensor want_weight = grad.t().to(at::kFloat).mm(x.to(at::kFloat));
+  const at::Tensor want_bias = grad.to(at::kFloat).sum(0);
+  const at::Tensor workspace = at::empty(
+      {static_cast<int64_t>(kernels::kEpilogueGemmWorkspaceBytes)}, bf16.dtype(at::kByte));
+  at::Tensor grad_weight = at::zeros({shape.out, shape.in}, bf16.dtype(at::kFloat));
+  at::Tensor grad_bias = at::zeros({shape.out}, bf16.dtype(at::kFloat));
+  const auto product = [&] {
+    return kernels::linear_weight_grad_with_bias_grad(
+        grad.data_ptr(), x.data_ptr(), shape, grad_weight.data_ptr(), grad_bias.data_ptr(),
+        kernels::Precision::kFloat32, workspace.data_ptr(), at::cuda::getCurrentCUDAStream());
+  };
+  const auto expect_right = [&](const std::string& when) {
+    EXPECT_LE((grad_weight - want_weight).abs().max().item<double>(),
+              1e-2 * want_weight.abs().max().item<double>())
+        << when;
+    EXPECT_TRUE(at::allclose(grad_bias, want_bias, 1e-3, 1e-2)) << when;
+  };
+  at::cuda::CUDAGraph graph;
+  bool captured = false;
+  {
+    const c10::cuda::CUDAStreamGuard guard(c10::cuda::getStreamFromPool());
+    graph.capture_begin();
+    captured = product();
+    graph.capture_end();
+  }
+  ASSERT_TRUE(captured);
+  graph.replay();
+  expect_right("replayed");
+  grad_weight.zero_();
+  grad_bias.zero_();
+  ASSERT_TRUE(product());
+  expect_right("timed after the capture");
 }
 
 // GELU's derivative with its column sums in one pass (version 16 of docs/KERNELS.md) against
