@@ -3,6 +3,7 @@
 #include "kernels/epilogue_gemm.h"
 
 #include <cublasLt.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <map>
@@ -12,6 +13,7 @@
 #include <tuple>
 #include <vector>
 
+#include "kernels/block_reduce.cuh"
 #include "kernels/fp8.h"
 
 namespace wam::kernels {
@@ -138,37 +140,54 @@ cublasLtHandle_t handle_for(int device) {
 // the fastest for several of the step's shapes (docs/KERNELS.md, version 22).
 constexpr int kCandidates = 8;
 
-// The fastest of `candidates` at `launch` (1 launch first, then 3 timed, on the caller's stream:
-// the products run with the call's own operands, and the caller's launch after this writes the
-// outputs again), or the first where none can be timed.
+// Milliseconds that `launch` (returning whether it launched) takes `times` times in a row on
+// `stream`, or a negative value where it fails.
+template <class Launch>
+float elapsed_ms(Launch launch, int times, CUstream_st* stream) {
+  cudaEvent_t begin = nullptr, end = nullptr;
+  float ms = -1.0f;
+  if (cudaEventCreate(&begin) == cudaSuccess && cudaEventCreate(&end) == cudaSuccess &&
+      cudaEventRecord(begin, stream) == cudaSuccess) {
+    bool launched = true;
+    for (int run = 0; launched && run < times; ++run) launched = launch();
+    if (!launched || cudaEventRecord(end, stream) != cudaSuccess ||
+        cudaEventSynchronize(end) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, begin, end) != cudaSuccess) {
+      ms = -1.0f;
+    }
+  }
+  if (end != nullptr) cudaEventDestroy(end);
+  if (begin != nullptr) cudaEventDestroy(begin);
+  return ms;
+}
+
+// Launches timed per candidate: the first of each is left out.
+constexpr int kTimedLaunches = 3;
+
+// The fastest of `candidates` at `launch`, on the caller's stream with the call's own operands
+// (the products write only their outputs, which the caller's launch after this writes again), or
+// the first where none can be timed.
 template <class Launch>
 cublasLtMatmulAlgo_t fastest_of(const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
                                 Launch launch, CUstream_st* stream) {
-  cudaEvent_t begin = nullptr, end = nullptr;
-  if (cudaEventCreate(&begin) != cudaSuccess || cudaEventCreate(&end) != cudaSuccess) {
-    if (begin != nullptr) cudaEventDestroy(begin);
-    return candidates.front().algo;
-  }
   size_t best = 0;
   float best_ms = -1.0f;
   for (size_t i = 0; i < candidates.size(); ++i) {
-    if (launch(candidates[i].algo) != CUBLAS_STATUS_SUCCESS) continue;
-    constexpr int kTimed = 3;
-    bool launched = cudaEventRecord(begin, stream) == cudaSuccess;
-    for (int run = 0; launched && run < kTimed; ++run) {
-      launched = launch(candidates[i].algo) == CUBLAS_STATUS_SUCCESS;
-    }
-    float ms = 0.0f;
-    if (launched && cudaEventRecord(end, stream) == cudaSuccess &&
-        cudaEventSynchronize(end) == cudaSuccess &&
-        cudaEventElapsedTime(&ms, begin, end) == cudaSuccess && (best_ms < 0 || ms < best_ms)) {
+    const auto once = [&] { return launch(candidates[i].algo) == CUBLAS_STATUS_SUCCESS; };
+    if (!once()) continue;
+    const float ms = elapsed_ms(once, kTimedLaunches, stream);
+    if (ms >= 0 && (best_ms < 0 || ms < best_ms)) {
       best = i;
       best_ms = ms;
     }
   }
-  cudaEventDestroy(end);
-  cudaEventDestroy(begin);
   return candidates[best].algo;
+}
+
+bool capturing(CUstream_st* stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
+         capture != cudaStreamCaptureStatusNone;
 }
 
 // The algorithm for a product, or none: the fastest of cuBLASLt's first kCandidates heuristic
@@ -187,9 +206,7 @@ bool algorithm_for(cublasLtHandle_t handle, const Product& p, const Descriptors&
   std::lock_guard<std::mutex> lock(mutex);
   Chosen& choice = chosen[p];
   if (!choice.timed) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    const bool capturing = cudaStreamIsCapturing(stream, &capture) != cudaSuccess ||
-                           capture != cudaStreamCaptureStatusNone;
+    const bool in_capture = capturing(stream);
     cublasLtMatmulPreference_t preference = nullptr;
     check(cublasLtMatmulPreferenceCreate(&preference), "preference");
     const uint64_t workspace = kEpilogueGemmWorkspaceBytes;
@@ -205,7 +222,7 @@ bool algorithm_for(cublasLtHandle_t handle, const Product& p, const Descriptors&
         status = cublasLtMatmulPreferenceSetAttribute(preference, attribute, &bytes, sizeof(bytes));
       }
     }
-    std::vector<cublasLtMatmulHeuristicResult_t> results(capturing ? 1 : kCandidates);
+    std::vector<cublasLtMatmulHeuristicResult_t> results(in_capture ? 1 : kCandidates);
     int found = 0;
     if (status == CUBLAS_STATUS_SUCCESS) {
       status = cublasLtMatmulAlgoGetHeuristic(
@@ -215,23 +232,29 @@ bool algorithm_for(cublasLtHandle_t handle, const Product& p, const Descriptors&
     cublasLtMatmulPreferenceDestroy(preference);
     results.resize(status == CUBLAS_STATUS_SUCCESS ? static_cast<size_t>(found) : 0);
     choice.usable = !results.empty();
-    choice.timed = !capturing;
+    choice.timed = !in_capture;
     if (choice.usable) {
-      choice.algorithm = capturing || results.size() == 1 ? results.front().algo
-                                                          : fastest_of(results, launch, stream);
+      choice.algorithm = in_capture || results.size() == 1 ? results.front().algo
+                                                           : fastest_of(results, launch, stream);
     }
   }
   *algorithm = choice.algorithm;
   return choice.usable;
 }
 
-bool run(Product p, const Pointers& pointers, void* workspace, CUstream_st* stream) {
+// `p` with what the pointers and the current device decide.
+Product resolved(Product p, const Pointers& pointers) {
   if (cudaGetDevice(&p.device) != cudaSuccess) throw std::runtime_error("epilogue_gemm: no device");
   p.align_a = alignment_of(pointers.a);
   p.align_b = alignment_of(pointers.b);
   p.align_d = alignment_of(pointers.d);
   p.adds_c = pointers.c != nullptr;
   p.align_c = p.adds_c ? alignment_of(pointers.c) : p.align_d;
+  return p;
+}
+
+bool run(Product unresolved, const Pointers& pointers, void* workspace, CUstream_st* stream) {
+  const Product p = resolved(unresolved, pointers);
   Descriptors descriptors(p);
   if (pointers.bias != nullptr) descriptors.set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, pointers.bias);
   if (pointers.aux != nullptr) {
@@ -258,7 +281,133 @@ bool run(Product p, const Pointers& pointers, void* workspace, CUstream_st* stre
   return true;
 }
 
+// ---- the bias gradient as column sums of our own, after the plain product ---------------------
+
+constexpr int kSumThreads = 256;
+constexpr int kSumVector = 8;          // bfloat16 columns a thread: one 16-byte load a row
+constexpr int64_t kSumBlockRows = 32;  // rows a partial sum: 288 of the base preset's 9,216
+constexpr int kReduceColumns = 32;     // columns a block of the reduction, a warp wide
+constexpr int kReduceWarps = 8;
+
+int64_t partial_blocks(int64_t rows) { return (rows + kSumBlockRows - 1) / kSumBlockRows; }
+
+// partials [blocks, width]: the sums of each column of `grad` over each block of kSumBlockRows
+// rows; 16-byte loads along a row, the sums in registers.
+__global__ void __launch_bounds__(kSumThreads)
+    column_partials_kernel(const __nv_bfloat16* grad, int64_t rows, int64_t width,
+                           float* partials) {
+  const int64_t column =
+      (static_cast<int64_t>(blockIdx.x) * kSumThreads + threadIdx.x) * kSumVector;
+  if (column >= width) return;
+  const int64_t first = static_cast<int64_t>(blockIdx.y) * kSumBlockRows;
+  const int64_t last = first + kSumBlockRows < rows ? first + kSumBlockRows : rows;
+  float sums[kSumVector] = {};
+#pragma unroll 8
+  for (int64_t row = first; row < last; ++row) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(grad + row * width + column);
+    const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int pair = 0; pair < kSumVector / 2; ++pair) {
+      const float2 value = __bfloat1622float2(pairs[pair]);
+      sums[2 * pair] += value.x;
+      sums[2 * pair + 1] += value.y;
+    }
+  }
+  float* partial = partials + static_cast<int64_t>(blockIdx.y) * width + column;
+  *reinterpret_cast<float4*>(partial) = make_float4(sums[0], sums[1], sums[2], sums[3]);
+  *reinterpret_cast<float4*>(partial + 4) = make_float4(sums[4], sums[5], sums[6], sums[7]);
+}
+
+__device__ __forceinline__ void store_sum(float* out, float value) { *out = value; }
+__device__ __forceinline__ void store_sum(__nv_bfloat16* out, float value) {
+  *out = __float2bfloat16(value);
+}
+
+// out [width] = the partials summed over their blocks: warp w of a block adds blocks w, w + 8,
+// ... of its 32 columns in order, then the warps' sums are added in warp order: the same bits on
+// every run.
+template <class Out>
+__global__ void __launch_bounds__(kReduceColumns* kReduceWarps)
+    sum_partials_kernel(const float* partials, int64_t blocks, int64_t width, Out* out) {
+  __shared__ float warp_sums[kReduceWarps][kReduceColumns];
+  const int lane = threadIdx.x % kReduceColumns, warp = threadIdx.x / kReduceColumns;
+  const int64_t column = static_cast<int64_t>(blockIdx.x) * kReduceColumns + lane;
+  float sum = 0.0f;
+  if (column < width) {
+    for (int64_t block = warp; block < blocks; block += kReduceWarps) {
+      sum += partials[block * width + column];
+    }
+  }
+  warp_sums[warp][lane] = sum;
+  __syncthreads();
+  if (warp == 0 && column < width) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kReduceWarps; ++w) total += warp_sums[w][lane];
+    store_sum(out + column, total);
+  }
+}
+
+// Whether column_sums takes `grad` [rows, width]: whole 16-byte loads, and the partials within the
+// product's workspace, which the sums use after the product is done with it.
+bool column_sums_apply(const void* grad, int64_t rows, int64_t width) {
+  return rows > 0 && width % kSumVector == 0 && alignment_of(grad) >= 16 &&
+         static_cast<size_t>(partial_blocks(rows) * width) * sizeof(float) <=
+             kEpilogueGemmWorkspaceBytes;
+}
+
+// Runs whichever of `in_epilogue` and `separately` (each returning whether it ran) was faster for
+// `key` at its first call outside a capture, both timed there; inside a capture before that,
+// `in_epilogue`. Either falls back to the other where it cannot run.
+template <class InEpilogue, class Separately>
+bool faster_route(const Product& key, InEpilogue in_epilogue, Separately separately,
+                  CUstream_st* stream) {
+  static std::mutex mutex;
+  static std::map<Product, bool> separately_faster;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    const auto found = separately_faster.find(key);
+    if (found != separately_faster.end()) {
+      return found->second ? separately() || in_epilogue() : in_epilogue() || separately();
+    }
+  }
+  if (capturing(stream)) return in_epilogue() || separately();
+  // Each route's first run picks its products' algorithms; then each is timed.
+  const bool epilogue_runs = in_epilogue(), separate_runs = separately();
+  const float epilogue_ms = epilogue_runs ? elapsed_ms(in_epilogue, kTimedLaunches, stream) : -1;
+  const float separate_ms = separate_runs ? elapsed_ms(separately, kTimedLaunches, stream) : -1;
+  if (epilogue_ms < 0 && separate_ms < 0) return false;
+  const bool faster = epilogue_ms < 0 || (separate_ms >= 0 && separate_ms < epilogue_ms);
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    separately_faster.emplace(key, faster);
+  }
+  return faster ? separately() : in_epilogue();
+}
+
 }  // namespace
+
+bool column_sums(const void* grad, int64_t rows, int64_t width, void* out, Precision precision,
+                 void* workspace, CUstream_st* stream) {
+  if (!column_sums_apply(grad, rows, width)) return false;
+  auto* partials = static_cast<float*>(workspace);
+  const int64_t per_block = int64_t{kSumThreads} * kSumVector;
+  const dim3 grid(static_cast<unsigned>((width + per_block - 1) / per_block),
+                  static_cast<unsigned>(partial_blocks(rows)));
+  column_partials_kernel<<<grid, kSumThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(grad),
+                                                           rows, width, partials);
+  check_launch("column_partials_kernel");
+  const auto columns = static_cast<unsigned>((width + kReduceColumns - 1) / kReduceColumns);
+  if (precision == Precision::kFloat32) {
+    sum_partials_kernel<<<columns, kReduceColumns * kReduceWarps, 0, stream>>>(
+        partials, partial_blocks(rows), width, static_cast<float*>(out));
+  } else {
+    sum_partials_kernel<<<columns, kReduceColumns * kReduceWarps, 0, stream>>>(
+        partials, partial_blocks(rows), width, static_cast<__nv_bfloat16*>(out));
+  }
+  check_launch("sum_partials_kernel");
+  return true;
+}
 
 bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x,
                                        const LinearShape& shape, void* grad_weight, void* grad_bias,
@@ -269,7 +418,21 @@ bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x,
       CUBLAS_OP_N, CUBLAS_OP_T, shape.in, shape.out, shape.rows, shape.in, shape.out, shape.in,
       grad_bias != nullptr ? CUBLASLT_EPILOGUE_BGRADB : CUBLASLT_EPILOGUE_DEFAULT);
   p.d_type = p.bias_type = data_type(precision);
-  return run(p, {x, grad_out, grad_weight, grad_bias, nullptr}, workspace, stream);
+  const Pointers with_bias{x, grad_out, grad_weight, grad_bias, nullptr};
+  if (grad_bias == nullptr || !column_sums_apply(grad_out, shape.rows, shape.out)) {
+    return run(p, with_bias, workspace, stream);
+  }
+  // The bias gradient in BGRADB's epilogue, or the plain product and then our column sums:
+  // BGRADB runs a kernel of its own after most of the step's products, slower than the bytes it
+  // reads (docs/KERNELS.md, version 23), so each shape takes the faster.
+  Product plain = p;
+  plain.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const auto in_epilogue = [&] { return run(p, with_bias, workspace, stream); };
+  const auto separately = [&] {
+    return run(plain, {x, grad_out, grad_weight, nullptr, nullptr}, workspace, stream) &&
+           column_sums(grad_out, shape.rows, shape.out, grad_bias, precision, workspace, stream);
+  };
+  return faster_route(resolved(p, with_bias), in_epilogue, separately, stream);
 }
 
 bool linear_forward_with_residual(const void* x, const void* weight, const float* bias,

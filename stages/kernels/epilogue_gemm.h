@@ -33,11 +33,21 @@ constexpr size_t kEpilogueGemmWorkspaceBytes = size_t{32} << 20;
 // the first call outside a CUDA graph capture and kept per shape, epilogue, precision and device.
 
 // grad_weight [out, in] = grad_out [rows, out]^T x [rows, in], and grad_bias [out] = the column
-// sums of grad_out, in one product. grad_weight and grad_bias in `precision` (float32: the
-// parameters' own, no cast pass). grad_bias null: the weight's gradient alone.
+// sums of grad_out: in the product's BGRADB epilogue or by column_sums after it, whichever was
+// faster for the shape at its first call outside a capture. grad_weight and grad_bias in
+// `precision` (float32: the parameters' own, no cast pass). grad_bias null: the weight's gradient
+// alone.
 bool linear_weight_grad_with_bias_grad(const void* grad_out, const void* x,
                                        const LinearShape& shape, void* grad_weight, void* grad_bias,
                                        Precision precision, void* workspace, CUstream_st* stream);
+
+// out [width] = the column sums of grad [rows, width] (bfloat16, 16-byte aligned), in `precision`,
+// through float32 partial sums in `workspace` (kEpilogueGemmWorkspaceBytes), added in a fixed
+// order: the same bits on every run. The weight-gradient product's alternative to BGRADB, taken
+// where faster. False, having written nothing, where width is not a multiple of 8 or the
+// partials do not fit the workspace.
+bool column_sums(const void* grad, int64_t rows, int64_t width, void* out, Precision precision,
+                 void* workspace, CUstream_st* stream);
 
 // out [rows, out] = residual [rows, out] + x [rows, in] weight^T + bias [out], in one product: x
 // and weight bfloat16; bias, residual and out float32 (the residual stream's dtype), the sum in

@@ -397,6 +397,50 @@ TEST_F(EpilogueLinearCuda, CublasLtTakesTheBasePresetsShapes) {
   }
 }
 
+// The bias gradient's column sums, the weight-gradient product's alternative to BGRADB (version 23
+// of docs/KERNELS.md), against ATen's sum: the base preset's shapes, partial blocks of rows and of
+// columns, float32 and bfloat16 out; a NaN stays in its column; the same bits on a second run; a
+// width that is not a multiple of 8 refused.
+TEST_F(EpilogueLinearCuda, ColumnSumsEqualAtensSums) {
+  const at::TensorOptions bf16 = at::TensorOptions(at::kCUDA).dtype(at::kBFloat16);
+  const at::Tensor workspace = at::empty(
+      {static_cast<int64_t>(kernels::kEpilogueGemmWorkspaceBytes)}, bf16.dtype(at::kByte));
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream();
+  for (const auto& [rows, width] : {std::pair<int64_t, int64_t>{9216, 1536},
+                                    {9216, 4608},
+                                    {16400, 1024},
+                                    {1, 8},
+                                    {33, 2056},
+                                    {4800, 2048}}) {
+    at::manual_seed(13);
+    const at::Tensor grad = at::randn({rows, width}, bf16);
+    const at::Tensor want = grad.to(at::kFloat).sum(0);
+    at::Tensor got = at::empty({width}, bf16.dtype(at::kFloat));
+    ASSERT_TRUE(kernels::column_sums(grad.data_ptr(), rows, width, got.data_ptr(),
+                                     kernels::Precision::kFloat32, workspace.data_ptr(), stream))
+        << rows << " x " << width;
+    EXPECT_TRUE(at::allclose(got, want, 1e-4, 1e-3)) << rows << " x " << width;
+    at::Tensor again = at::empty_like(got);
+    ASSERT_TRUE(kernels::column_sums(grad.data_ptr(), rows, width, again.data_ptr(),
+                                     kernels::Precision::kFloat32, workspace.data_ptr(), stream));
+    EXPECT_TRUE(at::equal(again, got)) << rows << " x " << width;
+    at::Tensor got_bf16 = at::empty({width}, bf16);
+    ASSERT_TRUE(kernels::column_sums(grad.data_ptr(), rows, width, got_bf16.data_ptr(),
+                                     kernels::Precision::kBFloat16, workspace.data_ptr(), stream));
+    EXPECT_TRUE(at::equal(got_bf16, got.to(at::kBFloat16))) << rows << " x " << width;
+  }
+  at::Tensor grad = at::ones({100, 16}, bf16);
+  grad.index_put_({70, 5}, std::numeric_limits<float>::quiet_NaN());
+  at::Tensor sums = at::empty({16}, bf16.dtype(at::kFloat));
+  ASSERT_TRUE(kernels::column_sums(grad.data_ptr(), 100, 16, sums.data_ptr(),
+                                   kernels::Precision::kFloat32, workspace.data_ptr(), stream));
+  EXPECT_TRUE(std::isnan(sums[5].item<float>()));
+  EXPECT_EQ(sums.isnan().sum().item<int64_t>(), 1);
+  EXPECT_FLOAT_EQ(sums[4].item<float>(), 100.f);
+  EXPECT_FALSE(kernels::column_sums(grad.data_ptr(), 100, 12, sums.data_ptr(),
+                                    kernels::Precision::kFloat32, workspace.data_ptr(), stream));
+}
+
 // A product first met inside a CUDA graph capture takes cuBLASLt's first choice there (timing
 // the candidates would break the capture), replays with the right values, and is timed at its
 // next call outside a capture, again with the right values (version 22 of docs/KERNELS.md).
