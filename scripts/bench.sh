@@ -15,8 +15,7 @@
 #         Augment there, and against the CPU's decoding with Augment on the GPU: the data path's
 #         samples/s beside the step's (30 steps after $WAM_GPU_DATA_WARMUP, default 60), then
 #         alone (`run --stop-after h2d`, $WAM_DATA_PATH_STEPS batches, default 120: over all of it
-#         and over its second half). With $WAM_BENCH_BEFORE (another build's wam-pipeline), each
-#         whole-graph bench is repeated with it, right after this build's.
+#         and over its second half).
 #         $WAM_LADDER_TASKS picks the tasks.
 # ladder: the profile ladder on a CUDA machine, base preset, for each task of $WAM_LADDER_TASKS
 #         (default "libero robotwin"): `cache generate` samples/s, then one `wam-pipeline bench` of
@@ -297,12 +296,6 @@ PY
           # seconds: docs/BENCHMARKS.md, "NVDEC's decoders moved between files").
           "$bin" bench "pipelines/${task}_compile.json" "${base[@]}" $extra --steps 30 \
             --warmup "${WAM_GPU_DATA_WARMUP:-60}"
-          if [ -n "${WAM_BENCH_BEFORE:-}" ]; then
-            echo "## ${task}_compile: $name, before ($WAM_BENCH_BEFORE)"
-            # shellcheck disable=SC2086
-            "$WAM_BENCH_BEFORE" bench "pipelines/${task}_compile.json" "${base[@]}" $extra \
-              --steps 30 --warmup "${WAM_GPU_DATA_WARMUP:-60}"
-          fi
           # The data path alone: the graph up to h2d, without the step to wait for.
           stats=$(mktemp)
           # shellcheck disable=SC2086

@@ -24,9 +24,7 @@
 #            replayed CUDA graph; its figures also in attention.json)
 #   nvdec    scripts/bench.sh nvdec, $WAM_BENCH_ROUNDS rounds (default 3)
 #   nvdec-files  scripts/bench.sh nvdec-files (more files than NVDEC sessions)
-#   gpu-data scripts/bench.sh gpu-data (the data path on NVDEC and the GPU beside the step; each
-#            whole-graph bench also with the wam-pipeline $WAM_GPU_DATA_BEFORE names, if set, e.g.
-#            /tmp/build-v21/wam-pipeline after a step phase that built the tree .dbg/v21)
+#   gpu-data scripts/bench.sh gpu-data (the data path on NVDEC and the GPU beside the step)
 #   percore-libero  scripts/bench.sh percore on LIBERO (3 rounds of 256 samples) against the
 #            source tree in $WAM_PERCORE_BEFORE (built first, wam-pipeline only, in
 #            /tmp/build-before; run from that tree, with its own pipelines)
@@ -80,7 +78,7 @@ case "${1:-}" in
       attention) python3 scripts/attention-bench.py --iters 50 --json "$dir/attention.json" ;;
       nvdec) WAM_BENCH_ROUNDS=${WAM_BENCH_ROUNDS:-3} scripts/bench.sh nvdec ;;
       nvdec-files) scripts/bench.sh nvdec-files ;;
-      gpu-data) WAM_BENCH_BEFORE=${WAM_GPU_DATA_BEFORE:-} scripts/bench.sh gpu-data ;;
+      gpu-data) scripts/bench.sh gpu-data ;;
       percore-libero)
         before_tree=$(realpath "${WAM_PERCORE_BEFORE:?set WAM_PERCORE_BEFORE to a source tree}")
         cmake -S "$before_tree" -B /tmp/build-before -G Ninja -DCMAKE_BUILD_TYPE=Release \

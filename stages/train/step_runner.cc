@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
 #include <sstream>
 #include <vector>
 
@@ -99,10 +98,6 @@ struct StepRunner::Graph {
   models::TrainBatch inputs;  // static buffers the graph reads
   models::FlowNoise noise;    // static buffers the graph reads
   models::LossTerms outputs;  // written by every replay
-  // Where the graphs replay: a stream of the highest priority, so that GPU work of the data path
-  // beside the step (NVDEC's conversions, Augment, the encoders) is scheduled in the step's gaps
-  // instead of ahead of its kernels (docs/BENCHMARKS.md, "The step's stream priority").
-  std::optional<c10::cuda::CUDAStream> replay_stream;
 };
 #endif
 
@@ -409,25 +404,11 @@ models::LossTerms StepRunner::graph_step(const models::TrainBatch& batch,
   if (!graph_) capture(batch);
   copy_batch(graph_->inputs, batch);
   copy_noise(graph_->noise, models::sample_flow_noise(graph_->inputs, model_->config(), noise_gen));
-  if (!graph_->replay_stream) {
-    graph_->replay_stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device_.index());
+  graph_->graph.replay();
+  if (graph_->update_graph) {
+    sync_->reduce_deferred();
+    graph_->update_graph->replay();
   }
-  // The replay waits for the inputs copied on the current stream, which waits for the replay
-  // before the losses are read and the next batch's inputs are copied.
-  const c10::cuda::CUDAStream current = at::cuda::getCurrentCUDAStream(device_.index());
-  at::cuda::CUDAEvent inputs_copied, replayed;
-  inputs_copied.record(current);
-  inputs_copied.block(*graph_->replay_stream);
-  {
-    const c10::cuda::CUDAStreamGuard guard(*graph_->replay_stream);
-    graph_->graph.replay();
-    if (graph_->update_graph) {
-      sync_->reduce_deferred();
-      graph_->update_graph->replay();
-    }
-  }
-  replayed.record(*graph_->replay_stream);
-  replayed.block(current);
   return graph_->outputs;
 }
 #endif
