@@ -154,11 +154,15 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+__device__ __forceinline__ float4 bias_at(const float* bias, int c) {
+  return bias != nullptr ? load4(bias + 4 * c) : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
 // One row per block (rows never cross modulation rows inside a block).
 template <class TR, class TU>
 __global__ void __launch_bounds__(kThreads)
-    gated_residual_forward_kernel(const TR* residual, const TU* update, const float* gate, TR* out,
-                                  ModulationLayout layout) {
+    gated_residual_forward_kernel(const TR* residual, const TU* update, const float* bias,
+                                  const float* gate, TR* out, ModulationLayout layout) {
   const int64_t row = blockIdx.x;
   const int chunks = static_cast<int>(layout.width / 4);
   const int64_t m = modulation_row(row, layout) * layout.width;
@@ -167,22 +171,28 @@ __global__ void __launch_bounds__(kThreads)
   for (int k = 0; k < kMaxChunks; ++k) {
     const int c = threadIdx.x + k * kThreads;
     if (c >= chunks) continue;
-    store4(out + base + 4 * c, fma4(load4(update + base + 4 * c), load4(gate + m + 4 * c),
-                                    load4(residual + base + 4 * c)));
+    store4(out + base + 4 * c, fma4(load4(update + base + 4 * c) + bias_at(bias, c),
+                                    load4(gate + m + 4 * c), load4(residual + base + 4 * c)));
   }
 }
 
-// grad_update = grad_out * gate per row; the block's sums of grad_out * update over its rows
-// (which share one modulation row) are written as its partials.
+// grad_update = grad_out * gate per row; the block's sums of grad_out * (update + bias), and
+// where there is a bias of grad_out * gate, over its rows (which share one modulation row) are
+// written as its partials.
 template <class TR, class TU>
 __global__ void __launch_bounds__(kThreads)
-    gated_residual_backward_kernel(const TR* grad_out, const TU* update, const float* gate,
-                                   TU* grad_update, float* gate_partials, ModulationLayout layout,
+    gated_residual_backward_kernel(const TR* grad_out, const TU* update, const float* bias,
+                                   const float* gate, TU* grad_update, float* gate_partials,
+                                   float* bias_partials, ModulationLayout layout,
                                    int64_t rows_per_block) {
   const int chunks = static_cast<int>(layout.width / 4);
-  float4 gate_sum[kMaxChunks];
+  float4 gate_sum[kMaxChunks], bias_sum[kMaxChunks], bias_value[kMaxChunks];
 #pragma unroll
-  for (int k = 0; k < kMaxChunks; ++k) gate_sum[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int k = 0; k < kMaxChunks; ++k) {
+    const int c = threadIdx.x + k * kThreads;
+    gate_sum[k] = bias_sum[k] = make_float4(0.f, 0.f, 0.f, 0.f);
+    bias_value[k] = bias_at(c < chunks ? bias : nullptr, c);
+  }
   const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block;
   const float* gate_row = gate + modulation_row(first, layout) * layout.width;
   for (int64_t row = first; row < first + rows_per_block; ++row) {
@@ -192,16 +202,20 @@ __global__ void __launch_bounds__(kThreads)
       const int c = threadIdx.x + k * kThreads;
       if (c >= chunks) continue;
       const float4 go = load4(grad_out + base + 4 * c);
-      const float4 u = load4(update + base + 4 * c);
-      store4(grad_update + base + 4 * c, go * load4(gate_row + 4 * c));
+      const float4 u = load4(update + base + 4 * c) + bias_value[k];
+      const float4 gu = go * load4(gate_row + 4 * c);
+      store4(grad_update + base + 4 * c, gu);
       gate_sum[k] = fma4(go, u, gate_sum[k]);
+      bias_sum[k] = bias_sum[k] + gu;
     }
   }
   const int64_t partial = static_cast<int64_t>(blockIdx.x) * layout.width;
 #pragma unroll
   for (int k = 0; k < kMaxChunks; ++k) {
     const int c = threadIdx.x + k * kThreads;
-    if (c < chunks) store4(gate_partials + partial + 4 * c, gate_sum[k]);
+    if (c >= chunks) continue;
+    store4(gate_partials + partial + 4 * c, gate_sum[k]);
+    if (bias_partials != nullptr) store4(bias_partials + partial + 4 * c, bias_sum[k]);
   }
 }
 
@@ -297,30 +311,30 @@ void layer_norm_modulate_backward(const void* grad_out, Precision out_precision,
 }
 
 void gated_residual_forward(const void* residual, Precision residual_precision, const void* update,
-                            Precision update_precision, const float* gate, void* out,
-                            const ModulationLayout& layout, CUstream_st* stream) {
+                            Precision update_precision, const float* bias, const float* gate,
+                            void* out, const ModulationLayout& layout, CUstream_st* stream) {
   if (layout.rows == 0) return;
   dispatch(residual_precision, update_precision, [&](auto* tr, auto* tu) {
     using TR = std::remove_pointer_t<decltype(tr)>;
     using TU = std::remove_pointer_t<decltype(tu)>;
     gated_residual_forward_kernel<<<static_cast<unsigned>(layout.rows), kThreads, 0, stream>>>(
-        static_cast<const TR*>(residual), static_cast<const TU*>(update), gate,
+        static_cast<const TR*>(residual), static_cast<const TU*>(update), bias, gate,
         static_cast<TR*>(out), layout);
   });
   check_launch("gated_residual_forward");
 }
 
 void gated_residual_backward(const void* grad_out, Precision residual_precision, const void* update,
-                             Precision update_precision, const float* gate, void* grad_update,
-                             float* gate_partials, const ModulationLayout& layout,
-                             CUstream_st* stream) {
+                             Precision update_precision, const float* bias, const float* gate,
+                             void* grad_update, float* gate_partials, float* bias_partials,
+                             const ModulationLayout& layout, CUstream_st* stream) {
   if (layout.rows == 0) return;
   dispatch(residual_precision, update_precision, [&](auto* tr, auto* tu) {
     using TR = std::remove_pointer_t<decltype(tr)>;
     using TU = std::remove_pointer_t<decltype(tu)>;
     gated_residual_backward_kernel<<<backward_blocks(layout), kThreads, 0, stream>>>(
-        static_cast<const TR*>(grad_out), static_cast<const TU*>(update), gate,
-        static_cast<TU*>(grad_update), gate_partials, layout,
+        static_cast<const TR*>(grad_out), static_cast<const TU*>(update), bias, gate,
+        static_cast<TU*>(grad_update), gate_partials, bias_partials, layout,
         adaln_backward_rows_per_block(layout));
   });
   check_launch("gated_residual_backward");

@@ -55,18 +55,20 @@ void layer_norm_modulate_backward(const void* grad_out, Precision out_precision,
                                   float* scale_partials, float* shift_partials,
                                   const ModulationLayout& layout, CUstream_st* stream);
 
-// out[r] = residual[r] + update[r] * gate[m(r)]; out in the residual's precision. gate: float
-// [modulation_rows, D].
+// out[r] = residual[r] + (update[r] + bias) * gate[m(r)]; out in the residual's precision. gate:
+// float [modulation_rows, D]; bias: float [D], or null for none (the update's producer added its
+// own).
 void gated_residual_forward(const void* residual, Precision residual_precision, const void* update,
-                            Precision update_precision, const float* gate, void* out,
-                            const ModulationLayout& layout, CUstream_st* stream);
+                            Precision update_precision, const float* bias, const float* gate,
+                            void* out, const ModulationLayout& layout, CUstream_st* stream);
 
 // grad_update[r] = grad_out[r] * gate[m(r)] (update's precision), and per block of rows the sums
-// of grad_out * update (gate_partials, float [adaln_backward_blocks, D]). The residual's gradient
-// is grad_out itself.
+// of grad_out * (update + bias) (gate_partials, float [adaln_backward_blocks, D]). Where bias is
+// not null, also the block's sums of grad_out * gate in float (bias_partials, the same shape): the
+// bias gradient, with no second pass over grad_update. The residual's gradient is grad_out itself.
 void gated_residual_backward(const void* grad_out, Precision residual_precision, const void* update,
-                             Precision update_precision, const float* gate, void* grad_update,
-                             float* gate_partials, const ModulationLayout& layout,
-                             CUstream_st* stream);
+                             Precision update_precision, const float* bias, const float* gate,
+                             void* grad_update, float* gate_partials, float* bias_partials,
+                             const ModulationLayout& layout, CUstream_st* stream);
 
 }  // namespace wam::kernels

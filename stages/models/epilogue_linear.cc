@@ -123,31 +123,54 @@ LinearGrads linear_param_grads(const at::Tensor& grad, const at::Tensor& x,
 
 namespace {
 
+// The weight gradient alone, [out, in] in weight_dtype, from grad [rows, out] and x [rows, in].
+at::Tensor linear_weight_grad(const at::Tensor& grad, const at::Tensor& x,
+                              at::ScalarType weight_dtype) {
+#if WAM_FUSED_KERNELS
+  if (auto grads =
+          product_param_grads(grad, x, weight_dtype, weight_dtype, /*with_bias=*/false)) {
+    return grads->weight;
+  }
+#endif
+  return grad.t().mm(x).to(weight_dtype);
+}
+
 // The gradients of x, weight and bias of a linear layer whose op saved {x, the cast weight,
-// weight, bias}, from its output's gradient in x's dtype.
-variable_list saved_linear_grads(AutogradContext* ctx, const at::Tensor& grad) {
+// weight, bias}, from its output's gradient in x's dtype; no bias gradient where the op left the
+// bias out (`with_bias` false).
+variable_list saved_linear_grads(AutogradContext* ctx, const at::Tensor& grad,
+                                 bool with_bias = true) {
   const variable_list saved = ctx->get_saved_variables();
   const at::Tensor &x = saved[0], &cast_weight = saved[1], &weight = saved[2], &bias = saved[3];
   at::Tensor grad_x;
   if (ctx->needs_input_grad(0)) grad_x = at::matmul(grad, cast_weight);
+  if (!with_bias) {
+    return {grad_x, linear_weight_grad(linear_rows(grad), linear_rows(x), weight.scalar_type()),
+            at::Tensor()};
+  }
   const LinearGrads params = linear_param_grads(linear_rows(grad), linear_rows(x),
                                                 weight.scalar_type(), bias.scalar_type());
   return {grad_x, params.weight, params.bias};
 }
 
 // Saves x and the cast weight, as ATen's linear under autocast does, and the parameters (no
-// memory) for their dtypes.
+// memory) for their dtypes. `with_bias` false: the product without the bias, which another op
+// adds (fused_add_biased_gated), and no gradient for it here.
 class EpilogueLinear : public torch::autograd::Function<EpilogueLinear> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& bias) {
+                            const at::Tensor& bias, bool with_bias) {
     const at::Tensor cast_weight = weight_in(weight, x.scalar_type());
     ctx->save_for_backward({x, cast_weight, weight, bias});
+    ctx->saved_data["with_bias"] = with_bias;
+    if (!with_bias) return at::linear(x, cast_weight);
     return at::linear(x, cast_weight, weight_in(bias, x.scalar_type()));
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return saved_linear_grads(ctx, grads[0]);
+    variable_list out = saved_linear_grads(ctx, grads[0], ctx->saved_data["with_bias"].toBool());
+    out.push_back(at::Tensor());  // with_bias
+    return out;
   }
 };
 
@@ -225,7 +248,7 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& in_weight,
                             const at::Tensor& in_bias, const at::Tensor& out_weight,
-                            const at::Tensor& out_bias) {
+                            const at::Tensor& out_bias, bool with_out_bias) {
     const at::ScalarType dtype = x.scalar_type();
     const at::Tensor rows = linear_rows(x), cast_in_weight = weight_in(in_weight, dtype),
                      cast_in_bias = weight_in(in_bias, dtype),
@@ -253,7 +276,10 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
     }
     ctx->save_for_backward({rows, cast_in_weight, cast_out_weight, pre_activation, activated,
                             in_weight, in_bias, out_weight, out_bias});
-    const at::Tensor out = at::linear(activated, cast_out_weight, weight_in(out_bias, dtype));
+    ctx->saved_data["with_out_bias"] = with_out_bias;
+    const at::Tensor out = with_out_bias
+                               ? at::linear(activated, cast_out_weight, weight_in(out_bias, dtype))
+                               : at::linear(activated, cast_out_weight);
     return out.view(with_last_size(x.sizes(), out_weight.size(0)));
   }
 
@@ -264,7 +290,10 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
                      &in_bias = saved[6], &out_weight = saved[7], &out_bias = saved[8];
     const at::Tensor grad = linear_rows(grads[0]);
     const LinearGrads out_grads =
-        linear_param_grads(grad, activated, out_weight.scalar_type(), out_bias.scalar_type());
+        ctx->saved_data["with_out_bias"].toBool()
+            ? linear_param_grads(grad, activated, out_weight.scalar_type(), out_bias.scalar_type())
+            : LinearGrads{linear_weight_grad(grad, activated, out_weight.scalar_type()),
+                          at::Tensor()};
     // GELU's derivative with the first layer's bias gradient in one pass where the kernel applies
     // (docs/KERNELS.md, version 16; cuBLASLt's DGELU_BGRAD epilogue ran as a separate, slower
     // kernel on the H200, version 6), else ATen's pass and the bias gradient with the weight's.
@@ -289,7 +318,8 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
     if (ctx->needs_input_grad(0)) {
       grad_x = grad_pre.mm(cast_in_weight).view(with_last_size(grads[0].sizes(), rows.size(1)));
     }
-    return {grad_x, in_grads.weight, in_grads.bias, out_grads.weight, out_grads.bias};
+    return {grad_x, in_grads.weight, in_grads.bias, out_grads.weight, out_grads.bias,
+            at::Tensor()};
   }
 };
 
@@ -317,7 +347,12 @@ LayerLayout remembered_layers(AutogradContext* ctx) {
 }
 
 at::Tensor epilogue_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias) {
-  return EpilogueLinear::apply(x, weight, bias);
+  return EpilogueLinear::apply(x, weight, bias, /*with_bias=*/true);
+}
+
+at::Tensor epilogue_linear_without_bias(const at::Tensor& x, const at::Tensor& weight,
+                                        const at::Tensor& bias) {
+  return EpilogueLinear::apply(x, weight, bias, /*with_bias=*/false);
 }
 
 at::Tensor epilogue_linear_residual(const at::Tensor& x, const at::Tensor& weight,
@@ -333,7 +368,16 @@ at::Tensor epilogue_joint_linear(const at::Tensor& x, at::TensorList weights,
 at::Tensor epilogue_gelu_mlp(const at::Tensor& x, const at::Tensor& in_weight,
                              const at::Tensor& in_bias, const at::Tensor& out_weight,
                              const at::Tensor& out_bias) {
-  return EpilogueGeluMlp::apply(x, in_weight, in_bias, out_weight, out_bias);
+  return EpilogueGeluMlp::apply(x, in_weight, in_bias, out_weight, out_bias,
+                                /*with_out_bias=*/true);
+}
+
+at::Tensor epilogue_gelu_mlp_without_out_bias(const at::Tensor& x, const at::Tensor& in_weight,
+                                              const at::Tensor& in_bias,
+                                              const at::Tensor& out_weight,
+                                              const at::Tensor& out_bias) {
+  return EpilogueGeluMlp::apply(x, in_weight, in_bias, out_weight, out_bias,
+                                /*with_out_bias=*/false);
 }
 
 }  // namespace wam::models

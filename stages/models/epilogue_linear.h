@@ -50,6 +50,12 @@ LayerLayout remembered_layers(torch::autograd::AutogradContext* ctx);
 // linear_param_grads in the parameters' dtypes.
 at::Tensor epilogue_linear(const at::Tensor& x, const at::Tensor& weight, const at::Tensor& bias);
 
+// at::linear(x, weight) with the bias left to the op the output goes to (fused_add_biased_gated,
+// models/fused_norm.h), which also sums its gradient: backward gives x's and the weight's
+// gradients, none for `bias` (passed so that one layer's parameters stay together).
+at::Tensor epilogue_linear_without_bias(const at::Tensor& x, const at::Tensor& weight,
+                                        const at::Tensor& bias);
+
 // residual + at::linear(x, weight, bias), weight and bias used in x's dtype, the sum in the
 // residual's dtype (the compiled step's float32 stream after its cross-attention). Where the
 // epilogue product applies (x bfloat16 on CUDA, residual and bias float32, contiguous) one product
@@ -76,5 +82,12 @@ at::Tensor epilogue_joint_linear(const at::Tensor& x, at::TensorList weights,
 at::Tensor epilogue_gelu_mlp(const at::Tensor& x, const at::Tensor& in_weight,
                              const at::Tensor& in_bias, const at::Tensor& out_weight,
                              const at::Tensor& out_bias);
+
+// epilogue_gelu_mlp with the second layer's bias left to the op the output goes to, as
+// epilogue_linear_without_bias: no gradient for out_bias here.
+at::Tensor epilogue_gelu_mlp_without_out_bias(const at::Tensor& x, const at::Tensor& in_weight,
+                                              const at::Tensor& in_bias,
+                                              const at::Tensor& out_weight,
+                                              const at::Tensor& out_bias);
 
 }  // namespace wam::models

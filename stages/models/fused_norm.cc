@@ -48,6 +48,10 @@ const float* pairs_or_null(const at::Tensor& rotation_pairs) {
   return rotation_pairs.numel() > 0 ? rotation_pairs.data_ptr<float>() : nullptr;
 }
 
+const float* bias_or_null(const at::Tensor& bias) {
+  return bias.numel() > 0 ? bias.data_ptr<float>() : nullptr;
+}
+
 class FusedRmsNormRope : public torch::autograd::Function<FusedRmsNormRope> {
  public:
   // rotation_pairs: float [N, head_dim / 2, 2] (cos, sin), or empty for no RoPE (autograd takes
@@ -283,19 +287,23 @@ class FusedLayerNormModulate : public torch::autograd::Function<FusedLayerNormMo
   }
 };
 
-// residual + update * gate_rows (float [M, D]) per `groups`, in the residual's dtype.
+// residual + (update + bias) * gate_rows (float [M, D]) per `groups`, in the residual's dtype.
+// bias: float [D], or empty for none (autograd takes no undefined inputs); its gradient is summed
+// in the backward kernel that writes the update's.
 class FusedAddGated : public torch::autograd::Function<FusedAddGated> {
  public:
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& residual,
-                            const at::Tensor& update, const at::Tensor& gate_rows, int64_t groups) {
+                            const at::Tensor& update, const at::Tensor& gate_rows,
+                            const at::Tensor& bias, int64_t groups) {
     const c10::cuda::CUDAGuard guard(residual.device());
     const int64_t sample_stride = gate_rows.size(0) / residual.size(0);
     at::Tensor out = at::empty_like(residual);
     kernels::gated_residual_forward(residual.data_ptr(), precision_of(residual), update.data_ptr(),
-                                    precision_of(update), gate_rows.data_ptr<float>(),
-                                    out.data_ptr(), layout_of(residual, groups, sample_stride),
+                                    precision_of(update), bias_or_null(bias),
+                                    gate_rows.data_ptr<float>(), out.data_ptr(),
+                                    layout_of(residual, groups, sample_stride),
                                     at::cuda::getCurrentCUDAStream().stream());
-    ctx->save_for_backward({update, gate_rows});
+    ctx->save_for_backward({update, gate_rows, bias});
     ctx->saved_data["groups"] = groups;
     ctx->saved_data["sample_stride"] = sample_stride;
     ctx->saved_data["residual_dtype"] = static_cast<int64_t>(residual.scalar_type());
@@ -305,19 +313,23 @@ class FusedAddGated : public torch::autograd::Function<FusedAddGated> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const torch::autograd::variable_list saved = ctx->get_saved_variables();
-    const at::Tensor &update = saved[0], &gate_rows = saved[1];
+    const at::Tensor &update = saved[0], &gate_rows = saved[1], &bias = saved[2];
     const c10::cuda::CUDAGuard guard(update.device());
     const auto residual_dtype =
         static_cast<at::ScalarType>(ctx->saved_data["residual_dtype"].toInt());
     const at::Tensor grad_out = grads[0].to(residual_dtype).contiguous();
     const kernels::ModulationLayout layout = saved_layout(ctx, grad_out);
+    const bool with_bias = bias.numel() > 0;
     at::Tensor grad_update = at::empty_like(update),
-               gate_partials = partials_for(layout, gate_rows, 1);
-    kernels::gated_residual_backward(grad_out.data_ptr(), precision_of(grad_out), update.data_ptr(),
-                                     precision_of(update), gate_rows.data_ptr<float>(),
-                                     grad_update.data_ptr(), gate_partials.data_ptr<float>(),
-                                     layout, at::cuda::getCurrentCUDAStream().stream());
-    return {grad_out, grad_update, sum_partials(gate_partials, layout)[0], at::Tensor()};
+               partials = partials_for(layout, gate_rows, with_bias ? 2 : 1);  // gate's, bias's
+    kernels::gated_residual_backward(
+        grad_out.data_ptr(), precision_of(grad_out), update.data_ptr(), precision_of(update),
+        bias_or_null(bias), gate_rows.data_ptr<float>(), grad_update.data_ptr(),
+        partials[0].data_ptr<float>(), with_bias ? partials[1].data_ptr<float>() : nullptr,
+        layout, at::cuda::getCurrentCUDAStream().stream());
+    const at::Tensor sums = sum_partials(partials, layout);
+    return {grad_out, grad_update, sums[0], with_bias ? sums[1].sum(0) : at::Tensor(),
+            at::Tensor()};
   }
 };
 
@@ -467,7 +479,23 @@ bool fused_add_gated_applies(const at::Tensor& residual, const at::Tensor& updat
 at::Tensor fused_add_gated(const at::Tensor& residual, const at::Tensor& update,
                            const at::Tensor& gate, const TokenGroups& layout) {
   require_applies(fused_add_gated_applies(residual, update, layout), "fused_add_gated");
-  return FusedAddGated::apply(residual, update, rows_per_group(gate, layout), layout.groups);
+  return FusedAddGated::apply(residual, update, rows_per_group(gate, layout),
+                              at::empty({0}, gate.options().dtype(at::kFloat)), layout.groups);
+}
+
+bool fused_add_biased_gated_applies(const at::Tensor& residual, const at::Tensor& update,
+                                    const at::Tensor& bias, const TokenGroups& layout) {
+  return fused_add_gated_applies(residual, update, layout) && bias.is_cuda() && bias.dim() == 1 &&
+         bias.size(0) == update.size(2) && bias.scalar_type() == at::kFloat;
+}
+
+at::Tensor fused_add_biased_gated(const at::Tensor& residual, const at::Tensor& update,
+                                  const at::Tensor& bias, const at::Tensor& gate,
+                                  const TokenGroups& layout) {
+  require_applies(fused_add_biased_gated_applies(residual, update, bias, layout),
+                  "fused_add_biased_gated");
+  return FusedAddGated::apply(residual, update, rows_per_group(gate, layout), bias.contiguous(),
+                              layout.groups);
 }
 
 #else
@@ -497,6 +525,11 @@ bool fused_add_gated_applies(const at::Tensor&, const at::Tensor&, const TokenGr
   return false;
 }
 
+bool fused_add_biased_gated_applies(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                    const TokenGroups&) {
+  return false;
+}
+
 at::Tensor fused_norm_modulate(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                const TokenGroups&, at::ScalarType, double) {
   throw Error("fused_norm_modulate: this build has no fused CUDA kernels (no CUDA compiler)");
@@ -523,6 +556,11 @@ NormedAndResidual fused_layer_norm_and_residual(const at::Tensor&, const at::Ten
 at::Tensor fused_add_gated(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                            const TokenGroups&) {
   throw Error("fused_add_gated: this build has no fused CUDA kernels (no CUDA compiler)");
+}
+
+at::Tensor fused_add_biased_gated(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                  const at::Tensor&, const TokenGroups&) {
+  throw Error("fused_add_biased_gated: this build has no fused CUDA kernels (no CUDA compiler)");
 }
 
 #endif

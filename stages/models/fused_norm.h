@@ -96,4 +96,16 @@ bool fused_add_gated_applies(const at::Tensor& residual, const at::Tensor& updat
 at::Tensor fused_add_gated(const at::Tensor& residual, const at::Tensor& update,
                            const at::Tensor& gate, const TokenGroups& layout);
 
+// Whether fused_add_biased_gated takes these: as fused_add_gated_applies, and bias float [D].
+bool fused_add_biased_gated_applies(const at::Tensor& residual, const at::Tensor& update,
+                                    const at::Tensor& bias, const TokenGroups& layout);
+
+// residual + (update + bias) * gate per group in one kernel each way: the update's producer (a
+// linear layer without its bias) leaves the bias to this kernel, whose backward sums the bias
+// gradient as it writes the update's, instead of the weight-gradient product reading that
+// gradient again (docs/KERNELS.md, version 24). Where fused_add_biased_gated_applies.
+at::Tensor fused_add_biased_gated(const at::Tensor& residual, const at::Tensor& update,
+                                  const at::Tensor& bias, const at::Tensor& gate,
+                                  const TokenGroups& layout);
+
 }  // namespace wam::models

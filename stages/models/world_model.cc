@@ -176,6 +176,20 @@ at::Tensor gated_residual(const at::Tensor& residual, const at::Tensor& update,
   return add_gated(residual, update, gate, layout);
 }
 
+// residual + (update + bias) * gate, for an update that is a layer's bfloat16 product without its
+// bias (the compiled step's epilogue products): the bias added, and its gradient summed, in the
+// gated residual's kernels where they apply, instead of in the product's epilogue and a
+// reduction over the update's gradient (docs/KERNELS.md, version 24).
+at::Tensor biased_gated_residual(const at::Tensor& residual, const at::Tensor& update,
+                                 const at::Tensor& bias, const at::Tensor& gate,
+                                 const TokenGroups& layout) {
+  if (fused_add_biased_gated_applies(residual, update, bias, layout)) {
+    return fused_add_biased_gated(residual, update, bias, gate, layout);
+  }
+  return gated_residual(residual, update + bias.to(update.scalar_type()), gate, layout,
+                        /*fused=*/true);
+}
+
 // The cross-attention's LayerNorm, and x to read as the residual after it; `fused` (the compiled
 // step) writes the next product's input dtype from one kernel each way, x passed through it as in
 // modulated_norm.
@@ -423,7 +437,14 @@ class ExpertBlockImpl : public torch::nn::Module {
                             const std::vector<at::Tensor>& mods, const TokenGroups& layout,
                             const at::Tensor& context, const at::Tensor& context_allowed,
                             bool fused, const at::Tensor& constant_context = at::Tensor()) {
-    x = gated_residual(x, linear(o_, attended, fused, fp8_), mods[2], layout, fused);
+    // The bf16 epilogue products leave the output projections' biases to the gated residuals.
+    const bool bias_in_residual = fused && fp8_ == nullptr;
+    if (bias_in_residual && epilogue_linears_apply(attended)) {
+      x = biased_gated_residual(x, epilogue_linear_without_bias(attended, o_->weight, o_->bias),
+                                o_->bias, mods[2], layout);
+    } else {
+      x = gated_residual(x, linear(o_, attended, fused, fp8_), mods[2], layout, fused);
+    }
     const NormedAndResidual crossed = cross_layer_norm(cross_norm_, x, fused);
     x = cross_attention(crossed.normed, crossed.residual, context, context_allowed, fused,
                         constant_context);
@@ -431,11 +452,14 @@ class ExpertBlockImpl : public torch::nn::Module {
     x = normed.residual;
     const at::Tensor& h = normed.normed;
     at::Tensor ffn;
+    if (bias_in_residual && epilogue_linears_apply(h)) {
+      ffn = epilogue_gelu_mlp_without_out_bias(h, ffn_in_->weight, ffn_in_->bias,
+                                               ffn_out_->weight, ffn_out_->bias);
+      return biased_gated_residual(x, ffn, ffn_out_->bias, mods[5], layout);
+    }
     if (fused && fp8_ != nullptr) {
       ffn = fp8_gelu_mlp(h, ffn_in_->weight, ffn_in_->bias, ffn_out_->weight, ffn_out_->bias,
                          fp8_->state_for(ffn_in_->weight), fp8_->state_for(ffn_out_->weight));
-    } else if (fused && epilogue_linears_apply(h)) {
-      ffn = epilogue_gelu_mlp(h, ffn_in_->weight, ffn_in_->bias, ffn_out_->weight, ffn_out_->bias);
     } else {
       ffn = linear(ffn_out_, at::gelu(linear(ffn_in_, h), "tanh"));
     }

@@ -171,6 +171,51 @@ TEST(EpilogueGeluMlp, NaNInOneRowsGradientStaysInThatRowOfTheInputGradient) {
   EXPECT_FALSE(got.grads[4][2].isnan().item<bool>());
 }
 
+// The last layer's bias gradient taken out of `result`, which must have none: the op left that
+// bias to the op its output goes to.
+Result without_last_bias_grad(Result result) {
+  EXPECT_FALSE(result.grads.back().defined()) << "a gradient for a bias the op left out";
+  result.grads.pop_back();
+  return result;
+}
+
+Result linear_without_bias(const at::Tensor& x, const Layer& layer, const at::Tensor& grad) {
+  return without_last_bias_grad(run(x, {layer}, grad, [&] {
+    return models::epilogue_linear_without_bias(x, layer.weight, layer.bias);
+  }));
+}
+
+Result linear_without_bias_composition(const at::Tensor& x, const Layer& layer,
+                                       const at::Tensor& grad) {
+  return without_last_bias_grad(run(x, {layer}, grad, [&] { return at::linear(x, layer.weight); }));
+}
+
+Result mlp_without_out_bias(const at::Tensor& x, const Layer& in, const Layer& out,
+                            const at::Tensor& grad) {
+  return without_last_bias_grad(run(x, {in, out}, grad, [&] {
+    return models::epilogue_gelu_mlp_without_out_bias(x, in.weight, in.bias, out.weight, out.bias);
+  }));
+}
+
+Result mlp_without_out_bias_composition(const at::Tensor& x, const Layer& in, const Layer& out,
+                                        const at::Tensor& grad) {
+  return without_last_bias_grad(run(x, {in, out}, grad, [&] {
+    return at::linear(at::gelu(at::linear(x, in.weight, in.bias), "tanh"), out.weight);
+  }));
+}
+
+TEST(EpilogueLinear, WithoutBiasIsTheProductAloneAndGivesTheBiasNoGradient) {
+  at::manual_seed(11);
+  const at::Tensor x = at::randn({3, 5, 8}).requires_grad_();
+  const Layer in = make_layer(8, 6, {}), out = make_layer(6, 8, {});
+  const at::Tensor grad = at::randn({3, 5, 6}), mlp_grad = at::randn({3, 5, 8});
+  const Result got = linear_without_bias(x, in, grad);
+  expect_close(got, linear_without_bias_composition(x, in, grad), 1e-6);
+  EXPECT_EQ(got.grads.size(), 2u);  // x's and the weight's
+  expect_close(mlp_without_out_bias(x, in, out, mlp_grad),
+               mlp_without_out_bias_composition(x, in, out, mlp_grad), 1e-5);
+}
+
 Result joint_composition(const at::Tensor& x, const std::vector<Layer>& layers,
                          const at::Tensor& grad) {
   return run(x, layers, grad, [&] {
@@ -284,9 +329,15 @@ TEST_F(EpilogueLinearCuda, MatchesTheCompositionUnderBf16Autocast) {
                  got_linear = linear_fused(x, in, linear_grad);
     const Result want_mlp = mlp_composition(x, in, out, grad),
                  got_mlp = mlp_fused(x, in, out, grad);
+    const Result want_bare = linear_without_bias_composition(x, in, linear_grad),
+                 got_bare = linear_without_bias(x, in, linear_grad);
+    const Result want_bare_mlp = mlp_without_out_bias_composition(x, in, out, grad),
+                 got_bare_mlp = mlp_without_out_bias(x, in, out, grad);
     autocast(false);
     expect_close(got_linear, want_linear, 2e-2);
     expect_close(got_mlp, want_mlp, 2e-2);
+    expect_close(got_bare, want_bare, 2e-2);
+    expect_close(got_bare_mlp, want_bare_mlp, 2e-2);
     // Parameter gradients in the parameters' dtype, as autocast's casts return them.
     EXPECT_EQ(got_mlp.grads[1].scalar_type(), at::kFloat);
     EXPECT_EQ(got_mlp.grads[2].scalar_type(), at::kFloat);

@@ -199,6 +199,50 @@ TEST_F(FusedAdaLnCudaTest, AddGatedMatchesResidualPlusGated) {
   }
 }
 
+// The update a layer's product without its bias, the bias added and its gradient summed in the
+// gated residual's kernels: as residual + (update + bias) * gate, every gradient (the bias's a sum
+// over every row of every sample).
+TEST_F(FusedAdaLnCudaTest, AddBiasedGatedMatchesResidualPlusGatedUpdatePlusBias) {
+  for (const Shape& s : shapes()) {
+    SCOPED_TRACE(name_of(s));
+    torch::manual_seed(12);
+    const models::TokenGroups layout = groups_of(s, device_);
+    const at::Tensor residual0 = at::randn({s.batch, s.tokens, s.width}, floats()).to(s.x_dtype);
+    const at::Tensor update0 = at::randn({s.batch, s.tokens, s.width}, floats()).to(s.out_dtype);
+    const at::Tensor gate0 = at::randn({s.batch, segments_of(s), s.width}, floats());
+    const at::Tensor bias0 = at::randn({s.width}, floats());
+    ASSERT_TRUE(models::fused_add_biased_gated_applies(residual0, update0, bias0, layout));
+    at::Tensor residual = leaf(residual0), update = leaf(update0), gate = leaf(gate0),
+               bias = leaf(bias0);
+    at::Tensor residual_ref = leaf(residual0.to(at::kFloat)),
+               update_ref = leaf(update0.to(at::kFloat)), gate_ref = leaf(gate0),
+               bias_ref = leaf(bias0);
+
+    const at::Tensor out = models::fused_add_biased_gated(residual, update, bias, gate, layout);
+    const at::Tensor expected =
+        residual_ref + models::gated(update_ref + bias_ref, gate_ref, layout);
+    EXPECT_EQ(out.scalar_type(), s.x_dtype);
+    EXPECT_LT(relative_error(out, expected), tolerance_of(s.x_dtype));
+
+    const at::Tensor grad = at::randn(out.sizes(), floats()).to(s.x_dtype);
+    out.backward(grad);
+    expected.backward(grad.to(at::kFloat));
+    const double tolerance = std::max(tolerance_of(s.x_dtype), tolerance_of(s.out_dtype));
+    EXPECT_LT(relative_error(residual.grad(), residual_ref.grad()), tolerance) << "grad residual";
+    EXPECT_LT(relative_error(update.grad(), update_ref.grad()), tolerance) << "grad update";
+    EXPECT_LT(relative_error(gate.grad(), gate_ref.grad()), tolerance) << "grad gate";
+    ASSERT_TRUE(bias.grad().defined());
+    EXPECT_EQ(bias.grad().sizes(), (std::vector<int64_t>{s.width}));
+    EXPECT_EQ(bias.grad().scalar_type(), at::kFloat);
+    EXPECT_LT(relative_error(bias.grad(), bias_ref.grad()), tolerance) << "grad bias";
+  }
+  // A bias of the wrong width or dtype is refused.
+  const at::Tensor x = at::randn({2, 8, 32}, floats());
+  EXPECT_FALSE(models::fused_add_biased_gated_applies(x, x, at::randn({16}, floats()), {}));
+  EXPECT_FALSE(models::fused_add_biased_gated_applies(
+      x, x, at::randn({32}, floats()).to(at::kBFloat16), {}));
+}
+
 // The modulation and weight gradients are sums over many blocks of rows: added up in a fixed
 // order, they have the same bits on every run (data-parallel training is checked bit for bit
 // against the plain step, tests/dist).
@@ -215,7 +259,8 @@ TEST_F(FusedAdaLnCudaTest, GradientsHaveTheSameBitsOnEveryRun) {
   std::vector<std::vector<at::Tensor>> runs;
   for (int run = 0; run < 2; ++run) {
     at::Tensor x = leaf(x0), shift = leaf(rows0), scale = leaf(rows0), gate = leaf(rows0);
-    at::Tensor weight = leaf(weight0), bias = leaf(weight0), norm_weight = leaf(weight0);
+    at::Tensor weight = leaf(weight0), bias = leaf(weight0), norm_weight = leaf(weight0),
+               update_bias = leaf(weight0);
     at::Tensor total =
         (models::fused_norm_modulate(x, shift, scale, layout, at::kBFloat16, kEps).to(at::kFloat) *
          grad)
@@ -223,10 +268,12 @@ TEST_F(FusedAdaLnCudaTest, GradientsHaveTheSameBitsOnEveryRun) {
         (models::fused_layer_norm(x, weight, bias, at::kBFloat16, kEps).to(at::kFloat) * grad)
             .sum() +
         (models::fused_add_gated(x, x.to(at::kBFloat16), gate, layout) * grad).sum() +
+        (models::fused_add_biased_gated(x, x.to(at::kBFloat16), update_bias, gate, layout) * grad)
+            .sum() +
         (models::fused_rms_norm_rope(x, norm_weight, rotation, 96, kEps) * grad).sum();
     total.backward();
-    runs.push_back(
-        {shift.grad(), scale.grad(), gate.grad(), weight.grad(), bias.grad(), norm_weight.grad()});
+    runs.push_back({shift.grad(), scale.grad(), gate.grad(), weight.grad(), bias.grad(),
+                    norm_weight.grad(), update_bias.grad()});
   }
   for (size_t i = 0; i < runs[0].size(); ++i) {
     EXPECT_TRUE(torch::equal(runs[0][i], runs[1][i])) << "gradient " << i;
