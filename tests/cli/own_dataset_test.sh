@@ -58,7 +58,7 @@ expect "wam-pipeline text-cache build" \
 expect "wam-pipeline run pipelines/libero_online.json" \
   "[sampler] EpisodeSampler: 5 episodes, 2096 frames; 2096 samples per epoch for rank 0/1"
 expect "wam-pipeline run pipelines/libero_online.json" \
-  "[step] TrainStep: 240160 parameters on cpu"  # the tiny model
+  "[step] TrainStep: 240160 parameters on "  # the tiny model, on the CPU or a CUDA device
 expect "wam-pipeline run pipelines/libero_online.json" \
   "[step] TrainStep: saved $WAM_OUTPUT_ROOT/libero_online/checkpoints/step_3.safetensors"
 expect "wam-pipeline run pipelines/libero_online.json" "pipeline libero_online:"  # the run's summary
