@@ -22,7 +22,7 @@ for pc in snappy libzstd libisal libxxhash; do
     "/usr/lib/x86_64-linux-gnu/pkgconfig/$pc.pc" >"$lib/pkgconfig/$pc.pc"
 done
 cp -a /usr/include/snappy*.h /usr/include/zstd*.h /usr/include/zdict.h /usr/include/isa-l* \
-  /usr/include/xxhash.h /usr/include/xxh3.h .gpu-extra/usr/include/
+  /usr/include/xxhash.h /usr/include/xxh3.h /usr/include/xxh_x86dispatch.h .gpu-extra/usr/include/
 cp -a /usr/lib/x86_64-linux-gnu/libsnappy.so* /usr/lib/x86_64-linux-gnu/libzstd.so* \
   /usr/lib/x86_64-linux-gnu/libisal.so* /usr/lib/x86_64-linux-gnu/libxxhash.so* "$lib/"
 if [ -d ../shared/data/lerobot-gr00t-picknplace ]; then

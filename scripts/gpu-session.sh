@@ -83,7 +83,11 @@ case "${1:-}" in
         before_tree=$(realpath "${WAM_PERCORE_BEFORE:?set WAM_PERCORE_BEFORE to a source tree}")
         cmake -S "$before_tree" -B /tmp/build-before -G Ninja -DCMAKE_BUILD_TYPE=Release \
           >/tmp/build-before.log 2>&1 && ninja -C /tmp/build-before wam-pipeline \
-          >>/tmp/build-before.log 2>&1 || { tail -20 /tmp/build-before.log; exit 1; }
+          >>/tmp/build-before.log 2>&1 || {
+          grep -m5 -A4 -E "error|No such file" /tmp/build-before.log
+          tail -5 /tmp/build-before.log
+          exit 1
+        }
         printf '#!/bin/bash\ncd %q && exec /tmp/build-before/wam-pipeline "$@"\n' "$before_tree" \
           >/tmp/run-before && chmod +x /tmp/run-before
         WAM_BENCH_BEFORE=/tmp/run-before WAM_PERCORE_TASK=libero WAM_BENCH_SAMPLES=256 \
