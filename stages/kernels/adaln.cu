@@ -178,31 +178,31 @@ __global__ void __launch_bounds__(kThreads)
 
 // grad_update = grad_out * gate per row; the block's sums of grad_out * (update + bias), and
 // where there is a bias of grad_out * gate, over its rows (which share one modulation row) are
-// written as its partials.
-template <class TR, class TU>
+// written as its partials. kChunks: 4-element chunks per thread, so that the sums take no more
+// registers than the row needs: with them for 4 chunks at any width, the bias's sums took the
+// kernel to 72 registers, 3 blocks an SM, and the video stream's 576 blocks to a second wave on
+// an H100's 132 SMs (docs/KERNELS.md, version 26). The gate row and the bias are read again for
+// each row, from L1.
+template <class TR, class TU, int kChunks>
 __global__ void __launch_bounds__(kThreads)
     gated_residual_backward_kernel(const TR* grad_out, const TU* update, const float* bias,
                                    const float* gate, TU* grad_update, float* gate_partials,
                                    float* bias_partials, ModulationLayout layout,
                                    int64_t rows_per_block) {
   const int chunks = static_cast<int>(layout.width / 4);
-  float4 gate_sum[kMaxChunks], bias_sum[kMaxChunks], bias_value[kMaxChunks];
+  float4 gate_sum[kChunks], bias_sum[kChunks];
 #pragma unroll
-  for (int k = 0; k < kMaxChunks; ++k) {
-    const int c = threadIdx.x + k * kThreads;
-    gate_sum[k] = bias_sum[k] = make_float4(0.f, 0.f, 0.f, 0.f);
-    bias_value[k] = bias_at(c < chunks ? bias : nullptr, c);
-  }
+  for (int k = 0; k < kChunks; ++k) gate_sum[k] = bias_sum[k] = make_float4(0.f, 0.f, 0.f, 0.f);
   const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block;
   const float* gate_row = gate + modulation_row(first, layout) * layout.width;
   for (int64_t row = first; row < first + rows_per_block; ++row) {
     const int64_t base = row * layout.width;
 #pragma unroll
-    for (int k = 0; k < kMaxChunks; ++k) {
+    for (int k = 0; k < kChunks; ++k) {
       const int c = threadIdx.x + k * kThreads;
       if (c >= chunks) continue;
       const float4 go = load4(grad_out + base + 4 * c);
-      const float4 u = load4(update + base + 4 * c) + bias_value[k];
+      const float4 u = load4(update + base + 4 * c) + bias_at(bias, c);
       const float4 gu = go * load4(gate_row + 4 * c);
       store4(grad_update + base + 4 * c, gu);
       gate_sum[k] = fma4(go, u, gate_sum[k]);
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int64_t partial = static_cast<int64_t>(blockIdx.x) * layout.width;
 #pragma unroll
-  for (int k = 0; k < kMaxChunks; ++k) {
+  for (int k = 0; k < kChunks; ++k) {
     const int c = threadIdx.x + k * kThreads;
     if (c >= chunks) continue;
     store4(gate_partials + partial + 4 * c, gate_sum[k]);
@@ -332,10 +332,13 @@ void gated_residual_backward(const void* grad_out, Precision residual_precision,
   dispatch(residual_precision, update_precision, [&](auto* tr, auto* tu) {
     using TR = std::remove_pointer_t<decltype(tr)>;
     using TU = std::remove_pointer_t<decltype(tu)>;
-    gated_residual_backward_kernel<<<backward_blocks(layout), kThreads, 0, stream>>>(
-        static_cast<const TR*>(grad_out), static_cast<const TU*>(update), bias, gate,
-        static_cast<TU*>(grad_update), gate_partials, bias_partials, layout,
-        adaln_backward_rows_per_block(layout));
+    with_chunks(layout.width, [&](auto chunks) {
+      gated_residual_backward_kernel<TR, TU, decltype(chunks)::value>
+          <<<backward_blocks(layout), kThreads, 0, stream>>>(
+              static_cast<const TR*>(grad_out), static_cast<const TU*>(update), bias, gate,
+              static_cast<TU*>(grad_update), gate_partials, bias_partials, layout,
+              adaln_backward_rows_per_block(layout));
+    });
   });
   check_launch("gated_residual_backward");
 }
