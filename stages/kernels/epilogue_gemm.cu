@@ -283,60 +283,39 @@ bool run(Product unresolved, const Pointers& pointers, void* workspace, CUstream
 
 // ---- the bias gradient as column sums of our own, after the plain product ---------------------
 
-constexpr int kSumWarps = 8;
-constexpr int kSumVector = 8;                   // bfloat16 columns a lane: one 16-byte load a row
-constexpr int kSumColumns = 32 * kSumVector;    // columns a block: 256
-constexpr int kSumRowsPerWarp = 8;              // a lane's loads in flight at once
-constexpr int64_t kSumBlockRows = kSumWarps * kSumRowsPerWarp;  // rows a partial sum: 64
-constexpr int kReduceColumns = 32;              // columns a block of the reduction, a warp wide
+constexpr int kSumThreads = 256;
+constexpr int kSumVector = 8;          // bfloat16 columns a thread: one 16-byte load a row
+constexpr int64_t kSumBlockRows = 32;  // rows a partial sum: 288 of the base preset's 9,216
+constexpr int kReduceColumns = 32;     // columns a block of the reduction, a warp wide
 constexpr int kReduceWarps = 8;
 
 int64_t partial_blocks(int64_t rows) { return (rows + kSumBlockRows - 1) / kSumBlockRows; }
 
 // partials [blocks, width]: the sums of each column of `grad` over each block of kSumBlockRows
-// rows. A block takes 256 columns of 64 rows: each warp 8 of the rows (its 8 loads a lane issued
-// before any is added, so that enough bytes are in flight), then the warps' sums added in warp
-// order through shared memory (the same bits on every run). Version 23's kernel, 32 rows a thread
-// with one column block across the width, streamed these gradients at about 1.8 TB/s on an H100
-// (docs/KERNELS.md, version 25).
-__global__ void __launch_bounds__(kSumWarps * 32)
+// rows; 16-byte loads along a row, the sums in registers.
+__global__ void __launch_bounds__(kSumThreads)
     column_partials_kernel(const __nv_bfloat16* grad, int64_t rows, int64_t width,
                            float* partials) {
-  __shared__ float4 warp_sums[kSumWarps][kSumColumns / 4];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t tile = static_cast<int64_t>(blockIdx.x) * kSumColumns;
-  const int64_t column = tile + lane * kSumVector;
+  const int64_t column =
+      (static_cast<int64_t>(blockIdx.x) * kSumThreads + threadIdx.x) * kSumVector;
+  if (column >= width) return;
   const int64_t first = static_cast<int64_t>(blockIdx.y) * kSumBlockRows;
+  const int64_t last = first + kSumBlockRows < rows ? first + kSumBlockRows : rows;
   float sums[kSumVector] = {};
-  if (column < width) {
-    uint4 raw[kSumRowsPerWarp];
+#pragma unroll 8
+  for (int64_t row = first; row < last; ++row) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(grad + row * width + column);
+    const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
-    for (int i = 0; i < kSumRowsPerWarp; ++i) {
-      const int64_t row = first + warp + i * kSumWarps;
-      raw[i] = row < rows ? *reinterpret_cast<const uint4*>(grad + row * width + column)
-                          : make_uint4(0, 0, 0, 0);  // bfloat16 zeros
-    }
-#pragma unroll
-    for (int i = 0; i < kSumRowsPerWarp; ++i) {
-      const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw[i]);
-#pragma unroll
-      for (int pair = 0; pair < kSumVector / 2; ++pair) {
-        const float2 value = __bfloat1622float2(pairs[pair]);
-        sums[2 * pair] += value.x;
-        sums[2 * pair + 1] += value.y;
-      }
+    for (int pair = 0; pair < kSumVector / 2; ++pair) {
+      const float2 value = __bfloat1622float2(pairs[pair]);
+      sums[2 * pair] += value.x;
+      sums[2 * pair + 1] += value.y;
     }
   }
-  warp_sums[warp][2 * lane] = make_float4(sums[0], sums[1], sums[2], sums[3]);
-  warp_sums[warp][2 * lane + 1] = make_float4(sums[4], sums[5], sums[6], sums[7]);
-  __syncthreads();
-  const int64_t out_column = tile + threadIdx.x;  // a thread a column of the tile
-  if (out_column >= width) return;
-  const float* tile_sums = reinterpret_cast<const float*>(warp_sums);
-  float total = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kSumWarps; ++w) total += tile_sums[w * kSumColumns + threadIdx.x];
-  partials[static_cast<int64_t>(blockIdx.y) * width + out_column] = total;
+  float* partial = partials + static_cast<int64_t>(blockIdx.y) * width + column;
+  *reinterpret_cast<float4*>(partial) = make_float4(sums[0], sums[1], sums[2], sums[3]);
+  *reinterpret_cast<float4*>(partial + 4) = make_float4(sums[4], sums[5], sums[6], sums[7]);
 }
 
 __device__ __forceinline__ void store_sum(float* out, float value) { *out = value; }
@@ -355,7 +334,6 @@ __global__ void __launch_bounds__(kReduceColumns* kReduceWarps)
   const int64_t column = static_cast<int64_t>(blockIdx.x) * kReduceColumns + lane;
   float sum = 0.0f;
   if (column < width) {
-#pragma unroll 4
     for (int64_t block = warp; block < blocks; block += kReduceWarps) {
       sum += partials[block * width + column];
     }
@@ -413,10 +391,11 @@ bool column_sums(const void* grad, int64_t rows, int64_t width, void* out, Preci
                  void* workspace, CUstream_st* stream) {
   if (!column_sums_apply(grad, rows, width)) return false;
   auto* partials = static_cast<float*>(workspace);
-  const dim3 grid(static_cast<unsigned>((width + kSumColumns - 1) / kSumColumns),
+  const int64_t per_block = int64_t{kSumThreads} * kSumVector;
+  const dim3 grid(static_cast<unsigned>((width + per_block - 1) / per_block),
                   static_cast<unsigned>(partial_blocks(rows)));
-  column_partials_kernel<<<grid, kSumWarps * 32, 0, stream>>>(
-      static_cast<const __nv_bfloat16*>(grad), rows, width, partials);
+  column_partials_kernel<<<grid, kSumThreads, 0, stream>>>(static_cast<const __nv_bfloat16*>(grad),
+                                                           rows, width, partials);
   check_launch("column_partials_kernel");
   const auto columns = static_cast<unsigned>((width + kReduceColumns - 1) / kReduceColumns);
   if (precision == Precision::kFloat32) {
