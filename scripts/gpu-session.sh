@@ -86,6 +86,7 @@ case "${1:-}" in
           >>/tmp/build-before.log 2>&1 || {
           grep -m5 -A4 -E "error|No such file" /tmp/build-before.log
           tail -5 /tmp/build-before.log
+          echo "files in $before_tree/stages/common:" $(ls "$before_tree/stages/common" | wc -l)
           exit 1
         }
         printf '#!/bin/bash\ncd %q && exec /tmp/build-before/wam-pipeline "$@"\n' "$before_tree" \
