@@ -4,7 +4,8 @@
 // version's prediction in docs/KERNELS.md can be set beside its kernel's own figure as well as the
 // step's. On the GPU machine:
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I stages scripts/kernel-bytes.cu stages/kernels/adaln.cu \
-//     stages/kernels/epilogue_gemm.cu -lcublasLt -o /tmp/kernel-bytes && /tmp/kernel-bytes
+//     stages/kernels/epilogue_gemm.cu stages/kernels/rms_norm_rope.cu \
+//     stages/kernels/gelu_backward.cu -lcublasLt -o /tmp/kernel-bytes && /tmp/kernel-bytes
 // The inputs are zeros: these kernels' time does not depend on the values.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -15,6 +16,8 @@
 
 #include "kernels/adaln.h"
 #include "kernels/epilogue_gemm.h"
+#include "kernels/gelu_backward.h"
+#include "kernels/rms_norm_rope.h"
 
 namespace {
 
@@ -114,6 +117,48 @@ int main() {
            wam::kernels::layer_norm_modulate_backward(
                grad_bf16, Precision::kBFloat16, x_f32, Precision::kFloat32, modulation, rows_f32,
                rows_f32, residual_grad, out_f32, partials_a, partials_b, video, stream);
+         }, stream));
+
+  // The video q's RMSNorm + RoPE, read from the q/k/v product's rows (4608 apart) and written
+  // into the joint q [16, 608, 1536] (models/fused_norm.cc's FusedJointQkv), heads of 96.
+  wam::kernels::RmsNormRopeShape q;
+  q.rows = video.rows;
+  q.width = 1536;
+  q.head_dim = 96;
+  q.tokens = 576;
+  q.x_row_stride = 3 * 1536;
+  q.out_row_stride = 1536;
+  q.out_sample_stride = 608 * 1536;
+  q.grad_x_row_stride = 3 * 1536;
+  const size_t qkv_bytes = n * 3 * 2, joint_bytes = static_cast<size_t>(16) * 608 * 1536 * 2;
+  void* qkv = zeros(qkv_bytes);
+  void* grad_qkv = zeros(qkv_bytes);
+  void* joint = zeros(joint_bytes);
+  auto* norm_weight = static_cast<float*>(zeros(1536 * 4));
+  auto* rotation = static_cast<float*>(zeros(576 * 48 * 2 * 4));
+  auto* weight_partials =
+      static_cast<float*>(zeros(wam::kernels::rms_norm_rope_backward_blocks(q) * 1536 * 4));
+  report("RMSNorm + RoPE forward, video q", n * (2 + 2), micros([&] {
+           wam::kernels::rms_norm_rope_forward(qkv, norm_weight, rotation, joint, rows_f32, q,
+                                               1e-6f, Precision::kBFloat16, stream);
+         }, stream));
+  report("RMSNorm + RoPE backward, video q", n * (2 + 2 + 2), micros([&] {
+           wam::kernels::rms_norm_rope_backward(joint, qkv, norm_weight, rotation, rows_f32,
+                                                grad_qkv, weight_partials, q,
+                                                Precision::kBFloat16, stream);
+         }, stream));
+  // GELU's derivative with the FFN's first bias gradient, video 9216 x 6144.
+  const int64_t ffn = 6144;
+  void* grad_activated = zeros(video.rows * ffn * 2);
+  void* pre_activation = zeros(video.rows * ffn * 2);
+  void* grad_pre = zeros(video.rows * ffn * 2);
+  auto* gelu_partials =
+      static_cast<float*>(zeros(wam::kernels::gelu_backward_blocks(video.rows) * ffn * 4));
+  report("GELU backward with column sums, video FFN", static_cast<double>(video.rows) * ffn * 6,
+         micros([&] {
+           wam::kernels::gelu_backward_with_column_sums(grad_activated, pre_activation,
+                                                        video.rows, ffn, grad_pre, gelu_partials,
+                                                        stream);
          }, stream));
 
   // Column sums (bias gradients) of the products' bfloat16 gradients.
