@@ -90,34 +90,48 @@ int main() {
 
   // Gated residual backward: grad_out float32, update bfloat16 read, grad_update bfloat16 written.
   report("gated residual backward, no bias", n * (4 + 2 + 2) + partial_bytes,
-         micros([&] {
-           wam::kernels::gated_residual_backward(grad_f32, Precision::kFloat32, update_bf16,
-                                                 Precision::kBFloat16, nullptr, modulation,
-                                                 grad_bf16, partials_a, nullptr, video, stream);
-         }, stream));
+         micros(
+             [&] {
+               wam::kernels::gated_residual_backward(grad_f32, Precision::kFloat32, update_bf16,
+                                                     Precision::kBFloat16, nullptr, modulation,
+                                                     grad_bf16, partials_a, nullptr, video, stream);
+             },
+             stream));
   report("gated residual backward, bias", n * (4 + 2 + 2) + 2 * partial_bytes,
-         micros([&] {
-           wam::kernels::gated_residual_backward(grad_f32, Precision::kFloat32, update_bf16,
-                                                 Precision::kBFloat16, bias, modulation, grad_bf16,
-                                                 partials_a, partials_b, video, stream);
-         }, stream));
-  report("gated residual forward, bias", n * (4 + 2 + 4), micros([&] {
-           wam::kernels::gated_residual_forward(x_f32, Precision::kFloat32, update_bf16,
-                                                Precision::kBFloat16, bias, modulation, out_f32,
-                                                video, stream);
-         }, stream));
+         micros(
+             [&] {
+               wam::kernels::gated_residual_backward(
+                   grad_f32, Precision::kFloat32, update_bf16, Precision::kBFloat16, bias,
+                   modulation, grad_bf16, partials_a, partials_b, video, stream);
+             },
+             stream));
+  report("gated residual forward, bias", n * (4 + 2 + 4),
+         micros(
+             [&] {
+               wam::kernels::gated_residual_forward(x_f32, Precision::kFloat32, update_bf16,
+                                                    Precision::kBFloat16, bias, modulation, out_f32,
+                                                    video, stream);
+             },
+             stream));
   // LayerNorm + modulation: x float32 in, bfloat16 out; backward with the residual's gradient.
-  report("layer norm + modulation forward", n * (4 + 2), micros([&] {
-           wam::kernels::layer_norm_modulate_forward(
-               x_f32, Precision::kFloat32, modulation, modulation, out_bf16, Precision::kBFloat16,
-               rows_f32, rows_f32, video, 1e-6f, stream);
-         }, stream));
+  report("layer norm + modulation forward", n * (4 + 2),
+         micros(
+             [&] {
+               wam::kernels::layer_norm_modulate_forward(x_f32, Precision::kFloat32, modulation,
+                                                         modulation, out_bf16, Precision::kBFloat16,
+                                                         rows_f32, rows_f32, video, 1e-6f, stream);
+             },
+             stream));
   report("layer norm + modulation backward, residual's gradient",
-         n * (2 + 4 + 4 + 4) + 2 * partial_bytes, micros([&] {
-           wam::kernels::layer_norm_modulate_backward(
-               grad_bf16, Precision::kBFloat16, x_f32, Precision::kFloat32, modulation, rows_f32,
-               rows_f32, residual_grad, out_f32, partials_a, partials_b, video, stream);
-         }, stream));
+         n * (2 + 4 + 4 + 4) + 2 * partial_bytes,
+         micros(
+             [&] {
+               wam::kernels::layer_norm_modulate_backward(grad_bf16, Precision::kBFloat16, x_f32,
+                                                          Precision::kFloat32, modulation, rows_f32,
+                                                          rows_f32, residual_grad, out_f32,
+                                                          partials_a, partials_b, video, stream);
+             },
+             stream));
 
   // The video q's RMSNorm + RoPE, read from the q/k/v product's rows (4608 apart) and written
   // into the joint q [16, 608, 1536] (models/fused_norm.cc's FusedJointQkv), heads of 96.
@@ -138,15 +152,21 @@ int main() {
   auto* rotation = static_cast<float*>(zeros(576 * 48 * 2 * 4));
   auto* weight_partials =
       static_cast<float*>(zeros(wam::kernels::rms_norm_rope_backward_blocks(q) * 1536 * 4));
-  report("RMSNorm + RoPE forward, video q", n * (2 + 2), micros([&] {
-           wam::kernels::rms_norm_rope_forward(qkv, norm_weight, rotation, joint, rows_f32, q,
-                                               1e-6f, Precision::kBFloat16, stream);
-         }, stream));
-  report("RMSNorm + RoPE backward, video q", n * (2 + 2 + 2), micros([&] {
-           wam::kernels::rms_norm_rope_backward(joint, qkv, norm_weight, rotation, rows_f32,
-                                                grad_qkv, weight_partials, q,
-                                                Precision::kBFloat16, stream);
-         }, stream));
+  report("RMSNorm + RoPE forward, video q", n * (2 + 2),
+         micros(
+             [&] {
+               wam::kernels::rms_norm_rope_forward(qkv, norm_weight, rotation, joint, rows_f32, q,
+                                                   1e-6f, Precision::kBFloat16, stream);
+             },
+             stream));
+  report("RMSNorm + RoPE backward, video q", n * (2 + 2 + 2),
+         micros(
+             [&] {
+               wam::kernels::rms_norm_rope_backward(joint, qkv, norm_weight, rotation, rows_f32,
+                                                    grad_qkv, weight_partials, q,
+                                                    Precision::kBFloat16, stream);
+             },
+             stream));
   // GELU's derivative with the FFN's first bias gradient, video 9216 x 6144.
   const int64_t ffn = 6144;
   void* grad_activated = zeros(video.rows * ffn * 2);
@@ -155,11 +175,13 @@ int main() {
   auto* gelu_partials =
       static_cast<float*>(zeros(wam::kernels::gelu_backward_blocks(video.rows) * ffn * 4));
   report("GELU backward with column sums, video FFN", static_cast<double>(video.rows) * ffn * 6,
-         micros([&] {
-           wam::kernels::gelu_backward_with_column_sums(grad_activated, pre_activation,
-                                                        video.rows, ffn, grad_pre, gelu_partials,
-                                                        stream);
-         }, stream));
+         micros(
+             [&] {
+               wam::kernels::gelu_backward_with_column_sums(grad_activated, pre_activation,
+                                                            video.rows, ffn, grad_pre,
+                                                            gelu_partials, stream);
+             },
+             stream));
 
   // Column sums (bias gradients) of the products' bfloat16 gradients.
   void* workspace = zeros(wam::kernels::kEpilogueGemmWorkspaceBytes);
@@ -173,13 +195,16 @@ int main() {
                         Sums{"column sums, VLM context K/V 3072", 16400, 3072},
                         Sums{"column sums, action 1536", 512, 1536}}) {
     void* grad = zeros(static_cast<size_t>(s.rows * s.width) * 2);
-    report(s.name, static_cast<double>(s.rows) * s.width * 2, micros([&] {
-             if (!wam::kernels::column_sums(grad, s.rows, s.width, sums, Precision::kFloat32,
-                                            workspace, stream)) {
-               std::fprintf(stderr, "column_sums refused %s\n", s.name);
-               std::exit(1);
-             }
-           }, stream));
+    report(s.name, static_cast<double>(s.rows) * s.width * 2,
+           micros(
+               [&] {
+                 if (!wam::kernels::column_sums(grad, s.rows, s.width, sums, Precision::kFloat32,
+                                                workspace, stream)) {
+                   std::fprintf(stderr, "column_sums refused %s\n", s.name);
+                   std::exit(1);
+                 }
+               },
+               stream));
     check(cudaFree(grad), "cudaFree");
   }
   check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");

@@ -127,8 +127,7 @@ namespace {
 at::Tensor linear_weight_grad(const at::Tensor& grad, const at::Tensor& x,
                               at::ScalarType weight_dtype) {
 #if WAM_FUSED_KERNELS
-  if (auto grads =
-          product_param_grads(grad, x, weight_dtype, weight_dtype, /*with_bias=*/false)) {
+  if (auto grads = product_param_grads(grad, x, weight_dtype, weight_dtype, /*with_bias=*/false)) {
     return grads->weight;
   }
 #endif
@@ -318,8 +317,7 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
     if (ctx->needs_input_grad(0)) {
       grad_x = grad_pre.mm(cast_in_weight).view(with_last_size(grads[0].sizes(), rows.size(1)));
     }
-    return {grad_x, in_grads.weight, in_grads.bias, out_grads.weight, out_grads.bias,
-            at::Tensor()};
+    return {grad_x, in_grads.weight, in_grads.bias, out_grads.weight, out_grads.bias, at::Tensor()};
   }
 };
 

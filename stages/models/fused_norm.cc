@@ -298,11 +298,10 @@ class FusedAddGated : public torch::autograd::Function<FusedAddGated> {
     const c10::cuda::CUDAGuard guard(residual.device());
     const int64_t sample_stride = gate_rows.size(0) / residual.size(0);
     at::Tensor out = at::empty_like(residual);
-    kernels::gated_residual_forward(residual.data_ptr(), precision_of(residual), update.data_ptr(),
-                                    precision_of(update), bias_or_null(bias),
-                                    gate_rows.data_ptr<float>(), out.data_ptr(),
-                                    layout_of(residual, groups, sample_stride),
-                                    at::cuda::getCurrentCUDAStream().stream());
+    kernels::gated_residual_forward(
+        residual.data_ptr(), precision_of(residual), update.data_ptr(), precision_of(update),
+        bias_or_null(bias), gate_rows.data_ptr<float>(), out.data_ptr(),
+        layout_of(residual, groups, sample_stride), at::cuda::getCurrentCUDAStream().stream());
     ctx->save_for_backward({update, gate_rows, bias});
     ctx->saved_data["groups"] = groups;
     ctx->saved_data["sample_stride"] = sample_stride;
@@ -325,8 +324,8 @@ class FusedAddGated : public torch::autograd::Function<FusedAddGated> {
     kernels::gated_residual_backward(
         grad_out.data_ptr(), precision_of(grad_out), update.data_ptr(), precision_of(update),
         bias_or_null(bias), gate_rows.data_ptr<float>(), grad_update.data_ptr(),
-        partials[0].data_ptr<float>(), with_bias ? partials[1].data_ptr<float>() : nullptr,
-        layout, at::cuda::getCurrentCUDAStream().stream());
+        partials[0].data_ptr<float>(), with_bias ? partials[1].data_ptr<float>() : nullptr, layout,
+        at::cuda::getCurrentCUDAStream().stream());
     const at::Tensor sums = sum_partials(partials, layout);
     return {grad_out, grad_update, sums[0], with_bias ? sums[1].sum(0) : at::Tensor(),
             at::Tensor()};

@@ -453,8 +453,8 @@ class ExpertBlockImpl : public torch::nn::Module {
     const at::Tensor& h = normed.normed;
     at::Tensor ffn;
     if (bias_in_residual && epilogue_linears_apply(h)) {
-      ffn = epilogue_gelu_mlp_without_out_bias(h, ffn_in_->weight, ffn_in_->bias,
-                                               ffn_out_->weight, ffn_out_->bias);
+      ffn = epilogue_gelu_mlp_without_out_bias(h, ffn_in_->weight, ffn_in_->bias, ffn_out_->weight,
+                                               ffn_out_->bias);
       return biased_gated_residual(x, ffn, ffn_out_->bias, mods[5], layout);
     }
     if (fused && fp8_ != nullptr) {
