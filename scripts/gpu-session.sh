@@ -30,8 +30,8 @@
 #            /tmp/build-before; run from that tree, with its own pipelines)
 #   step     scripts/step-bench.sh against the source trees in $WAM_STEP_BEFORE (if set; several
 #            separated by spaces), 1 round, no peer unless WAM_STEP_BENCH_NO_PEER=0
-#   kernels  scripts/kernel-variants.sh with the variants in $WAM_KERNEL_VARIANTS (separated by
-#            spaces; default: this tree alone), no project build needed
+#   kernels  scripts/kernel-variants.sh with the variants in $WAM_KERNEL_VARIANTS, one a line (a
+#            sed variant's expression may hold spaces; default: this tree alone), no project build
 # PHASE@SECONDS stops that phase after SECONDS (its output so far is kept), e.g. nvdec@240.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -97,8 +97,8 @@ case "${1:-}" in
           WAM_BENCH_ROUNDS=3 scripts/bench.sh percore
         ;;
       kernels)
-        # shellcheck disable=SC2086  # WAM_KERNEL_VARIANTS holds several variants
-        scripts/kernel-variants.sh ${WAM_KERNEL_VARIANTS:-now=.}
+        mapfile -t variants <<<"${WAM_KERNEL_VARIANTS:-now=.}"
+        scripts/kernel-variants.sh "${variants[@]}"
         ;;
       step)
         # shellcheck disable=SC2086  # WAM_STEP_BEFORE may name several trees
