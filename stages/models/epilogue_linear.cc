@@ -303,10 +303,7 @@ class EpilogueGeluMlp : public torch::autograd::Function<EpilogueGeluMlp> {
     if (auto gelu =
             gelu_backward_with_bias_grad(grad_activated, pre_activation, in_bias.scalar_type())) {
       grad_pre = gelu->grad_pre;
-      const std::optional<LinearGrads> product = product_param_grads(
-          grad_pre, rows, in_weight.scalar_type(), in_bias.scalar_type(), /*with_bias=*/false);
-      in_grads = {product ? product->weight : grad_pre.t().mm(rows).to(in_weight.scalar_type()),
-                  gelu->bias};
+      in_grads = {linear_weight_grad(grad_pre, rows, in_weight.scalar_type()), gelu->bias};
     }
 #endif
     if (!grad_pre.defined()) {
