@@ -14,9 +14,15 @@
 namespace wam::kernels {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;  // a block of the gated residual's kernels, and of the norms' wide rows
 constexpr int kMaxChunks = 4;  // 4-element chunks per thread: rows of up to 4096
 constexpr int64_t kMaxWidth = int64_t{kThreads} * kMaxChunks * 4;
+// The norm kernels' block for rows of up to 2048: 128 threads, 3 chunks each at the video
+// stream's 1536, took the backward from 104 to 86 us and the forward from 40 to 37 us a call on
+// an H100; 256 threads leave half the block idle for a row's second chunk, and 384 or 192 were
+// slower (scripts/kernel-bytes.cu, docs/KERNELS.md version 27). The gated residual's kernels,
+// which have no row reduction, were slower with 128.
+constexpr int kNarrowBlock = 128;
 // Rows per block in the backward kernels at most (adaln_backward_rows_per_block): each block
 // writes one partial sum per column for them.
 constexpr int64_t kBackwardRows = 16;
@@ -26,12 +32,12 @@ __device__ __forceinline__ int64_t modulation_row(int64_t row, const ModulationL
 }
 
 // One row per block: the row is held in registers between the mean, the variance and the store.
-template <class TX, class TO, int kChunks>
-__global__ void __launch_bounds__(kThreads)
+template <class TX, class TO, int kBlock, int kChunks>
+__global__ void __launch_bounds__(kBlock)
     layer_norm_modulate_forward_kernel(const TX* x, const float* scale, const float* shift, TO* out,
                                        float* mean_out, float* rstd_out, ModulationLayout layout,
                                        float eps) {
-  __shared__ float scratch[kThreads / 32];
+  __shared__ float scratch[kBlock / 32];
   const int64_t row = blockIdx.x;
   const int chunks = static_cast<int>(layout.width / 4);
   const float width = static_cast<float>(layout.width);
@@ -40,24 +46,24 @@ __global__ void __launch_bounds__(kThreads)
   float sum = 0.f;
 #pragma unroll
   for (int k = 0; k < kChunks; ++k) {
-    const int c = threadIdx.x + k * kThreads;
+    const int c = threadIdx.x + k * kBlock;
     v[k] = make_float4(0.f, 0.f, 0.f, 0.f);
     if (c < chunks) {
       v[k] = load4(in + 4 * c);
       sum += sum4(v[k]);
     }
   }
-  const float mean = block_sum<kThreads>(sum, scratch) / width;
+  const float mean = block_sum<kBlock>(sum, scratch) / width;
   float squares = 0.f;
 #pragma unroll
   for (int k = 0; k < kChunks; ++k) {
-    const int c = threadIdx.x + k * kThreads;
+    const int c = threadIdx.x + k * kBlock;
     if (c < chunks) {
       const float4 d = make_float4(v[k].x - mean, v[k].y - mean, v[k].z - mean, v[k].w - mean);
       squares += sum4(d * d);
     }
   }
-  const float rstd = rsqrtf(block_sum<kThreads>(squares, scratch) / width + eps);
+  const float rstd = rsqrtf(block_sum<kBlock>(squares, scratch) / width + eps);
   if (threadIdx.x == 0) {
     mean_out[row] = mean;
     rstd_out[row] = rstd;
@@ -66,7 +72,7 @@ __global__ void __launch_bounds__(kThreads)
   TO* o = out + row * layout.width;
 #pragma unroll
   for (int k = 0; k < kChunks; ++k) {
-    const int c = threadIdx.x + k * kThreads;
+    const int c = threadIdx.x + k * kBlock;
     if (c >= chunks) continue;
     const float4 h = make_float4((v[k].x - mean) * rstd, (v[k].y - mean) * rstd,
                                  (v[k].z - mean) * rstd, (v[k].w - mean) * rstd);
@@ -80,14 +86,14 @@ __global__ void __launch_bounds__(kThreads)
 // width in registers, no more: occupancy). The next row's inputs are loaded before this row's
 // block reduction, so that their latency overlaps it (one row after another with nothing in
 // flight ran at a third of the memory bandwidth, docs/KERNELS.md).
-template <class TX, class TO, int kChunks>
-__global__ void __launch_bounds__(kThreads)
+template <class TX, class TO, int kBlock, int kChunks>
+__global__ void __launch_bounds__(kBlock)
     layer_norm_modulate_backward_kernel(const TO* grad_out, const TX* x, const float* scale,
                                         const float* mean, const float* rstd,
                                         const TX* grad_residual, TX* grad_x, float* scale_partials,
                                         float* shift_partials, ModulationLayout layout,
                                         int64_t rows_per_block) {
-  __shared__ float2 scratch[kThreads / 32];
+  __shared__ float2 scratch[kBlock / 32];
   const int chunks = static_cast<int>(layout.width / 4);
   const float width = static_cast<float>(layout.width);
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -95,7 +101,7 @@ __global__ void __launch_bounds__(kThreads)
   const auto load_row = [&](int64_t row) {
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
-      const int c = threadIdx.x + k * kThreads;
+      const int c = threadIdx.x + k * kBlock;
       x_next[k] = grad_next[k] = zero;
       if (c >= chunks) continue;
       x_next[k] = load4(x + row * layout.width + 4 * c);
@@ -120,7 +126,7 @@ __global__ void __launch_bounds__(kThreads)
     float2 sums = make_float2(0.f, 0.f);
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
-      const int c = threadIdx.x + k * kThreads;
+      const int c = threadIdx.x + k * kBlock;
       if (c >= chunks) continue;
       const float4 go = g[k];
       h[k] =
@@ -131,11 +137,11 @@ __global__ void __launch_bounds__(kThreads)
       sums.x += sum4(g[k]);
       sums.y += sum4(g[k] * h[k]);
     }
-    const float2 totals = block_sum<kThreads>(sums, scratch);
+    const float2 totals = block_sum<kBlock>(sums, scratch);
     const float mean_g = totals.x / width, mean_gh = totals.y / width;
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
-      const int c = threadIdx.x + k * kThreads;
+      const int c = threadIdx.x + k * kBlock;
       if (c >= chunks) continue;
       float4 d = make_float4(
           r * (g[k].x - mean_g - h[k].x * mean_gh), r * (g[k].y - mean_g - h[k].y * mean_gh),
@@ -147,7 +153,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t partial = static_cast<int64_t>(blockIdx.x) * layout.width;
 #pragma unroll
   for (int k = 0; k < kChunks; ++k) {
-    const int c = threadIdx.x + k * kThreads;
+    const int c = threadIdx.x + k * kBlock;
     if (c >= chunks) continue;
     store4(scale_partials + partial + 4 * c, scale_sum[k]);
     store4(shift_partials + partial + 4 * c, shift_sum[k]);
@@ -219,7 +225,29 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Calls f with std::integral_constant<int, N>, N the 4-element chunks per thread a row needs.
+// Calls f with std::integral_constant<int, B> and std::integral_constant<int, N>: the norm
+// kernels' block size for a row of `width` and the 4-element chunks per thread it then needs.
+template <class F>
+void with_norm_block(int64_t width, F&& f) {
+  using Narrow = std::integral_constant<int, kNarrowBlock>;
+  using Wide = std::integral_constant<int, kThreads>;
+  switch ((width / 4 + kNarrowBlock - 1) / kNarrowBlock) {
+    case 1: f(Narrow(), std::integral_constant<int, 1>()); break;
+    case 2: f(Narrow(), std::integral_constant<int, 2>()); break;
+    case 3: f(Narrow(), std::integral_constant<int, 3>()); break;
+    case 4: f(Narrow(), std::integral_constant<int, 4>()); break;
+    default:
+      if ((width / 4 + kThreads - 1) / kThreads <= 3) {
+        f(Wide(), std::integral_constant<int, 3>());
+      } else {
+        f(Wide(), std::integral_constant<int, kMaxChunks>());
+      }
+      break;
+  }
+}
+
+// Calls f with std::integral_constant<int, N>, N the 4-element chunks per thread of kThreads a
+// row needs.
 template <class F>
 void with_chunks(int64_t width, F&& f) {
   switch ((width / 4 + kThreads - 1) / kThreads) {
@@ -280,9 +308,9 @@ void layer_norm_modulate_forward(const void* x, Precision x_precision, const flo
   dispatch(x_precision, out_precision, [&](auto* tx, auto* to) {
     using TX = std::remove_pointer_t<decltype(tx)>;
     using TO = std::remove_pointer_t<decltype(to)>;
-    with_chunks(layout.width, [&](auto chunks) {
-      layer_norm_modulate_forward_kernel<TX, TO, decltype(chunks)::value>
-          <<<static_cast<unsigned>(layout.rows), kThreads, 0, stream>>>(
+    with_norm_block(layout.width, [&](auto block, auto chunks) {
+      layer_norm_modulate_forward_kernel<TX, TO, decltype(block)::value, decltype(chunks)::value>
+          <<<static_cast<unsigned>(layout.rows), decltype(block)::value, 0, stream>>>(
               static_cast<const TX*>(x), scale, shift, static_cast<TO*>(out), mean, rstd, layout,
               eps);
     });
@@ -299,9 +327,9 @@ void layer_norm_modulate_backward(const void* grad_out, Precision out_precision,
   dispatch(x_precision, out_precision, [&](auto* tx, auto* to) {
     using TX = std::remove_pointer_t<decltype(tx)>;
     using TO = std::remove_pointer_t<decltype(to)>;
-    with_chunks(layout.width, [&](auto chunks) {
-      layer_norm_modulate_backward_kernel<TX, TO, decltype(chunks)::value>
-          <<<backward_blocks(layout), kThreads, 0, stream>>>(
+    with_norm_block(layout.width, [&](auto block, auto chunks) {
+      layer_norm_modulate_backward_kernel<TX, TO, decltype(block)::value, decltype(chunks)::value>
+          <<<backward_blocks(layout), decltype(block)::value, 0, stream>>>(
               static_cast<const TO*>(grad_out), static_cast<const TX*>(x), scale, mean, rstd,
               static_cast<const TX*>(grad_residual), static_cast<TX*>(grad_x), scale_partials,
               shift_partials, layout, adaln_backward_rows_per_block(layout));
