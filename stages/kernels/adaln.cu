@@ -14,7 +14,8 @@
 namespace wam::kernels {
 namespace {
 
-constexpr int kThreads = 256;  // a block of the gated residual's kernels, and of the norms' wide rows
+constexpr int kThreads =
+    256;  // a block of the gated residual's kernels, and of the norms' wide rows
 constexpr int kMaxChunks = 4;  // 4-element chunks per thread: rows of up to 4096
 constexpr int64_t kMaxWidth = int64_t{kThreads} * kMaxChunks * 4;
 // The norm kernels' block for rows of up to 2048: 128 threads, 3 chunks each at the video

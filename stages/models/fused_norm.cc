@@ -341,7 +341,7 @@ class FusedAddGated : public torch::autograd::Function<FusedAddGated> {
     const bool with_bias = bias.numel() > 0;
     at::Tensor grad_update = at::empty_like(update),
                partials = partials_for(layout, gate_rows, with_bias ? 2 : 1);  // gate's, bias's
-    const RunSumBuffers run_sums = run_sums_for(layout, gate_rows, 1);  // the gate's
+    const RunSumBuffers run_sums = run_sums_for(layout, gate_rows, 1);         // the gate's
     kernels::gated_residual_backward(
         grad_out.data_ptr(), precision_of(grad_out), update.data_ptr(), precision_of(update),
         bias_or_null(bias), gate_rows.data_ptr<float>(), grad_update.data_ptr(),
