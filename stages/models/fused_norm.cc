@@ -1,5 +1,6 @@
 #include "models/fused_norm.h"
 
+#include "models/token_split.h"
 #include "wam/error.h"
 
 #if WAM_FUSED_KERNELS
@@ -130,7 +131,7 @@ class FusedJointQkv : public torch::autograd::Function<FusedJointQkv> {
             static_cast<float>(eps), precision_of(x), at::cuda::getCurrentCUDAStream().stream());
         rstds.push_back(rstd);
       }
-      joint[2].narrow(1, first, rows).copy_(experts[e].narrow(2, 2 * width, width));
+      copy_token_rows(joint[2].narrow(1, first, rows), experts[e].narrow(2, 2 * width, width));
       first += rows;
     }
     ctx->save_for_backward({video_qkv, action_qkv, video_q_weight, video_k_weight, action_q_weight,
@@ -182,7 +183,7 @@ class FusedJointQkv : public torch::autograd::Function<FusedJointQkv> {
       const at::Tensor sums = partials.sum(1);
       out[2 + 2 * e] = sums[0];
       out[3 + 2 * e] = sums[1];
-      grad_qkv.narrow(2, 2 * width, width).copy_(joint_grads[2].narrow(1, first, rows));
+      copy_token_rows(grad_qkv.narrow(2, 2 * width, width), joint_grads[2].narrow(1, first, rows));
       out[e] = grad_qkv;
       first += rows;
     }

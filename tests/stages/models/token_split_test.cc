@@ -75,6 +75,48 @@ TEST(SplitTokens, CudaPartsEqualTheNarrowedViews) {
 }
 #endif
 
+// Slices of feature columns into slices of token rows (the joint attention's v, forward), and
+// back (its gradient): what copy_ writes, nothing outside the slice touched.
+TEST(CopyTokenRows, WritesWhatCopyWritesIntoTheSliceAlone) {
+  const at::Tensor qkv = at::randn({3, 5, 12}), joint = at::randn({3, 7, 4});
+  at::Tensor got = joint.clone(), want = joint.clone();
+  models::copy_token_rows(got.narrow(1, 2, 5), qkv.narrow(2, 8, 4));
+  want.narrow(1, 2, 5).copy_(qkv.narrow(2, 8, 4));
+  EXPECT_TRUE(at::equal(got, want));
+  at::Tensor grad_got = at::zeros({3, 5, 12}), grad_want = at::zeros({3, 5, 12});
+  models::copy_token_rows(grad_got.narrow(2, 8, 4), joint.narrow(1, 2, 5));
+  grad_want.narrow(2, 8, 4).copy_(joint.narrow(1, 2, 5));
+  EXPECT_TRUE(at::equal(grad_got, grad_want));
+  EXPECT_ERROR(models::copy_token_rows(got.narrow(1, 0, 4), qkv.narrow(2, 8, 4)),
+               "copy_token_rows: dst [3, 4, 4] Float and src [3, 5, 4] Float are not views of "
+               "the same [B, R, W] sizes and dtype");
+}
+
+#if WAM_WITH_CUDA
+// On CUDA one three-dimensional copy: bit for bit copy_'s, at the joint attention's shapes (576
+// video and 32 action tokens, q/k/v of 3 x 1536), both ways, and from a transposed source (not
+// rows: copy_ itself).
+TEST(CopyTokenRows, CudaCopiesEqualCopyBothWays) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  at::manual_seed(9);
+  const at::TensorOptions bf16 = at::TensorOptions(at::kCUDA).dtype(at::kBFloat16);
+  const at::Tensor video = at::randn({4, 576, 4608}, bf16), action = at::randn({4, 32, 4608}, bf16);
+  at::Tensor got = at::randn({4, 608, 1536}, bf16), want = got.clone();
+  models::copy_token_rows(got.narrow(1, 0, 576), video.narrow(2, 3072, 1536));
+  models::copy_token_rows(got.narrow(1, 576, 32), action.narrow(2, 3072, 1536));
+  want.narrow(1, 0, 576).copy_(video.narrow(2, 3072, 1536));
+  want.narrow(1, 576, 32).copy_(action.narrow(2, 3072, 1536));
+  EXPECT_TRUE(at::equal(got, want));
+  at::Tensor grad_got = at::zeros({4, 32, 4608}, bf16), grad_want = grad_got.clone();
+  models::copy_token_rows(grad_got.narrow(2, 3072, 1536), got.narrow(1, 576, 32));
+  grad_want.narrow(2, 3072, 1536).copy_(got.narrow(1, 576, 32));
+  EXPECT_TRUE(at::equal(grad_got, grad_want));
+  const at::Tensor transposed = at::randn({4, 1536, 32}, bf16).transpose(1, 2);
+  models::copy_token_rows(grad_got.narrow(2, 0, 1536), transposed);
+  EXPECT_TRUE(at::equal(grad_got.narrow(2, 0, 1536), transposed));
+}
+#endif
+
 TEST(SplitTokens, GradientEqualsTheNarrowedViewsGradient) {
   const at::Tensor x = make_x(2);
   for (const bool use_second : {true, false}) {
