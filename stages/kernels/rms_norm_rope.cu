@@ -13,8 +13,13 @@
 namespace wam::kernels {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 256;  // a block of the backward kernel, and of the forward's wide rows
 constexpr int kMaxPairsPerThread = 8;
+// The forward kernel's block for rows of up to 2048: at the video stream's 1536 (6 pairs a thread)
+// it took the forward from 40.2 to 36.4 us a call on an H100, where the backward at 128 threads
+// went from 54.3 to 79.6 us, so the backward keeps 256 (scripts/kernel-bytes.cu, docs/KERNELS.md
+// version 30).
+constexpr int kNarrowBlock = 128;
 constexpr int kMinBackwardRowsPerBlock = 16;  // rows per block sharing one grad_weight partial
 
 // The (cos, sin) of pair p (counted over the row) of token `token`; (1, 0) without RoPE.
@@ -34,11 +39,11 @@ __device__ __forceinline__ int64_t out_offset(int64_t sample, int64_t token,
 
 // One row per block. Every load (x, weight, rotation) is issued before the block reduction, so
 // that their latencies overlap one another and the reduction (docs/KERNELS.md, version 5).
-template <class T, int kPairs>
-__global__ void __launch_bounds__(kThreads)
+template <class T, int kBlock, int kPairs>
+__global__ void __launch_bounds__(kBlock)
     forward_kernel(const T* x, const float* weight, const float* rotation, T* out, float* rstd,
                    RmsNormRopeShape shape, float eps) {
-  __shared__ float scratch[kThreads / 32];
+  __shared__ float scratch[kBlock / 32];
   const int64_t row = blockIdx.x, sample = row / shape.tokens, token = row % shape.tokens;
   const int pairs = static_cast<int>(shape.width / 2),
             half_head = static_cast<int>(shape.head_dim / 2);
@@ -47,7 +52,7 @@ __global__ void __launch_bounds__(kThreads)
   float squares = 0.f;
 #pragma unroll
   for (int k = 0; k < kPairs; ++k) {
-    const int p = threadIdx.x + k * kThreads;
+    const int p = threadIdx.x + k * kBlock;
     h[k] = w[k] = cs[k] = make_float2(0.f, 0.f);
     if (p >= pairs) continue;
     h[k] = load2(in + 2 * p);
@@ -56,12 +61,12 @@ __global__ void __launch_bounds__(kThreads)
     squares += h[k].x * h[k].x + h[k].y * h[k].y;
   }
   const float r =
-      rsqrtf(block_sum<kThreads>(squares, scratch) / static_cast<float>(shape.width) + eps);
+      rsqrtf(block_sum<kBlock>(squares, scratch) / static_cast<float>(shape.width) + eps);
   if (threadIdx.x == 0) rstd[row] = r;
   T* o = out + out_offset(sample, token, shape);
 #pragma unroll
   for (int k = 0; k < kPairs; ++k) {
-    const int p = threadIdx.x + k * kThreads;
+    const int p = threadIdx.x + k * kBlock;
     if (p >= pairs) continue;
     const float z0 = h[k].x * r * w[k].x, z1 = h[k].y * r * w[k].y;
     store2(o + 2 * p, make_float2(z0 * cs[k].x - z1 * cs[k].y, z0 * cs[k].y + z1 * cs[k].x));
@@ -152,10 +157,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Calls f with std::integral_constant<int, N>, N >= the pairs per thread a row needs.
+// Calls f with std::integral_constant<int, N>, N >= the pairs per thread a row needs with blocks
+// of `block` threads.
 template <class F>
-void with_pairs(int64_t width, F&& f) {
-  switch ((width / 2 + kThreads - 1) / kThreads) {
+void with_pairs(int64_t width, int block, F&& f) {
+  switch ((width / 2 + block - 1) / block) {
     case 1: f(std::integral_constant<int, 1>()); break;
     case 2: f(std::integral_constant<int, 2>()); break;
     case 3: f(std::integral_constant<int, 3>()); break;
@@ -174,7 +180,7 @@ int64_t backward_rows_per_block(const RmsNormRopeShape& shape) {
   int device = 0, sms = 0, per_sm = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  with_pairs(shape.width, [&](auto pairs) {
+  with_pairs(shape.width, kThreads, [&](auto pairs) {
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(
         &per_sm, backward_kernel<__nv_bfloat16, decltype(pairs)::value>, kThreads, 0);
   });
@@ -206,19 +212,27 @@ void rms_norm_rope_forward(const void* x, const float* weight, const float* rota
                            float* rstd, const RmsNormRopeShape& shape, float eps,
                            Precision precision, CUstream_st* stream) {
   if (shape.rows == 0) return;
-  const dim3 grid(static_cast<unsigned>(shape.rows)), block(kThreads);
-  with_pairs(shape.width, [&](auto pairs) {
-    constexpr int kPairs = decltype(pairs)::value;
-    if (precision == Precision::kBFloat16) {
-      forward_kernel<__nv_bfloat16, kPairs>
-          <<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), weight, rotation,
-                                       static_cast<__nv_bfloat16*>(out), rstd, shape, eps);
-    } else {
-      forward_kernel<float, kPairs>
-          <<<grid, block, 0, stream>>>(static_cast<const float*>(x), weight, rotation,
-                                       static_cast<float*>(out), rstd, shape, eps);
-    }
-  });
+  const auto launch = [&](auto block_size) {
+    constexpr int kBlock = decltype(block_size)::value;
+    const dim3 grid(static_cast<unsigned>(shape.rows)), block(kBlock);
+    with_pairs(shape.width, kBlock, [&](auto pairs) {
+      constexpr int kPairs = decltype(pairs)::value;
+      if (precision == Precision::kBFloat16) {
+        forward_kernel<__nv_bfloat16, kBlock, kPairs>
+            <<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), weight, rotation,
+                                         static_cast<__nv_bfloat16*>(out), rstd, shape, eps);
+      } else {
+        forward_kernel<float, kBlock, kPairs>
+            <<<grid, block, 0, stream>>>(static_cast<const float*>(x), weight, rotation,
+                                         static_cast<float*>(out), rstd, shape, eps);
+      }
+    });
+  };
+  if (shape.width / 2 <= int64_t{kMaxPairsPerThread} * kNarrowBlock) {
+    launch(std::integral_constant<int, kNarrowBlock>());
+  } else {
+    launch(std::integral_constant<int, kThreads>());
+  }
   check_launch("rms_norm_rope_forward");
 }
 
@@ -230,7 +244,7 @@ void rms_norm_rope_backward(const void* grad_out, const void* x, const float* we
   const int64_t rows_per_block = backward_rows_per_block(shape);
   const dim3 grid(static_cast<unsigned>((shape.rows + rows_per_block - 1) / rows_per_block)),
       block(kThreads);
-  with_pairs(shape.width, [&](auto pairs) {
+  with_pairs(shape.width, kThreads, [&](auto pairs) {
     constexpr int kPairs = decltype(pairs)::value;
     if (precision == Precision::kBFloat16) {
       backward_kernel<__nv_bfloat16, kPairs><<<grid, block, 0, stream>>>(
