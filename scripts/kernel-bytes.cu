@@ -5,7 +5,8 @@
 // step's. On the GPU machine:
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I stages scripts/kernel-bytes.cu stages/kernels/adaln.cu \
 //     stages/kernels/epilogue_gemm.cu stages/kernels/rms_norm_rope.cu \
-//     stages/kernels/gelu_backward.cu stages/kernels/adamw.cu -lcublasLt -o /tmp/kernel-bytes
+//     stages/kernels/gelu_backward.cu stages/kernels/adamw.cu stages/kernels/row_copy.cu -lcublasLt
+//     -o /tmp/kernel-bytes
 //   /tmp/kernel-bytes
 // The inputs are zeros: these kernels' time does not depend on the values.
 #include <cuda_bf16.h>
@@ -21,6 +22,7 @@
 #include "kernels/epilogue_gemm.h"
 #include "kernels/gelu_backward.h"
 #include "kernels/rms_norm_rope.h"
+#include "kernels/row_copy.h"
 
 namespace {
 
@@ -198,6 +200,30 @@ int main() {
                wam::kernels::rms_norm_rope_backward(joint, qkv, norm_weight, rotation, rows_f32,
                                                     grad_qkv, weight_partials, q,
                                                     Precision::kBFloat16, stream);
+             },
+             stream));
+  // The joint attention's v: the video stream's v columns of its q/k/v product into its rows of
+  // the joint [16, 608, 1536] tensor, as version 29's 3-D copy and version 31's kernel move them.
+  const wam::kernels::RowLayout v_columns{576 * 3 * 1536 * 2, 3 * 1536 * 2},
+      joint_rows{608 * 1536 * 2, 1536 * 2};
+  const auto* v_source = static_cast<const char*>(qkv) + 2 * 1536 * 2;
+  cudaMemcpy3DParms v_copy = {};
+  v_copy.srcPtr = {const_cast<char*>(v_source), 3 * 1536 * 2, 1536 * 2, 576};
+  v_copy.dstPtr = {joint, 1536 * 2, 1536 * 2, 608};
+  v_copy.extent = {1536 * 2, 576, 16};
+  v_copy.kind = cudaMemcpyDeviceToDevice;
+  report("joint v copied in, cudaMemcpy3DAsync", n * (2 + 2),
+         micros([&] { check(cudaMemcpy3DAsync(&v_copy, stream), "cudaMemcpy3DAsync"); }, stream));
+  if (!wam::kernels::copy_rows_supports(joint, joint_rows, v_source, v_columns, 16, 576,
+                                        1536 * 2)) {
+    std::fprintf(stderr, "copy_rows refused the joint v\n");
+    std::exit(1);
+  }
+  report("joint v copied in, copy_rows", n * (2 + 2),
+         micros(
+             [&] {
+               wam::kernels::copy_rows(joint, joint_rows, v_source, v_columns, 16, 576, 1536 * 2,
+                                       stream);
              },
              stream));
   // GELU's derivative with the FFN's first bias gradient, video 9216 x 6144.

@@ -36,7 +36,7 @@ for spec in "$@"; do
   [ -f "$source_tree/scripts/kernel-bytes.cu" ] ||
     { echo "kernel-variants: $name: $tree has no scripts/kernel-bytes.cu" >&2; exit 1; }
   kernels=()
-  for source in adaln epilogue_gemm rms_norm_rope gelu_backward adamw; do
+  for source in adaln epilogue_gemm rms_norm_rope gelu_backward adamw row_copy; do
     [ -f "$source_tree/stages/kernels/$source.cu" ] && kernels+=("$source_tree/stages/kernels/$source.cu")
   done
   "$nvcc" -O3 -std=c++17 -arch=sm_90 -I "$source_tree/stages" "$source_tree/scripts/kernel-bytes.cu" \

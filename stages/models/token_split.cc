@@ -10,6 +10,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
+#if WAM_FUSED_KERNELS
+#include "kernels/row_copy.h"
+#endif
 
 namespace wam::models {
 namespace {
@@ -59,47 +62,24 @@ class TokenSplit : public torch::autograd::Function<TokenSplit> {
 
 }  // namespace
 
-namespace {
-
-#if WAM_WITH_CUDA
-// Rows of W contiguous elements, samples a whole number of rows apart: the layout a pitched copy
-// takes, as (row pitch, rows a sample) in elements.
-bool pitched(const at::Tensor& t, int64_t* row_pitch, int64_t* rows_per_sample) {
-  if (t.stride(2) != 1 || t.stride(1) < t.size(2)) return false;
-  if (t.size(0) > 1 && (t.stride(0) % t.stride(1) != 0 || t.stride(0) / t.stride(1) < t.size(1))) {
-    return false;
-  }
-  *row_pitch = t.stride(1);
-  *rows_per_sample = t.size(0) > 1 ? t.stride(0) / t.stride(1) : t.size(1);
-  return true;
-}
-#endif
-
-}  // namespace
-
 void copy_token_rows(const at::Tensor& dst, const at::Tensor& src) {
   if (dst.dim() != 3 || dst.sizes() != src.sizes() || dst.scalar_type() != src.scalar_type()) {
     throw Error(c10::str("copy_token_rows: dst ", dst.sizes(), " ", dst.scalar_type(), " and src ",
                          src.sizes(), " ", src.scalar_type(),
                          " are not views of the same [B, R, W] sizes and dtype"));
   }
-#if WAM_WITH_CUDA
-  int64_t dst_pitch = 0, dst_rows = 0, src_pitch = 0, src_rows = 0;
-  if (dst.is_cuda() && src.is_cuda() && dst.device() == src.device() && dst.numel() > 0 &&
-      pitched(dst, &dst_pitch, &dst_rows) && pitched(src, &src_pitch, &src_rows)) {
+#if WAM_FUSED_KERNELS
+  const int64_t element = dst.element_size();
+  const kernels::RowLayout dst_layout{dst.stride(0) * element, dst.stride(1) * element},
+      src_layout{src.stride(0) * element, src.stride(1) * element};
+  if (dst.is_cuda() && src.is_cuda() && dst.device() == src.device() && dst.stride(2) == 1 &&
+      src.stride(2) == 1 &&
+      kernels::copy_rows_supports(dst.data_ptr(), dst_layout, src.data_ptr(), src_layout,
+                                  dst.size(0), dst.size(1), dst.size(2) * element)) {
     const c10::cuda::CUDAGuard guard(dst.device());
-    const size_t element = dst.element_size();
-    cudaMemcpy3DParms copy = {};
-    // make_cudaPitchedPtr and make_cudaExtent's fields (driver_functions.h, which the runtime API
-    // header leaves out): pointer, pitch and width in bytes, rows a slice.
-    copy.srcPtr = {src.data_ptr(), static_cast<size_t>(src_pitch) * element,
-                   static_cast<size_t>(src.size(2)) * element, static_cast<size_t>(src_rows)};
-    copy.dstPtr = {dst.data_ptr(), static_cast<size_t>(dst_pitch) * element,
-                   static_cast<size_t>(dst.size(2)) * element, static_cast<size_t>(dst_rows)};
-    copy.extent = {static_cast<size_t>(dst.size(2)) * element, static_cast<size_t>(dst.size(1)),
-                   static_cast<size_t>(dst.size(0))};
-    copy.kind = cudaMemcpyDeviceToDevice;
-    C10_CUDA_CHECK(cudaMemcpy3DAsync(&copy, at::cuda::getCurrentCUDAStream().stream()));
+    kernels::copy_rows(dst.data_ptr(), dst_layout, src.data_ptr(), src_layout, dst.size(0),
+                       dst.size(1), dst.size(2) * element,
+                       at::cuda::getCurrentCUDAStream().stream());
     return;
   }
 #endif

@@ -16,12 +16,12 @@ namespace wam::models {
 // Throws wam::Error when x is not 3-D or the sizes do not sum to N.
 std::vector<at::Tensor> split_tokens(const at::Tensor& x, const std::vector<int64_t>& sizes);
 
-// dst.copy_(src) for views [B, R, W] of the same sizes and dtype, each with its rows of W elements
-// contiguous and its samples a whole number of row strides apart (slices of token or feature
-// columns, as the joint attention's v). On CUDA one three-dimensional copy, at the memory's
-// bandwidth where ATen's strided copy runs its unvectorised kernel (docs/KERNELS.md, version
-// 29); elsewhere, or for any other layout, dst.copy_(src). Throws wam::Error when the sizes or
-// dtypes differ.
+// dst.copy_(src) for views [B, R, W] of the same sizes and dtype that do not overlap (slices of
+// token or feature columns, as the joint attention's v). On CUDA, with each row's W elements
+// contiguous and every pitch a multiple of 16 bytes, one vectorised copy kernel at the memory's
+// bandwidth, where ATen's strided copy and cudaMemcpy3DAsync run at half of it (docs/KERNELS.md,
+// version 31); elsewhere, or for any other layout, dst.copy_(src). Throws wam::Error when the
+// sizes or dtypes differ.
 void copy_token_rows(const at::Tensor& dst, const at::Tensor& src);
 
 }  // namespace wam::models

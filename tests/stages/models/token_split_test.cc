@@ -93,9 +93,9 @@ TEST(CopyTokenRows, WritesWhatCopyWritesIntoTheSliceAlone) {
 }
 
 #if WAM_WITH_CUDA
-// On CUDA one three-dimensional copy: bit for bit copy_'s, at the joint attention's shapes (576
-// video and 32 action tokens, q/k/v of 3 x 1536), both ways, and from a transposed source (not
-// rows: copy_ itself).
+// On CUDA the row copy kernel: bit for bit copy_'s, at the joint attention's shapes (576 video and
+// 32 action tokens, q/k/v of 3 x 1536), both ways; and copy_ itself from a transposed source (not
+// rows) and for rows of 12 bytes (not whole 16-byte loads).
 TEST(CopyTokenRows, CudaCopiesEqualCopyBothWays) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   at::manual_seed(9);
@@ -114,6 +114,10 @@ TEST(CopyTokenRows, CudaCopiesEqualCopyBothWays) {
   const at::Tensor transposed = at::randn({4, 1536, 32}, bf16).transpose(1, 2);
   models::copy_token_rows(grad_got.narrow(2, 0, 1536), transposed);
   EXPECT_TRUE(at::equal(grad_got.narrow(2, 0, 1536), transposed));
+  const at::Tensor narrow_rows = at::randn({4, 32, 6}, bf16);
+  models::copy_token_rows(grad_got.narrow(2, 10, 6), narrow_rows);
+  EXPECT_TRUE(at::equal(grad_got.narrow(2, 10, 6), narrow_rows));
+  EXPECT_TRUE(at::equal(grad_got.narrow(2, 3072, 1536), grad_want.narrow(2, 3072, 1536)));
 }
 #endif
 
