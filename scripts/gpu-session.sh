@@ -29,7 +29,8 @@
 #            source tree in $WAM_PERCORE_BEFORE (built first, wam-pipeline only, in
 #            /tmp/build-before; run from that tree, with its own pipelines)
 #   step     scripts/step-bench.sh against the source trees in $WAM_STEP_BEFORE (if set; several
-#            separated by spaces), 1 round, no peer unless WAM_STEP_BENCH_NO_PEER=0
+#            separated by spaces), $WAM_STEP_BENCH_ROUNDS rounds (default 1), no peer unless
+#            WAM_STEP_BENCH_NO_PEER=0
 #   kernels  scripts/kernel-variants.sh with the variants in $WAM_KERNEL_VARIANTS, one a line (a
 #            sed variant's expression may hold spaces; default: this tree alone), no project build
 # PHASE@SECONDS stops that phase after SECONDS (its output so far is kept), e.g. nvdec@240.
@@ -102,7 +103,8 @@ case "${1:-}" in
         ;;
       step)
         # shellcheck disable=SC2086  # WAM_STEP_BEFORE may name several trees
-        OUT=$dir WAM_STEP_BENCH_NO_PEER=${WAM_STEP_BENCH_NO_PEER:-1} WAM_STEP_BENCH_ROUNDS=1 \
+        OUT=$dir WAM_STEP_BENCH_NO_PEER=${WAM_STEP_BENCH_NO_PEER:-1} \
+          WAM_STEP_BENCH_ROUNDS=${WAM_STEP_BENCH_ROUNDS:-1} \
           scripts/step-bench.sh ${WAM_STEP_BEFORE:-}
         ;;
       *) echo "gpu-session: unknown phase $phase" ;;
@@ -122,7 +124,7 @@ case "${1:-}" in
     tail -c 3000 "$OUT/all.txt"
     ;;
   *)
-    sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
