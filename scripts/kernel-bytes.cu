@@ -92,23 +92,14 @@ int main() {
   auto* bias = static_cast<float*>(zeros(video.width * 4));
   auto* partials_a = static_cast<float*>(zeros(partial_bytes));
   auto* partials_b = static_cast<float*>(zeros(partial_bytes));
-  // Each run's sums by its last block (kernels::RunSums), counters zeroed before every call as
-  // models/fused_norm.cc does.
-  const int64_t runs = video.rows / video.run;
-  auto* counters = static_cast<unsigned*>(zeros(runs * 4));
-  auto* run_sums = static_cast<float*>(zeros(2 * runs * video.width * 4));
-  const wam::kernels::RunSums no_run_sums, with_run_sums{counters, run_sums};
-  const auto clear_counters = [&] {
-    check(cudaMemsetAsync(counters, 0, runs * 4, stream), "cudaMemsetAsync");
-  };
 
   // Gated residual backward: grad_out float32, update bfloat16 read, grad_update bfloat16 written.
   report("gated residual backward, no bias", n * (4 + 2 + 2) + partial_bytes,
          micros(
              [&] {
-               wam::kernels::gated_residual_backward(
-                   grad_f32, Precision::kFloat32, update_bf16, Precision::kBFloat16, nullptr,
-                   modulation, grad_bf16, partials_a, nullptr, no_run_sums, video, stream);
+               wam::kernels::gated_residual_backward(grad_f32, Precision::kFloat32, update_bf16,
+                                                     Precision::kBFloat16, nullptr, modulation,
+                                                     grad_bf16, partials_a, nullptr, video, stream);
              },
              stream));
   report("gated residual backward, bias", n * (4 + 2 + 2) + 2 * partial_bytes,
@@ -116,17 +107,7 @@ int main() {
              [&] {
                wam::kernels::gated_residual_backward(
                    grad_f32, Precision::kFloat32, update_bf16, Precision::kBFloat16, bias,
-                   modulation, grad_bf16, partials_a, partials_b, no_run_sums, video, stream);
-             },
-             stream));
-  report("gated residual backward, bias, run sums (+ counters' memset)",
-         n * (4 + 2 + 2) + 3 * partial_bytes,
-         micros(
-             [&] {
-               clear_counters();
-               wam::kernels::gated_residual_backward(
-                   grad_f32, Precision::kFloat32, update_bf16, Precision::kBFloat16, bias,
-                   modulation, grad_bf16, partials_a, partials_b, with_run_sums, video, stream);
+                   modulation, grad_bf16, partials_a, partials_b, video, stream);
              },
              stream));
   report("gated residual forward, bias", n * (4 + 2 + 4),
@@ -150,21 +131,10 @@ int main() {
          n * (2 + 4 + 4 + 4) + 2 * partial_bytes,
          micros(
              [&] {
-               wam::kernels::layer_norm_modulate_backward(
-                   grad_bf16, Precision::kBFloat16, x_f32, Precision::kFloat32, modulation,
-                   rows_f32, rows_f32, residual_grad, out_f32, partials_a, partials_b, no_run_sums,
-                   video, stream);
-             },
-             stream));
-  report("layer norm + modulation backward, run sums (+ counters' memset)",
-         n * (2 + 4 + 4 + 4) + 4 * partial_bytes,
-         micros(
-             [&] {
-               clear_counters();
-               wam::kernels::layer_norm_modulate_backward(
-                   grad_bf16, Precision::kBFloat16, x_f32, Precision::kFloat32, modulation,
-                   rows_f32, rows_f32, residual_grad, out_f32, partials_a, partials_b,
-                   with_run_sums, video, stream);
+               wam::kernels::layer_norm_modulate_backward(grad_bf16, Precision::kBFloat16, x_f32,
+                                                          Precision::kFloat32, modulation, rows_f32,
+                                                          rows_f32, residual_grad, out_f32,
+                                                          partials_a, partials_b, video, stream);
              },
              stream));
 

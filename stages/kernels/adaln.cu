@@ -32,43 +32,6 @@ __device__ __forceinline__ int64_t modulation_row(int64_t row, const ModulationL
   return (row / layout.tokens) * layout.sample_stride + (row % layout.tokens) / layout.run;
 }
 
-// Called by every thread of a backward block once its partial rows are written. Where counters
-// is not null, the last block of its run (the blocks_per_run consecutive blocks that share a
-// modulation row) to finish adds up the run's partials of partials_a, and of partials_b where not
-// null, in block order (the same bits on every run) into run_sums [2 or 1][runs, D], and sets the
-// run's counter back to zero for the next call. This is the sum ATen's reduction kernel made
-// after the kernel, one launch of about 5 us fewer a call (docs/KERNELS.md, version 28); the
-// partials it reads were written just now, from L2.
-template <int kBlock>
-__device__ void sum_run_if_last(const float* partials_a, const float* partials_b,
-                                unsigned* counters, float* run_sums, int64_t blocks_per_run,
-                                int64_t runs, int64_t width) {
-  if (counters == nullptr) return;
-  __shared__ bool is_last;
-  __threadfence();  // this block's partials, before its count
-  __syncthreads();
-  const int64_t run = blockIdx.x / blocks_per_run;
-  if (threadIdx.x == 0) {
-    is_last = atomicAdd(counters + run, 1u) == static_cast<unsigned>(blocks_per_run - 1);
-    if (is_last) counters[run] = 0;  // every other block of the run has counted
-  }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();  // the other blocks' partials, after their counts
-  const int64_t first = run * blocks_per_run;
-  const auto sum_into = [&](const float* partials, float* out) {
-    for (int64_t c = 4 * threadIdx.x; c < width; c += 4 * kBlock) {
-      float4 total = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int64_t b = 0; b < blocks_per_run; ++b) {
-        total = total + __ldcg(reinterpret_cast<const float4*>(partials + (first + b) * width + c));
-      }
-      store4(out + run * width + c, total);
-    }
-  };
-  sum_into(partials_a, run_sums);
-  if (partials_b != nullptr) sum_into(partials_b, run_sums + runs * width);
-}
-
 // One row per block: the row is held in registers between the mean, the variance and the store.
 template <class TX, class TO, int kBlock, int kChunks>
 __global__ void __launch_bounds__(kBlock)
@@ -129,8 +92,7 @@ __global__ void __launch_bounds__(kBlock)
     layer_norm_modulate_backward_kernel(const TO* grad_out, const TX* x, const float* scale,
                                         const float* mean, const float* rstd,
                                         const TX* grad_residual, TX* grad_x, float* scale_partials,
-                                        float* shift_partials, unsigned* run_counters,
-                                        float* run_sums, ModulationLayout layout,
+                                        float* shift_partials, ModulationLayout layout,
                                         int64_t rows_per_block) {
   __shared__ float2 scratch[kBlock / 32];
   const int chunks = static_cast<int>(layout.width / 4);
@@ -197,8 +159,6 @@ __global__ void __launch_bounds__(kBlock)
     store4(scale_partials + partial + 4 * c, scale_sum[k]);
     store4(shift_partials + partial + 4 * c, shift_sum[k]);
   }
-  sum_run_if_last<kBlock>(scale_partials, shift_partials, run_counters, run_sums,
-                          layout.run / rows_per_block, layout.rows / layout.run, layout.width);
 }
 
 __device__ __forceinline__ float4 bias_at(const float* bias, int c) {
@@ -234,8 +194,8 @@ template <class TR, class TU, int kChunks>
 __global__ void __launch_bounds__(kThreads)
     gated_residual_backward_kernel(const TR* grad_out, const TU* update, const float* bias,
                                    const float* gate, TU* grad_update, float* gate_partials,
-                                   float* bias_partials, unsigned* run_counters, float* run_sums,
-                                   ModulationLayout layout, int64_t rows_per_block) {
+                                   float* bias_partials, ModulationLayout layout,
+                                   int64_t rows_per_block) {
   const int chunks = static_cast<int>(layout.width / 4);
   float4 gate_sum[kChunks], bias_sum[kChunks];
 #pragma unroll
@@ -264,8 +224,6 @@ __global__ void __launch_bounds__(kThreads)
     store4(gate_partials + partial + 4 * c, gate_sum[k]);
     if (bias_partials != nullptr) store4(bias_partials + partial + 4 * c, bias_sum[k]);
   }
-  sum_run_if_last<kThreads>(gate_partials, nullptr, run_counters, run_sums,
-                            layout.run / rows_per_block, layout.rows / layout.run, layout.width);
 }
 
 // Calls f with std::integral_constant<int, B> and std::integral_constant<int, N>: the norm
@@ -298,15 +256,6 @@ void with_chunks(int64_t width, F&& f) {
     case 2: f(std::integral_constant<int, 2>()); break;
     case 3: f(std::integral_constant<int, 3>()); break;
     default: f(std::integral_constant<int, kMaxChunks>()); break;
-  }
-}
-
-// The kernels sum runs only where every run is one modulation row of its own sample's.
-void check_run_sums(const RunSums& run_sums, const ModulationLayout& layout) {
-  if ((run_sums.counters == nullptr) != (run_sums.sums == nullptr) ||
-      (run_sums.counters != nullptr && layout.sample_stride == 0)) {
-    throw std::runtime_error(
-        "adaln kernels: run sums need both counters and sums, and a layout with sample_stride");
   }
 }
 
@@ -374,10 +323,8 @@ void layer_norm_modulate_backward(const void* grad_out, Precision out_precision,
                                   Precision x_precision, const float* scale, const float* mean,
                                   const float* rstd, const void* grad_residual, void* grad_x,
                                   float* scale_partials, float* shift_partials,
-                                  const RunSums& run_sums, const ModulationLayout& layout,
-                                  CUstream_st* stream) {
+                                  const ModulationLayout& layout, CUstream_st* stream) {
   if (layout.rows == 0) return;
-  check_run_sums(run_sums, layout);
   dispatch(x_precision, out_precision, [&](auto* tx, auto* to) {
     using TX = std::remove_pointer_t<decltype(tx)>;
     using TO = std::remove_pointer_t<decltype(to)>;
@@ -386,8 +333,7 @@ void layer_norm_modulate_backward(const void* grad_out, Precision out_precision,
           <<<backward_blocks(layout), decltype(block)::value, 0, stream>>>(
               static_cast<const TO*>(grad_out), static_cast<const TX*>(x), scale, mean, rstd,
               static_cast<const TX*>(grad_residual), static_cast<TX*>(grad_x), scale_partials,
-              shift_partials, run_sums.counters, run_sums.sums, layout,
-              adaln_backward_rows_per_block(layout));
+              shift_partials, layout, adaln_backward_rows_per_block(layout));
     });
   });
   check_launch("layer_norm_modulate_backward");
@@ -410,10 +356,8 @@ void gated_residual_forward(const void* residual, Precision residual_precision, 
 void gated_residual_backward(const void* grad_out, Precision residual_precision, const void* update,
                              Precision update_precision, const float* bias, const float* gate,
                              void* grad_update, float* gate_partials, float* bias_partials,
-                             const RunSums& run_sums, const ModulationLayout& layout,
-                             CUstream_st* stream) {
+                             const ModulationLayout& layout, CUstream_st* stream) {
   if (layout.rows == 0) return;
-  check_run_sums(run_sums, layout);
   dispatch(residual_precision, update_precision, [&](auto* tr, auto* tu) {
     using TR = std::remove_pointer_t<decltype(tr)>;
     using TU = std::remove_pointer_t<decltype(tu)>;
@@ -421,8 +365,8 @@ void gated_residual_backward(const void* grad_out, Precision residual_precision,
       gated_residual_backward_kernel<TR, TU, decltype(chunks)::value>
           <<<backward_blocks(layout), kThreads, 0, stream>>>(
               static_cast<const TR*>(grad_out), static_cast<const TU*>(update), bias, gate,
-              static_cast<TU*>(grad_update), gate_partials, bias_partials, run_sums.counters,
-              run_sums.sums, layout, adaln_backward_rows_per_block(layout));
+              static_cast<TU*>(grad_update), gate_partials, bias_partials, layout,
+              adaln_backward_rows_per_block(layout));
     });
   });
   check_launch("gated_residual_backward");

@@ -37,17 +37,6 @@ bool adaln_supports(const ModulationLayout& layout);
 int64_t adaln_backward_rows_per_block(const ModulationLayout& layout);
 int64_t adaln_backward_blocks(const ModulationLayout& layout);  // rows / rows per block
 
-// Where the backward kernels also add up the partials of each run themselves (layouts whose
-// sample_stride is not 0: a run is one modulation row of one sample): `counters`, one per
-// modulation row, zero before the call (the kernel leaves them zero), and `sums` [count,
-// modulation_rows, D] float, count the kernel's partial buffers in its argument order (2 for the
-// norm's scale and shift, 1 for the gate). The last block of each run to finish adds the run's
-// partials in block order: the same bits on every run. Both null: the caller sums the partials.
-struct RunSums {
-  unsigned* counters = nullptr;
-  float* sums = nullptr;
-};
-
 // out[r] = (x[r] - mean) * rstd * scale[m(r)] + shift[m(r)], rstd = 1 / sqrt(var + eps), the
 // variance biased (as LayerNorm). scale and shift: float [modulation_rows, D]; mean, rstd: float
 // [rows], saved for backward.
@@ -64,8 +53,7 @@ void layer_norm_modulate_backward(const void* grad_out, Precision out_precision,
                                   Precision x_precision, const float* scale, const float* mean,
                                   const float* rstd, const void* grad_residual, void* grad_x,
                                   float* scale_partials, float* shift_partials,
-                                  const RunSums& run_sums, const ModulationLayout& layout,
-                                  CUstream_st* stream);
+                                  const ModulationLayout& layout, CUstream_st* stream);
 
 // out[r] = residual[r] + (update[r] + bias) * gate[m(r)]; out in the residual's precision. gate:
 // float [modulation_rows, D]; bias: float [D], or null for none (the update's producer added its
@@ -81,7 +69,6 @@ void gated_residual_forward(const void* residual, Precision residual_precision, 
 void gated_residual_backward(const void* grad_out, Precision residual_precision, const void* update,
                              Precision update_precision, const float* bias, const float* gate,
                              void* grad_update, float* gate_partials, float* bias_partials,
-                             const RunSums& run_sums, const ModulationLayout& layout,
-                             CUstream_st* stream);
+                             const ModulationLayout& layout, CUstream_st* stream);
 
 }  // namespace wam::kernels

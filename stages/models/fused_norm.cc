@@ -223,24 +223,6 @@ at::Tensor partials_for(const kernels::ModulationLayout& layout, const at::Tenso
   return at::empty({count, kernels::adaln_backward_blocks(layout), layout.width}, rows.options());
 }
 
-// Where the backward kernels add up each run's partials themselves (kernels::RunSums): layouts
-// with every sample's own modulation rows. count: the kernel's partial buffers. Empty elsewhere
-// (the rows shared across the batch: sum_partials then).
-struct RunSumBuffers {
-  at::Tensor counters, sums;  // int32 [modulation_rows], float [count, modulation_rows, D]
-  kernels::RunSums pointers() const {
-    if (!counters.defined()) return {};
-    return {reinterpret_cast<unsigned*>(counters.data_ptr<int>()), sums.data_ptr<float>()};
-  }
-};
-RunSumBuffers run_sums_for(const kernels::ModulationLayout& layout, const at::Tensor& rows,
-                           int64_t count) {
-  if (layout.sample_stride == 0) return {};
-  const int64_t runs = layout.rows / layout.run;
-  return {at::zeros({runs}, rows.options().dtype(at::kInt)),
-          at::empty({count, runs, layout.width}, rows.options().dtype(at::kFloat))};
-}
-
 // The modulation rows' gradients [count, modulation_rows, D] from the per-block partials:
 // consecutive blocks share a modulation row, and ATen's sum adds them up in the same order on
 // every run.
@@ -294,15 +276,13 @@ class FusedLayerNormModulate : public torch::autograd::Function<FusedLayerNormMo
     }
     at::Tensor grad_x = at::empty_like(x);
     const at::Tensor partials = partials_for(layout, scale_rows, 2);  // scale's, shift's
-    const RunSumBuffers run_sums = run_sums_for(layout, scale_rows, 2);
     kernels::layer_norm_modulate_backward(
         grad_out.data_ptr(), precision_of(grad_out), x.data_ptr(), precision_of(x),
         scale_rows.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
         grad_residual.defined() ? grad_residual.data_ptr() : nullptr, grad_x.data_ptr(),
-        partials[0].data_ptr<float>(), partials[1].data_ptr<float>(), run_sums.pointers(), layout,
+        partials[0].data_ptr<float>(), partials[1].data_ptr<float>(), layout,
         at::cuda::getCurrentCUDAStream().stream());
-    const at::Tensor sums =
-        run_sums.sums.defined() ? run_sums.sums : sum_partials(partials, layout);
+    const at::Tensor sums = sum_partials(partials, layout);
     return {grad_x,       sums[0],      sums[1],      at::Tensor(),
             at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
@@ -342,18 +322,14 @@ class FusedAddGated : public torch::autograd::Function<FusedAddGated> {
     const bool with_bias = bias.numel() > 0;
     at::Tensor grad_update = at::empty_like(update),
                partials = partials_for(layout, gate_rows, with_bias ? 2 : 1);  // gate's, bias's
-    const RunSumBuffers run_sums = run_sums_for(layout, gate_rows, 1);         // the gate's
     kernels::gated_residual_backward(
         grad_out.data_ptr(), precision_of(grad_out), update.data_ptr(), precision_of(update),
         bias_or_null(bias), gate_rows.data_ptr<float>(), grad_update.data_ptr(),
-        partials[0].data_ptr<float>(), with_bias ? partials[1].data_ptr<float>() : nullptr,
-        run_sums.pointers(), layout, at::cuda::getCurrentCUDAStream().stream());
-    // The bias's gradient sums every block of rows: one reduction of the partials.
-    const at::Tensor grad_bias = with_bias ? partials[1].sum(0) : at::Tensor();
-    if (run_sums.sums.defined()) {
-      return {grad_out, grad_update, run_sums.sums[0], grad_bias, at::Tensor()};
-    }
-    return {grad_out, grad_update, sum_partials(partials, layout)[0], grad_bias, at::Tensor()};
+        partials[0].data_ptr<float>(), with_bias ? partials[1].data_ptr<float>() : nullptr, layout,
+        at::cuda::getCurrentCUDAStream().stream());
+    const at::Tensor sums = sum_partials(partials, layout);
+    return {grad_out, grad_update, sums[0], with_bias ? sums[1].sum(0) : at::Tensor(),
+            at::Tensor()};
   }
 };
 
