@@ -13,21 +13,43 @@
 namespace wam::kernels {
 namespace {
 
-constexpr int kThreads = 256;  // a block of the backward kernel, and of the forward's wide rows
-constexpr int kMaxPairsPerThread = 8;
-// The forward kernel's block for rows of up to 2048: at the video stream's 1536 (6 pairs a thread)
-// it took the forward from 40.2 to 36.4 us a call on an H100, where the backward at 128 threads
-// went from 54.3 to 79.6 us, so the backward keeps 256 (scripts/kernel-bytes.cu, docs/KERNELS.md
-// version 30).
+// A thread handles chunks of 4 elements, two RoPE pairs (8-byte bfloat16 or 16-byte float loads);
+// with one pair a load, the kernels ran at 1.4-1.6 TB/s on an H100 (docs/KERNELS.md, version 32).
+constexpr int kMaxChunksPerThread = 4;
+constexpr int kThreads = 256;  // the widest block: rows of up to 4 * 4 * 256 = 4096
+// The block for rows of up to 2048, forward and backward: 3 chunks a thread at the video stream's
+// 1536, where 256 threads leave half the block idle for a row's second chunk (as the norm
+// kernels of adaln.cu, docs/KERNELS.md versions 27 and 30).
 constexpr int kNarrowBlock = 128;
 constexpr int kMinBackwardRowsPerBlock = 16;  // rows per block sharing one grad_weight partial
 
-// The (cos, sin) of pair p (counted over the row) of token `token`; (1, 0) without RoPE.
-__device__ __forceinline__ float2 rotation_of(const float* rotation, int64_t token, int p,
+// The (cos, sin) of pairs 2c and 2c + 1 (counted over the row) of token `token`, as (cos_a,
+// sin_a, cos_b, sin_b); both in one head, as half_head is even. (1, 0, 1, 0) without RoPE.
+__device__ __forceinline__ float4 rotation_of(const float* rotation, int64_t token, int c,
                                               int half_head) {
-  if (rotation == nullptr) return make_float2(1.f, 0.f);
-  const float2* rows = reinterpret_cast<const float2*>(rotation);
-  return rows[token * half_head + p % half_head];
+  if (rotation == nullptr) return make_float4(1.f, 0.f, 1.f, 0.f);
+  return *reinterpret_cast<const float4*>(rotation + 2 * (token * half_head + (2 * c) % half_head));
+}
+
+// The two pairs of z rotated by cs.
+__device__ __forceinline__ float4 rotate(float4 z, float4 cs) {
+  return make_float4(z.x * cs.x - z.y * cs.y, z.x * cs.y + z.y * cs.x, z.z * cs.z - z.w * cs.w,
+                     z.z * cs.w + z.w * cs.z);
+}
+
+// The two pairs of g rotated back (the transpose of rotate).
+__device__ __forceinline__ float4 rotate_back(float4 g, float4 cs) {
+  return make_float4(g.x * cs.x + g.y * cs.y, g.y * cs.x - g.x * cs.y, g.z * cs.z + g.w * cs.w,
+                     g.w * cs.z - g.z * cs.w);
+}
+
+__device__ __forceinline__ float4 scaled(float4 v, float s) {
+  return make_float4(v.x * s, v.y * s, v.z * s, v.w * s);
+}
+
+// a + b * s
+__device__ __forceinline__ float4 plus_scaled(float4 a, float4 b, float s) {
+  return make_float4(fmaf(b.x, s, a.x), fmaf(b.y, s, a.y), fmaf(b.z, s, a.z), fmaf(b.w, s, a.w));
 }
 
 // Where the row of token `token` of sample `sample` of out and grad_out starts
@@ -39,83 +61,83 @@ __device__ __forceinline__ int64_t out_offset(int64_t sample, int64_t token,
 
 // One row per block. Every load (x, weight, rotation) is issued before the block reduction, so
 // that their latencies overlap one another and the reduction (docs/KERNELS.md, version 5).
-template <class T, int kBlock, int kPairs>
+template <class T, int kBlock, int kChunks>
 __global__ void __launch_bounds__(kBlock)
     forward_kernel(const T* x, const float* weight, const float* rotation, T* out, float* rstd,
                    RmsNormRopeShape shape, float eps) {
   __shared__ float scratch[kBlock / 32];
   const int64_t row = blockIdx.x, sample = row / shape.tokens, token = row % shape.tokens;
-  const int pairs = static_cast<int>(shape.width / 2),
+  const int chunks = static_cast<int>(shape.width / 4),
             half_head = static_cast<int>(shape.head_dim / 2);
   const T* in = x + row * shape.x_row_stride;
-  float2 h[kPairs], w[kPairs], cs[kPairs];
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 h[kChunks], w[kChunks], cs[kChunks];
   float squares = 0.f;
 #pragma unroll
-  for (int k = 0; k < kPairs; ++k) {
-    const int p = threadIdx.x + k * kBlock;
-    h[k] = w[k] = cs[k] = make_float2(0.f, 0.f);
-    if (p >= pairs) continue;
-    h[k] = load2(in + 2 * p);
-    w[k] = load2(weight + 2 * p);
-    cs[k] = rotation_of(rotation, token, p, half_head);
-    squares += h[k].x * h[k].x + h[k].y * h[k].y;
+  for (int k = 0; k < kChunks; ++k) {
+    const int c = threadIdx.x + k * kBlock;
+    h[k] = w[k] = cs[k] = zero;
+    if (c >= chunks) continue;
+    h[k] = load4(in + 4 * c);
+    w[k] = load4(weight + 4 * c);
+    cs[k] = rotation_of(rotation, token, c, half_head);
+    squares += sum4(h[k] * h[k]);
   }
   const float r =
       rsqrtf(block_sum<kBlock>(squares, scratch) / static_cast<float>(shape.width) + eps);
   if (threadIdx.x == 0) rstd[row] = r;
   T* o = out + out_offset(sample, token, shape);
 #pragma unroll
-  for (int k = 0; k < kPairs; ++k) {
-    const int p = threadIdx.x + k * kBlock;
-    if (p >= pairs) continue;
-    const float z0 = h[k].x * r * w[k].x, z1 = h[k].y * r * w[k].y;
-    store2(o + 2 * p, make_float2(z0 * cs[k].x - z1 * cs[k].y, z0 * cs[k].y + z1 * cs[k].x));
+  for (int k = 0; k < kChunks; ++k) {
+    const int c = threadIdx.x + k * kBlock;
+    if (c < chunks) store4(o + 4 * c, rotate(scaled(h[k], r) * w[k], cs[k]));
   }
 }
 
 // Per row: dz = rotate back(grad_out), g = dz * weight, xhat = x * rstd,
-// grad_x = rstd * (g - xhat * mean(g * xhat)), partial grad_weight += dz * xhat. kPairs: pairs per
-// thread (the row in registers, no more: occupancy). Everything the next row reads (x, grad_out,
-// its rstd and rotation) is loaded before this row's block reduction so that its latency overlaps
-// it (docs/KERNELS.md, versions 2 and 5); the row's (sample, token) advance by one per row instead
-// of being divided out of the row index.
-template <class T, int kPairs>
-__global__ void __launch_bounds__(kThreads)
+// grad_x = rstd * (g - xhat * mean(g * xhat)), partial grad_weight += dz * xhat. kChunks: chunks
+// per thread (the row in registers, no more: occupancy). Everything the next row reads (x,
+// grad_out, its rstd and rotation) is loaded before this row's block reduction so that its latency
+// overlaps it (docs/KERNELS.md, versions 2 and 5); the row's (sample, token) advance by one per row
+// instead of being divided out of the row index.
+template <class T, int kBlock, int kChunks>
+__global__ void __launch_bounds__(kBlock)
     backward_kernel(const T* grad_out, const T* x, const float* weight, const float* rotation,
                     const float* rstd, T* grad_x, float* grad_weight_partials,
                     RmsNormRopeShape shape, int64_t rows_per_block) {
-  __shared__ float scratch[kThreads / 32];
-  const int pairs = static_cast<int>(shape.width / 2),
+  __shared__ float scratch[kBlock / 32];
+  const int chunks = static_cast<int>(shape.width / 4),
             half_head = static_cast<int>(shape.head_dim / 2);
-  float2 dw[kPairs], w[kPairs], x_next[kPairs], grad_next[kPairs], cs_next[kPairs];
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 dw[kChunks], w[kChunks], x_next[kChunks], grad_next[kChunks], cs_next[kChunks];
   float rstd_next = 0.f;
   const auto load_row = [&](int64_t row, int64_t sample, int64_t token) {
     rstd_next = rstd[row];
     const T* g = grad_out + out_offset(sample, token, shape);
 #pragma unroll
-    for (int k = 0; k < kPairs; ++k) {
-      const int p = threadIdx.x + k * kThreads;
-      x_next[k] = grad_next[k] = cs_next[k] = make_float2(0.f, 0.f);
-      if (p >= pairs) continue;
-      x_next[k] = load2(x + row * shape.x_row_stride + 2 * p);
-      grad_next[k] = load2(g + 2 * p);
-      cs_next[k] = rotation_of(rotation, token, p, half_head);
+    for (int k = 0; k < kChunks; ++k) {
+      const int c = threadIdx.x + k * kBlock;
+      x_next[k] = grad_next[k] = cs_next[k] = zero;
+      if (c >= chunks) continue;
+      x_next[k] = load4(x + row * shape.x_row_stride + 4 * c);
+      grad_next[k] = load4(g + 4 * c);
+      cs_next[k] = rotation_of(rotation, token, c, half_head);
     }
   };
 #pragma unroll
-  for (int k = 0; k < kPairs; ++k) {
-    const int p = threadIdx.x + k * kThreads;
-    dw[k] = w[k] = make_float2(0.f, 0.f);
-    if (p < pairs) w[k] = load2(weight + 2 * p);
+  for (int k = 0; k < kChunks; ++k) {
+    const int c = threadIdx.x + k * kBlock;
+    dw[k] = w[k] = zero;
+    if (c < chunks) w[k] = load4(weight + 4 * c);
   }
   const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block;
   const int64_t last = first + rows_per_block < shape.rows ? first + rows_per_block : shape.rows;
   int64_t sample = first / shape.tokens, token = first % shape.tokens;
   load_row(first, sample, token);
   for (int64_t row = first; row < last; ++row) {
-    float2 h[kPairs], g[kPairs], cs[kPairs];
+    float4 h[kChunks], g[kChunks], cs[kChunks];
 #pragma unroll
-    for (int k = 0; k < kPairs; ++k) {
+    for (int k = 0; k < kChunks; ++k) {
       h[k] = x_next[k];
       g[k] = grad_next[k];
       cs[k] = cs_next[k];
@@ -128,47 +150,49 @@ __global__ void __launch_bounds__(kThreads)
     if (row + 1 < last) load_row(row + 1, sample, token);
     float dot = 0.f;
 #pragma unroll
-    for (int k = 0; k < kPairs; ++k) {
-      const int p = threadIdx.x + k * kThreads;
-      if (p >= pairs) continue;
-      const float dz0 = g[k].x * cs[k].x + g[k].y * cs[k].y,
-                  dz1 = g[k].y * cs[k].x - g[k].x * cs[k].y;
-      h[k] = make_float2(h[k].x * r, h[k].y * r);
-      g[k] = make_float2(dz0 * w[k].x, dz1 * w[k].y);
-      dw[k].x += dz0 * h[k].x;
-      dw[k].y += dz1 * h[k].y;
-      dot += g[k].x * h[k].x + g[k].y * h[k].y;
+    for (int k = 0; k < kChunks; ++k) {
+      const int c = threadIdx.x + k * kBlock;
+      if (c >= chunks) continue;
+      const float4 dz = rotate_back(g[k], cs[k]);
+      h[k] = scaled(h[k], r);
+      g[k] = dz * w[k];
+      dw[k] = fma4(dz, h[k], dw[k]);
+      dot += sum4(g[k] * h[k]);
     }
-    const float mean_dot = block_sum<kThreads>(dot, scratch) / static_cast<float>(shape.width);
+    const float mean_dot = block_sum<kBlock>(dot, scratch) / static_cast<float>(shape.width);
     T* gx = grad_x + row * shape.grad_x_row_stride;
 #pragma unroll
-    for (int k = 0; k < kPairs; ++k) {
-      const int p = threadIdx.x + k * kThreads;
-      if (p >= pairs) continue;
-      store2(gx + 2 * p,
-             make_float2(r * (g[k].x - h[k].x * mean_dot), r * (g[k].y - h[k].y * mean_dot)));
+    for (int k = 0; k < kChunks; ++k) {
+      const int c = threadIdx.x + k * kBlock;
+      if (c < chunks) store4(gx + 4 * c, scaled(plus_scaled(g[k], h[k], -mean_dot), r));
     }
   }
 #pragma unroll
-  for (int k = 0; k < kPairs; ++k) {
-    const int p = threadIdx.x + k * kThreads;
-    if (p >= pairs) continue;
-    store2(grad_weight_partials + static_cast<int64_t>(blockIdx.x) * shape.width + 2 * p, dw[k]);
+  for (int k = 0; k < kChunks; ++k) {
+    const int c = threadIdx.x + k * kBlock;
+    if (c < chunks) {
+      store4(grad_weight_partials + static_cast<int64_t>(blockIdx.x) * shape.width + 4 * c, dw[k]);
+    }
   }
 }
 
-// Calls f with std::integral_constant<int, N>, N >= the pairs per thread a row needs with blocks
-// of `block` threads.
+// Calls f with std::integral_constant<int, B> for the block a row of `width` takes and
+// std::integral_constant<int, N>, N >= the chunks per thread it needs with that block.
 template <class F>
-void with_pairs(int64_t width, int block, F&& f) {
-  switch ((width / 2 + block - 1) / block) {
-    case 1: f(std::integral_constant<int, 1>()); break;
-    case 2: f(std::integral_constant<int, 2>()); break;
-    case 3: f(std::integral_constant<int, 3>()); break;
-    case 4: f(std::integral_constant<int, 4>()); break;
-    case 5:
-    case 6: f(std::integral_constant<int, 6>()); break;
-    default: f(std::integral_constant<int, kMaxPairsPerThread>()); break;
+void with_block_and_chunks(int64_t width, F&& f) {
+  const auto with_chunks = [&](auto block) {
+    constexpr int kBlock = decltype(block)::value;
+    switch ((width / 4 + kBlock - 1) / kBlock) {
+      case 1: f(block, std::integral_constant<int, 1>()); break;
+      case 2: f(block, std::integral_constant<int, 2>()); break;
+      case 3: f(block, std::integral_constant<int, 3>()); break;
+      default: f(block, std::integral_constant<int, kMaxChunksPerThread>()); break;
+    }
+  };
+  if (width / 4 <= int64_t{kMaxChunksPerThread} * kNarrowBlock) {
+    with_chunks(std::integral_constant<int, kNarrowBlock>());
+  } else {
+    with_chunks(std::integral_constant<int, kThreads>());
   }
 }
 
@@ -180,9 +204,10 @@ int64_t backward_rows_per_block(const RmsNormRopeShape& shape) {
   int device = 0, sms = 0, per_sm = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  with_pairs(shape.width, kThreads, [&](auto pairs) {
+  with_block_and_chunks(shape.width, [&](auto block, auto chunks) {
+    constexpr int kBlock = decltype(block)::value;
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &per_sm, backward_kernel<__nv_bfloat16, decltype(pairs)::value>, kThreads, 0);
+        &per_sm, backward_kernel<__nv_bfloat16, kBlock, decltype(chunks)::value>, kBlock, 0);
   });
   const int64_t resident = std::max<int64_t>(1, static_cast<int64_t>(sms) * per_sm);
   const int64_t blocks =
@@ -193,13 +218,14 @@ int64_t backward_rows_per_block(const RmsNormRopeShape& shape) {
 }  // namespace
 
 bool rms_norm_rope_supports(const RmsNormRopeShape& shape) {
-  return shape.width % 2 == 0 && shape.head_dim % 2 == 0 && shape.head_dim > 0 &&
-         shape.width % shape.head_dim == 0 && shape.width / 2 <= kMaxPairsPerThread * kThreads &&
-         shape.tokens > 0 && shape.x_row_stride >= shape.width && shape.x_row_stride % 2 == 0 &&
-         shape.out_row_stride >= shape.width && shape.out_row_stride % 2 == 0 &&
+  return shape.width % 4 == 0 && shape.head_dim % 4 == 0 && shape.head_dim > 0 &&
+         shape.width % shape.head_dim == 0 &&
+         shape.width / 4 <= int64_t{kMaxChunksPerThread} * kThreads && shape.tokens > 0 &&
+         shape.x_row_stride >= shape.width && shape.x_row_stride % 4 == 0 &&
+         shape.out_row_stride >= shape.width && shape.out_row_stride % 4 == 0 &&
          shape.out_sample_stride >= shape.tokens * shape.out_row_stride &&
-         shape.out_sample_stride % 2 == 0 && shape.grad_x_row_stride >= shape.width &&
-         shape.grad_x_row_stride % 2 == 0;
+         shape.out_sample_stride % 4 == 0 && shape.grad_x_row_stride >= shape.width &&
+         shape.grad_x_row_stride % 4 == 0;
 }
 
 int64_t rms_norm_rope_backward_blocks(const RmsNormRopeShape& shape) {
@@ -212,27 +238,19 @@ void rms_norm_rope_forward(const void* x, const float* weight, const float* rota
                            float* rstd, const RmsNormRopeShape& shape, float eps,
                            Precision precision, CUstream_st* stream) {
   if (shape.rows == 0) return;
-  const auto launch = [&](auto block_size) {
-    constexpr int kBlock = decltype(block_size)::value;
+  with_block_and_chunks(shape.width, [&](auto block_size, auto chunks) {
+    constexpr int kBlock = decltype(block_size)::value, kChunks = decltype(chunks)::value;
     const dim3 grid(static_cast<unsigned>(shape.rows)), block(kBlock);
-    with_pairs(shape.width, kBlock, [&](auto pairs) {
-      constexpr int kPairs = decltype(pairs)::value;
-      if (precision == Precision::kBFloat16) {
-        forward_kernel<__nv_bfloat16, kBlock, kPairs>
-            <<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), weight, rotation,
-                                         static_cast<__nv_bfloat16*>(out), rstd, shape, eps);
-      } else {
-        forward_kernel<float, kBlock, kPairs>
-            <<<grid, block, 0, stream>>>(static_cast<const float*>(x), weight, rotation,
-                                         static_cast<float*>(out), rstd, shape, eps);
-      }
-    });
-  };
-  if (shape.width / 2 <= int64_t{kMaxPairsPerThread} * kNarrowBlock) {
-    launch(std::integral_constant<int, kNarrowBlock>());
-  } else {
-    launch(std::integral_constant<int, kThreads>());
-  }
+    if (precision == Precision::kBFloat16) {
+      forward_kernel<__nv_bfloat16, kBlock, kChunks>
+          <<<grid, block, 0, stream>>>(static_cast<const __nv_bfloat16*>(x), weight, rotation,
+                                       static_cast<__nv_bfloat16*>(out), rstd, shape, eps);
+    } else {
+      forward_kernel<float, kBlock, kChunks>
+          <<<grid, block, 0, stream>>>(static_cast<const float*>(x), weight, rotation,
+                                       static_cast<float*>(out), rstd, shape, eps);
+    }
+  });
   check_launch("rms_norm_rope_forward");
 }
 
@@ -242,17 +260,16 @@ void rms_norm_rope_backward(const void* grad_out, const void* x, const float* we
                             Precision precision, CUstream_st* stream) {
   if (shape.rows == 0) return;
   const int64_t rows_per_block = backward_rows_per_block(shape);
-  const dim3 grid(static_cast<unsigned>((shape.rows + rows_per_block - 1) / rows_per_block)),
-      block(kThreads);
-  with_pairs(shape.width, kThreads, [&](auto pairs) {
-    constexpr int kPairs = decltype(pairs)::value;
+  const dim3 grid(static_cast<unsigned>((shape.rows + rows_per_block - 1) / rows_per_block));
+  with_block_and_chunks(shape.width, [&](auto block_size, auto chunks) {
+    constexpr int kBlock = decltype(block_size)::value, kChunks = decltype(chunks)::value;
     if (precision == Precision::kBFloat16) {
-      backward_kernel<__nv_bfloat16, kPairs><<<grid, block, 0, stream>>>(
+      backward_kernel<__nv_bfloat16, kBlock, kChunks><<<grid, kBlock, 0, stream>>>(
           static_cast<const __nv_bfloat16*>(grad_out), static_cast<const __nv_bfloat16*>(x), weight,
           rotation, rstd, static_cast<__nv_bfloat16*>(grad_x), grad_weight_partials, shape,
           rows_per_block);
     } else {
-      backward_kernel<float, kPairs><<<grid, block, 0, stream>>>(
+      backward_kernel<float, kBlock, kChunks><<<grid, kBlock, 0, stream>>>(
           static_cast<const float*>(grad_out), static_cast<const float*>(x), weight, rotation, rstd,
           static_cast<float*>(grad_x), grad_weight_partials, shape, rows_per_block);
     }

@@ -26,7 +26,9 @@ struct RmsNormRopeShape {
   int64_t grad_x_row_stride = 0;  // elements between rows of grad_x (a column slice too)
 };
 
-// Rows the kernels can take: width even, width / 2 <= kMaxPairsPerThread * kThreads.
+// Rows the kernels can take: width and head_dim multiples of 4, width up to 4096, every stride a
+// multiple of 4 elements. The kernels load 4 elements at once: x, out, grad_out and grad_x must be
+// aligned to 4 elements, weight and rotation to 16 bytes.
 bool rms_norm_rope_supports(const RmsNormRopeShape& shape);
 
 // out[r] = rope(x[r] * rstd[r] * weight), rstd[r] = 1 / sqrt(mean(x[r]^2) + eps). `rotation`:

@@ -335,6 +335,13 @@ class FusedAddGated : public torch::autograd::Function<FusedAddGated> {
 
 bool aligned(const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; }
 
+// t contiguous and 16-byte aligned, as the RMSNorm kernels' 4-float loads of the weight and
+// rotation rows need: t itself where it already is (a parameter, a whole table), else a copy.
+at::Tensor vector_aligned(const at::Tensor& t) {
+  const at::Tensor contiguous = t.contiguous();
+  return aligned(contiguous) ? contiguous : contiguous.clone();
+}
+
 bool float_or_bfloat16(at::ScalarType dtype) {
   return dtype == at::kFloat || dtype == at::kBFloat16;
 }
@@ -357,8 +364,8 @@ bool fused_rms_norm_rope_applies(const at::Tensor& x, int64_t head_dim) {
   if (!x.is_cuda() || x.dim() != 3 || x.size(0) == 0 || x.size(1) == 0) return false;
   if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) return false;
   if (x.stride(2) != 1 || x.stride(0) != x.size(1) * x.stride(1)) return false;
-  // The kernels load element pairs.
-  if (reinterpret_cast<uintptr_t>(x.data_ptr()) % (2 * x.element_size()) != 0) return false;
+  // The kernels load 4 elements at once.
+  if (reinterpret_cast<uintptr_t>(x.data_ptr()) % (4 * x.element_size()) != 0) return false;
   return kernels::rms_norm_rope_supports(shape_of(x, head_dim));
 }
 
@@ -367,9 +374,9 @@ at::Tensor fused_rms_norm_rope(const at::Tensor& x, const at::Tensor& weight,
   if (!fused_rms_norm_rope_applies(x, head_dim) || weight.scalar_type() != at::kFloat) {
     throw Error("fused_rms_norm_rope: unsupported input (check fused_rms_norm_rope_applies)");
   }
-  const at::Tensor pairs = rotation.defined() ? at::view_as_real(rotation).contiguous()
+  const at::Tensor pairs = rotation.defined() ? vector_aligned(at::view_as_real(rotation))
                                               : at::empty({0}, x.options().dtype(at::kFloat));
-  return FusedRmsNormRope::apply(x, weight.contiguous(), pairs, head_dim, eps);
+  return FusedRmsNormRope::apply(x, vector_aligned(weight), pairs, head_dim, eps);
 }
 
 bool fused_joint_qkv_applies(const at::Tensor& video_qkv, const at::Tensor& action_qkv,
@@ -401,12 +408,13 @@ JointQkv fused_joint_qkv(const at::Tensor& video_qkv, const at::Tensor& action_q
                       action.q.scalar_type() == at::kFloat && action.k.scalar_type() == at::kFloat,
                   "fused_joint_qkv");
   const auto pairs = [&](const at::Tensor& rotation) {
-    return rotation.defined() ? at::view_as_real(rotation).contiguous()
+    return rotation.defined() ? vector_aligned(at::view_as_real(rotation))
                               : at::empty({0}, video_qkv.options().dtype(at::kFloat));
   };
-  torch::autograd::variable_list joint = FusedJointQkv::apply(
-      video_qkv, action_qkv, video.q.contiguous(), video.k.contiguous(), action.q.contiguous(),
-      action.k.contiguous(), pairs(video_rotation), pairs(action_rotation), head_dim, eps);
+  torch::autograd::variable_list joint =
+      FusedJointQkv::apply(video_qkv, action_qkv, vector_aligned(video.q), vector_aligned(video.k),
+                           vector_aligned(action.q), vector_aligned(action.k),
+                           pairs(video_rotation), pairs(action_rotation), head_dim, eps);
   return {joint[0], joint[1], joint[2]};
 }
 

@@ -93,6 +93,11 @@ TEST(FusedNormCudaTest, RefusesWhatTheKernelsCannotTake) {
   const auto cuda = at::TensorOptions().device(at::kCUDA);
   EXPECT_TRUE(models::fused_rms_norm_rope_applies(torch::randn({2, 4, 4096}, cuda), 128));
   EXPECT_FALSE(models::fused_rms_norm_rope_applies(torch::randn({2, 4, 4352}, cuda), 128));
+  // 4 elements a load: heads of 6 split a load between two heads' pairs, and x 8 bytes past an
+  // allocation is not aligned to 4 floats.
+  EXPECT_FALSE(models::fused_rms_norm_rope_applies(torch::randn({2, 4, 36}, cuda), 6));
+  EXPECT_FALSE(models::fused_rms_norm_rope_applies(
+      torch::randn({2 + 2 * 4 * 32}, cuda).narrow(0, 2, 2 * 4 * 32).view({2, 4, 32}), 16));
   EXPECT_FALSE(
       models::fused_rms_norm_rope_applies(torch::randn({2, 4, 32}, cuda).to(at::kHalf), 16));
   EXPECT_FALSE(
