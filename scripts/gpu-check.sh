@@ -7,6 +7,8 @@
 # WAM_BUILD_DIR (default /tmp/build-gpu: outside the paths a run carries) and WAM_CTEST_ARGS (e.g.
 # "-R Fused") change where it builds and what it runs; WAM_CTEST_LOG (default $build/ctest.log)
 # where ctest writes as it goes (a run cut off still shows which tests passed and how long each took).
+# WAM_BUILD_TARGETS (e.g. "wam_stage_tests wam-pipeline") builds those alone, for a run of a few
+# tests when device time is short; the whole ctest then reports the others as not built.
 #   scripts/gpu-check.sh [build|test]
 # runs one half: together they take longer than one device call may (10 minutes), so the build
 # runs in one call and the tests in the next, on the same machine while it is still held.
@@ -28,12 +30,14 @@ grep -E "wam-pipeline: (LibTorch|fused)" "$build/configure.log" || true
 grep -q "wam-pipeline: fused CUDA kernels: ON" "$build/configure.log" ||
   { echo "gpu-check: configured without the fused CUDA kernels (see $build/configure.log)"; exit 1; }
 began=$SECONDS
-if ! cmake --build "$build" -j "$(nproc)" >"$build/build.log" 2>&1; then
+# shellcheck disable=SC2086  # WAM_BUILD_TARGETS names several targets
+if ! cmake --build "$build" -j "$(nproc)" ${WAM_BUILD_TARGETS:+--target $WAM_BUILD_TARGETS} \
+  >"$build/build.log" 2>&1; then
   grep -E "error|Error" "$build/build.log" | head -40
   echo "gpu-check: build failed after $((SECONDS - began)) s (log: $build/build.log)"
   exit 1
 fi
-echo "gpu-check: built every target in $((SECONDS - began)) s"
+echo "gpu-check: built ${WAM_BUILD_TARGETS:-every target} in $((SECONDS - began)) s"
 # The toolchain and how wam-pipeline was linked: the order of its shared libraries decides which
 # libstdc++ runs (docs/RELIABILITY.md, "Linking against LibTorch").
 cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
