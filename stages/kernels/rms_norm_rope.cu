@@ -96,10 +96,12 @@ __global__ void __launch_bounds__(kBlock)
 
 // Per row: dz = rotate back(grad_out), g = dz * weight, xhat = x * rstd,
 // grad_x = rstd * (g - xhat * mean(g * xhat)), partial grad_weight += dz * xhat. kChunks: chunks
-// per thread (the row in registers, no more: occupancy). Everything the next row reads (x,
-// grad_out, its rstd and rotation) is loaded before this row's block reduction so that its latency
-// overlaps it (docs/KERNELS.md, versions 2 and 5); the row's (sample, token) advance by one per row
-// instead of being divided out of the row index.
+// per thread (the row in registers, no more: occupancy). The next row's x, grad_out and rstd are
+// loaded before this row's block reduction so that their latency overlaps it (docs/KERNELS.md,
+// versions 2 and 5). The rotation (one token's 384 bytes, in L1) is read where it is used, not
+// held beside the next row: 92 registers instead of 122, 5 blocks an SM instead of 4, which is
+// what this latency-bound kernel needed (version 33). The row's (sample, token) advance by one per
+// row instead of being divided out of the row index.
 template <class T, int kBlock, int kChunks>
 __global__ void __launch_bounds__(kBlock)
     backward_kernel(const T* grad_out, const T* x, const float* weight, const float* rotation,
@@ -109,7 +111,7 @@ __global__ void __launch_bounds__(kBlock)
   const int chunks = static_cast<int>(shape.width / 4),
             half_head = static_cast<int>(shape.head_dim / 2);
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-  float4 dw[kChunks], w[kChunks], x_next[kChunks], grad_next[kChunks], cs_next[kChunks];
+  float4 dw[kChunks], w[kChunks], x_next[kChunks], grad_next[kChunks];
   float rstd_next = 0.f;
   const auto load_row = [&](int64_t row, int64_t sample, int64_t token) {
     rstd_next = rstd[row];
@@ -117,11 +119,10 @@ __global__ void __launch_bounds__(kBlock)
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
       const int c = threadIdx.x + k * kBlock;
-      x_next[k] = grad_next[k] = cs_next[k] = zero;
+      x_next[k] = grad_next[k] = zero;
       if (c >= chunks) continue;
       x_next[k] = load4(x + row * shape.x_row_stride + 4 * c);
       grad_next[k] = load4(g + 4 * c);
-      cs_next[k] = rotation_of(rotation, token, c, half_head);
     }
   };
 #pragma unroll
@@ -135,14 +136,14 @@ __global__ void __launch_bounds__(kBlock)
   int64_t sample = first / shape.tokens, token = first % shape.tokens;
   load_row(first, sample, token);
   for (int64_t row = first; row < last; ++row) {
-    float4 h[kChunks], g[kChunks], cs[kChunks];
+    float4 h[kChunks], g[kChunks];
 #pragma unroll
     for (int k = 0; k < kChunks; ++k) {
       h[k] = x_next[k];
       g[k] = grad_next[k];
-      cs[k] = cs_next[k];
     }
     const float r = rstd_next;
+    const int64_t row_token = token;
     if (++token == shape.tokens) {
       token = 0;
       ++sample;
@@ -153,7 +154,7 @@ __global__ void __launch_bounds__(kBlock)
     for (int k = 0; k < kChunks; ++k) {
       const int c = threadIdx.x + k * kBlock;
       if (c >= chunks) continue;
-      const float4 dz = rotate_back(g[k], cs[k]);
+      const float4 dz = rotate_back(g[k], rotation_of(rotation, row_token, c, half_head));
       h[k] = scaled(h[k], r);
       g[k] = dz * w[k];
       dw[k] = fma4(dz, h[k], dw[k]);
