@@ -130,8 +130,12 @@ if by_op:
         print(f"{ms / steps:8.2f} ms {op_calls[key] // steps:6d} calls  {key}")
 PY
   # Launched op by op, each kernel also by its op's enclosing autograd node and input dtypes.
-  [ "$name" != uncaptured ] ||
+  # The elementwise kernels apart: many small ones, each launched by a different op.
+  if [ "$name" = uncaptured ]; then
     python3 scripts/kernel-ops.py "$out/trace.json" --top 60 >"$out/kernel_ops_$name.txt"
+    python3 scripts/kernel-ops.py "$out/trace.json" --top 40 --match elementwise \
+      >"$out/kernel_ops_elementwise_$name.txt"
+  fi
   rm -f "$out/trace.json"
   echo "## kernels, $name"
   head -50 "$out/kernels_$name.txt"
