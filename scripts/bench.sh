@@ -16,7 +16,9 @@
 #         samples/s beside the step's (30 steps after $WAM_GPU_DATA_WARMUP, default 60), then
 #         alone (`run --stop-after h2d`, $WAM_DATA_PATH_STEPS batches, default 120: over all of it
 #         and over its second half).
-#         $WAM_LADDER_TASKS picks the tasks.
+#         $WAM_LADDER_TASKS picks the tasks; $WAM_GPU_DATA_ROUTES the routes by number (default
+#         "1 2 3", in the order above); with $WAM_GPU_DATA_BEFORE (another build's wam-pipeline,
+#         run on this tree's pipelines) each route is benched with it first, then with this build.
 # ladder: the profile ladder on a CUDA machine, base preset, for each task of $WAM_LADDER_TASKS
 #         (default "libero robotwin"): `cache generate` samples/s, then one `wam-pipeline bench` of
 #         the baseline, online, compile and cache graphs (those that exist) on the same synthetic
@@ -288,22 +290,26 @@ PY
         ladder_data "$bin" "$task" "${WAM_LADDER_FRAMES:-128}" h264
         "$bin" text-cache build "pipelines/${task}_online.json" "${base[@]}" >/dev/null
         "$bin" compile "pipelines/${task}_compile.json" "${base[@]}" --steps 3 >/dev/null
-        for spec in "${runs[@]}"; do
-          IFS='|' read -r name extra <<<"$spec"
-          echo "## ${task}_compile: $name"
-          # shellcheck disable=SC2086  # extra holds several arguments
-          # Warm-up steps long enough for NVDEC's start-up (its decoders are made in the first
-          # seconds: docs/BENCHMARKS.md, "NVDEC's decoders moved between files").
-          "$bin" bench "pipelines/${task}_compile.json" "${base[@]}" $extra --steps 30 \
-            --warmup "${WAM_GPU_DATA_WARMUP:-60}"
-          # The data path alone: the graph up to h2d, without the step to wait for.
-          stats=$(mktemp)
-          # shellcheck disable=SC2086
-          "$bin" run "pipelines/${task}_compile.json" "${base[@]}" $extra --stop-after h2d \
-            --steps "${WAM_DATA_PATH_STEPS:-120}" --report-every 0 --quiet --stats-out "$stats" \
-            >/dev/null 2>&1
-          data_path_rate "$stats"
-          rm -f "$stats"
+        builds=("$bin")
+        [ -n "${WAM_GPU_DATA_BEFORE:-}" ] && builds=("$WAM_GPU_DATA_BEFORE" "$bin")
+        for route in ${WAM_GPU_DATA_ROUTES:-1 2 3}; do
+          IFS='|' read -r name extra <<<"${runs[route - 1]}"
+          for binary in "${builds[@]}"; do
+            echo "## ${task}_compile: $name ($binary)"
+            # shellcheck disable=SC2086  # extra holds several arguments
+            # Warm-up steps long enough for NVDEC's start-up (its decoders are made in the first
+            # seconds: docs/BENCHMARKS.md, "NVDEC's decoders moved between files").
+            "$binary" bench "pipelines/${task}_compile.json" "${base[@]}" $extra --steps 30 \
+              --warmup "${WAM_GPU_DATA_WARMUP:-60}"
+            # The data path alone: the graph up to h2d, without the step to wait for.
+            stats=$(mktemp)
+            # shellcheck disable=SC2086
+            "$binary" run "pipelines/${task}_compile.json" "${base[@]}" $extra --stop-after h2d \
+              --steps "${WAM_DATA_PATH_STEPS:-120}" --report-every 0 --quiet --stats-out "$stats" \
+              >/dev/null 2>&1
+            data_path_rate "$stats"
+            rm -f "$stats"
+          done
         done
       done
       ;;

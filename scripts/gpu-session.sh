@@ -24,7 +24,9 @@
 #            replayed CUDA graph; its figures also in attention.json)
 #   nvdec    scripts/bench.sh nvdec, $WAM_BENCH_ROUNDS rounds (default 3)
 #   nvdec-files  scripts/bench.sh nvdec-files (more files than NVDEC sessions)
-#   gpu-data scripts/bench.sh gpu-data (the data path on NVDEC and the GPU beside the step)
+#   gpu-data scripts/bench.sh gpu-data (the data path on NVDEC and the GPU beside the step; with
+#            WAM_GPU_DATA_BEFORE, e.g. /tmp/build-main/wam-pipeline from an earlier step phase's
+#            WAM_STEP_BEFORE=.dbg/main, each route also with that build)
 #   percore-libero  scripts/bench.sh percore on LIBERO (3 rounds of 256 samples) against the
 #            source tree in $WAM_PERCORE_BEFORE (built first, wam-pipeline only, in
 #            /tmp/build-before; run from that tree, with its own pipelines)
@@ -124,7 +126,7 @@ case "${1:-}" in
     tail -c 3000 "$OUT/all.txt"
     ;;
   *)
-    sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
