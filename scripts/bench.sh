@@ -280,6 +280,17 @@ PY
       ;;
     gpu-data)
       base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
+      for route in ${WAM_GPU_DATA_ROUTES:-1 2 3}; do
+        [[ "$route" =~ ^[123]$ ]] || {
+          echo "bench.sh gpu-data: WAM_GPU_DATA_ROUTES holds \"$route\": routes are 1, 2 and 3" >&2
+          exit 2
+        }
+      done
+      if [ -n "${WAM_GPU_DATA_BEFORE:-}" ] && [ ! -x "$WAM_GPU_DATA_BEFORE" ]; then
+        echo "bench.sh gpu-data: WAM_GPU_DATA_BEFORE=$WAM_GPU_DATA_BEFORE is not an executable" \
+          "wam-pipeline" >&2
+        exit 2
+      fi
       # name | extra arguments
       runs=(
         "as shipped|"
@@ -291,7 +302,7 @@ PY
         "$bin" text-cache build "pipelines/${task}_online.json" "${base[@]}" >/dev/null
         "$bin" compile "pipelines/${task}_compile.json" "${base[@]}" --steps 3 >/dev/null
         builds=("$bin")
-        [ -n "${WAM_GPU_DATA_BEFORE:-}" ] && builds=("$WAM_GPU_DATA_BEFORE" "$bin")
+        if [ -n "${WAM_GPU_DATA_BEFORE:-}" ]; then builds=("$WAM_GPU_DATA_BEFORE" "$bin"); fi
         for route in ${WAM_GPU_DATA_ROUTES:-1 2 3}; do
           IFS='|' read -r name extra <<<"${runs[route - 1]}"
           for binary in "${builds[@]}"; do
