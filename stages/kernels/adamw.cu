@@ -76,29 +76,31 @@ __global__ void __launch_bounds__(kThreads) adamw_kernel(const Launch launch, co
   if (vector) {
     // Four elements a thread per pass, as 16-byte loads and stores (8 for the copy).
     const int64_t quads_end = begin + (end - begin) / 4 * 4;
+    // The stores by intrinsic: plain float4 assignments here came out of nvcc as four 4-byte
+    // stores each, where one 16-byte store moves the same bytes in a quarter of the instructions
+    // (docs/KERNELS.md, version 34).
     for (int64_t i = begin + 4 * threadIdx.x; i < quads_end; i += 4 * kThreads) {
-      float4 p = *reinterpret_cast<const float4*>(t.param + i);
+      const float4 p = *reinterpret_cast<const float4*>(t.param + i);
       const float4 g = *reinterpret_cast<const float4*>(t.grad + i);
-      float4 m = *reinterpret_cast<const float4*>(t.exp_avg + i);
-      float4 v = *reinterpret_cast<const float4*>(t.exp_avg_sq + i);
-      float* const pp[4] = {&p.x, &p.y, &p.z, &p.w};
-      float* const mm[4] = {&m.x, &m.y, &m.z, &m.w};
-      float* const vv[4] = {&v.x, &v.y, &v.z, &v.w};
-      const float gg[4] = {g.x, g.y, g.z, g.w};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const Moments out =
-            update(*pp[k], gg[k], *mm[k], *vv[k], s, lr, bias_correction1, bias_correction2_sqrt);
-        *pp[k] = out.param;
-        *mm[k] = out.exp_avg;
-        *vv[k] = out.exp_avg_sq;
-      }
-      *reinterpret_cast<float4*>(t.param + i) = p;
-      *reinterpret_cast<float4*>(t.exp_avg + i) = m;
-      *reinterpret_cast<float4*>(t.exp_avg_sq + i) = v;
+      const float4 m = *reinterpret_cast<const float4*>(t.exp_avg + i);
+      const float4 v = *reinterpret_cast<const float4*>(t.exp_avg_sq + i);
+      const auto at = [&](float param, float grad, float exp_avg, float exp_avg_sq) {
+        return update(param, grad, exp_avg, exp_avg_sq, s, lr, bias_correction1,
+                      bias_correction2_sqrt);
+      };
+      const Moments x = at(p.x, g.x, m.x, v.x), y = at(p.y, g.y, m.y, v.y),
+                    z = at(p.z, g.z, m.z, v.z), w = at(p.w, g.w, m.w, v.w);
+      __stwb(reinterpret_cast<float4*>(t.param + i),
+             make_float4(x.param, y.param, z.param, w.param));
+      __stwb(reinterpret_cast<float4*>(t.exp_avg + i),
+             make_float4(x.exp_avg, y.exp_avg, z.exp_avg, w.exp_avg));
+      __stwb(reinterpret_cast<float4*>(t.exp_avg_sq + i),
+             make_float4(x.exp_avg_sq, y.exp_avg_sq, z.exp_avg_sq, w.exp_avg_sq));
       if (t.bf16_copy) {
-        const ushort4 bits = {bf16_bits(p.x), bf16_bits(p.y), bf16_bits(p.z), bf16_bits(p.w)};
-        *reinterpret_cast<ushort4*>(t.bf16_copy + i) = bits;
+        // Two bfloat16 a word: one 8-byte store.
+        __stwb(reinterpret_cast<uint2*>(t.bf16_copy + i),
+               make_uint2(bf16_bits(x.param) | uint32_t{bf16_bits(y.param)} << 16,
+                          bf16_bits(z.param) | uint32_t{bf16_bits(w.param)} << 16));
       }
     }
     scalar_begin = quads_end;

@@ -34,11 +34,20 @@ __device__ __forceinline__ float gelu_tanh_backward(float dy, float x) {
   return dy * (left_derivative + right_derivative);
 }
 
+// A word's two bfloat16 as floats, the low half (the lower address) first.
+__device__ __forceinline__ float2 pair_of(uint32_t word) {
+  return make_float2(__uint_as_float(word << 16), __uint_as_float(word & 0xffff0000u));
+}
+
 // Each thread owns 8 adjacent columns of one block of rows: 16-byte loads and stores along a
-// row, the column sums in registers, one partial row written per block.
+// row, the column sums in registers, one partial row written per block. The stores are by
+// intrinsic: plain uint4 and float4 assignments here came out of nvcc as 4-byte stores
+// (docs/KERNELS.md, version 34). grad_pre and partials are fresh tensors, never the inputs.
 __global__ void __launch_bounds__(kThreads)
-    gelu_backward_kernel(const __nv_bfloat16* grad_activated, const __nv_bfloat16* pre_activation,
-                         int64_t rows, int64_t width, __nv_bfloat16* grad_pre, float* partials) {
+    gelu_backward_kernel(const __nv_bfloat16* __restrict__ grad_activated,
+                         const __nv_bfloat16* __restrict__ pre_activation, int64_t rows,
+                         int64_t width, __nv_bfloat16* __restrict__ grad_pre,
+                         float* __restrict__ partials) {
   const int64_t column = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) * kVector;
   if (column >= width) return;
   const int64_t first = static_cast<int64_t>(blockIdx.y) * kBlockRows;
@@ -49,23 +58,25 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t at = row * width + column;
     const uint4 dy_raw = *reinterpret_cast<const uint4*>(grad_activated + at);
     const uint4 x_raw = *reinterpret_cast<const uint4*>(pre_activation + at);
-    const auto* dy = reinterpret_cast<const __nv_bfloat162*>(&dy_raw);
-    const auto* x = reinterpret_cast<const __nv_bfloat162*>(&x_raw);
-    uint4 out_raw;
-    auto* out = reinterpret_cast<__nv_bfloat162*>(&out_raw);
+    const uint32_t dy_words[4] = {dy_raw.x, dy_raw.y, dy_raw.z, dy_raw.w};
+    const uint32_t x_words[4] = {x_raw.x, x_raw.y, x_raw.z, x_raw.w};
+    uint32_t out_words[4];
 #pragma unroll
     for (int pair = 0; pair < kVector / 2; ++pair) {
-      const float2 d = __bfloat1622float2(dy[pair]), v = __bfloat1622float2(x[pair]);
-      out[pair] = __floats2bfloat162_rn(gelu_tanh_backward(d.x, v.x), gelu_tanh_backward(d.y, v.y));
-      const float2 rounded = __bfloat1622float2(out[pair]);
-      sums[2 * pair] += rounded.x;
-      sums[2 * pair + 1] += rounded.y;
+      const float2 d = pair_of(dy_words[pair]), v = pair_of(x_words[pair]);
+      const __nv_bfloat16 low = __float2bfloat16_rn(gelu_tanh_backward(d.x, v.x)),
+                          high = __float2bfloat16_rn(gelu_tanh_backward(d.y, v.y));
+      sums[2 * pair] += __bfloat162float(low);
+      sums[2 * pair + 1] += __bfloat162float(high);
+      out_words[pair] =
+          __bfloat16_as_ushort(low) | static_cast<uint32_t>(__bfloat16_as_ushort(high)) << 16;
     }
-    *reinterpret_cast<uint4*>(grad_pre + at) = out_raw;
+    __stwb(reinterpret_cast<uint4*>(grad_pre + at),
+           make_uint4(out_words[0], out_words[1], out_words[2], out_words[3]));
   }
   float* partial = partials + static_cast<int64_t>(blockIdx.y) * width + column;
-  *reinterpret_cast<float4*>(partial) = make_float4(sums[0], sums[1], sums[2], sums[3]);
-  *reinterpret_cast<float4*>(partial + 4) = make_float4(sums[4], sums[5], sums[6], sums[7]);
+  __stwb(reinterpret_cast<float4*>(partial), make_float4(sums[0], sums[1], sums[2], sums[3]));
+  __stwb(reinterpret_cast<float4*>(partial + 4), make_float4(sums[4], sums[5], sums[6], sums[7]));
 }
 
 }  // namespace
