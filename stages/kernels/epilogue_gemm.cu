@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -161,8 +162,41 @@ float elapsed_ms(Launch launch, int times, CUstream_st* stream) {
   return ms;
 }
 
-// Launches timed per candidate: the first of each is left out.
+// Launches timed per candidate and round: the first of each is left out.
 constexpr int kTimedLaunches = 3;
+
+// Rounds over the candidates, each candidate's least time kept: one round taken once per candidate
+// picked different algorithms in different processes, since a clock or another process's load
+// that changes during the timing weighs on whichever candidate runs then (docs/KERNELS.md, version
+// 35).
+constexpr int kTimingRounds = 3;
+
+// The least time of each of `launches` (each returning whether it launched) over kTimingRounds
+// rounds, the launches taken in turn in every round after one untimed run each; -1 for one that
+// does not launch.
+std::vector<float> least_times_ms(const std::vector<std::function<bool()>>& launches,
+                                  CUstream_st* stream) {
+  std::vector<float> least(launches.size(), -1.0f);
+  std::vector<bool> launched(launches.size());
+  for (size_t i = 0; i < launches.size(); ++i) launched[i] = launches[i]();
+  for (int round = 0; round < kTimingRounds; ++round) {
+    for (size_t i = 0; i < launches.size(); ++i) {
+      if (!launched[i]) continue;
+      const float ms = elapsed_ms(launches[i], kTimedLaunches, stream);
+      if (ms >= 0 && (least[i] < 0 || ms < least[i])) least[i] = ms;
+    }
+  }
+  return least;
+}
+
+// The index of the least of `times_ms` that is not negative, or `times_ms.size()` where none is.
+size_t least_index(const std::vector<float>& times_ms) {
+  size_t best = times_ms.size();
+  for (size_t i = 0; i < times_ms.size(); ++i) {
+    if (times_ms[i] >= 0 && (best == times_ms.size() || times_ms[i] < times_ms[best])) best = i;
+  }
+  return best;
+}
 
 // The fastest of `candidates` at `launch`, on the caller's stream with the call's own operands
 // (the products write only their outputs, which the caller's launch after this writes again), or
@@ -170,18 +204,13 @@ constexpr int kTimedLaunches = 3;
 template <class Launch>
 cublasLtMatmulAlgo_t fastest_of(const std::vector<cublasLtMatmulHeuristicResult_t>& candidates,
                                 Launch launch, CUstream_st* stream) {
-  size_t best = 0;
-  float best_ms = -1.0f;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const auto once = [&] { return launch(candidates[i].algo) == CUBLAS_STATUS_SUCCESS; };
-    if (!once()) continue;
-    const float ms = elapsed_ms(once, kTimedLaunches, stream);
-    if (ms >= 0 && (best_ms < 0 || ms < best_ms)) {
-      best = i;
-      best_ms = ms;
-    }
+  std::vector<std::function<bool()>> launches;
+  for (const auto& candidate : candidates) {
+    launches.emplace_back(
+        [&launch, &candidate] { return launch(candidate.algo) == CUBLAS_STATUS_SUCCESS; });
   }
-  return candidates[best].algo;
+  const size_t best = least_index(least_times_ms(launches, stream));
+  return candidates[best < candidates.size() ? best : 0].algo;
 }
 
 bool capturing(CUstream_st* stream) {
@@ -372,12 +401,10 @@ bool faster_route(const Product& key, InEpilogue in_epilogue, Separately separat
     }
   }
   if (capturing(stream)) return in_epilogue() || separately();
-  // Each route's first run picks its products' algorithms; then each is timed.
-  const bool epilogue_runs = in_epilogue(), separate_runs = separately();
-  const float epilogue_ms = epilogue_runs ? elapsed_ms(in_epilogue, kTimedLaunches, stream) : -1;
-  const float separate_ms = separate_runs ? elapsed_ms(separately, kTimedLaunches, stream) : -1;
-  if (epilogue_ms < 0 && separate_ms < 0) return false;
-  const bool faster = epilogue_ms < 0 || (separate_ms >= 0 && separate_ms < epilogue_ms);
+  // Each route's untimed first run picks its products' algorithms.
+  const size_t best = least_index(least_times_ms({in_epilogue, separately}, stream));
+  if (best == 2) return false;
+  const bool faster = best == 1;
   {
     std::lock_guard<std::mutex> lock(mutex);
     separately_faster.emplace(key, faster);
