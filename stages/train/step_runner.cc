@@ -91,7 +91,39 @@ class CudaAutocast {
 }  // namespace
 
 #if WAM_WITH_CUDA
+namespace {
+
+// A non-blocking stream of the step's own, not one of LibTorch's pool: the pool's streams are
+// handed out round robin, and work that another thread queues on the capturing stream (an NVDEC
+// reader's, Augment's, HostToDevice's) would be captured or invalidate the capture. Destroyed with
+// its owner (cudaStreamDestroy lets queued work finish first).
+struct OwnStream {
+  OwnStream(c10::DeviceIndex device, bool greatest_priority)
+      : stream(make(device, greatest_priority)) {}
+  ~OwnStream() { cudaStreamDestroy(stream.stream()); }
+  OwnStream(const OwnStream&) = delete;
+  OwnStream& operator=(const OwnStream&) = delete;
+
+  static c10::cuda::CUDAStream make(c10::DeviceIndex device, bool greatest_priority) {
+    const c10::cuda::CUDAGuard guard(device);
+    int least = 0, greatest = 0;
+    C10_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cudaStream_t raw = nullptr;
+    C10_CUDA_CHECK(cudaStreamCreateWithPriority(&raw, cudaStreamNonBlocking,
+                                                greatest_priority ? greatest : least));
+    return c10::cuda::getStreamFromExternal(raw, device);
+  }
+  c10::cuda::CUDAStream stream;
+};
+
+}  // namespace
+
 struct StepRunner::Graph {
+  explicit Graph(c10::DeviceIndex device) : replay_stream(device, /*greatest_priority=*/true) {}
+  // The replays run here, at the device's greatest priority: the data path's kernels (NVDEC's
+  // colour conversion, Augment on the GPU) queue on default-priority streams, so when both wait
+  // for SMs the step's blocks go first (docs/KERNELS.md, "The step beside the data path").
+  OwnStream replay_stream;
   at::cuda::CUDAGraph graph;
   // With the collectives outside the graph: `graph` is forward and backward, this the update.
   std::unique_ptr<at::cuda::CUDAGraph> update_graph;
@@ -300,39 +332,15 @@ void StepRunner::plan_recomputation(const models::TrainBatch& inputs,
 // autograd engine) with forward and backward only, so the training state is untouched; then the
 // whole step, optimizer included, is captured once. Noise for the warm-up comes from its own
 // generator: the training noise sequence is the same as eager's.
-namespace {
-
-// A non-blocking stream made for one capture and destroyed after it (cudaStreamDestroy lets
-// queued work finish first).
-struct CaptureStream {
-  explicit CaptureStream(c10::DeviceIndex device) : stream(make(device)) {}
-  ~CaptureStream() { cudaStreamDestroy(stream.stream()); }
-  CaptureStream(const CaptureStream&) = delete;
-  CaptureStream& operator=(const CaptureStream&) = delete;
-
-  static c10::cuda::CUDAStream make(c10::DeviceIndex device) {
-    const c10::cuda::CUDAGuard guard(device);
-    cudaStream_t raw = nullptr;
-    C10_CUDA_CHECK(cudaStreamCreateWithFlags(&raw, cudaStreamNonBlocking));
-    return c10::cuda::getStreamFromExternal(raw, device);
-  }
-  c10::cuda::CUDAStream stream;
-};
-
-}  // namespace
-
 void StepRunner::capture(const models::TrainBatch& batch) {
-  graph_ = std::make_unique<Graph>();
+  graph_ = std::make_unique<Graph>(device_.index());
   auto inputs = batch_fields(graph_->inputs);
   auto sources = batch_fields(const_cast<models::TrainBatch&>(batch));
   for (size_t i = 0; i < inputs.size(); ++i) *inputs[i] = sources[i]->clone();
   at::Generator warmup_gen = make_noise_generator(device_, 0);
   graph_->noise = models::sample_flow_noise(graph_->inputs, model_->config(), warmup_gen);
 
-  // A stream of the capture's own, not one of LibTorch's pool: the pool's streams are handed out
-  // round robin, and work that another thread queues on the capturing stream (an NVDEC reader's,
-  // Augment's, HostToDevice's) would be captured or invalidate the capture.
-  const CaptureStream own(device_.index());
+  const OwnStream own(device_.index(), /*greatest_priority=*/false);
   c10::cuda::CUDAStream side = own.stream;
   c10::cuda::CUDAStream main = at::cuda::getCurrentCUDAStream(device_.index());
   at::cuda::CUDAEvent ready;
@@ -402,13 +410,25 @@ models::LossTerms StepRunner::uncaptured_step(const models::TrainBatch& batch,
 models::LossTerms StepRunner::graph_step(const models::TrainBatch& batch,
                                          at::Generator& noise_gen) {
   if (!graph_) capture(batch);
-  copy_batch(graph_->inputs, batch);
-  copy_noise(graph_->noise, models::sample_flow_noise(graph_->inputs, model_->config(), noise_gen));
-  graph_->graph.replay();
-  if (graph_->update_graph) {
-    sync_->reduce_deferred();
-    graph_->update_graph->replay();
+  // The batch was made on the caller's stream; what the caller does next waits for the replay.
+  const c10::cuda::CUDAStream caller = at::cuda::getCurrentCUDAStream(device_.index());
+  const c10::cuda::CUDAStream replay = graph_->replay_stream.stream;
+  at::cuda::CUDAEvent batch_ready, replayed;
+  batch_ready.record(caller);
+  batch_ready.block(replay);
+  {
+    c10::cuda::CUDAStreamGuard guard(replay);
+    copy_batch(graph_->inputs, batch);
+    copy_noise(graph_->noise,
+               models::sample_flow_noise(graph_->inputs, model_->config(), noise_gen));
+    graph_->graph.replay();
+    if (graph_->update_graph) {
+      sync_->reduce_deferred();
+      graph_->update_graph->replay();
+    }
   }
+  replayed.record(replay);
+  replayed.block(caller);
   return graph_->outputs;
 }
 #endif
