@@ -18,7 +18,9 @@
 #         and over its second half).
 #         $WAM_LADDER_TASKS picks the tasks; $WAM_GPU_DATA_ROUTES the routes by number (default
 #         "1 2 3", in the order above); with $WAM_GPU_DATA_BEFORE (another build's wam-pipeline,
-#         run on this tree's pipelines) each route is benched with it first, then with this build.
+#         run on this tree's pipelines) each route is benched with it first, then with this build;
+#         WAM_GPU_DATA_PROFILE=1 adds `--profile --profile-graph` (this build only): the kernels the
+#         whole graph runs beyond the device part alone, the data path's GPU work per step.
 # ladder: the profile ladder on a CUDA machine, base preset, for each task of $WAM_LADDER_TASKS
 #         (default "libero robotwin"): `cache generate` samples/s, then one `wam-pipeline bench` of
 #         the baseline, online, compile and cache graphs (those that exist) on the same synthetic
@@ -307,11 +309,15 @@ PY
           IFS='|' read -r name extra <<<"${runs[route - 1]}"
           for binary in "${builds[@]}"; do
             echo "## ${task}_compile: $name ($binary)"
-            # shellcheck disable=SC2086  # extra holds several arguments
+            profile=()
+            if [ "${WAM_GPU_DATA_PROFILE:-0}" = 1 ] && [ "$binary" = "$bin" ]; then
+              profile=(--profile --profile-graph)
+            fi
             # Warm-up steps long enough for NVDEC's start-up (its decoders are made in the first
             # seconds: docs/BENCHMARKS.md, "NVDEC's decoders moved between files").
+            # shellcheck disable=SC2086  # extra holds several arguments
             "$binary" bench "pipelines/${task}_compile.json" "${base[@]}" $extra --steps 30 \
-              --warmup "${WAM_GPU_DATA_WARMUP:-60}"
+              --warmup "${WAM_GPU_DATA_WARMUP:-60}" "${profile[@]}"
             # The data path alone: the graph up to h2d, without the step to wait for.
             stats=$(mktemp)
             # shellcheck disable=SC2086

@@ -26,7 +26,8 @@
 #   nvdec-files  scripts/bench.sh nvdec-files (more files than NVDEC sessions)
 #   gpu-data scripts/bench.sh gpu-data (the data path on NVDEC and the GPU beside the step; with
 #            WAM_GPU_DATA_BEFORE, e.g. /tmp/build-main/wam-pipeline from an earlier step phase's
-#            WAM_STEP_BEFORE=.dbg/main, each route also with that build)
+#            WAM_STEP_BEFORE=.dbg/main, each route also with that build; WAM_GPU_DATA_PROFILE=1
+#            lists the kernels the whole graph adds over the device part alone)
 #   percore-libero  scripts/bench.sh percore on LIBERO (3 rounds of 256 samples) against the
 #            source tree in $WAM_PERCORE_BEFORE (built first, wam-pipeline only, in
 #            /tmp/build-before; run from that tree, with its own pipelines)

@@ -2,9 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <exception>
 #include <iostream>
+#include <mutex>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -30,6 +34,9 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kProfileSteps = 3;
 // Kernels listed from a --profile trace.
 constexpr size_t kListedKernels = 15;
+// Steps of the whole graph profiled with --profile-graph, after its timed ones: more than the
+// device part's, since the data path's kernels run at their own pace across the steps' edges.
+constexpr int64_t kGraphProfileSteps = 6;
 
 // The nodes the device-resident phase runs: the chain after HostToDevice, ending in TrainStep.
 struct DevicePart {
@@ -262,15 +269,19 @@ struct GraphResult {
   double delivered_samples_per_s = 0;  // batches that reached the transfer in that window
   RunStats stats;
   stages::TransferTiming transfer_timing;  // the transfer node's totals over the run
+  std::optional<StepProfile> profile;      // with --profile-graph
+  int64_t profiled_steps = 0;              // the steps that ended while it recorded
 };
 
 // The graph's rate over the timed steps. Batches the data path finished while the warm-up steps
 // were slow wait in the graph and would let the step run ahead of its data for a while; counting
 // only batches that reached the transfer node inside the window keeps them out.
+// With `profile`, kGraphProfileSteps more steps run under the profiler after the timed ones.
 GraphResult run_whole_graph(const std::string& file, const LoadOptions& options,
-                            const DevicePart& part, int64_t warmup, int64_t total) {
+                            const DevicePart& part, int64_t warmup, int64_t total, bool profile) {
+  const int64_t steps = total + (profile ? kGraphProfileSteps : 0);
   LoadOptions graph_options = options;
-  graph_options.overrides.push_back("settings.steps=" + std::to_string(total));
+  graph_options.overrides.push_back("settings.steps=" + std::to_string(steps));
   ValidatedPipeline pipeline = load_pipeline(file, graph_options);
   stages::disable_training_state(pipeline);
   const std::vector<ValidatedNode>& nodes = pipeline.nodes();
@@ -280,19 +291,77 @@ GraphResult run_whole_graph(const std::string& file, const LoadOptions& options,
   }
   std::vector<Clock::time_point> step_ends;
   std::vector<int64_t> fed;  // batches out of the feed node at each step's end
+  std::mutex mutex;          // guards the two above and run_over
+  std::condition_variable step_ended;
+  bool run_over = false;
   RunOptions run_options;
   run_options.on_output_counted = [&](const Sample&, const std::vector<int64_t>& node_outputs) {
-    step_ends.push_back(Clock::now());
-    fed.push_back(node_outputs[feed]);
+    {
+      const std::lock_guard<std::mutex> lock(mutex);
+      step_ends.push_back(Clock::now());
+      fed.push_back(node_outputs[feed]);
+    }
+    step_ended.notify_all();
   };
-  RunResult result = run_pipeline(pipeline, run_options);
+  GraphResult graph;
+  // The profiler records from a thread of its own, started and stopped there at step ends: it is
+  // enabled per thread, and the steps end on whichever worker runs the last node. Device kernels
+  // it records from every thread.
+  std::thread profiler;
+  std::exception_ptr profiler_error;
+  if (profile) {
+    profiler = std::thread([&] {
+      try {
+        std::unique_lock<std::mutex> lock(mutex);
+        step_ended.wait(lock, [&] { return run_over || std::ssize(step_ends) >= total; });
+        if (run_over) return;
+        lock.unlock();
+        int64_t first = 0, last = 0;
+        StepProfile recorded = profile_steps(
+            [&] {
+              std::unique_lock<std::mutex> window(mutex);
+              first = std::ssize(step_ends);
+              step_ended.wait(window, [&] {
+                return run_over || std::ssize(step_ends) >= first + kGraphProfileSteps;
+              });
+              last = std::ssize(step_ends);
+            },
+            /*cuda=*/true, "");
+        if (last > first) {
+          graph.profile = std::move(recorded);
+          graph.profiled_steps = last - first;
+        }
+      } catch (...) {
+        profiler_error = std::current_exception();
+      }
+    });
+  }
+  const auto stop_profiler = [&] {
+    {
+      const std::lock_guard<std::mutex> lock(mutex);
+      run_over = true;
+    }
+    step_ended.notify_all();
+    if (profiler.joinable()) profiler.join();
+  };
+  RunResult result;
+  try {
+    result = run_pipeline(pipeline, run_options);
+  } catch (...) {
+    stop_profiler();
+    throw;
+  }
+  stop_profiler();
   if (result.error) throw *result.error;
-  if (static_cast<int64_t>(step_ends.size()) < total) {
+  if (profiler_error) std::rethrow_exception(profiler_error);
+  if (std::ssize(step_ends) < steps) {
     throw Error("bench: " + file + " ran out of data after " + std::to_string(step_ends.size()) +
-                " of " + std::to_string(total) +
+                " of " + std::to_string(steps) +
                 " steps; use a larger dataset, more settings.epochs or fewer --steps");
   }
-  GraphResult graph;
+  // The timed window: the profiled steps after it are left out.
+  step_ends.resize(total);
+  fed.resize(total);
   const int64_t batch_size = pipeline.settings().batch_size;
   graph.step_samples_per_s = steady_rate(step_ends, warmup, batch_size);
   const double seconds =
@@ -391,6 +460,11 @@ BenchReport run_bench(const BenchOptions& options) {
   // its training step's state off (stages::disable_training_state).
   const DevicePart part = find_device_part(probe);
   const int64_t total = options.warmup + options.steps;
+  if (options.profile_graph && !trains_on_cuda(probe.settings())) {
+    throw Error("bench: " + file +
+                " trains on the CPU; --profile-graph lists the device's kernels while the whole "
+                "graph runs (on the CPU, --profile lists the device part's operators)");
+  }
 
   BenchReport report;
   report.pipeline = probe.name();
@@ -413,11 +487,39 @@ BenchReport run_bench(const BenchOptions& options) {
   if (!options.device_only) {
     progress("bench: " + probe.name() + ": whole graph, " + std::to_string(options.warmup) + " + " +
              std::to_string(options.steps) + " steps");
-    const GraphResult graph = run_whole_graph(file, load_options, part, options.warmup, total);
+    const GraphResult graph =
+        run_whole_graph(file, load_options, part, options.warmup, total, options.profile_graph);
     report.graph = graph_figures(graph, report.device_part.samples_per_s, part);
+    if (graph.profile) {
+      report.graph_profile = profile_figures(*graph.profile, graph.profiled_steps, "");
+      if (device.profile) {
+        const std::vector<KernelTime> beyond = time_beyond(*graph.profile, graph.profiled_steps,
+                                                           *device.profile, device.profiled_steps);
+        double added_ms = 0;
+        for (const KernelTime& kernel : beyond) added_ms += kernel.total_ms;
+        for (size_t i = 0; i < std::min(beyond.size(), kListedKernels); ++i) {
+          report.beyond_device_part.push_back({beyond[i].name, beyond[i].total_ms,
+                                               100 * beyond[i].total_ms / added_ms,
+                                               beyond[i].calls});
+        }
+      }
+    }
   }
   return report;
 }
+
+namespace {
+
+void print_kernels(const std::vector<ProfiledKernel>& kernels, std::ostream& out) {
+  char line[256];
+  for (const ProfiledKernel& kernel : kernels) {
+    std::snprintf(line, sizeof(line), "    %8.2f ms %5.1f%% %6lld calls  %.100s\n",
+                  kernel.ms_per_step, kernel.percent, kernel.calls_per_step, kernel.name.c_str());
+    out << line;
+  }
+}
+
+}  // namespace
 
 void print_bench(const BenchReport& report, std::ostream& out) {
   const DevicePartFigures& device = report.device_part;
@@ -442,11 +544,7 @@ void print_bench(const BenchReport& report, std::ostream& out) {
     std::snprintf(line, sizeof(line), "  profile of %lld steps: %.2f ms of %s per step; longest:\n",
                   static_cast<long long>(profile.steps), profile.ms_per_step, what);
     out << line;
-    for (const ProfiledKernel& kernel : profile.longest) {
-      std::snprintf(line, sizeof(line), "    %8.2f ms %5.1f%% %6lld calls  %.100s\n",
-                    kernel.ms_per_step, kernel.percent, kernel.calls_per_step, kernel.name.c_str());
-      out << line;
-    }
+    print_kernels(profile.longest, out);
     if (!profile.trace_path.empty()) {
       out << "  trace: "
           << (profile.trace_note.empty() ? profile.trace_path + " (open in ui.perfetto.dev)"
@@ -489,7 +587,40 @@ void print_bench(const BenchReport& report, std::ostream& out) {
                   graph.busiest_host_node->id.c_str(), 100 * graph.busiest_host_node->utilisation);
     out << line;
   }
+  if (report.graph_profile) {
+    const BenchProfile& profile = *report.graph_profile;
+    std::snprintf(line, sizeof(line),
+                  "  whole-graph profile of %lld steps: %.2f ms of kernels per step; longest:\n",
+                  static_cast<long long>(profile.steps), profile.ms_per_step);
+    out << line;
+    print_kernels(profile.longest, out);
+    if (!report.beyond_device_part.empty()) {
+      double added_ms = 0;
+      for (const ProfiledKernel& kernel : report.beyond_device_part) added_ms += kernel.ms_per_step;
+      std::snprintf(line, sizeof(line),
+                    "  beyond the device part alone: %.2f ms of kernels per step (the whole "
+                    "graph's %.2f less the profile's %.2f); most:\n",
+                    profile.ms_per_step - report.profile->ms_per_step, profile.ms_per_step,
+                    report.profile->ms_per_step);
+      out << line;
+      print_kernels(report.beyond_device_part, out);
+    }
+  }
 }
+
+namespace {
+
+nlohmann::json kernels_json(const std::vector<ProfiledKernel>& kernels) {
+  nlohmann::json listed = nlohmann::json::array();
+  for (const ProfiledKernel& kernel : kernels) {
+    listed.push_back({{"name", kernel.name},
+                      {"ms_per_step", kernel.ms_per_step},
+                      {"calls_per_step", kernel.calls_per_step}});
+  }
+  return listed;
+}
+
+}  // namespace
 
 nlohmann::json bench_json(const BenchReport& report) {
   const DevicePartFigures& device = report.device_part;
@@ -503,15 +634,9 @@ nlohmann::json bench_json(const BenchReport& report) {
                         {"device_part_ms_per_batch", device.node_ms_per_batch}};
   if (report.profile) {
     const BenchProfile& profile = *report.profile;
-    nlohmann::json listed = nlohmann::json::array();
-    for (const ProfiledKernel& kernel : profile.longest) {
-      listed.push_back({{"name", kernel.name},
-                        {"ms_per_step", kernel.ms_per_step},
-                        {"calls_per_step", kernel.calls_per_step}});
-    }
     out["profile"] = {{"device_kernels", profile.device_kernels},
                       {"ms_per_step", profile.ms_per_step},
-                      {"longest", listed}};
+                      {"longest", kernels_json(profile.longest)}};
   }
   if (report.graph) {
     const GraphFigures& graph = *report.graph;
@@ -527,6 +652,12 @@ nlohmann::json bench_json(const BenchReport& report) {
     out["transfer_wait_ms_per_batch"] = transfer.wait_ms_per_batch;
     out["transfer_device_wait_ms_per_batch"] = transfer.device_wait_ms_per_batch;
     out["graph_stats"] = graph.stats.to_json();
+  }
+  if (report.graph_profile) {
+    out["graph_profile"] = {{"ms_per_step", report.graph_profile->ms_per_step},
+                            {"steps", report.graph_profile->steps},
+                            {"longest", kernels_json(report.graph_profile->longest)},
+                            {"beyond_device_part", kernels_json(report.beyond_device_part)}};
   }
   return out;
 }

@@ -36,6 +36,9 @@ struct BenchOptions {
   // is the eager warm-up and the capture, whose trace links each kernel to the operator (and the
   // autograd node) that launched it; replays of a CUDA graph show kernels alone.
   bool profile_first = false;
+  // Also profile a few steps of the whole graph after its timed ones (CUDA only): every kernel on
+  // the device, the data path's (NVDEC's colour conversion, Augment on the GPU) beside the step's.
+  bool profile_graph = false;
   // Receives a line as each phase starts; unset, progress goes nowhere.
   std::function<void(const std::string&)> on_progress;
 };
@@ -103,8 +106,12 @@ struct BenchReport {
   bool cuda = false;        // whether the pipeline trains on CUDA
   std::string transfer_id;  // the HostToDevice node
   DevicePartFigures device_part;
-  std::optional<BenchProfile> profile;  // with BenchOptions::profile
-  std::optional<GraphFigures> graph;    // absent with BenchOptions::device_only
+  std::optional<BenchProfile> profile;        // with BenchOptions::profile
+  std::optional<GraphFigures> graph;          // absent with BenchOptions::device_only
+  std::optional<BenchProfile> graph_profile;  // with BenchOptions::profile_graph
+  // With both profiles: the kernels by the time per step the whole graph spends in them beyond the
+  // device part alone, most first (`percent`: share of that added time).
+  std::vector<ProfiledKernel> beyond_device_part;
 };
 
 // Throws NoDevicePartError when the pipeline has no device part to measure, wam::ConfigError for

@@ -63,8 +63,15 @@ BenchCommand::BenchCommand(CLI::App& app) {
                  "With --profile: profile the first step instead; for a compiled step that is its "
                  "eager warm-up and capture, whose trace names the operator behind each kernel")
       ->needs("--profile");
-  bench_->add_flag("--device-only", options_.device_only,
-                   "Measure only the device part (step speed and peak memory, e.g. for sweeps)");
+  auto* device_only = bench_->add_flag(
+      "--device-only", options_.device_only,
+      "Measure only the device part (step speed and peak memory, e.g. for sweeps)");
+  bench_
+      ->add_flag("--profile-graph", options_.profile_graph,
+                 "Also profile 6 steps of the whole graph after its timed ones (CUDA) and list its "
+                 "longest kernels, the data path's beside the step's; with --profile also the "
+                 "kernels by the time the whole graph adds over the device part alone")
+      ->excludes(device_only);
 }
 
 bool BenchCommand::selected() const { return bench_->parsed(); }

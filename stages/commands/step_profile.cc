@@ -1,6 +1,7 @@
 #include "commands/step_profile.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -74,6 +75,37 @@ StepProfile profile_steps(const std::function<void()>& body, bool cuda,
     }
   }
   return profile;
+}
+
+std::vector<KernelTime> time_beyond(const StepProfile& whole, int64_t whole_steps,
+                                    const StepProfile& part, int64_t part_steps) {
+  std::map<std::string, KernelTime> per_step;
+  for (const KernelTime& kernel : whole.longest) {
+    KernelTime& entry = per_step[kernel.name];
+    entry.name = kernel.name;
+    entry.total_ms += kernel.total_ms / static_cast<double>(whole_steps);
+    entry.calls += kernel.calls;
+  }
+  std::map<std::string, long long> part_calls;
+  for (const KernelTime& kernel : part.longest) {
+    const auto found = per_step.find(kernel.name);
+    if (found == per_step.end()) continue;
+    found->second.total_ms -= kernel.total_ms / static_cast<double>(part_steps);
+    part_calls[kernel.name] = kernel.calls;
+  }
+  std::vector<KernelTime> beyond;
+  for (auto& [name, entry] : per_step) {
+    if (entry.total_ms <= 0) continue;
+    // Calls per step, rounded: the whole graph's and the part's windows hold different step counts.
+    entry.calls =
+        std::llround(static_cast<double>(entry.calls) / static_cast<double>(whole_steps) -
+                     static_cast<double>(part_calls[name]) / static_cast<double>(part_steps));
+    beyond.push_back(entry);
+  }
+  std::sort(beyond.begin(), beyond.end(), [](const KernelTime& a, const KernelTime& b) {
+    return a.total_ms != b.total_ms ? a.total_ms > b.total_ms : a.name < b.name;
+  });
+  return beyond;
 }
 
 }  // namespace wam::cli

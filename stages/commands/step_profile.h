@@ -28,4 +28,11 @@ struct StepProfile {
 StepProfile profile_steps(const std::function<void()>& body, bool cuda,
                           const std::string& trace_path);
 
+// The time per step that `whole` (a profile of `whole_steps` steps of the whole graph) spends in
+// each kernel beyond `part` (one of `part_steps` steps of the device part alone), most first, as
+// total_ms and calls per step: what the rest of the graph adds on the device. Kernels the whole
+// graph spends no more time in are left out.
+std::vector<KernelTime> time_beyond(const StepProfile& whole, int64_t whole_steps,
+                                    const StepProfile& part, int64_t part_steps);
+
 }  // namespace wam::cli

@@ -361,6 +361,12 @@ expect "bench checks its output directory first" 2 "--json: directory $work/miss
   -- "$bin" bench pipelines/robotwin_online.json --json "$work/missing/bench.json"
 expect "bench --trace needs --profile" 2 "--trace requires --profile" \
   -- "$bin" bench pipelines/robotwin_online.json --trace "$work/t.json"
+expect "bench --profile-graph and --device-only exclude each other" 2 \
+  "--device-only excludes --profile-graph" \
+  -- "$bin" bench pipelines/robotwin_online.json --profile-graph --device-only
+expect "bench --profile-graph refuses a pipeline that trains on the CPU" 1 \
+  "error: bench: pipelines/robotwin_online.json trains on the CPU; --profile-graph lists the device's kernels while the whole graph runs (on the CPU, --profile lists the device part's operators)" \
+  -- "$bin" bench pipelines/robotwin_online.json --profile-graph --set settings.device=cpu
 [ ! -e "$WAM_OUTPUT_ROOT/robotwin_online/checkpoints/step_3.safetensors" ] ||
   { echo "FAIL bench wrote a checkpoint"; failures=$((failures + 1)); }
 expect "bench refuses a data graph" 2 \
