@@ -11,9 +11,9 @@
 // `frame_cache` (sparse mode) keeps that many decoded frames per worker thread, keyed by file and
 // frame index, and decodes only the frames a sample needs that are not there: consecutive samples
 // of an episode share most of their frames (`cache generate` decodes each frame about once).
-// The run's host memory budget (wam/host_memory.h) may lower cache_readers and frame_cache: the
-// first sample's frame size prices them, and each is granted what the budget allows (never less
-// than one sample needs), the same for every worker thread.
+// The run's host memory budget (wam/host_memory.h) may lower cache_readers, frame_cache and
+// anchor_cache: the first sample's frame size prices them, and each is granted what the budget
+// allows (never less than one sample needs), the same for every worker thread.
 // `decoder: nvdec` decodes on NVIDIA's hardware decoder through FFmpeg (video_reader.h), the
 // frames copied back to host memory, so everything after VideoDecode is unchanged, or, with
 // `device_frames`, kept in GPU memory (`frames` a CUDA tensor, which Augment augments there); at
@@ -28,16 +28,21 @@
 // at 192x256: a fifth), within a level of Augment's own stretch of the RGB frames. `frames` then
 // holds only the current frame (window[0], T = 1), at full size for the VLM (docs/BENCHMARKS.md,
 // "CPU data path per core" and "LIBERO's frames resized before their colour conversion", issue 24).
+// `anchor_cache` (with planes_size) keeps the planes of that many anchors, shared by the workers:
+// the anchor is the episode's first frame in every sample of the episode, a keyframe, so each
+// sample otherwise decodes it after a seek of its own (about a tenth of LIBERO's decoding:
+// docs/BENCHMARKS.md, "The episodes' anchors kept", issue 24).
 // Counters: frames_decoded, seeks, readers_opened (and passed_through with decode_if,
-// frame_cache_hits with frame_cache, nvdec_readers_opened, nvdec_overflow, nvdec_refused,
-// decoders_moved (readers moved to another file with their decoder) and frames_held_across_seeks
-// on NVDEC).
-// Example: {"id": "decode", "type": "VideoDecode", "inputs": ["sampler"],
+// frame_cache_hits with frame_cache, anchor_cache_hits with anchor_cache, nvdec_readers_opened,
+// nvdec_overflow, nvdec_refused, decoders_moved (readers moved to another file with their decoder)
+// and frames_held_across_seeks on NVDEC). Example: {"id": "decode", "type": "VideoDecode",
+// "inputs": ["sampler"],
 //           "params": {"mode": "sparse", "frames": "all", "cache_readers": 4}}
 #include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
@@ -77,6 +82,7 @@ struct VideoDecodeParams {
   int64_t nvdec_sessions = 64;
   bool device_frames = false;
   std::vector<int64_t> planes_size;
+  int64_t anchor_cache = 0;
   template <class V>
   void visit(V& v) {
     v("mode", mode,
@@ -115,6 +121,13 @@ struct VideoDecodeParams {
       "stretch of the RGB frames; frames then holds only the current frame, at full size. []: "
       "off. Needs frames all, mode sparse, no frame_cache, host frames.",
       Min{1});
+    v("anchor_cache", anchor_cache,
+      "With planes_size: the planes of this many anchor frames (an episode's first frame, the "
+      "same in every sample of the episode; one a camera file), kept for the samples after and "
+      "shared by the workers, so that an episode's anchor is decoded once, not once a sample "
+      "(0: none). No effect without planes_size, whose planes they are. The host memory budget "
+      "may lower it.",
+      Min{0});
   }
 
   void check(ParamChecker& c) const {
@@ -216,10 +229,14 @@ class VideoDecodeStage final : public Stage {
     readers_opened_ = &context.counter("readers_opened");
     if (!params_.decode_if.empty()) passed_through_ = &context.counter("passed_through");
     if (params_.frame_cache > 0) frame_cache_hits_ = &context.counter("frame_cache_hits");
+    if (params_.anchor_cache > 0 && !params_.planes_size.empty()) {
+      anchor_cache_hits_ = &context.counter("anchor_cache_hits");
+    }
     budget_ = context.host_memory();
     worker_threads_ = budget_ ? budget_->worker_threads() : max_threads();
     reader_capacity_.store(params_.cache_readers);
     frame_capacity_.store(params_.frame_cache);
+    anchors_.reset(params_.planes_size.empty() ? 0 : params_.anchor_cache);
     choose_decoder(context);
     use_one_torch_thread();
   }
@@ -286,7 +303,12 @@ class VideoDecodeStage final : public Stage {
         // at full size.
         constexpr size_t kCurrent = 2;
         at::Tensor current = out[0], camera_planes = planes[camera];
-        reader->read_planes(indices, plan.fps, camera_planes, kCurrent, current, stats);
+        if (anchors_.capacity() > 0) {
+          read_planes_with_anchor(*reader, indices, plan.fps, camera_planes, kCurrent, current,
+                                  stats);
+        } else {
+          reader->read_planes(indices, plan.fps, camera_planes, kCurrent, current, stats);
+        }
       } else if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0) {
         read_through_cache(*reader, indices, plan.fps, out, stats);
       } else if (params_.mode == DecodeMode::kSparse) {
@@ -393,6 +415,12 @@ class VideoDecodeStage final : public Stage {
                          std::min(params_.cache_readers, cameras) * threads);
       reader_capacity_.store(std::max<int64_t>(1, sessions / threads));
     }
+    // The kept anchors' planes, shared by the threads: at least one sample's, one a camera.
+    if (params_.anchor_cache > 0 && !params_.planes_size.empty()) {
+      anchors_.reset(budget_->claim("kept anchor planes",
+                                    3 * params_.planes_size[0] * params_.planes_size[1],
+                                    params_.anchor_cache, cameras));
+    }
     // With device_frames the cached frames are in GPU memory, which this budget does not count.
     if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0 && !params_.device_frames) {
       const int64_t frames =
@@ -458,7 +486,54 @@ class VideoDecodeStage final : public Stage {
     }
   }
 
+  // read_planes, the anchor (indices[0]) copied from the kept anchors where there, else decoded
+  // with the others and kept. Decoding is deterministic, so a kept anchor is the same bytes as
+  // the one decoded (the tests compare the two).
+  void read_planes_with_anchor(video::VideoReader& reader, const std::vector<int64_t>& indices,
+                               double fps, at::Tensor& planes, size_t current_slot,
+                               at::Tensor& current, video::DecodeStats& stats) {
+    const FrameKey key{reader.path(), indices.front()};
+    if (const std::optional<at::Tensor> kept = anchors_.find(key)) {
+      const std::vector<int64_t> others(indices.begin() + 1, indices.end());
+      at::Tensor other_planes = planes.narrow(0, 1, planes.size(0) - 1);
+      reader.read_planes(others, fps, other_planes, current_slot - 1, current, stats);
+      planes[0].copy_(*kept);
+      anchor_cache_hits_->add();
+      return;
+    }
+    reader.read_planes(indices, fps, planes, current_slot, current, stats);
+    anchors_.insert(key, planes[0].clone());
+  }
+
+  // The anchors' planes, shared by the worker threads: a least-recently-used map under a mutex
+  // (a lookup a camera and sample, against tens of milliseconds of decoding).
+  class SharedAnchors {
+   public:
+    void reset(int64_t capacity) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      cache_ = std::make_unique<FrameCache>(static_cast<size_t>(capacity));
+    }
+    size_t capacity() {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      return cache_ ? cache_->capacity() : 0;
+    }
+    std::optional<at::Tensor> find(const FrameKey& key) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      const at::Tensor* found = cache_->find(key);
+      return found ? std::optional<at::Tensor>(*found) : std::nullopt;
+    }
+    void insert(const FrameKey& key, at::Tensor planes) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      cache_->insert(key, std::move(planes));
+    }
+
+   private:
+    std::mutex mutex_;
+    std::unique_ptr<FrameCache> cache_;
+  };
+
   Params params_;
+  Counter* anchor_cache_hits_ = nullptr;
   Counter* frame_cache_hits_ = nullptr;
   Counter* frames_decoded_ = nullptr;
   Counter* seeks_ = nullptr;
@@ -480,6 +555,7 @@ class VideoDecodeStage final : public Stage {
   video::SharedReaderPool shared_readers_;
   int64_t worker_threads_ = 1;  // the run's, for the shared readers' capacity
   PerThread<std::unique_ptr<FrameCache>> frame_caches_;
+  SharedAnchors anchors_;
 };
 
 }  // namespace

@@ -413,6 +413,51 @@ TEST_F(VideoDecodeTest, PlanesSizeWritesEveryFrameAsPlanesAndTheCurrentFrameAtFu
   }
 }
 
+// `anchor_cache`: an episode's anchor decoded once, its planes copied into the samples after:
+// the same bytes as decoding it, fewer frames decoded and seeks, one hit a camera and later
+// sample; an anchor inside the window and a capacity below the files' count give the same.
+TEST_F(VideoDecodeTest, AnchorCacheGivesTheDecodedAnchorsPlanesAndDecodesItOnce) {
+  const json second_plan = {{"fps", 30.0},
+                            {"anchor", 0},
+                            {"recent", 5},
+                            {"window", {30, 34, 38, 42, 46, 50, 54, 58, 59}}};
+  // The episode's start: the anchor is also window[0], the current frame.
+  const json at_start = {
+      {"fps", 30.0}, {"anchor", 0}, {"recent", 0}, {"window", {0, 1, 2, 3, 4, 5, 6, 7, 8}}};
+  const std::vector<Sample> inputs = {make_sample({av1_, h264_}, kPlan),
+                                      make_sample({av1_, h264_}, second_plan),
+                                      make_sample({av1_, h264_}, at_start)};
+  // At capacity 1 each camera's anchor evicts the other's: never a hit, the same planes.
+  for (const auto& [capacity, hits] : {std::pair{4, 2 * 2}, std::pair{1, 0}}) {
+    SCOPED_TRACE("anchor_cache " + std::to_string(capacity));
+    const auto kept = testing::run_stage_counted(
+        "VideoDecode", json{{"planes_size", {32, 48}}, {"anchor_cache", capacity}}.dump(), inputs);
+    const auto decoded =
+        testing::run_stage_counted("VideoDecode", json{{"planes_size", {32, 48}}}.dump(), inputs);
+    ASSERT_EQ(kept.outputs.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_TRUE(at::equal(kept.outputs[i].tensor("frame_planes"),
+                            decoded.outputs[i].tensor("frame_planes")))
+          << "sample " << i;
+      EXPECT_TRUE(at::equal(kept.outputs[i].tensor("frames"), decoded.outputs[i].tensor("frames")))
+          << "sample " << i;
+    }
+    // At capacity 4 samples 2 and 3 find both cameras' anchors kept.
+    EXPECT_EQ(kept.counters.at("anchor_cache_hits"), hits);
+    if (hits > 0) {
+      EXPECT_LT(kept.counters.at("frames_decoded"), decoded.counters.at("frames_decoded"));
+      EXPECT_LT(kept.counters.at("seeks"), decoded.counters.at("seeks"));
+    } else {
+      EXPECT_EQ(kept.counters.at("frames_decoded"), decoded.counters.at("frames_decoded"));
+    }
+  }
+  // Without planes_size there are no planes to keep: no effect, no counter.
+  const auto full_size =
+      testing::run_stage_counted("VideoDecode", R"({"anchor_cache": 4})", {inputs[0]});
+  EXPECT_EQ(full_size.counters.count("anchor_cache_hits"), 0u);
+  EXPECT_EQ(full_size.outputs.at(0).tensor("frames").size(1), 11);
+}
+
 TEST_F(VideoDecodeTest, PlanesSizeIsRefusedAtValidateWhereItCannotApply) {
   EXPECT_EQ(testing::error_of([] {
               testing::SteppedStage stage(
