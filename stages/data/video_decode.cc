@@ -29,14 +29,14 @@
 // holds only the current frame (window[0], T = 1), at full size for the VLM (docs/BENCHMARKS.md,
 // "CPU data path per core" and "LIBERO's frames resized before their colour conversion", issue 24).
 // `anchor_cache` (with planes_size) keeps the planes of that many anchors, shared by the workers:
-// the anchor is the episode's first frame in every sample of the episode, a keyframe, so each
-// sample otherwise decodes it after a seek of its own (about a tenth of LIBERO's decoding:
+// the anchor is the episode's first frame in every sample of the episode, so each sample would
+// otherwise decode it after a seek of its own (about a tenth of LIBERO's decoding:
 // docs/BENCHMARKS.md, "The episodes' anchors kept", issue 24).
 // Counters: frames_decoded, seeks, readers_opened (and passed_through with decode_if,
 // frame_cache_hits with frame_cache, anchor_cache_hits with anchor_cache, nvdec_readers_opened,
-// nvdec_overflow, nvdec_refused, decoders_moved (readers moved to another file with their decoder)
-// and frames_held_across_seeks on NVDEC). Example: {"id": "decode", "type": "VideoDecode",
-// "inputs": ["sampler"],
+// nvdec_overflow, nvdec_refused, decoders_moved (readers moved to another file with their
+// decoder) and frames_held_across_seeks on NVDEC).
+// Example: {"id": "decode", "type": "VideoDecode", "inputs": ["sampler"],
 //           "params": {"mode": "sparse", "frames": "all", "cache_readers": 4}}
 #include <algorithm>
 #include <atomic>
