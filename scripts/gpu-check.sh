@@ -52,8 +52,11 @@ log=${WAM_CTEST_LOG:-$build/ctest.log}
 # shellcheck disable=SC2086  # WAM_CTEST_ARGS holds several arguments
 ctest --test-dir "$build" -j "$(($(nproc) / 2))" --timeout 600 --output-on-failure \
   ${WAM_CTEST_ARGS:-} >"$log" 2>&1 && status=0 || status=$?
-total=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p' "$log")
-failed=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of.*/\1/p' "$log")
+# ctest's last line: "100% tests passed out of N" when none failed, else "P% tests passed, F tests
+# failed out of N".
+total=$(sed -n 's/.*% tests passed.* out of \([0-9]*\).*/\1/p' "$log")
+failed=$(sed -n 's/.*% tests passed, \([0-9]*\) tests failed out of.*/\1/p' "$log")
+[ -n "$total" ] && [ -z "$failed" ] && failed=0
 skipped=$(grep -c "\*\*\*Skipped\| Skipped " "$log" || true)
 grep -E "^\s+[0-9]+ - .*\((Failed|Timeout|SEGFAULT|Subprocess aborted|Exception)\)" "$log" || true
 # The slowest tests: what to split or move when the suite outgrows a device call.
