@@ -354,7 +354,9 @@ TEST_P(VideoReaderTest, MovingToAnotherFileKeepsTheDecoderAndGivesThatFilesFrame
   DecodeStats moving_stats, reference_stats;
   for (size_t v = 0; v < visits.size(); ++v) {
     const size_t k = visits[v];
-    if (v > 0) ASSERT_TRUE(moving.switch_file(paths[k])) << "visit " << v;
+    if (v > 0) {
+      ASSERT_TRUE(moving.switch_file(paths[k])) << "visit " << v;
+    }
     EXPECT_EQ(moving.path(), paths[k]);
     const at::Tensor frames = moving.read_frames(plans[v], kFps, moving_stats);
     const at::Tensor reference = VideoReader(paths[k]).read_frames(plans[v], kFps, reference_stats);
@@ -367,7 +369,9 @@ TEST_P(VideoReaderTest, MovingToAnotherFileKeepsTheDecoderAndGivesThatFilesFrame
   }
   EXPECT_EQ(moving_stats.frames_decoded, reference_stats.frames_decoded);
   EXPECT_EQ(moving_stats.seeks, reference_stats.seeks);
-  if (GetParam().options.b_frames) EXPECT_GT(moving_stats.frames_held_across_seeks, 0);
+  if (GetParam().options.b_frames) {
+    EXPECT_GT(moving_stats.frames_held_across_seeks, 0);
+  }
 }
 
 TEST_P(VideoReaderTest, AReaderMovesOnlyToAFileThatDecodesAsItsOwn) {
@@ -702,7 +706,9 @@ TEST_P(NvdecReaderTest, MovedBetweenFilesGivesEachFilesFramesWithinALevel) {
   DecodeStats nvdec_stats, cpu_stats;
   for (size_t v = 0; v < visits.size(); ++v) {
     const size_t k = visits[v];
-    if (v > 0) ASSERT_TRUE(nvdec.switch_file(paths[k]));
+    if (v > 0) {
+      ASSERT_TRUE(nvdec.switch_file(paths[k]));
+    }
     const at::Tensor got = nvdec.read_frames(plans[v], kFps, nvdec_stats);
     const at::Tensor want = VideoReader(paths[k]).read_frames(plans[v], kFps, cpu_stats);
     for (size_t i = 0; i < plans[v].size(); ++i) {
