@@ -25,9 +25,10 @@
 #   nvdec    scripts/bench.sh nvdec, $WAM_BENCH_ROUNDS rounds (default 3)
 #   nvdec-files  scripts/bench.sh nvdec-files (more files than NVDEC sessions)
 #   gpu-data scripts/bench.sh gpu-data (the data path on NVDEC and the GPU beside the step; with
-#            WAM_GPU_DATA_BEFORE, e.g. /tmp/build-main/wam-pipeline from an earlier step phase's
-#            WAM_STEP_BEFORE=.dbg/main, each route also with that build; WAM_GPU_DATA_PROFILE=1
-#            lists the kernels the whole graph adds over the device part alone)
+#            WAM_GPU_DATA_BEFORE, another build's wam-pipeline or a source tree (built first,
+#            wam-pipeline only, in /tmp/build-data-before), each route also with that build;
+#            WAM_GPU_DATA_PROFILE=1 lists the kernels the whole graph adds over the device part
+#            alone)
 #   percore-libero  scripts/bench.sh percore on LIBERO (3 rounds of 256 samples) against the
 #            source tree in $WAM_PERCORE_BEFORE (built first, wam-pipeline only, in
 #            /tmp/build-before; run from that tree, with its own pipelines)
@@ -40,6 +41,16 @@
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 dir=${WAM_GPU_SESSION_DIR:-/tmp/gpu-session}
+
+# Builds wam-pipeline of the source tree $1 in $2, printing the first errors if it fails.
+build_tree() {
+  cmake -S "$1" -B "$2" -G Ninja -DCMAKE_BUILD_TYPE=Release >"$2.log" 2>&1 &&
+    ninja -C "$2" wam-pipeline >>"$2.log" 2>&1 && return 0
+  grep -m5 -A4 -E "error|No such file" "$2.log"
+  tail -5 "$2.log"
+  echo "files in $1/stages/common: $(find "$1/stages/common" -maxdepth 1 -type f | wc -l)"
+  return 1
+}
 case "${1:-}" in
   start)
     shift
@@ -84,17 +95,16 @@ case "${1:-}" in
       attention) python3 scripts/attention-bench.py --iters 50 --json "$dir/attention.json" ;;
       nvdec) WAM_BENCH_ROUNDS=${WAM_BENCH_ROUNDS:-3} scripts/bench.sh nvdec ;;
       nvdec-files) scripts/bench.sh nvdec-files ;;
-      gpu-data) scripts/bench.sh gpu-data ;;
+      gpu-data)
+        if [ -d "${WAM_GPU_DATA_BEFORE:-}" ]; then
+          build_tree "$(realpath "$WAM_GPU_DATA_BEFORE")" /tmp/build-data-before || exit 1
+          export WAM_GPU_DATA_BEFORE=/tmp/build-data-before/wam-pipeline
+        fi
+        scripts/bench.sh gpu-data
+        ;;
       percore-libero)
         before_tree=$(realpath "${WAM_PERCORE_BEFORE:?set WAM_PERCORE_BEFORE to a source tree}")
-        cmake -S "$before_tree" -B /tmp/build-before -G Ninja -DCMAKE_BUILD_TYPE=Release \
-          >/tmp/build-before.log 2>&1 && ninja -C /tmp/build-before wam-pipeline \
-          >>/tmp/build-before.log 2>&1 || {
-          grep -m5 -A4 -E "error|No such file" /tmp/build-before.log
-          tail -5 /tmp/build-before.log
-          echo "files in $before_tree/stages/common:" $(ls "$before_tree/stages/common" | wc -l)
-          exit 1
-        }
+        build_tree "$before_tree" /tmp/build-before || exit 1
         printf '#!/bin/bash\ncd %q && exec /tmp/build-before/wam-pipeline "$@"\n' "$before_tree" \
           >/tmp/run-before && chmod +x /tmp/run-before
         WAM_BENCH_BEFORE=/tmp/run-before WAM_PERCORE_TASK=libero WAM_BENCH_SAMPLES=256 \
