@@ -40,6 +40,9 @@ extern "C" {
 #include "data/image_ops.h"
 #include "data/pixel_kernels.h"
 #include "data/plane_resize.h"
+#if WAM_FUSED_KERNELS
+#include "kernels/nv12_rgb.h"
+#endif
 #include "wam/error.h"
 #include "wam/limits.h"
 
@@ -126,11 +129,13 @@ AVBufferRef* reader_device(int device, cudaStream_t stream) {
   return own;
 }
 
+#if !WAM_FUSED_KERNELS
 // A plane of a frame in device memory, as a uint8 [rows, columns] view (rows `pitch` bytes apart).
 at::Tensor device_plane(uint8_t* data, int64_t rows, int64_t columns, int64_t pitch, int device) {
   return at::from_blob(data, {rows, columns}, {pitch, 1},
                        at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
 }
+#endif
 #endif
 
 // A decoder of `codec` that decodes on NVDEC through FFmpeg's CUDA hwaccel: the native one (for
@@ -725,11 +730,12 @@ struct VideoReader::Impl {
   }
 
 #if WAM_WITH_CUDA
-  // Decodes `targets` (ascending, unique) on NVDEC and writes frame `indices[i]` to out[i]
-  // (uint8 [indices, H, W, 3] in device memory) without leaving the GPU: each decoded NV12 frame
-  // is copied out of FFmpeg's surface on the reader's stream, which orders the copy after
-  // FFmpeg's mapping and before the surface's reuse, then all of them are converted together.
-  void read_to_device(const std::vector<int64_t>& indices, const std::vector<int64_t>& targets,
+  // Decodes `requested.targets` on NVDEC and writes frame `indices[i]` to out[i] (uint8
+  // [indices, H, W, 3] in device memory) without leaving the GPU. Each decoded NV12 frame is read
+  // out of FFmpeg's surface on the reader's stream, which orders that after FFmpeg's mapping and
+  // before the surface's reuse: converted straight into its slot by kernels/nv12_rgb.cu, or, in a
+  // build without the fused kernels, copied out and converted with the others by nv12_to_rgb.
+  void read_to_device(const std::vector<int64_t>& indices, const RequestedFrames& requested,
                       double fps, at::Tensor& out, DecodeStats& stats) {
     const c10::cuda::CUDAStream stream = *nvdec_stream;
     // `out` was made on the caller's stream, where earlier work may still use its memory.
@@ -737,27 +743,54 @@ struct VideoReader::Impl {
     made.record(c10::cuda::getCurrentCUDAStream(out.device().index()));
     made.block(stream);
     const c10::cuda::CUDAStreamGuard guard(stream);
+    const auto check_nv12 = [&](const AVFrame* decoded) {
+      if (decoded->format != AV_PIX_FMT_CUDA) {
+        fail("NVDEC returned a frame in host memory, not CUDA memory");
+      }
+      const auto* surfaces =
+          reinterpret_cast<const AVHWFramesContext*>(decoded->hw_frames_ctx->data);
+      if (surfaces->sw_format != AV_PIX_FMT_NV12) {
+        fail(std::string("NVDEC decodes its frames as ") +
+             av_get_pix_fmt_name(surfaces->sw_format) +
+             ", and only 8-bit NV12 frames stay in device memory: decode with "
+             "device_frames off");
+      }
+      check_frame_size(decoded);
+    };
+#if WAM_FUSED_KERNELS
+    const int64_t frame_bytes = int64_t{height} * width * 3;
+    uint8_t* base = out.data_ptr<uint8_t>();
+    decode(
+        requested.targets, fps,
+        [&](size_t t, const AVFrame* decoded) {
+          check_nv12(decoded);
+          const kernels::Nv12Frame frame{decoded->data[0],
+                                         decoded->linesize[0],
+                                         decoded->data[1],
+                                         decoded->linesize[1],
+                                         height,
+                                         width,
+                                         decoded->color_range == AVCOL_RANGE_JPEG};
+          kernels::nv12_to_rgb(frame, base + requested.first_slot[t] * frame_bytes, 3 * width,
+                               stream.stream());
+        },
+        stats);
+    for (size_t i = 0; i < indices.size(); ++i) {
+      if (const int64_t slot = requested.repeated_slot(indices, i); slot >= 0) {
+        out[static_cast<int64_t>(i)].copy_(out[slot]);
+      }
+    }
+#else
     const auto options = at::TensorOptions().dtype(at::kByte).device(out.device());
-    const int64_t count = static_cast<int64_t>(targets.size());
+    const auto count = static_cast<int64_t>(requested.targets.size());
     const int64_t chroma_height = (height + 1) / 2, chroma_width = 2 * ((width + 1) / 2);
     at::Tensor luma = at::empty({count, height, width}, options);
     at::Tensor chroma = at::empty({count, chroma_height, chroma_width}, options);
     bool full_range = false;
     decode(
-        targets, fps,
+        requested.targets, fps,
         [&](size_t t, const AVFrame* decoded) {
-          if (decoded->format != AV_PIX_FMT_CUDA) {
-            fail("NVDEC returned a frame in host memory, not CUDA memory");
-          }
-          const auto* surfaces =
-              reinterpret_cast<const AVHWFramesContext*>(decoded->hw_frames_ctx->data);
-          if (surfaces->sw_format != AV_PIX_FMT_NV12) {
-            fail(std::string("NVDEC decodes its frames as ") +
-                 av_get_pix_fmt_name(surfaces->sw_format) +
-                 ", and only 8-bit NV12 frames stay in device memory: decode with "
-                 "device_frames off");
-          }
-          check_frame_size(decoded);
+          check_nv12(decoded);
           full_range = decoded->color_range == AVCOL_RANGE_JPEG;
           const auto slot = static_cast<int64_t>(t);
           luma[slot].copy_(
@@ -768,9 +801,10 @@ struct VideoReader::Impl {
         stats);
     const at::Tensor rgb = nv12_to_rgb(luma, chroma, full_range);
     for (size_t i = 0; i < indices.size(); ++i) {
-      const auto t = std::lower_bound(targets.begin(), targets.end(), indices[i]) - targets.begin();
-      out[static_cast<int64_t>(i)].copy_(rgb[t]);
+      out[static_cast<int64_t>(i)].copy_(
+          rgb[static_cast<int64_t>(requested.target_of(indices[i]))]);
     }
+#endif
     // The caller's stream reads `out` next: it is whole before this returns. A blocking-sync
     // event lets the thread sleep meanwhile; a stream synchronize may spin a core.
     at::cuda::CUDAEvent written(cudaEventBlockingSync | cudaEventDisableTiming);
@@ -893,7 +927,7 @@ void VideoReader::read_frames(const std::vector<int64_t>& indices, double fps, a
   const RequestedFrames requested(indices);
 #if WAM_WITH_CUDA
   if (out.is_cuda()) {
-    r.read_to_device(indices, requested.targets, fps, out, stats);
+    r.read_to_device(indices, requested, fps, out, stats);
     return;
   }
 #endif

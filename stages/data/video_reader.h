@@ -78,10 +78,11 @@ struct DecoderChoice {
 // NV12 frames -> RGB, as the CPU decoders' frames are converted (libswscale's default ITU-R BT.601
 // matrix, limited or full range; each chroma sample covering its 2x2 pixels), on the frames'
 // device: luma uint8 [N, H, W], chroma uint8 [N, ceil(H / 2), 2 * ceil(W / 2)] (U and V
-// interleaved) -> uint8 [N, H, W, 3]. How NVDEC frames kept in device memory become RGB. Written
-// with ATen ops rather than taken from NPP (nppiNV12ToRGB): agreeing with libswscale's rounding,
-// which the CPU decoders' frames have, takes offsets of our own, and the GPU build links no
-// further CUDA library.
+// interleaved) -> uint8 [N, H, W, 3]. How NVDEC frames kept in device memory become RGB in a
+// build without the fused kernels; kernels/nv12_rgb.cu does the same arithmetic in one pass
+// otherwise, and is tested against this. Not taken from NPP (nppiNV12ToRGB): agreeing with
+// libswscale's rounding, which the CPU decoders' frames have, takes offsets of our own, and the
+// GPU build links no further CUDA library.
 at::Tensor nv12_to_rgb(const at::Tensor& luma, const at::Tensor& chroma, bool full_range);
 
 // One open file, its video stream and a single-threaded decoder (parallelism comes from the
@@ -117,7 +118,7 @@ class VideoReader {
 
   // Writes the frames at `indices` (any order, repeats allowed) as RGB into `out`, a contiguous
   // uint8 [indices.size(), H, W, 3] tensor, in the order given. Each needed frame is decoded once.
-  // `out` may be in CUDA memory: an NVDEC reader then converts its frames there (nv12_to_rgb), on
+  // `out` may be in CUDA memory: an NVDEC reader then converts its frames there (nv12_rgb.cu), on
   // its own stream, and returns when they are written; a CPU reader uploads its frames.
   void read_frames(const std::vector<int64_t>& indices, double fps, at::Tensor& out,
                    DecodeStats& stats);

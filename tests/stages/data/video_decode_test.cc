@@ -18,10 +18,17 @@ extern "C" {
 #include <string>
 #include <vector>
 
+#if WAM_FUSED_KERNELS
+#include <ATen/cuda/CUDAContext.h>
+#endif
+
 #include "data/image_ops.h"
 #include "data/pixel_kernels.h"
 #include "data/video_io.h"
 #include "data/video_reader.h"
+#if WAM_FUSED_KERNELS
+#include "kernels/nv12_rgb.h"
+#endif
 #include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
@@ -564,6 +571,51 @@ TEST(Nv12ToRgbTest, MatchesLibswscalesPlanarConversionWithinALevel) {
     EXPECT_LE(d.max().item<double>(), 2.0);
   }
 }
+
+#if WAM_FUSED_KERNELS
+// kernels/nv12_rgb.cu against nv12_to_rgb (ATen) on the GPU: the same bytes, over every level,
+// both ranges and odd sizes, from planes with padded rows as NVDEC's surfaces have them, into rows
+// wider than the frame (the padding left as it was).
+TEST(Nv12ToRgbTest, TheCudaKernelGivesTheAtenConversionsBytes) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(23);
+  const std::vector<std::pair<int64_t, int64_t>> sizes = {{48, 64}, {37, 53}, {480, 640}};
+  for (const auto& [height, width] : sizes) {
+    const int64_t chroma_height = (height + 1) / 2, chroma_width = 2 * ((width + 1) / 2);
+    const at::Tensor luma_rows =
+        torch::randint(0, 256, {height, width + 77}, generator, torch::kUInt8).cuda();
+    const at::Tensor chroma_rows =
+        torch::randint(0, 256, {chroma_height, chroma_width + 46}, generator, torch::kUInt8).cuda();
+    const at::Tensor luma = luma_rows.narrow(1, 0, width);
+    const at::Tensor chroma = chroma_rows.narrow(1, 0, chroma_width);
+    for (const bool full_range : {false, true}) {
+      SCOPED_TRACE(std::to_string(height) + "x" + std::to_string(width) +
+                   (full_range ? ", full range" : ", limited range"));
+      const at::Tensor want =
+          video::nv12_to_rgb(luma.unsqueeze(0), chroma.unsqueeze(0), full_range)[0];
+      at::Tensor got_rows =
+          torch::full({height, 3 * width + 16}, 7,
+                      torch::TensorOptions().dtype(torch::kUInt8).device(torch::kCUDA));
+      const kernels::Nv12Frame frame{luma.data_ptr<uint8_t>(),
+                                     luma_rows.stride(0),
+                                     chroma.data_ptr<uint8_t>(),
+                                     chroma_rows.stride(0),
+                                     height,
+                                     width,
+                                     full_range};
+      kernels::nv12_to_rgb(frame, got_rows.data_ptr<uint8_t>(), got_rows.stride(0),
+                           at::cuda::getCurrentCUDAStream().stream());
+      const at::Tensor got = got_rows.narrow(1, 0, 3 * width).view({height, width, 3});
+      ASSERT_EQ(got.sizes(), want.sizes());
+      EXPECT_TRUE(torch::equal(got, want))
+          << "levels apart at most "
+          << (got.to(at::kFloat) - want.to(at::kFloat)).abs().max().item<double>();
+      EXPECT_TRUE(torch::equal(got_rows.narrow(1, 3 * width, 16),
+                               torch::full({height, 16}, 7, got_rows.options())));
+    }
+  }
+}
+#endif
 
 // A stream this GPU's NVDEC cannot decode: an error naming the file with "nvdec", the CPU's frames
 // with "auto", said once. Where the GPU decodes AV1 (not the H200's NVDEC), both decode on it.
