@@ -11,6 +11,9 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #endif
+#if WAM_FUSED_KERNELS
+#include "kernels/canvas_colour.h"
+#endif
 
 #include "common/capture_gate.h"
 #include "wam/error.h"
@@ -215,10 +218,11 @@ at::Tensor tensor_vlm_images(const at::Tensor& frames, const AugmentParams& para
   return images;
 }
 
-at::Tensor tensor_canvas(const at::Tensor& frames, const AugmentParams& params,
-                         const SampleDraws* draws) {
+// The unit canvas [T, 3, 384, 256] of the cameras' frames, resized and warped into their slots,
+// before the colour jitter.
+at::Tensor tensor_geometry(const at::Tensor& frames, const std::vector<image_ops::Rect>& slots,
+                           const AugmentParams& params, const SampleDraws* draws) {
   const int64_t cameras = frames.size(0);
-  const auto slots = image_ops::canvas_layout(params.canvas, cameras, kCanvasHeight, kCanvasWidth);
   at::Tensor canvas = at::zeros({frames.size(1), 3, kCanvasHeight, kCanvasWidth},
                                 frames.options().dtype(at::kFloat));
   for (int64_t camera = 0; camera < cameras; ++camera) {
@@ -232,13 +236,16 @@ at::Tensor tensor_canvas(const at::Tensor& frames, const AugmentParams& params,
         .narrow(3, slot.left, slot.width)
         .copy_(resize_as(image, slot.height, slot.width, params.resize, fill_level(params)));
   }
-  if (draws) {
-    image_ops::adjust_color_(canvas, draws->color);
-    if (draws->rgb_gain) image_ops::apply_rgb_gain_(canvas, *draws->rgb_gain);
-    if (draws->shadow) image_ops::apply_shadow_(canvas, *draws->shadow);
-    add_sensor_noise_(canvas, slots, *draws, params);
-  }
   return canvas;
+}
+
+// The colour jitter and the sensor noise on the canvas, in place.
+void jitter_canvas_(at::Tensor& canvas, const std::vector<image_ops::Rect>& slots,
+                    const SampleDraws& draws, const AugmentParams& params) {
+  image_ops::adjust_color_(canvas, draws.color);
+  if (draws.rgb_gain) image_ops::apply_rgb_gain_(canvas, *draws.rgb_gain);
+  if (draws.shadow) image_ops::apply_shadow_(canvas, *draws.shadow);
+  add_sensor_noise_(canvas, slots, draws, params);
 }
 
 // image_ops::unit_frames_to_video() as ATen ops: frames [first, first + count) of the unit canvas
@@ -250,6 +257,70 @@ at::Tensor tensor_video(const at::Tensor& canvas, int64_t first, int64_t count, 
                          .sub_(1.0);
   return as_levels ? image_ops::signed_unit_to_levels(video) : video;
 }
+
+#if WAM_FUSED_KERNELS
+// The jitter of `draws` as kernels/canvas_colour.cu takes it: every double rounded to float as
+// ATen rounds a scalar for a float tensor (image_ops.cc's adjust_color_, apply_rgb_gain_,
+// apply_shadow_).
+kernels::CanvasColour canvas_colour(const SampleDraws* draws) {
+  kernels::CanvasColour colour;
+  if (!draws) return colour;
+  const image_ops::ColorAdjustment& c = draws->color;
+  colour.brightness = c.brightness != 1.0 ? static_cast<float>(c.brightness) : 1.0f;
+  if (c.contrast != 1.0) {
+    colour.contrast = static_cast<float>(c.contrast);
+    colour.contrast_rest = static_cast<float>(1.0 - c.contrast);
+  }
+  if (c.saturation != 1.0) {
+    colour.saturation = static_cast<float>(c.saturation);
+    colour.saturation_rest = static_cast<float>(1.0 - c.saturation);
+  }
+  colour.gamma = c.gamma != 1.0 ? static_cast<float>(c.gamma) : 1.0f;
+  if (draws->rgb_gain) {
+    colour.has_rgb_gain = true;
+    for (int k = 0; k < 3; ++k) colour.rgb_gain[k] = static_cast<float>((*draws->rgb_gain)[k]);
+  }
+  if (draws->shadow) {
+    const image_ops::Shadow& shadow = *draws->shadow;
+    colour.has_shadow = true;
+    colour.shadow_centre_y = static_cast<float>(shadow.center_y);
+    colour.shadow_centre_x = static_cast<float>(shadow.center_x);
+    colour.shadow_depth = static_cast<float>(shadow.depth);
+    colour.shadow_two_sigma_squared = static_cast<float>(2.0 * shadow.sigma * shadow.sigma);
+  }
+  return colour;
+}
+
+// with_canvas's outputs from the canvas before its colour jitter, jittered and scaled by
+// kernels/canvas_colour.cu in one pass for each output (on the current stream) instead of about
+// twenty ATen passes over the canvas.
+AugmentedImages fused_outputs(at::Tensor vlm_images, const at::Tensor& canvas, int64_t time,
+                              const AugmentParams& params, const SampleDraws* draws) {
+  const kernels::Canvas pixels{canvas.data_ptr<float>(), canvas.size(0), canvas.size(2),
+                               canvas.size(3)};
+  const kernels::CanvasColour colour = canvas_colour(draws);
+  cudaStream_t stream = c10::cuda::getCurrentCUDAStream(canvas.device().index()).stream();
+  at::Tensor partials;
+  if (colour.contrast != 1.0f) {
+    partials = at::empty({canvas.size(0), kernels::kCanvasGreyChunks}, canvas.options());
+    kernels::canvas_grey_partials(pixels, colour.brightness, partials.data_ptr<float>(), stream);
+  }
+  const auto video = [&](int64_t first, int64_t count, bool as_levels) {
+    at::Tensor out = at::empty({3, count, canvas.size(2), canvas.size(3)},
+                               canvas.options().dtype(as_levels ? at::kByte : at::kFloat));
+    kernels::canvas_to_video(pixels, colour,
+                             partials.defined() ? partials.data_ptr<float>() : nullptr, first,
+                             count, as_levels, out.data_ptr(), stream);
+    return out;
+  };
+  AugmentedImages out;
+  out.vlm_current_images = std::move(vlm_images);
+  out.video = video(kWindowStart, time - kWindowStart, video_as_levels(params));
+  out.memory_video_anchor = video(kAnchorIndex, 1, false);
+  out.memory_video_recent = video(kRecentIndex, 1, false);
+  return out;
+}
+#endif
 
 // The output of `frames: current`: the VLM's images alone.
 AugmentedImages vlm_images_only(at::Tensor vlm_images) {
@@ -283,8 +354,18 @@ AugmentedImages augment_with_tensor_ops(const at::Tensor& frames, const AugmentP
                                         const SampleDraws* draws) {
   at::Tensor vlm_images = tensor_vlm_images(frames, params, draws);
   if (!all_frames(params)) return vlm_images_only(std::move(vlm_images));
-  return with_canvas(std::move(vlm_images), tensor_canvas(frames, params, draws), frames.size(1),
-                     params, tensor_video);
+  const auto slots =
+      image_ops::canvas_layout(params.canvas, frames.size(0), kCanvasHeight, kCanvasWidth);
+  at::Tensor canvas = tensor_geometry(frames, slots, params, draws);
+#if WAM_FUSED_KERNELS
+  // The sensor noise sits between the jitter and the video's scaling, on some cameras' regions:
+  // a sample that drew it keeps the ATen passes.
+  if (canvas.is_cuda() && !(draws && has_sensor_noise(*draws))) {
+    return fused_outputs(std::move(vlm_images), canvas, frames.size(1), params, draws);
+  }
+#endif
+  if (draws) jitter_canvas_(canvas, slots, *draws, params);
+  return with_canvas(std::move(vlm_images), canvas, frames.size(1), params, tensor_video);
 }
 
 AugmentedImages augment_on_gpu(const at::Tensor& frames, const at::Device& device,

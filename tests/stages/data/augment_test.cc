@@ -1273,6 +1273,58 @@ TEST(AugmentTensorOpsTest, CudaIsRefusedAtValidateWithoutACudaDevice) {
             "(" TORCH_VERSION ") sees none; augment with \"frames\"");
 }
 
+// On a GPU, a sample that drew no sensor noise is jittered and scaled by kernels/canvas_colour.cu
+// (in a build with the fused kernels): its outputs against the same tensor ops on the CPU, with
+// every part of the jitter on (brightness, contrast, saturation, gamma, gain, shadow, warps), with
+// none, and with the contrast alone (its mean over the canvas, summed in chunks).
+TEST(AugmentTensorOpsTest, OnTheGpuTheJitterWithoutSensorNoiseGivesTheCpusTensorOps) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  stages::SampleDraws every = explicit_draws(3);
+  every.sensor_noise.assign(3, stages::SensorNoise{});
+  stages::SampleDraws contrast_alone;
+  contrast_alone.camera_warps.resize(3);
+  contrast_alone.sensor_noise.resize(3);
+  contrast_alone.color.contrast = 0.6;
+  const std::vector<std::pair<const char*, const stages::SampleDraws*>> draws = {
+      {"every draw but noise", &every}, {"no draws", nullptr}, {"contrast alone", &contrast_alone}};
+  struct Setting {
+    const char* name;
+    const char* params;
+    int64_t cameras;
+  };
+  const std::vector<Setting> settings = {
+      {"robotwin halving", R"({"canvas": "robotwin", "camera_size": [240, 320]})", 3},
+      {"vertical fit, uint8 video",
+       R"({"camera_size": [192, 256], "resize": "fit", "resize_fill": 7, "video_dtype": "uint8"})",
+       2}};
+  for (const Setting& setting : settings) {
+    const stages::AugmentParams params = augment_params(setting.params);
+    const at::Tensor used = smooth_frames(setting.cameras, 11, 120, 200);
+    for (const auto& [name, drawn] : draws) {
+      SCOPED_TRACE(std::string(setting.name) + ", " + name);
+      const stages::AugmentedImages cpu = stages::augment_with_tensor_ops(used, params, drawn);
+      const stages::AugmentedImages gpu =
+          stages::augment_with_tensor_ops(used.to(torch::kCUDA), params, drawn);
+      const std::vector<std::pair<const char*, std::pair<at::Tensor, at::Tensor>>> outputs = {
+          {"video", {cpu.video, gpu.video}},
+          {"memory_video_anchor", {cpu.memory_video_anchor, gpu.memory_video_anchor}},
+          {"memory_video_recent", {cpu.memory_video_recent, gpu.memory_video_recent}}};
+      for (const auto& [field, pair] : outputs) {
+        const auto& [want, got] = pair;
+        ASSERT_TRUE(got.is_cuda()) << field;
+        ASSERT_EQ(got.sizes(), want.sizes()) << field;
+        ASSERT_EQ(got.scalar_type(), want.scalar_type()) << field;
+        const double scale = got.scalar_type() == torch::kFloat ? 127.5 : 1.0;
+        const Difference d = difference(got.cpu() * scale, want * scale);
+        std::cout << setting.name << ", " << name << ", " << field
+                  << ": GPU vs CPU tensor ops, mean " << d.mean << ", max " << d.max << " levels\n";
+        EXPECT_LE(d.mean, 0.01) << field;
+        EXPECT_LE(d.max, 1.0) << field;
+      }
+    }
+  }
+}
+
 // On a GPU: host frames uploaded by `device: cuda`, and frames already there, give the host's
 // images within a level, on the GPU, the same every run (the noise's generator is seeded per
 // sample).
