@@ -1273,10 +1273,12 @@ TEST(AugmentTensorOpsTest, CudaIsRefusedAtValidateWithoutACudaDevice) {
             "(" TORCH_VERSION ") sees none; augment with \"frames\"");
 }
 
-// On a GPU, a sample that drew no sensor noise is jittered and scaled by kernels/canvas_colour.cu
-// (in a build with the fused kernels): its outputs against the same tensor ops on the CPU, with
-// every part of the jitter on (brightness, contrast, saturation, gamma, gain, shadow, warps), with
-// none, and with the contrast alone (its mean over the canvas, summed in chunks).
+// On a GPU with the fused kernels, each camera is resized from its uint8 frames by
+// kernels/frames_resize.cu and a sample that drew no sensor noise is jittered and scaled by
+// kernels/canvas_colour.cu: the outputs against the same tensor ops on the CPU, enlarged and
+// shrunk, with bars and cropped, with every part of the jitter on (brightness, contrast,
+// saturation, gamma, gain, shadow, warps), with none, and with the contrast alone (its mean over
+// the canvas, summed in chunks).
 TEST(AugmentTensorOpsTest, OnTheGpuTheJitterWithoutSensorNoiseGivesTheCpusTensorOps) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   stages::SampleDraws every = explicit_draws(3);
@@ -1290,16 +1292,19 @@ TEST(AugmentTensorOpsTest, OnTheGpuTheJitterWithoutSensorNoiseGivesTheCpusTensor
   struct Setting {
     const char* name;
     const char* params;
-    int64_t cameras;
+    int64_t cameras, height, width;
   };
   const std::vector<Setting> settings = {
-      {"robotwin halving", R"({"canvas": "robotwin", "camera_size": [240, 320]})", 3},
-      {"vertical fit, uint8 video",
+      {"robotwin, enlarged", R"({"canvas": "robotwin", "camera_size": [240, 320]})", 3, 120, 200},
+      {"vertical fit, enlarged, uint8 video",
        R"({"camera_size": [192, 256], "resize": "fit", "resize_fill": 7, "video_dtype": "uint8"})",
-       2}};
+       2, 120, 200},
+      {"vertical stretch, shrunk as LIBERO's, uint8 video",
+       R"({"camera_size": [192, 256], "video_dtype": "uint8"})", 2, 512, 512},
+      {"vertical fill, shrunk", R"({"camera_size": [192, 256], "resize": "fill"})", 2, 300, 500}};
   for (const Setting& setting : settings) {
     const stages::AugmentParams params = augment_params(setting.params);
-    const at::Tensor used = smooth_frames(setting.cameras, 11, 120, 200);
+    const at::Tensor used = smooth_frames(setting.cameras, 11, setting.height, setting.width);
     for (const auto& [name, drawn] : draws) {
       SCOPED_TRACE(std::string(setting.name) + ", " + name);
       const stages::AugmentedImages cpu = stages::augment_with_tensor_ops(used, params, drawn);
