@@ -220,23 +220,24 @@ at::Tensor tensor_vlm_images(const at::Tensor& frames, const AugmentParams& para
 }
 
 // One camera's frames (uint8 [T, H, W, 3]) as unit float planes [T, 3, camera_size]: resize_as of
-// unit_planes, or, for contiguous frames on a GPU with the fused kernels, kernels/frames_resize.cu
-// in one pass from the uint8 frames.
+// unit_planes, or, for contiguous frames on a GPU with the fused kernels (and a shrink the kernel
+// takes), kernels/frames_resize.cu in one pass from the uint8 frames.
 at::Tensor camera_unit_planes(const at::Tensor& frames, const AugmentParams& params) {
   const int64_t height = params.camera_size[0], width = params.camera_size[1];
 #if WAM_FUSED_KERNELS
-  if (frames.is_cuda() && frames.is_contiguous()) {
-    const int64_t count = frames.size(0), h = frames.size(1), w = frames.size(2);
-    const image_ops::Placement p = image_ops::place(params.resize, h, w, height, width);
+  const int64_t count = frames.size(0), h = frames.size(1), w = frames.size(2);
+  const image_ops::Placement p = image_ops::place(params.resize, h, w, height, width);
+  const kernels::ImageWindow source{
+      h, w, p.source.top, p.source.left, p.source.height, p.source.width};
+  const kernels::ImageWindow target{height,        width,           p.target.top,
+                                    p.target.left, p.target.height, p.target.width};
+  if (frames.is_cuda() && frames.is_contiguous() &&
+      kernels::resize_frames_supports(source, target)) {
     const at::TensorOptions options = frames.options().dtype(at::kFloat);
     at::Tensor planes =
         p.target.height == height && p.target.width == width
             ? at::empty({count, 3, height, width}, options)
             : at::full({count, 3, height, width}, fill_level(params) / 255.0, options);
-    const kernels::ImageWindow source{
-        h, w, p.source.top, p.source.left, p.source.height, p.source.width};
-    const kernels::ImageWindow target{height,        width,           p.target.top,
-                                      p.target.left, p.target.height, p.target.width};
     kernels::resize_frames_to_unit_planes(
         frames.data_ptr<uint8_t>(), source, planes.data_ptr<float>(), target, count,
         c10::cuda::getCurrentCUDAStream(frames.device().index()).stream());

@@ -82,6 +82,16 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
+bool resize_frames_supports(const ImageWindow& source, const ImageWindow& target) {
+  const auto inside = [](const ImageWindow& w) {
+    return w.rows > 0 && w.columns > 0 && w.top >= 0 && w.left >= 0 && w.top + w.rows <= w.height &&
+           w.left + w.columns <= w.width;
+  };
+  // 2 * support + 1 taps, the support being the shrink factor.
+  return inside(source) && inside(target) && source.rows <= 15 * target.rows &&
+         source.columns <= 15 * target.columns;
+}
+
 void resize_frames_to_unit_planes(const uint8_t* frames, const ImageWindow& source, float* planes,
                                   const ImageWindow& target, int64_t count, CUstream_st* stream) {
   if (count <= 0 || target.rows <= 0 || target.columns <= 0) return;

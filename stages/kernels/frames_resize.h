@@ -18,6 +18,10 @@ struct ImageWindow {
   int64_t top = 0, left = 0, rows = 0, columns = 0;
 };
 
+// Windows the kernel takes: non-empty, inside their images, shrunk at most 15 times on each axis
+// (at most 32 taps a side).
+bool resize_frames_supports(const ImageWindow& source, const ImageWindow& target);
+
 // Resizes the window `source` of each of `count` frames (contiguous uint8 [count, height, width,
 // 3]) into the window `target` of planes (contiguous float [count, 3, height, width]), as ATen's
 // bilinear interpolate with antialias and align_corners false does it on the frames converted to
