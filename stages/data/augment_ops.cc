@@ -14,6 +14,7 @@
 #if WAM_FUSED_KERNELS
 #include "kernels/canvas_colour.h"
 #include "kernels/frames_resize.h"
+#include "kernels/planes_warp.h"
 #endif
 
 #include "common/capture_gate.h"
@@ -247,6 +248,45 @@ at::Tensor camera_unit_planes(const at::Tensor& frames, const AugmentParams& par
   return resize_as(unit_planes(frames), height, width, params.resize, fill_level(params));
 }
 
+#if WAM_FUSED_KERNELS
+// A camera whose slot is its camera_size, on a GPU: its frames resized straight into the slot
+// (kernels/frames_resize.cu's target window), or resized, then warped into it
+// (kernels/planes_warp.cu), without the warped copy and the slot's copy. False where the kernels
+// do not apply (a slot of another size, bars to fill, a shrink the resize does not take).
+bool fused_into_slot(at::Tensor& canvas, const at::Tensor& frames, const image_ops::Rect& slot,
+                     const image_ops::CameraWarp* warp, const AugmentParams& params) {
+  const int64_t height = params.camera_size[0], width = params.camera_size[1];
+  if (!frames.is_cuda() || !frames.is_contiguous() || slot.height != height ||
+      slot.width != width) {
+    return false;
+  }
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(frames.device().index()).stream();
+  if (warp) {
+    const at::Tensor image = camera_unit_planes(frames, params);
+    const auto theta =
+        image_ops::warp_theta(*warp, static_cast<double>(height), static_cast<double>(width));
+    const float map[6] = {static_cast<float>(theta[0]), static_cast<float>(theta[1]),
+                          static_cast<float>(theta[2]), static_cast<float>(theta[3]),
+                          static_cast<float>(theta[4]), static_cast<float>(theta[5])};
+    kernels::warp_planes_into(image.data_ptr<float>(), image.size(0), height, width, map,
+                              canvas.data_ptr<float>(), kCanvasHeight, kCanvasWidth, slot.top,
+                              slot.left, stream);
+    return true;
+  }
+  const int64_t h = frames.size(1), w = frames.size(2);
+  const image_ops::Placement p = image_ops::place(params.resize, h, w, height, width);
+  if (p.target.height != height || p.target.width != width) return false;
+  const kernels::ImageWindow source{
+      h, w, p.source.top, p.source.left, p.source.height, p.source.width};
+  const kernels::ImageWindow target{kCanvasHeight, kCanvasWidth, slot.top,
+                                    slot.left,     height,       width};
+  if (!kernels::resize_frames_supports(source, target)) return false;
+  kernels::resize_frames_to_unit_planes(frames.data_ptr<uint8_t>(), source,
+                                        canvas.data_ptr<float>(), target, frames.size(0), stream);
+  return true;
+}
+#endif
+
 // The unit canvas [T, 3, 384, 256] of the cameras' frames, resized and warped into their slots,
 // before the colour jitter.
 at::Tensor tensor_geometry(const at::Tensor& frames, const std::vector<image_ops::Rect>& slots,
@@ -255,11 +295,16 @@ at::Tensor tensor_geometry(const at::Tensor& frames, const std::vector<image_ops
   at::Tensor canvas = at::zeros({frames.size(1), 3, kCanvasHeight, kCanvasWidth},
                                 frames.options().dtype(at::kFloat));
   for (int64_t camera = 0; camera < cameras; ++camera) {
-    at::Tensor image = camera_unit_planes(frames.select(0, camera), params);
-    if (draws && draws->camera_warps[static_cast<size_t>(camera)]) {
-      image = image_ops::warp_float(image, *draws->camera_warps[static_cast<size_t>(camera)]);
-    }
+    const at::Tensor camera_frames = frames.select(0, camera);
+    const auto& drawn_warp =
+        draws ? draws->camera_warps[static_cast<size_t>(camera)] : std::nullopt;
+    const image_ops::CameraWarp* warp = drawn_warp ? &*drawn_warp : nullptr;
     const image_ops::Rect& slot = slots[static_cast<size_t>(camera)];
+#if WAM_FUSED_KERNELS
+    if (fused_into_slot(canvas, camera_frames, slot, warp, params)) continue;
+#endif
+    at::Tensor image = camera_unit_planes(camera_frames, params);
+    if (warp) image = image_ops::warp_float(image, *warp);
     canvas.narrow(2, slot.top, slot.height)
         .narrow(3, slot.left, slot.width)
         .copy_(resize_as(image, slot.height, slot.width, params.resize, fill_level(params)));

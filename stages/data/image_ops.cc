@@ -132,8 +132,8 @@ void blend_(at::Tensor& images, const at::Tensor& other, double factor) {
   images.mul_(factor).add_(other, 1.0 - factor).clamp_(0.0, 1.0);
 }
 
-// The affine map of a camera warp in grid_sample's normalised [-1, 1] coordinates (row-major
-// 2x3); the aspect factors keep a rotation rigid on non-square images.
+}  // namespace
+
 std::array<double, 6> warp_theta(const CameraWarp& camera_warp, double height, double width) {
   const double angle = camera_warp.rotation_degrees * kPi / 180.0;
   const double c = camera_warp.scale * std::cos(angle);
@@ -143,8 +143,6 @@ std::array<double, 6> warp_theta(const CameraWarp& camera_warp, double height, d
           s * width / height, c,                   2.0 * camera_warp.translate_y};
   // clang-format on
 }
-
-}  // namespace
 
 // ---- uint8 planes -------------------------------------------------------------------------------
 

@@ -70,6 +70,10 @@ struct CameraWarp {
   double rotation_degrees = 0.0;
 };
 
+// The affine map of a camera warp on a height x width image, in grid_sample's normalised [-1, 1]
+// coordinates (row-major 2x3); the aspect factors keep a rotation rigid on non-square images.
+std::array<double, 6> warp_theta(const CameraWarp& camera_warp, double height, double width);
+
 // The warp on uint8 planes: bilinear sampling, coordinates outside the image clamped to its border
 // (corners exposed by a rotation repeat the edge instead of becoming black wedges, which the model
 // could learn as a cue for "augmented"), rounded to uint8. The same map and sampling as

@@ -1274,7 +1274,8 @@ TEST(AugmentTensorOpsTest, CudaIsRefusedAtValidateWithoutACudaDevice) {
 }
 
 // On a GPU with the fused kernels, each camera is resized from its uint8 frames by
-// kernels/frames_resize.cu and a sample that drew no sensor noise is jittered and scaled by
+// kernels/frames_resize.cu (into its slot where the slot is its size), warped by
+// kernels/planes_warp.cu, and a sample that drew no sensor noise is jittered and scaled by
 // kernels/canvas_colour.cu: the outputs against the same tensor ops on the CPU, enlarged and
 // shrunk, with bars and cropped, with every part of the jitter on (brightness, contrast,
 // saturation, gamma, gain, shadow, warps), with none, and with the contrast alone (its mean over
