@@ -32,7 +32,8 @@
 // the anchor is the episode's first frame in every sample of the episode, so each sample would
 // otherwise decode it after a seek of its own (about a tenth of LIBERO's decoding:
 // docs/BENCHMARKS.md, "The episodes' anchors kept", issue 24).
-// Counters: frames_decoded, seeks, readers_opened (and passed_through with decode_if,
+// Counters: frames_decoded, frames_skipped (H.264 pictures no wanted frame needs and no other
+// picture predicts from, left undecoded), seeks, readers_opened (and passed_through with decode_if,
 // frame_cache_hits with frame_cache, anchor_cache_hits with anchor_cache, nvdec_readers_opened,
 // nvdec_overflow, nvdec_refused, decoders_moved (readers moved to another file with their
 // decoder) and frames_held_across_seeks on NVDEC).
@@ -225,6 +226,7 @@ class VideoDecodeStage final : public Stage {
   void open(Context& context) override {
     context_ = &context;
     frames_decoded_ = &context.counter("frames_decoded");
+    frames_skipped_ = &context.counter("frames_skipped");
     seeks_ = &context.counter("seeks");
     readers_opened_ = &context.counter("readers_opened");
     if (!params_.decode_if.empty()) passed_through_ = &context.counter("passed_through");
@@ -320,6 +322,7 @@ class VideoDecodeStage final : public Stage {
     }
     if (gpu_work.owns_lock()) gpu_work.unlock();
     frames_decoded_->add(stats.frames_decoded);
+    frames_skipped_->add(stats.frames_skipped);
     seeks_->add(stats.seeks);
     readers_opened_->add(stats.readers_opened);
     if (nvdec_readers_opened_) {
@@ -536,6 +539,7 @@ class VideoDecodeStage final : public Stage {
   Counter* anchor_cache_hits_ = nullptr;
   Counter* frame_cache_hits_ = nullptr;
   Counter* frames_decoded_ = nullptr;
+  Counter* frames_skipped_ = nullptr;
   Counter* seeks_ = nullptr;
   Counter* readers_opened_ = nullptr;
   Counter* passed_through_ = nullptr;

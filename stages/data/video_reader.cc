@@ -234,6 +234,40 @@ bool same_decoding(const AVCodecParameters* a, const AVCodecParameters* b) {
 constexpr int64_t kTimestampSpan = int64_t{1} << 40;
 constexpr int64_t kTimestampGenerations = int64_t{1} << 20;
 
+// The size of the length before each NAL unit of H.264 in MP4 (an avcC record in the extradata,
+// ISO/IEC 14496-15 5.3.3.1: lengthSizeMinusOne in the low bits of its fifth byte); 0 for another
+// codec or H.264 in start-code form.
+int h264_nal_length_size(const AVCodecParameters* codecpar) {
+  if (codecpar->codec_id != AV_CODEC_ID_H264 || codecpar->extradata_size < 7 ||
+      codecpar->extradata[0] != 1) {
+    return 0;
+  }
+  return (codecpar->extradata[4] & 3) + 1;
+}
+
+// Whether an H.264 packet of length-prefixed NAL units holds a picture no other picture predicts
+// from: a slice among its NAL units and nal_ref_idc 0 in every one (ITU-T H.264 7.4.1; parameter
+// sets carry a nonzero one). Hand-written: FFmpeg says so of a packet only where the container
+// does (AV_PKT_FLAG_DISPOSABLE, from an MP4 'sdtp' box, which LeRobot's files lack), and its
+// decoder's own skip_frame applies to every such picture, wanted or not.
+bool disposable_h264(const uint8_t* data, int size, int length_size) {
+  bool has_slice = false;
+  int at = 0;
+  while (at < size) {
+    if (size - at < length_size + 1) return false;
+    int64_t length = 0;
+    for (int k = 0; k < length_size; ++k) length = (length << 8) | data[at + k];
+    at += length_size;
+    if (length < 1 || length > size - at) return false;
+    const uint8_t header = data[at];
+    if ((header >> 5) & 3) return false;  // nal_ref_idc
+    const int type = header & 0x1f;
+    has_slice = has_slice || (type >= 1 && type <= 5);
+    at += static_cast<int>(length);
+  }
+  return has_slice;
+}
+
 }  // namespace
 
 at::Tensor nv12_to_rgb(const at::Tensor& luma, const at::Tensor& chroma, bool full_range) {
@@ -332,6 +366,15 @@ struct VideoReader::Impl {
   // at opening, leaves the demuxer where the next read must seek first.
   int64_t generation = 0;
   bool must_seek = false;
+  int nal_length_size = 0;  // h264_nal_length_size of the stream: 0 leaves every packet in
+  // The frames decode() is after, for feed() to leave out the packets of pictures that no other
+  // picture predicts from and that are not among them.
+  struct Wanted {
+    const std::vector<int64_t>* targets = nullptr;  // ascending
+    double fps = 0;
+    DecodeStats* stats = nullptr;
+  };
+  std::optional<Wanted> wanted;
 
   [[noreturn]] void fail(const std::string& what) const {
     throw Error("video \"" + path + "\": " + what);
@@ -409,6 +452,7 @@ struct VideoReader::Impl {
     AVStream* stream = format->streams[stream_index];
     width = stream->codecpar->width;
     height = stream->codecpar->height;
+    nal_length_size = h264_nal_length_size(stream->codecpar);
 
     packet.reset(av_packet_alloc());
     frame.reset(av_frame_alloc());
@@ -581,6 +625,24 @@ struct VideoReader::Impl {
          std::to_string(index) + " at " + format_fps(fps) + " fps)");
   }
 
+  // Whether `p` holds a picture that decode() does not want and that no other picture predicts
+  // from: such a packet is left out, and counted, rather than decoded (H.264's B-frames that are
+  // not references: 39% of the pictures the GR00T demo's samples reach; docs/BENCHMARKS.md,
+  // "Pictures no wanted frame needs left undecoded").
+  bool unwanted_and_disposable(const AVPacket& p) {
+    if (!wanted || (p.flags & AV_PKT_FLAG_KEY) || p.pts == AV_NOPTS_VALUE) return false;
+    const bool disposable =
+        (p.flags & AV_PKT_FLAG_DISPOSABLE) ||
+        (nal_length_size > 0 && disposable_h264(p.data, p.size, nal_length_size));
+    if (!disposable) return false;
+    const std::vector<int64_t>& targets = *wanted->targets;
+    if (std::binary_search(targets.begin(), targets.end(), index_of_pts(p.pts, wanted->fps))) {
+      return false;
+    }
+    ++wanted->stats->frames_skipped;
+    return true;
+  }
+
   // Sends the next packet of the stream to the decoder (the end-of-stream flush after the last).
   // Returns false when the decoder has been told that the stream ended.
   bool feed() {
@@ -594,7 +656,7 @@ struct VideoReader::Impl {
         return true;
       }
       if (rc < 0) fail("cannot read a packet", rc);
-      if (packet->stream_index != stream_index) {
+      if (packet->stream_index != stream_index || unwanted_and_disposable(*packet)) {
         av_packet_unref(packet.get());
         continue;
       }
@@ -631,12 +693,15 @@ struct VideoReader::Impl {
   // next target) only when that skips frames; within a run it decodes through.
   void decode(const std::vector<int64_t>& targets, double fps,
               const std::function<void(size_t, const AVFrame*)>& sink, DecodeStats& stats) {
+    wanted = Wanted{&targets, fps, &stats};
     try {
       decode_targets(targets, fps, sink, stats);
     } catch (...) {
+      wanted.reset();
       positioned = false;  // the decoder is mid-stream in an unknown state: seek before reuse
       throw;
     }
+    wanted.reset();
   }
 
   void decode_targets(const std::vector<int64_t>& targets, double fps,

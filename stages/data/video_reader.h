@@ -22,6 +22,9 @@ namespace wam::video {
 // Work done, reported by VideoDecode as counters.
 struct DecodeStats {
   int64_t frames_decoded = 0;  // frames out of the decoder for this plan's packets, needed or not
+  // Pictures no wanted frame needed and no other picture predicts from (H.264's non-reference
+  // B-frames), their packets never sent to the decoder.
+  int64_t frames_skipped = 0;
   // Frames a reader that keeps its decoder across seeks (NVDEC's) still held from the packets
   // sent before a seek, dropped when they come out after it: a flushing decoder discards them
   // unseen, so they are not in frames_decoded and both decoders count the same work.

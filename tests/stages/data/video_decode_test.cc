@@ -182,6 +182,22 @@ TEST_F(VideoDecodeTest, CountsSparseAndFullWork) {
   EXPECT_EQ(counts["sparse"]["seeks"], 11);
   EXPECT_EQ(counts["full"]["frames_decoded"], 36);
   EXPECT_EQ(counts["full"]["seeks"], 3);
+  EXPECT_EQ(counts["sparse"]["frames_skipped"], 0);
+}
+
+// H.264 with B-frames (x264's, each second one a reference): the pictures that no wanted frame
+// needs and no other picture predicts from are left out undecoded, and the frames are the ones a
+// decode of every picture gives.
+TEST_F(VideoDecodeTest, LeavesOutThePicturesNoWantedFrameNeeds) {
+  testing::SteppedStage stage("VideoDecode", R"({"mode": "sparse"})");
+  const Sample out = stage.process_one(make_sample({h264_}, kPlan));
+  const at::Tensor& frames = out.tensor("frames");
+  for (int64_t t = 0; t < 11; ++t) EXPECT_EQ(stamp_of(frames[0][t]), kExpectedOrder[t]);
+  // One pass from the keyframe at 0 through 52: 54 pictures in decoding order, 14 of them
+  // B-frames that are neither references nor wanted.
+  EXPECT_EQ(stage.counter("seeks"), 1);
+  EXPECT_EQ(stage.counter("frames_decoded"), 40);
+  EXPECT_EQ(stage.counter("frames_skipped"), 14);
 }
 
 // Readers are kept per stage and per thread: a second stage on the same thread opens its own (with
