@@ -187,9 +187,11 @@ DatasetCommand::DatasetCommand(CLI::App& app) {
   synth_->add_option("--gop", gop_, "Keyframe interval in frames (LeRobot uses 2)")
       ->capture_default_str()
       ->check(at_least(1));
-  synth_->add_option("--codec", codec_, "av1 (libsvtav1, as LeRobot) or h264 (libx264)")
+  synth_
+      ->add_option("--codec", codec_,
+                   "av1 (libsvtav1, as LeRobot by default), h264 (libx264) or hevc (libx265)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"av1", "h264"}));
+      ->check(CLI::IsMember({"av1", "h264", "hevc"}));
   synth_
       ->add_option("--format", codebase_version_,
                    "LeRobot layout: v2.1 (a parquet file and an mp4 per episode) or v3.0 "

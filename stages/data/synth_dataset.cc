@@ -119,8 +119,8 @@ void check_options(const SynthOptions& o) {
   if (o.episodes < 1) throw Error("dataset synth: --episodes must be >= 1");
   if (o.frames_per_episode < 1) throw Error("dataset synth: --frames-per-episode must be >= 1");
   if (o.gop < 1) throw Error("dataset synth: --gop must be >= 1");
-  if (o.codec != "av1" && o.codec != "h264") {
-    throw Error(unknown_with_suggestion("codec", o.codec, {"av1", "h264"}));
+  if (o.codec != "av1" && o.codec != "h264" && o.codec != "hevc") {
+    throw Error(unknown_with_suggestion("codec", o.codec, {"av1", "h264", "hevc"}));
   }
   if (o.codebase_version != "v2.1" && o.codebase_version != "v3.0") {
     throw Error(unknown_with_suggestion("codebase version", o.codebase_version, {"v2.1", "v3.0"}));

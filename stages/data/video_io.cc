@@ -121,9 +121,11 @@ VideoWriter::VideoWriter(const std::string& path, int width, int height,
     encoder_name = "libsvtav1";
   } else if (options.codec == "h264") {
     encoder_name = "libx264";
+  } else if (options.codec == "hevc") {
+    encoder_name = "libx265";
   } else {
     throw Error("cannot write video \"" + path + "\": unknown codec \"" + options.codec +
-                "\" (allowed: av1, h264)");
+                "\" (allowed: av1, h264, hevc)");
   }
   if (options.full_chroma && options.codec != "h264") {
     throw Error("cannot write video \"" + path + "\": full_chroma (yuv444p) needs codec h264");
@@ -159,6 +161,15 @@ VideoWriter::VideoWriter(const std::string& path, int width, int height,
     // LeRobot's encoding: libsvtav1, crf 30, keyframe every `gop` frames, fastest preset.
     av_opt_set(w.codec->priv_data, "crf", crf.c_str(), 0);
     av_opt_set(w.codec->priv_data, "preset", "12", 0);
+  } else if (options.codec == "hevc") {
+    // As h264 below: keyframes exactly every `gop` frames, B-frames always where allowed.
+    w.codec->max_b_frames = options.b_frames ? 2 : 0;
+    av_opt_set(w.codec->priv_data, "crf", crf.c_str(), 0);
+    av_opt_set(w.codec->priv_data, "preset", "veryfast", 0);
+    av_opt_set(
+        w.codec->priv_data, "x265-params",
+        options.b_frames ? "scenecut=0:b-adapt=0:log-level=error" : "scenecut=0:log-level=error",
+        0);
   } else {
     w.codec->max_b_frames = options.b_frames ? 2 : 0;
     av_opt_set(w.codec->priv_data, "crf", crf.c_str(), 0);

@@ -15,10 +15,10 @@ class Tensor;
 namespace wam::video {
 
 struct EncodeOptions {
-  std::string codec = "av1";  // "av1" (libsvtav1, as LeRobot) or "h264" (libx264)
+  std::string codec = "av1";  // "av1" (libsvtav1, as LeRobot), "h264" (libx264), "hevc" (libx265)
   int fps = 30;
   int gop = 2;            // keyframe interval in frames
-  bool b_frames = false;  // h264 only: allow B-frames (reordered pts vs dts)
+  bool b_frames = false;  // h264 and hevc: allow B-frames (reordered pts vs dts)
   int crf = 30;
   bool faststart = false;    // the index (moov) before the frames, as streaming sites want it
   bool full_chroma = false;  // h264 only: yuv444p, chroma at full size, instead of yuv420p

@@ -234,35 +234,62 @@ bool same_decoding(const AVCodecParameters* a, const AVCodecParameters* b) {
 constexpr int64_t kTimestampSpan = int64_t{1} << 40;
 constexpr int64_t kTimestampGenerations = int64_t{1} << 20;
 
-// The size of the length before each NAL unit of H.264 in MP4 (an avcC record in the extradata,
-// ISO/IEC 14496-15 5.3.3.1: lengthSizeMinusOne in the low bits of its fifth byte); 0 for another
-// codec or H.264 in start-code form.
-int h264_nal_length_size(const AVCodecParameters* codecpar) {
-  if (codecpar->codec_id != AV_CODEC_ID_H264 || codecpar->extradata_size < 7 ||
-      codecpar->extradata[0] != 1) {
-    return 0;
+// How a stream's packets say that a picture is one no other picture predicts from: H.264 and HEVC
+// in MP4, whose packets are NAL units each after its length (ISO/IEC 14496-15: the length's size
+// in the avcC or hvcC record of the extradata). Other codecs and start-code streams are not parsed.
+struct NalLayout {
+  AVCodecID codec = AV_CODEC_ID_NONE;
+  int length_size = 0;      // 0: not parsed
+  int top_temporal_id = 0;  // HEVC: the stream's highest TemporalId
+};
+
+NalLayout nal_layout(const AVCodecParameters* codecpar) {
+  const uint8_t* record = codecpar->extradata;
+  const int size = codecpar->extradata_size;
+  if (codecpar->codec_id == AV_CODEC_ID_H264 && size >= 7 && record[0] == 1) {
+    return {AV_CODEC_ID_H264, (record[4] & 3) + 1, 0};  // lengthSizeMinusOne
   }
-  return (codecpar->extradata[4] & 3) + 1;
+  if (codecpar->codec_id == AV_CODEC_ID_HEVC && size >= 23 && record[0] == 1) {
+    // Byte 21: constantFrameRate (2 bits), numTemporalLayers (3; 0: unknown), temporalIdNested
+    // (1), lengthSizeMinusOne (2).
+    const int temporal_layers = (record[21] >> 3) & 7;
+    if (temporal_layers > 0) return {AV_CODEC_ID_HEVC, (record[21] & 3) + 1, temporal_layers - 1};
+  }
+  return {};
 }
 
-// Whether an H.264 packet of length-prefixed NAL units holds a picture no other picture predicts
-// from: a slice among its NAL units and nal_ref_idc 0 in every one (ITU-T H.264 7.4.1; parameter
-// sets carry a nonzero one). Hand-written: FFmpeg says so of a packet only where the container
-// does (AV_PKT_FLAG_DISPOSABLE, from an MP4 'sdtp' box, which LeRobot's files lack), and its
-// decoder's own skip_frame applies to every such picture, wanted or not.
-bool disposable_h264(const uint8_t* data, int size, int length_size) {
+// Whether a packet of `layout` holds a picture that no other picture predicts from, and no
+// parameter set: H.264 slices with nal_ref_idc 0 (ITU-T H.264 7.4.1), HEVC's sub-layer
+// non-reference slices (the even types below 16) at the stream's top TemporalId, which no higher
+// sub-layer can predict from (ITU-T H.265 7.4.2.2). Hand-written: FFmpeg says so of a packet only
+// where the container does (AV_PKT_FLAG_DISPOSABLE, from an MP4 'sdtp' box, which LeRobot's files
+// lack), and its decoders' own skip_frame applies to every such picture, wanted or not.
+bool disposable_picture(const uint8_t* data, int size, const NalLayout& layout) {
+  if (layout.length_size == 0) return false;
+  const bool hevc = layout.codec == AV_CODEC_ID_HEVC;
+  const int header_size = hevc ? 2 : 1;
   bool has_slice = false;
   int at = 0;
   while (at < size) {
-    if (size - at < length_size + 1) return false;
+    if (size - at < layout.length_size + header_size) return false;
     int64_t length = 0;
-    for (int k = 0; k < length_size; ++k) length = (length << 8) | data[at + k];
-    at += length_size;
-    if (length < 1 || length > size - at) return false;
-    const uint8_t header = data[at];
-    if ((header >> 5) & 3) return false;  // nal_ref_idc
-    const int type = header & 0x1f;
-    has_slice = has_slice || (type >= 1 && type <= 5);
+    for (int k = 0; k < layout.length_size; ++k) length = (length << 8) | data[at + k];
+    at += layout.length_size;
+    if (length < header_size || length > size - at) return false;
+    if (hevc) {
+      const int type = (data[at] >> 1) & 0x3f;
+      const int layer = ((data[at] & 1) << 5) | (data[at + 1] >> 3);
+      const int temporal_id = (data[at + 1] & 7) - 1;
+      if (layer != 0 || (type >= 32 && type <= 34)) return false;  // another layer; VPS, SPS, PPS
+      if (type < 32) {
+        if (type >= 16 || type % 2 != 0 || temporal_id != layout.top_temporal_id) return false;
+        has_slice = true;
+      }
+    } else {
+      if ((data[at] >> 5) & 3) return false;  // nal_ref_idc
+      const int type = data[at] & 0x1f;
+      has_slice = has_slice || (type >= 1 && type <= 5);
+    }
     at += static_cast<int>(length);
   }
   return has_slice;
@@ -366,7 +393,7 @@ struct VideoReader::Impl {
   // at opening, leaves the demuxer where the next read must seek first.
   int64_t generation = 0;
   bool must_seek = false;
-  int nal_length_size = 0;  // h264_nal_length_size of the stream: 0 leaves every packet in
+  NalLayout packet_nals;  // how the stream's packets hold NAL units, for disposable_picture
   // The frames decode() is after, for feed() to leave out the packets of pictures that no other
   // picture predicts from and that are not among them.
   struct Wanted {
@@ -452,7 +479,7 @@ struct VideoReader::Impl {
     AVStream* stream = format->streams[stream_index];
     width = stream->codecpar->width;
     height = stream->codecpar->height;
-    nal_length_size = h264_nal_length_size(stream->codecpar);
+    packet_nals = nal_layout(stream->codecpar);
 
     packet.reset(av_packet_alloc());
     frame.reset(av_frame_alloc());
@@ -626,14 +653,13 @@ struct VideoReader::Impl {
   }
 
   // Whether `p` holds a picture that decode() does not want and that no other picture predicts
-  // from: such a packet is left out, and counted, rather than decoded (H.264's B-frames that are
-  // not references: 39% of the pictures the GR00T demo's samples reach; docs/BENCHMARKS.md,
+  // from: such a packet is left out, and counted, rather than decoded (B-frames that are not
+  // references: 39% of the pictures the GR00T demo's samples reach; docs/BENCHMARKS.md,
   // "Pictures no wanted frame needs left undecoded").
   bool unwanted_and_disposable(const AVPacket& p) {
     if (!wanted || (p.flags & AV_PKT_FLAG_KEY) || p.pts == AV_NOPTS_VALUE) return false;
     const bool disposable =
-        (p.flags & AV_PKT_FLAG_DISPOSABLE) ||
-        (nal_length_size > 0 && disposable_h264(p.data, p.size, nal_length_size));
+        (p.flags & AV_PKT_FLAG_DISPOSABLE) || disposable_picture(p.data, p.size, packet_nals);
     if (!disposable) return false;
     const std::vector<int64_t>& targets = *wanted->targets;
     if (std::binary_search(targets.begin(), targets.end(), index_of_pts(p.pts, wanted->fps))) {

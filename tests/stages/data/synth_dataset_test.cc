@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "data/video_reader.h"
 #include "formats/lerobot/lerobot_dataset.h"
 #include "testing/expect_error.h"
 #include "testing/hyparquet.h"
@@ -103,6 +104,24 @@ TEST_F(SynthDatasetTest, LiberoRoundTripsThroughTheReader) {
   }
   for (const auto& key : ds.info().video_keys()) {
     EXPECT_GT(fs::file_size(ds.video_file(1, key)), 0u);
+  }
+}
+
+// `--codec hevc` (libx265; LeRobot's encoder takes hevc too): the videos say so in info.json and
+// decode to one frame a row.
+TEST_F(SynthDatasetTest, HevcVideosDecodeToEveryFrame) {
+  SynthOptions options = small("libero");
+  options.codec = "hevc";
+  synthesize_dataset(options);
+  const auto ds = LeRobotDataset::open(out_);
+  for (const auto& key : ds.info().video_keys()) {
+    SCOPED_TRACE(key);
+    EXPECT_EQ(ds.info().feature(key)->video_info["video.codec"], "hevc");
+    video::VideoReader reader(ds.video_file(1, key));
+    video::DecodeStats stats;
+    const at::Tensor frames = reader.read_range(0, 11, ds.info().fps, stats);
+    EXPECT_EQ(frames.sizes(), (std::vector<int64_t>{12, 64, 64, 3}));
+    EXPECT_EQ(stats.frames_decoded, 12);
   }
 }
 

@@ -136,8 +136,9 @@ TEST(VideoWriterTest, RejectsUnknownCodecAndOddSizes) {
   EncodeOptions options;
   options.codec = "vp9";
   std::string path = dir.file("x.mp4");
-  EXPECT_EQ(testing::error_of([&] { VideoWriter(path, kWidth, kHeight, options); }),
-            "cannot write video \"" + path + "\": unknown codec \"vp9\" (allowed: av1, h264)");
+  EXPECT_EQ(
+      testing::error_of([&] { VideoWriter(path, kWidth, kHeight, options); }),
+      "cannot write video \"" + path + "\": unknown codec \"vp9\" (allowed: av1, h264, hevc)");
   options.codec = "av1";
   EXPECT_EQ(testing::error_of([&] { VideoWriter(path, 95, kHeight, options); }),
             "cannot write video \"" + path +
@@ -156,6 +157,9 @@ std::string codec_case_name(const ::testing::TestParamInfo<CodecCase>& info) {
 // AV1 with a keyframe every 2 frames; H.264 with B-frames and a keyframe every 30.
 const std::vector<CodecCase> kCodecCases = {{"av1_gop2", {"av1", kFps, 2, false, 30}},
                                             {"h264_bframes_gop30", {"h264", kFps, 30, true, 23}}};
+// The CPU readers' cases: those, and HEVC with B-frames (LeRobot's encoder takes hevc too).
+const std::vector<CodecCase> kReaderCodecCases = {
+    kCodecCases[0], kCodecCases[1], {"hevc_bframes_gop30", {"hevc", kFps, 30, true, 28}}};
 
 class VideoReaderTest : public ::testing::TestWithParam<CodecCase> {
  protected:
@@ -410,9 +414,9 @@ TEST_P(VideoReaderTest, FullRangeEqualsSparseBytewise) {
   for (int64_t k = 0; k < 33; ++k) EXPECT_EQ(stamp_of(range[k]), 10 + k);
   EXPECT_EQ(full_stats.seeks, 1);
   EXPECT_LT(sparse_stats.frames_decoded, full_stats.frames_decoded);
-  // Between the window's frames, H.264's B-frames that are not references are left out: the
-  // bytes above are those of the range, which decodes every one of them.
-  if (GetParam().options.codec == "h264") {
+  // Between the window's frames, the B-frames that are not references (H.264's and HEVC's) are
+  // left out: the bytes above are those of the range, which decodes every one of them.
+  if (GetParam().options.b_frames) {
     EXPECT_GT(sparse_stats.frames_skipped, 0);
   } else {
     EXPECT_EQ(sparse_stats.frames_skipped, 0);
@@ -430,7 +434,7 @@ TEST_P(VideoReaderTest, FrameBeyondTheEndNamesFileAndTimestamp) {
   EXPECT_EQ(stamp_of(reader.read_frames({kFrames - 1}, kFps, stats)[0]), kFrames - 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, VideoReaderTest, ::testing::ValuesIn(kCodecCases),
+INSTANTIATE_TEST_SUITE_P(Codecs, VideoReaderTest, ::testing::ValuesIn(kReaderCodecCases),
                          codec_case_name);
 
 TEST(VideoReaderCostTest, SparseDecodesOneFramePerTargetAtGop2) {
