@@ -156,6 +156,7 @@ class DatasetCommand final : public Command {
   int fps_ = 0;
   int gop_ = 2;
   std::string codec_ = "av1";
+  bool b_frames_ = false;
   std::string codebase_version_ = "v2.1";
   uint64_t seed_ = 0;
   std::string size_;  // WxH
@@ -192,6 +193,9 @@ DatasetCommand::DatasetCommand(CLI::App& app) {
                    "av1 (libsvtav1, as LeRobot by default), h264 (libx264) or hevc (libx265)")
       ->capture_default_str()
       ->check(CLI::IsMember({"av1", "h264", "hevc"}));
+  synth_->add_flag("--b-frames", b_frames_,
+                   "With h264 or hevc: B-frames, as those encoders' defaults and many datasets "
+                   "have (with a long --gop, the sparse decoding's skipped pictures)");
   synth_
       ->add_option("--format", codebase_version_,
                    "LeRobot layout: v2.1 (a parquet file and an mp4 per episode) or v3.0 "
@@ -251,6 +255,7 @@ int DatasetCommand::run() {
     options.fps = fps_;
     options.gop = gop_;
     options.codec = codec_;
+    options.b_frames = b_frames_;
     options.codebase_version = codebase_version_;
     options.seed = seed_;
     return run_synth(std::move(options), size_);

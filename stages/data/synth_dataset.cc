@@ -122,6 +122,9 @@ void check_options(const SynthOptions& o) {
   if (o.codec != "av1" && o.codec != "h264" && o.codec != "hevc") {
     throw Error(unknown_with_suggestion("codec", o.codec, {"av1", "h264", "hevc"}));
   }
+  if (o.b_frames && o.codec == "av1") {
+    throw Error("dataset synth: --b-frames needs --codec h264 or hevc (AV1 has no B-frames)");
+  }
   if (o.codebase_version != "v2.1" && o.codebase_version != "v3.0") {
     throw Error(unknown_with_suggestion("codebase version", o.codebase_version, {"v2.1", "v3.0"}));
   }
@@ -242,6 +245,7 @@ void synthesize_dataset(const SynthOptions& o) {
   encode.codec = o.codec;
   encode.fps = fps;
   encode.gop = o.gop;
+  encode.b_frames = o.b_frames;
 
   std::vector<std::unique_ptr<video::VideoWriter>> shared_videos;  // v3.0, per camera
   if (o.codebase_version == "v3.0") shared_videos.resize(preset.cameras.size());

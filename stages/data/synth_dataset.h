@@ -45,6 +45,7 @@ struct SynthOptions {
   int fps = 0;  // 0: the preset's
   int gop = 2;  // LeRobot encodes with a keyframe every 2 frames
   std::string codec = "av1";
+  bool b_frames = false;  // h264 and hevc: B-frames, as libx264's and libx265's defaults have
   std::string codebase_version = "v2.1";  // or "v3.0": episodes share one data file and one mp4
   uint64_t seed = 0;
   int width = 0;  // > 0 with height: every camera at this size (fast tests)

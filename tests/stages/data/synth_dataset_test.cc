@@ -107,22 +107,33 @@ TEST_F(SynthDatasetTest, LiberoRoundTripsThroughTheReader) {
   }
 }
 
-// `--codec hevc` (libx265; LeRobot's encoder takes hevc too): the videos say so in info.json and
-// decode to one frame a row.
-TEST_F(SynthDatasetTest, HevcVideosDecodeToEveryFrame) {
+// `--codec hevc` (libx265; LeRobot's encoder takes hevc too) with `--b-frames` and one keyframe an
+// episode: the videos say hevc in info.json, decode to one frame a row, and a sparse read of the
+// first and last frames leaves out B-frames that are not references, giving the same frames.
+TEST_F(SynthDatasetTest, HevcVideosWithBFramesDecodeToEveryFrame) {
   SynthOptions options = small("libero");
   options.codec = "hevc";
+  options.gop = 12;
+  options.b_frames = true;
   synthesize_dataset(options);
   const auto ds = LeRobotDataset::open(out_);
   for (const auto& key : ds.info().video_keys()) {
     SCOPED_TRACE(key);
     EXPECT_EQ(ds.info().feature(key)->video_info["video.codec"], "hevc");
     video::VideoReader reader(ds.video_file(1, key));
-    video::DecodeStats stats;
-    const at::Tensor frames = reader.read_range(0, 11, ds.info().fps, stats);
+    video::DecodeStats full, sparse;
+    const at::Tensor frames = reader.read_range(0, 11, ds.info().fps, full);
     EXPECT_EQ(frames.sizes(), (std::vector<int64_t>{12, 64, 64, 3}));
-    EXPECT_EQ(stats.frames_decoded, 12);
+    EXPECT_EQ(full.frames_decoded, 12);
+    const at::Tensor ends = reader.read_frames({0, 11}, ds.info().fps, sparse);
+    EXPECT_TRUE(at::equal(ends[0], frames[0]));
+    EXPECT_TRUE(at::equal(ends[1], frames[11]));
+    EXPECT_GT(sparse.frames_skipped, 0);
+    EXPECT_EQ(sparse.frames_decoded + sparse.frames_skipped, 12);
   }
+  options.codec = "av1";
+  EXPECT_EQ(testing::error_of([&] { synthesize_dataset(options); }),
+            "dataset synth: --b-frames needs --codec h264 or hevc (AV1 has no B-frames)");
 }
 
 // `dataset synth` writes real LeRobot v2.1 parquet: hyparquet, an independent reader, sees every
