@@ -173,8 +173,9 @@ DatasetCommand::DatasetCommand(CLI::App& app) {
 
   synth_ = dataset_->add_subcommand(
       "synth",
-      "Write a synthetic LIBERO- or RoboTwin-shaped LeRobot dataset: parquet columns and AV1 "
-      "mp4s (moving shapes driven by the actions, every frame stamped with its index)");
+      "Write a synthetic LIBERO- or RoboTwin-shaped LeRobot dataset: parquet columns and mp4s "
+      "(AV1 unless --codec says otherwise; moving shapes driven by the actions, every frame "
+      "stamped with its index)");
   synth_->add_option("--preset", preset_, "Robot and cameras to imitate")
       ->required()
       ->check(CLI::IsMember({"libero", "robotwin"}));
