@@ -98,6 +98,36 @@ void quiet_codec_logs() {
   (void)quieted;
 }
 
+namespace {
+
+// The FFmpeg encoder of `codec`; an error naming the file for another codec.
+const char* encoder_of(const std::string& path, const std::string& codec) {
+  if (codec == "av1") return "libsvtav1";
+  if (codec == "h264") return "libx264";
+  if (codec == "hevc") return "libx265";
+  throw Error("cannot write video \"" + path + "\": unknown codec \"" + codec +
+              "\" (allowed: av1, h264, hevc)");
+}
+
+// The encoder's own settings. AV1 as LeRobot encodes: libsvtav1 at `crf`, the fastest preset.
+// H.264 and HEVC: no extra keyframes on scene cuts, so the spacing is exactly `gop`, and with
+// B-frames, B-frames always (b-adapt=0), so that pts order really differs from dts order.
+void set_encoder_options(AVCodecContext* codec, const EncodeOptions& options) {
+  av_opt_set(codec->priv_data, "crf", std::to_string(options.crf).c_str(), 0);
+  if (options.codec == "av1") {
+    av_opt_set(codec->priv_data, "preset", "12", 0);
+    return;
+  }
+  codec->max_b_frames = options.b_frames ? 2 : 0;
+  av_opt_set(codec->priv_data, "preset", "veryfast", 0);
+  std::string params = options.b_frames ? "scenecut=0:b-adapt=0" : "scenecut=0";
+  if (options.codec == "hevc") params += ":log-level=error";
+  av_opt_set(codec->priv_data, options.codec == "hevc" ? "x265-params" : "x264-params",
+             params.c_str(), 0);
+}
+
+}  // namespace
+
 VideoWriter::VideoWriter(const std::string& path, int width, int height,
                          const EncodeOptions& options)
     : impl_(std::make_unique<Impl>()) {
@@ -116,17 +146,7 @@ VideoWriter::VideoWriter(const std::string& path, int width, int height,
     throw Error("cannot write video \"" + path + "\": fps and gop must be positive, got fps " +
                 std::to_string(options.fps) + ", gop " + std::to_string(options.gop));
   }
-  const char* encoder_name = nullptr;
-  if (options.codec == "av1") {
-    encoder_name = "libsvtav1";
-  } else if (options.codec == "h264") {
-    encoder_name = "libx264";
-  } else if (options.codec == "hevc") {
-    encoder_name = "libx265";
-  } else {
-    throw Error("cannot write video \"" + path + "\": unknown codec \"" + options.codec +
-                "\" (allowed: av1, h264, hevc)");
-  }
+  const char* encoder_name = encoder_of(path, options.codec);
   if (options.full_chroma && options.codec != "h264") {
     throw Error("cannot write video \"" + path + "\": full_chroma (yuv444p) needs codec h264");
   }
@@ -156,29 +176,7 @@ VideoWriter::VideoWriter(const std::string& path, int width, int height,
   w.codec->keyint_min = options.gop;
   w.codec->flags |= AV_CODEC_FLAG_CLOSED_GOP;
   if (w.format->oformat->flags & AVFMT_GLOBALHEADER) w.codec->flags |= AV_CODEC_FLAG_GLOBAL_HEADER;
-  std::string crf = std::to_string(options.crf);
-  if (options.codec == "av1") {
-    // LeRobot's encoding: libsvtav1, crf 30, keyframe every `gop` frames, fastest preset.
-    av_opt_set(w.codec->priv_data, "crf", crf.c_str(), 0);
-    av_opt_set(w.codec->priv_data, "preset", "12", 0);
-  } else if (options.codec == "hevc") {
-    // As h264 below: keyframes exactly every `gop` frames, B-frames always where allowed.
-    w.codec->max_b_frames = options.b_frames ? 2 : 0;
-    av_opt_set(w.codec->priv_data, "crf", crf.c_str(), 0);
-    av_opt_set(w.codec->priv_data, "preset", "veryfast", 0);
-    av_opt_set(
-        w.codec->priv_data, "x265-params",
-        options.b_frames ? "scenecut=0:b-adapt=0:log-level=error" : "scenecut=0:log-level=error",
-        0);
-  } else {
-    w.codec->max_b_frames = options.b_frames ? 2 : 0;
-    av_opt_set(w.codec->priv_data, "crf", crf.c_str(), 0);
-    av_opt_set(w.codec->priv_data, "preset", "veryfast", 0);
-    // No extra keyframes on scene cuts: keyframe spacing is exactly `gop`. With B-frames, use them
-    // always (b-adapt=0), so that pts order really differs from dts order.
-    av_opt_set(w.codec->priv_data, "x264-params",
-               options.b_frames ? "scenecut=0:b-adapt=0" : "scenecut=0", 0);
-  }
+  set_encoder_options(w.codec.get(), options);
   rc = avcodec_open2(w.codec.get(), encoder, nullptr);
   if (rc < 0) w.fail("cannot open the " + std::string(encoder_name) + " encoder", rc);
 
