@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Packs what the GPU machine's image lacks from this Debian machine into .gpu-extra/, to carry
 # beside .gpu/ (see ../shared/device/README.md): the header-only CLI11, ISA-L (the cache's row
-# checksums), snappy and zstd (the Parquet codecs), and libxxhash (the row checksums of trees
-# before the CRC-32C store, which step-bench.sh builds beside this one), with pkg-config files
-# pointing into .gpu-extra; and the real LeRobot demo of ../shared/data, which does not travel with
+# checksums) and snappy and zstd (the Parquet codecs), with pkg-config files pointing into
+# .gpu-extra; and the real LeRobot demo of ../shared/data, which does not travel with
 # the checkout, so that the tests reading it (video decoding on NVDEC among them) run there too:
 # env.sh puts it back at ../shared/data beside the checkout when nothing is there.
 # On the GPU machine:
@@ -17,14 +16,14 @@ cp -a /usr/include/CLI .gpu-extra/usr/include/
 cp -a /usr/share/cmake/CLI11 .gpu-extra/usr/share/cmake/
 lib=.gpu-extra/usr/lib/x86_64-linux-gnu
 mkdir -p "$lib/pkgconfig"
-for pc in snappy libzstd libisal libxxhash; do
+for pc in snappy libzstd libisal; do
   sed 's#^prefix=.*#prefix=${pcfiledir}/../../..#; s#^libdir=.*#libdir=${prefix}/lib/x86_64-linux-gnu#' \
     "/usr/lib/x86_64-linux-gnu/pkgconfig/$pc.pc" >"$lib/pkgconfig/$pc.pc"
 done
 cp -a /usr/include/snappy*.h /usr/include/zstd*.h /usr/include/zdict.h /usr/include/isa-l* \
-  /usr/include/xxhash.h /usr/include/xxh3.h /usr/include/xxh_x86dispatch.h .gpu-extra/usr/include/
+  .gpu-extra/usr/include/
 cp -a /usr/lib/x86_64-linux-gnu/libsnappy.so* /usr/lib/x86_64-linux-gnu/libzstd.so* \
-  /usr/lib/x86_64-linux-gnu/libisal.so* /usr/lib/x86_64-linux-gnu/libxxhash.so* "$lib/"
+  /usr/lib/x86_64-linux-gnu/libisal.so* "$lib/"
 if [ -d ../shared/data/lerobot-gr00t-picknplace ]; then
   mkdir -p .gpu-extra/shared-data
   cp -a ../shared/data/lerobot-gr00t-picknplace .gpu-extra/shared-data/
