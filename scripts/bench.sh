@@ -12,12 +12,14 @@
 # gpu-data: on a CUDA machine with NVDEC, `wam-pipeline bench` of libero_compile and
 #         robotwin_compile (base preset) on H.264 datasets (the H200's NVDEC has no AV1), as shipped
 #         (decoding and Augment on the CPU) against NVDEC with the frames kept in GPU memory and
-#         Augment there, and against the CPU's decoding with Augment on the GPU: the data path's
+#         Augment there, against the CPU's decoding with Augment on the GPU, and against VideoDecode's
+#         cpu_first decoder (the CPU's, NVDEC and Augment on the GPU for the samples beyond
+#         cpu_decodes, $WAM_CPU_DECODES if set, else its default): the data path's
 #         samples/s beside the step's (30 steps after $WAM_GPU_DATA_WARMUP, default 60), then
 #         alone (`run --stop-after h2d`, $WAM_DATA_PATH_STEPS batches, default 120: over all of it
 #         and over its second half).
 #         $WAM_LADDER_TASKS picks the tasks; $WAM_GPU_DATA_ROUTES the routes by number (default
-#         "1 2 3", in the order above); with $WAM_GPU_DATA_BEFORE (another build's wam-pipeline,
+#         "1 2 3 4", in the order above); with $WAM_GPU_DATA_BEFORE (another build's wam-pipeline,
 #         run on this tree's pipelines) each route is benched with it first, then with this build;
 #         WAM_GPU_DATA_PROFILE=1 adds `--profile --profile-graph` (this build only): the kernels the
 #         whole graph runs beyond the device part alone, the data path's GPU work per step.
@@ -282,9 +284,9 @@ PY
       ;;
     gpu-data)
       base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
-      for route in ${WAM_GPU_DATA_ROUTES:-1 2 3}; do
-        [[ "$route" =~ ^[123]$ ]] || {
-          echo "bench.sh gpu-data: WAM_GPU_DATA_ROUTES holds \"$route\": routes are 1, 2 and 3" >&2
+      for route in ${WAM_GPU_DATA_ROUTES:-1 2 3 4}; do
+        [[ "$route" =~ ^[1234]$ ]] || {
+          echo "bench.sh gpu-data: WAM_GPU_DATA_ROUTES holds \"$route\": routes are 1 to 4" >&2
           exit 2
         }
       done
@@ -298,6 +300,7 @@ PY
         "as shipped|"
         "NVDEC, frames and Augment on the GPU|--set nodes.decode.params.decoder=nvdec --set nodes.decode.params.device_frames=true --set ${full_frames/,/ --set }"
         "CPU decoding, Augment on the GPU|--set nodes.augment.params.device=cuda --set ${full_frames/,/ --set }"
+        "CPU first, NVDEC and Augment on the GPU beyond|--set nodes.decode.params.decoder=cpu_first${WAM_CPU_DECODES:+ --set nodes.decode.params.cpu_decodes=$WAM_CPU_DECODES}"
       )
       for task in ${WAM_LADDER_TASKS:-libero robotwin}; do
         ladder_data "$bin" "$task" "${WAM_LADDER_FRAMES:-128}" h264
@@ -305,7 +308,7 @@ PY
         "$bin" compile "pipelines/${task}_compile.json" "${base[@]}" --steps 3 >/dev/null
         builds=("$bin")
         if [ -n "${WAM_GPU_DATA_BEFORE:-}" ]; then builds=("$WAM_GPU_DATA_BEFORE" "$bin"); fi
-        for route in ${WAM_GPU_DATA_ROUTES:-1 2 3}; do
+        for route in ${WAM_GPU_DATA_ROUTES:-1 2 3 4}; do
           IFS='|' read -r name extra <<<"${runs[route - 1]}"
           for binary in "${builds[@]}"; do
             echo "## ${task}_compile: $name ($binary)"
@@ -315,9 +318,15 @@ PY
             fi
             # Warm-up steps long enough for NVDEC's start-up (its decoders are made in the first
             # seconds: docs/BENCHMARKS.md, "NVDEC's decoders moved between files").
+            figures=$(mktemp)
             # shellcheck disable=SC2086  # extra holds several arguments
             "$binary" bench "pipelines/${task}_compile.json" "${base[@]}" $extra --steps 30 \
-              --warmup "${WAM_GPU_DATA_WARMUP:-60}" "${profile[@]}"
+              --warmup "${WAM_GPU_DATA_WARMUP:-60}" --json "$figures" "${profile[@]}"
+            python3 -c 'import json, sys
+nodes = {n["id"]: n for n in json.load(open(sys.argv[1])).get("graph_stats", {}).get("nodes", [])}
+decode = nodes.get("decode", {})
+print("  decode beside the step:", decode.get("out"), "samples,", decode.get("counters"))' "$figures"
+            rm -f "$figures"
             # The data path alone: the graph up to h2d, without the step to wait for.
             stats=$(mktemp)
             # shellcheck disable=SC2086

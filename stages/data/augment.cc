@@ -172,9 +172,12 @@ class AugmentStage final : public Stage, public CanvasRenderer {
     }
     use_one_torch_thread();
     const at::Tensor frames = sample.tensor("frames");
-    check_frames(frames);
+    // With planes_from_decode, host frames come with their planes; frames in GPU memory hold
+    // every frame (VideoDecode's cpu_first decoder gives the samples NVDEC decodes so).
+    const bool from_planes = params_.planes_from_decode && !frames.is_cuda();
+    check_frames(frames, from_planes);
     at::Tensor planes;
-    if (params_.planes_from_decode) {
+    if (from_planes) {
       planes = sample.tensor("frame_planes");
       check_planes(planes, frames);
     }
@@ -204,7 +207,7 @@ class AugmentStage final : public Stage, public CanvasRenderer {
       sample.set_tensor("memory_video_recent", std::move(images.memory_video_recent));
     }
     sample.erase("frames");
-    if (planes.defined()) sample.erase("frame_planes");
+    if (sample.has("frame_planes")) sample.erase("frame_planes");
     out.emit(std::move(sample));
   }
 
@@ -215,7 +218,7 @@ class AugmentStage final : public Stage, public CanvasRenderer {
   // the sync_vlm_* jitter touches.
   bool uses_random() const { return !params_.deterministic && (all_frames() || sync_vlm()); }
 
-  void check_frames(const at::Tensor& frames) const {
+  void check_frames(const at::Tensor& frames, bool from_planes) const {
     const bool layout_ok = frames.dim() == 5 && frames.scalar_type() == at::kByte &&
                            frames.size(4) == 3 && frames.size(0) >= 1;
     if (!layout_ok) {
@@ -223,13 +226,13 @@ class AugmentStage final : public Stage, public CanvasRenderer {
                        describe_tensor(frames));
     }
     const int64_t time = frames.size(1);
-    if (params_.planes_from_decode && time != 1) {
+    if (from_planes && time != 1) {
       throw FieldError("field frames has " + std::to_string(time) +
                        " frames per camera; with planes_from_decode it holds the current frame "
                        "only (VideoDecode's planes_size); got " +
                        describe_tensor(frames));
     }
-    if (all_frames() && !params_.planes_from_decode && time <= kWindowStart) {
+    if (all_frames() && !from_planes && time <= kWindowStart) {
       throw FieldError("field frames has " + std::to_string(time) +
                        " frames per camera; `frames: all` needs [anchor, recent, window...] "
                        "(at least 3; VideoDecode's planes_size leaves only the current frame "

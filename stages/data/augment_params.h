@@ -161,9 +161,10 @@ struct AugmentParams {
       "Take each camera's frames for the canvas from frame_planes (VideoDecode's planes_size, "
       "which must be camera_size: straight from the decoder at half size where the frames are "
       "twice it, within a level a pixel of halving here on average, on a quarter of the "
-      "decoder's conversion) and the VLM's current frame from frames, which then holds only it. "
-      "Needs frames all, device frames, and resize stretch unless the frames are twice "
-      "camera_size.");
+      "decoder's conversion) and the VLM's current frame from frames, which then holds only it; "
+      "a sample whose frames are in GPU memory (VideoDecode's cpu_first decoder spilled it to "
+      "NVDEC) holds every frame there and is augmented there. Needs frames all, device frames, "
+      "and resize stretch unless the frames are twice camera_size.");
   }
 
   // What the params alone can tell; the camera count of the samples is checked as they come.

@@ -5,7 +5,10 @@
 //
 // Samples are copied into batch buffers as they arrive, so their own tensors are released at once.
 // A tensor field's buffer is on the device of the first sample's tensor: fields Augment made on the
-// GPU are batched there, on the current stream, without a round trip through host memory.
+// GPU are batched there, on the current stream, without a round trip through host memory. Where a
+// batch mixes host and GPU samples (VideoDecode's cpu_first decoder spills samples to NVDEC, and
+// Augment augments those on the GPU), the field is batched on the GPU: the rows before the first
+// GPU sample move there, and later host samples are copied up.
 // Each field keeps a small pool of buffers that are reused only when nothing downstream still
 // references them: an emitted batch is never written again.
 //
@@ -215,6 +218,18 @@ class CollateStage final : public Stage {
     return out.str();
   }
 
+  static bool host_and_gpu(at::Device a, at::Device b) {
+    return (a.is_cpu() && b.is_cuda()) || (a.is_cuda() && b.is_cpu());
+  }
+
+  // A host column's buffer, its first `rows` rows filled, moved to `device`.
+  void move_to(Column& column, at::Device device, int64_t rows) {
+    at::Tensor moved = acquire(column.name, column.buffer.sizes().vec(), column.dtype, device);
+    moved.narrow(0, 0, rows).copy_(column.buffer.narrow(0, 0, rows));
+    column.buffer = moved;
+    column.device = device;
+  }
+
   void check_matches_first(const Sample& sample) const {
     const std::string& first_key = members_.front();
     const std::string where = " (batch " + std::to_string(batch_index_) + ")";
@@ -242,11 +257,11 @@ class CollateStage final : public Stage {
       }
       if (type != FieldType::kTensor) continue;
       const at::Tensor& tensor = sample.tensor(column.name);
-      if (tensor.device() != column.device) {
+      if (tensor.device() != column.device && !host_and_gpu(tensor.device(), column.device)) {
         throw Error("Collate: field " + quoted(column.name) + " is on " + tensor.device().str() +
                     " in sample " + quoted(sample.key()) + " but on " + column.device.str() +
                     " in sample " + quoted(first_key) + where +
-                    "; samples of a batch must have their tensors on one device");
+                    "; samples of a batch must have their tensors in host memory or on one GPU");
       }
       if (tensor.sizes() != at::IntArrayRef(column.sample_sizes) ||
           tensor.scalar_type() != column.dtype) {
@@ -262,9 +277,12 @@ class CollateStage final : public Stage {
     const int64_t row = static_cast<int64_t>(members_.size());
     for (Column& column : columns_) {
       switch (column.type) {
-        case FieldType::kTensor:
-          column.buffer.select(0, row).copy_(sample.tensor(column.name));
+        case FieldType::kTensor: {
+          const at::Tensor& tensor = sample.tensor(column.name);
+          if (column.device.is_cpu() && !tensor.is_cpu()) move_to(column, tensor.device(), row);
+          column.buffer.select(0, row).copy_(tensor);
           break;
+        }
         case FieldType::kInt:
           column.buffer.data_ptr<int64_t>()[row] = sample.get_int(column.name);
           break;

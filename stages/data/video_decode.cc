@@ -21,6 +21,11 @@
 // `auto` takes NVDEC where this machine has it, else the CPU, saying why in one line; it also
 // decodes on the CPU the streams this GPU's NVDEC cannot (the H200's has no AV1: docs/
 // BENCHMARKS.md, "NVDEC on the H200"), saying so once, where `nvdec` fails naming the file.
+// `cpu_first` decodes a sample on the CPU while fewer than `cpu_decodes` samples are decoding
+// there, and one that finds them all busy on NVDEC, its frames kept in GPU memory (all of them, no
+// frame_planes: Augment augments such a sample on the GPU). NVDEC's frames and Augment's kernels
+// share the GPU with the step and slow it (docs/BENCHMARKS.md, "The data path beside the step"), so
+// this spends GPU time on the data path only when the CPU falls behind.
 // `planes_size` [H, W] (with `frames: all`) writes every frame also as RGB planes of that size,
 // `frame_planes` (uint8 [V, T, 3, H, W]), the canvas's cameras for Augment's planes_from_decode:
 // converted straight from the decoder's 4:2:0 at that size (RoboTwin's 640x480 cameras at
@@ -36,7 +41,7 @@
 // picture predicts from, left undecoded), seeks, readers_opened (and passed_through with decode_if,
 // frame_cache_hits with frame_cache, anchor_cache_hits with anchor_cache, nvdec_readers_opened,
 // nvdec_overflow, nvdec_refused, decoders_moved (readers moved to another file with their
-// decoder) and frames_held_across_seeks on NVDEC).
+// decoder) and frames_held_across_seeks on NVDEC; nvdec_samples with cpu_first).
 // Example: {"id": "decode", "type": "VideoDecode", "inputs": ["sampler"],
 //           "params": {"mode": "sparse", "frames": "all", "cache_readers": 4}}
 #include <algorithm>
@@ -81,6 +86,7 @@ struct VideoDecodeParams {
   int64_t frame_cache = 0;
   std::string decoder = "cpu";
   int64_t nvdec_sessions = 64;
+  int64_t cpu_decodes = 0;
   bool device_frames = false;
   std::vector<int64_t> planes_size;
   int64_t anchor_cache = 0;
@@ -105,8 +111,15 @@ struct VideoDecodeParams {
       "copied back to host memory unless device_frames (refused at validate where the machine has "
       "none; a stream "
       "the GPU cannot decode is an error); auto: nvdec where the machine has it, else cpu, and "
-      "cpu for the streams the GPU cannot decode (counted as nvdec_refused).",
-      OneOf{"cpu", "nvdec", "auto"});
+      "cpu for the streams the GPU cannot decode (counted as nvdec_refused); cpu_first: cpu for "
+      "up to cpu_decodes samples at a time, nvdec with the frames kept in GPU memory for a sample "
+      "that finds them all busy (counted as nvdec_samples; Augment augments it on the GPU), cpu "
+      "alone where the machine has no NVDEC.",
+      OneOf{"cpu", "nvdec", "auto", "cpu_first"});
+    v("cpu_decodes", cpu_decodes,
+      "decoder cpu_first: samples decoding on the CPU at once before NVDEC takes the next (0: "
+      "the run's worker threads less two, at least one).",
+      Min{0});
     v("nvdec_sessions", nvdec_sessions,
       "NVDEC decoders open at once in the process (one per open reader); readers opened beyond "
       "them decode on the CPU, counted as nvdec_overflow.",
@@ -146,6 +159,16 @@ struct VideoDecodeParams {
       c.require(!device_frames, "planes_size",
                 "needs frames in host memory: set device_frames false (Augment on the GPU "
                 "resizes the device frames itself)");
+    }
+    if (decoder == "cpu_first") {
+      c.require(!device_frames, "device_frames",
+                "must be false with decoder \"cpu_first\", which keeps the frames of the samples "
+                "NVDEC decodes in GPU memory and the CPU's in host memory");
+      c.require(mode == DecodeMode::kSparse, "decoder",
+                "\"cpu_first\" needs mode \"sparse\" (the baseline's full decoding stays on the "
+                "CPU)");
+      c.require(frame_cache == 0, "decoder",
+                "\"cpu_first\" needs frame_cache 0: the frame cache holds host frames");
     }
     if (device_frames) {
       c.require(decoder != "cpu", "device_frames",
@@ -261,36 +284,87 @@ class VideoDecodeStage final : public Stage {
       wanted = {plan.anchor, plan.recent};
       wanted.insert(wanted.end(), plan.window.begin(), plan.window.end());
     }
+    const CpuSlot slot(spill_ ? &cpu_decoding_ : nullptr, cpu_decodes_);
+    const Route& route = slot.spilled() ? *spill_ : route_;
 
     // NVDEC's readers (their opening and closing too) and device frames work on the GPU beside the
     // step's graph capture (common/capture_gate.h); released before the sample goes on.
     std::shared_lock<CaptureGate::Mutex> gpu_work;
-    if (decoder_.decoder == video::Decoder::kNvdec || frames_device_.is_cuda()) {
+    if (route.decoder.decoder == video::Decoder::kNvdec || route.frames_device.is_cuda()) {
       gpu_work = capture_gate().gpu_work();
     }
     video::DecodeStats stats;
+    Decoded decoded = decode_cameras(files, plan, wanted, route, stats);
+    if (gpu_work.owns_lock()) gpu_work.unlock();
+    count(stats);
+    if (slot.spilled()) nvdec_samples_->add();
+    sample.set_tensor("frames", std::move(decoded.frames));
+    if (decoded.planes.defined()) sample.set_tensor("frame_planes", std::move(decoded.planes));
+    out.emit(std::move(sample));
+  }
+
+ private:
+  // Which decoder a sample takes and where its frames are made.
+  struct Route {
+    video::DecoderChoice decoder;
+    at::Device frames_device = at::kCPU;
+  };
+
+  // One of cpu_first's CPU decoding slots, held for a sample's decoding; spilled() when all
+  // `limit` were taken (the sample goes to NVDEC). No slots to take: never spilled.
+  class CpuSlot {
+   public:
+    CpuSlot(std::atomic<int64_t>* taken, int64_t limit) {
+      if (taken == nullptr) return;
+      if (taken->fetch_add(1) < limit) {
+        taken_ = taken;
+      } else {
+        taken->fetch_sub(1);
+        spilled_ = true;
+      }
+    }
+    ~CpuSlot() {
+      if (taken_) taken_->fetch_sub(1);
+    }
+    CpuSlot(const CpuSlot&) = delete;
+    CpuSlot& operator=(const CpuSlot&) = delete;
+    bool spilled() const { return spilled_; }
+
+   private:
+    std::atomic<int64_t>* taken_ = nullptr;
+    bool spilled_ = false;
+  };
+
+  struct Decoded {
+    at::Tensor frames, planes;  // planes: with planes_size and host frames
+  };
+
+  // Each camera's `wanted` frames of one sample, decoded as `route` says.
+  Decoded decode_cameras(const std::vector<std::string>& files, const FramePlan& plan,
+                         const std::vector<int64_t>& wanted, const Route& route,
+                         video::DecodeStats& stats) {
     // Each camera's reader is borrowed for its frames alone and given back before the next is
     // taken: with NVDEC's shared readers a thread then holds one hardware decoder, not one per
     // camera, and an idle one moves on to the next camera's file (video::SharedReaderPool).
-    std::shared_ptr<video::VideoReader> reader = borrow_reader(files.front(), stats);
+    std::shared_ptr<video::VideoReader> reader = borrow_reader(files.front(), route.decoder, stats);
     const int width = reader->width(), height = reader->height();
     std::call_once(claimed_, [&] {
       claim_memory(width, height, static_cast<int64_t>(files.size()),
                    static_cast<int64_t>(std::set<int64_t>(wanted.begin(), wanted.end()).size()));
     });
     const auto cameras = static_cast<int64_t>(files.size());
-    at::Tensor frames, planes;
-    if (!params_.planes_size.empty()) {
-      frames = at::empty({cameras, 1, height, width, 3}, at::kByte);
-      planes = at::empty({cameras, static_cast<int64_t>(wanted.size()), 3, params_.planes_size[0],
-                          params_.planes_size[1]},
-                         at::kByte);
+    Decoded out;
+    if (!params_.planes_size.empty() && !route.frames_device.is_cuda()) {
+      out.frames = at::empty({cameras, 1, height, width, 3}, at::kByte);
+      out.planes = at::empty({cameras, static_cast<int64_t>(wanted.size()), 3,
+                              params_.planes_size[0], params_.planes_size[1]},
+                             at::kByte);
     } else {
-      frames = at::empty({cameras, static_cast<int64_t>(wanted.size()), height, width, 3},
-                         at::TensorOptions().dtype(at::kByte).device(frames_device_));
+      out.frames = at::empty({cameras, static_cast<int64_t>(wanted.size()), height, width, 3},
+                             at::TensorOptions().dtype(at::kByte).device(route.frames_device));
     }
     for (size_t v = 0; v < files.size(); ++v) {
-      if (v > 0) reader = borrow_reader(files[v], stats);
+      if (v > 0) reader = borrow_reader(files[v], route.decoder, stats);
       if (reader->width() != width || reader->height() != height) {
         throw Error("cameras of one sample must share a frame size: \"" + files.front() + "\" is " +
                     std::to_string(width) + "x" + std::to_string(height) + " but \"" +
@@ -299,12 +373,12 @@ class VideoDecodeStage final : public Stage {
       }
       const std::vector<int64_t> indices = in_file(wanted, plan, v);
       const auto camera = static_cast<int64_t>(v);
-      at::Tensor out = frames[camera];
-      if (planes.defined()) {
+      at::Tensor frames = out.frames[camera];
+      if (out.planes.defined()) {
         // Every frame ([anchor, recent, window...]) as planes, the current one (window[0]) also
         // at full size.
         constexpr size_t kCurrent = 2;
-        at::Tensor current = out[0], camera_planes = planes[camera];
+        at::Tensor current = frames[0], camera_planes = out.planes[camera];
         if (anchors_.capacity() > 0) {
           read_planes_with_anchor(*reader, indices, plan.fps, camera_planes, kCurrent, current,
                                   stats);
@@ -312,15 +386,18 @@ class VideoDecodeStage final : public Stage {
           reader->read_planes(indices, plan.fps, camera_planes, kCurrent, current, stats);
         }
       } else if (params_.mode == DecodeMode::kSparse && params_.frame_cache > 0) {
-        read_through_cache(*reader, indices, plan.fps, out, stats);
+        read_through_cache(*reader, indices, plan.fps, frames, stats);
       } else if (params_.mode == DecodeMode::kSparse) {
-        reader->read_frames(indices, plan.fps, out, stats);
+        reader->read_frames(indices, plan.fps, frames, stats);
       } else {
-        decode_full(*reader, indices, plan.fps, out, stats);
+        decode_full(*reader, indices, plan.fps, frames, stats);
       }
       reader.reset();  // an NVDEC reader given back may close its decoder, GPU work too
     }
-    if (gpu_work.owns_lock()) gpu_work.unlock();
+    return out;
+  }
+
+  void count(const video::DecodeStats& stats) {
     frames_decoded_->add(stats.frames_decoded);
     frames_skipped_->add(stats.frames_skipped);
     seeks_->add(stats.seeks);
@@ -332,12 +409,8 @@ class VideoDecodeStage final : public Stage {
       frames_held_across_seeks_->add(stats.frames_held_across_seeks);
       decoders_moved_->add(stats.decoders_moved);
     }
-    sample.set_tensor("frames", std::move(frames));
-    if (planes.defined()) sample.set_tensor("frame_planes", std::move(planes));
-    out.emit(std::move(sample));
   }
 
- private:
   // The frames `wanted` of camera `camera` as indices in its file.
   static std::vector<int64_t> in_file(const std::vector<int64_t>& wanted, const FramePlan& plan,
                                       size_t camera) {
@@ -348,37 +421,53 @@ class VideoDecodeStage final : public Stage {
     return indices;
   }
 
-  // NVDEC for "nvdec", and for "auto" where the machine has it; the log says which and why.
+  // NVDEC for "nvdec", for "auto" where the machine has it, and for the samples cpu_first spills
+  // where the machine has it; the log says which and why.
   void choose_decoder(Context& context) {
-    decoder_ = {};
-    frames_device_ = at::kCPU;
+    route_ = {};
+    spill_.reset();
+    const int device = Params::nvdec_device();
+    const at::Device gpu(at::kCUDA, static_cast<c10::DeviceIndex>(device));
     if (params_.device_frames) {
-      frames_device_ = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(Params::nvdec_device()));
-      decoder_.device_frames = true;
-      decoder_.device = Params::nvdec_device();
+      route_.frames_device = gpu;
+      route_.decoder.device_frames = true;
+      route_.decoder.device = device;
     }
     if (params_.decoder == "cpu") return;
-    const int device = Params::nvdec_device();
     const std::string& problem = video::nvdec_problem(device);
     if (!problem.empty()) {
       // "nvdec" was refused at validate; the machine may have changed since.
       if (params_.decoder == "nvdec")
         throw Error("VideoDecode: cannot decode on NVDEC: " + problem);
-      context.log("VideoDecode: decoding on the CPU (decoder auto): " + problem);
+      context.log("VideoDecode: decoding on the CPU (decoder " + params_.decoder + "): " + problem);
       return;
     }
-    decoder_.decoder = video::Decoder::kNvdec;
-    decoder_.device = device;
-    decoder_.max_nvdec_sessions = params_.nvdec_sessions;
-    decoder_.cpu_fallback = params_.decoder == "auto";
+    video::DecoderChoice nvdec = route_.decoder;
+    nvdec.decoder = video::Decoder::kNvdec;
+    nvdec.device = device;
+    nvdec.max_nvdec_sessions = params_.nvdec_sessions;
+    nvdec.cpu_fallback = params_.decoder != "nvdec";
     nvdec_readers_opened_ = &context.counter("nvdec_readers_opened");
     nvdec_overflow_ = &context.counter("nvdec_overflow");
     nvdec_refused_ = &context.counter("nvdec_refused");
     frames_held_across_seeks_ = &context.counter("frames_held_across_seeks");
     decoders_moved_ = &context.counter("decoders_moved");
+    const std::string sessions = "at most " + std::to_string(params_.nvdec_sessions) + " sessions";
+    if (params_.decoder == "cpu_first") {
+      nvdec.device_frames = true;
+      spill_ = Route{nvdec, gpu};
+      cpu_decodes_ =
+          params_.cpu_decodes > 0 ? params_.cpu_decodes : std::max<int64_t>(1, worker_threads_ - 2);
+      nvdec_samples_ = &context.counter("nvdec_samples");
+      context.log("VideoDecode: decoding on the CPU, " + std::to_string(cpu_decodes_) +
+                  " samples at a time, and a sample beyond them on NVDEC, CUDA device " +
+                  std::to_string(device) + ", frames kept in GPU memory, " + sessions +
+                  " (decoder cpu_first)");
+      return;
+    }
+    route_.decoder = nvdec;
     context.log("VideoDecode: decoding on NVDEC, CUDA device " + std::to_string(device) +
-                " (decoder " + params_.decoder + "), at most " +
-                std::to_string(params_.nvdec_sessions) + " sessions" +
+                " (decoder " + params_.decoder + "), " + sessions +
                 (params_.device_frames ? ", frames kept in GPU memory" : ""));
   }
 
@@ -388,17 +477,19 @@ class VideoDecodeStage final : public Stage {
   // (video::SharedReaderPool), as many kept as the thread caches would keep together. A stream
   // NVDEC refused (decoder auto) is said once.
   std::shared_ptr<video::VideoReader> borrow_reader(const std::string& file,
+                                                    const video::DecoderChoice& decoder,
                                                     video::DecodeStats& stats) {
     const auto per_thread = static_cast<size_t>(reader_capacity_.load());
     std::shared_ptr<video::VideoReader> reader =
-        decoder_.decoder == video::Decoder::kNvdec
+        decoder.decoder == video::Decoder::kNvdec
             ? shared_readers_.acquire(file, per_thread * static_cast<size_t>(worker_threads_),
-                                      stats, decoder_)
-            : reader_caches_.local().acquire(file, per_thread, stats, decoder_);
+                                      stats, decoder)
+            : reader_caches_.local().acquire(file, per_thread, stats, decoder);
     if (const std::string& refusal = reader->nvdec_refusal(); !refusal.empty()) {
       std::call_once(nvdec_refusal_said_, [&] {
         context_->log("VideoDecode: \"" + file + "\": " + refusal +
-                      "; such streams decode on the CPU (decoder auto; counted in nvdec_refused)");
+                      "; such streams decode on the CPU (decoder " + params_.decoder +
+                      "; counted in nvdec_refused)");
       });
     }
     return reader;
@@ -550,8 +641,13 @@ class VideoDecodeStage final : public Stage {
   Counter* decoders_moved_ = nullptr;
   Context* context_ = nullptr;
   std::once_flag nvdec_refusal_said_;
-  video::DecoderChoice decoder_;
-  at::Device frames_device_ = at::kCPU;  // where `frames` is made: a GPU with device_frames
+  Route route_;  // frames_device: a GPU with device_frames
+  // cpu_first where the machine has NVDEC: the route of a sample that finds every one of the
+  // cpu_decodes_ CPU slots taken (cpu_decoding_ counts the taken ones).
+  std::optional<Route> spill_;
+  int64_t cpu_decodes_ = 0;
+  std::atomic<int64_t> cpu_decoding_{0};
+  Counter* nvdec_samples_ = nullptr;
   HostMemoryBudget* budget_ = nullptr;
   std::once_flag claimed_;
   std::atomic<int64_t> reader_capacity_{0}, frame_capacity_{0};  // per thread, after the budget

@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <torch/cuda.h>
+
 #include "testing/expect_error.h"
 #include "testing/stage_harness.h"
 #include "wam/tensor.h"
@@ -123,7 +125,30 @@ TEST(CollateTest, DeviceMismatchNamesFieldBothSamplesAndBothDevices) {
   inputs[2].set_tensor("action", torch::zeros({2, 3}, torch::TensorOptions().device(at::kMeta)));
   EXPECT_EQ(collate_error(inputs),
             "Collate: field \"action\" is on meta in sample \"sample:2\" but on cpu in sample "
-            "\"sample:0\" (batch 0); samples of a batch must have their tensors on one device");
+            "\"sample:0\" (batch 0); samples of a batch must have their tensors in host memory or "
+            "on one GPU");
+}
+
+// VideoDecode's cpu_first decoder mixes host and GPU samples in a batch: the field is batched on
+// the GPU whichever comes first, each row the sample's values.
+TEST(CollateTest, HostAndGpuSamplesAreBatchedOnTheGpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto inputs = numbered_samples(6);
+  for (int64_t i : {1, 3, 4}) {
+    inputs[static_cast<size_t>(i)].set_tensor(
+        "action", torch::full({2, 3}, static_cast<float>(i), torch::Device(torch::kCUDA, 0)));
+  }
+  const auto batches = run_stage("Collate", R"({"batch_size": 3})", inputs);
+  ASSERT_EQ(batches.size(), 2u);
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const at::Tensor& action = batches[b].tensor("action");
+    ASSERT_TRUE(action.is_cuda()) << "batch " << b;
+    for (int64_t row = 0; row < 3; ++row) {
+      const auto i = static_cast<float>(static_cast<int64_t>(b) * 3 + row);
+      EXPECT_TRUE(torch::equal(action[row].cpu(), torch::full({2, 3}, i))) << b << " " << row;
+    }
+    EXPECT_TRUE(batches[b].tensor("sample_id").is_cpu());
+  }
 }
 
 TEST(CollateTest, ShapeMismatchNamesFieldBothSamplesAndBothShapes) {

@@ -235,6 +235,48 @@ TEST_F(DataPipeline, OnTheGpuDeviceFramesAndAugmentGiveTheCpusBatches) {
   EXPECT_EQ(decode.out + decode.skips, decode.in);
 }
 
+// On a GPU with NVDEC, decoder cpu_first with one CPU slot and eight threads: the samples that
+// find the slot taken decode on NVDEC and are augmented on the GPU, the others as the shipped
+// graph does on the CPU, and every batch is on the GPU within a level of the CPU's (deterministic
+// augment, as above).
+TEST_F(DataPipeline, CpuFirstSpillsToNvdecAndGivesTheCpusBatchesWithinALevel) {
+  if (const std::string& problem = video::nvdec_problem(0); !problem.empty()) {
+    GTEST_SKIP() << "no NVDEC here: " << problem;
+  }
+  const std::vector<std::string> deterministic = {"nodes.augment.params.deterministic=true",
+                                                  "settings.threads=8"};
+  std::vector<std::string> cpu_first = deterministic;
+  cpu_first.push_back("nodes.decode.params.decoder=cpu_first");
+  cpu_first.push_back("nodes.decode.params.cpu_decodes=1");
+  Run cpu = run("robotwin_data_online.json", deterministic);
+  Run mixed = run("robotwin_data_online.json", cpu_first);
+  ASSERT_FALSE(cpu.result.error) << cpu.result.error->what();
+  ASSERT_FALSE(mixed.result.error) << mixed.result.error->what();
+  const NodeStats& decode = mixed.result.stats.nodes[1];
+  ASSERT_EQ(decode.id, "decode");
+  int64_t spilled = -1;
+  for (const auto& [name, value] : decode.counters) {
+    if (name == "nvdec_samples") spilled = value;
+  }
+  std::cout << spilled << " of " << decode.out << " samples decoded on NVDEC\n";
+  EXPECT_GT(spilled, 0);
+  EXPECT_LT(spilled, decode.out);
+  ASSERT_EQ(mixed.batches.size(), cpu.batches.size());
+  for (size_t i = 0; i < mixed.batches.size(); ++i) {
+    EXPECT_EQ(mixed.batches[i].get_json("sample_keys"), cpu.batches[i].get_json("sample_keys"));
+    for (const char* field :
+         {"video", "memory_video_anchor", "memory_video_recent", "vlm_current_images"}) {
+      const at::Tensor& got = mixed.batches[i].tensor(field);
+      const at::Tensor& want = cpu.batches[i].tensor(field);
+      ASSERT_EQ(got.sizes(), want.sizes()) << field;
+      const double scale = want.scalar_type() == at::kByte ? 1.0 : 127.5;
+      const double mean =
+          (got.cpu().to(at::kFloat) - want.to(at::kFloat)).abs().mean().item<double>() * scale;
+      EXPECT_LE(mean, 1.0) << "batch " << i << " field " << field;
+    }
+  }
+}
+
 // LeRobot v3.0 keeps every episode of a camera in one mp4: the sampler plans frames inside the
 // episode and VideoDecode shifts them by the episode's start in the file. Each synthetic frame
 // carries its index in the file, so the decoded stamps must be that start plus the planned index.

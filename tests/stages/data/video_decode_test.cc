@@ -315,6 +315,44 @@ TEST_F(VideoDecodeTest, NvdecIsRefusedAtValidateAndAutoDecodesOnTheCpuWhereThere
   EXPECT_FALSE(automatic.has_counter("nvdec_readers_opened"));
 }
 
+// decoder cpu_first (data/video_decode.cc): what it cannot combine with is refused at validate;
+// without NVDEC it decodes every sample on the CPU, saying why once.
+TEST_F(VideoDecodeTest, CpuFirstRefusesWhatItCannotTakeAndDecodesOnTheCpuWhereThereIsNoNvdec) {
+  const auto refusal = [](const json& params) {
+    return testing::error_of([&] { testing::SteppedStage stage("VideoDecode", params.dump()); });
+  };
+  const std::string with_device_frames =
+      refusal({{"decoder", "cpu_first"}, {"device_frames", true}});
+  EXPECT_NE(with_device_frames.find(
+                "<test>:/params/device_frames [VideoDecode]: must be false with decoder "
+                "\"cpu_first\", which keeps the frames of the samples NVDEC decodes in GPU memory "
+                "and the CPU's in host memory"),
+            std::string::npos)
+      << with_device_frames;
+  EXPECT_EQ(refusal({{"decoder", "cpu_first"}, {"mode", "full"}}),
+            "<test>:/params/decoder [VideoDecode]: \"cpu_first\" needs mode \"sparse\" (the "
+            "baseline's full decoding stays on the CPU)");
+  EXPECT_EQ(refusal({{"decoder", "cpu_first"}, {"frame_cache", 33}}),
+            "<test>:/params/decoder [VideoDecode]: \"cpu_first\" needs frame_cache 0: the frame "
+            "cache holds host frames");
+  EXPECT_EQ(refusal({{"decoder", "cpu_first"}, {"cpu_decodes", -1}}),
+            "<test>:/params/cpu_decodes [VideoDecode]: must be >= 0, got -1");
+
+  const std::string& problem = video::nvdec_problem(0);
+  if (problem.empty()) GTEST_SKIP() << "this machine decodes on NVDEC";
+  testing::SteppedStage cpu_first("VideoDecode",
+                                  R"({"decoder": "cpu_first", "planes_size": [32, 48]})");
+  EXPECT_EQ(cpu_first.log(),
+            (std::vector<std::string>{
+                "[test] VideoDecode: decoding on the CPU (decoder cpu_first): " + problem}));
+  const Sample decoded = cpu_first.process_one(make_sample({av1_, h264_}, kPlan));
+  const auto cpu = testing::run_stage("VideoDecode", R"({"planes_size": [32, 48]})",
+                                      {make_sample({av1_, h264_}, kPlan)});
+  EXPECT_TRUE(at::equal(decoded.tensor("frames"), cpu[0].tensor("frames")));
+  EXPECT_TRUE(at::equal(decoded.tensor("frame_planes"), cpu[0].tensor("frame_planes")));
+  EXPECT_FALSE(cpu_first.has_counter("nvdec_samples"));
+}
+
 TEST_F(VideoDecodeTest, NvdecFramesEqualTheCpusWithinALevelInBothModes) {
   if (const std::string& problem = video::nvdec_problem(0); !problem.empty()) {
     GTEST_SKIP() << "no NVDEC here: " << problem;
