@@ -21,36 +21,38 @@
 // `auto` takes NVDEC where this machine has it, else the CPU, saying why in one line; it also
 // decodes on the CPU the streams this GPU's NVDEC cannot (the H200's has no AV1: docs/
 // BENCHMARKS.md, "NVDEC on the H200"), saying so once, where `nvdec` fails naming the file.
-// `cpu_first` decodes a sample on the CPU while fewer than `cpu_decodes` samples are decoding
-// there, and one that finds them all busy on NVDEC, its frames kept in GPU memory (all of them, no
-// frame_planes: Augment augments such a sample on the GPU). NVDEC's frames and Augment's kernels
-// share the GPU with the step and slow it (docs/BENCHMARKS.md, "The data path beside the step"), so
-// this spends GPU time on the data path only when the CPU falls behind.
-// `planes_size` [H, W] (with `frames: all`) writes every frame also as RGB planes of that size,
-// `frame_planes` (uint8 [V, T, 3, H, W]), the canvas's cameras for Augment's planes_from_decode:
-// converted straight from the decoder's 4:2:0 at that size (RoboTwin's 640x480 cameras at
-// 240x320: a quarter of the conversion, and a quarter of the bytes on to Augment; LIBERO's 512x512
-// at 192x256: a fifth), within a level of Augment's own stretch of the RGB frames. `frames` then
-// holds only the current frame (window[0], T = 1), at full size for the VLM (docs/BENCHMARKS.md,
-// "CPU data path per core" and "LIBERO's frames resized before their colour conversion", issue 24).
-// `anchor_cache` (with planes_size) keeps the planes of that many anchors, shared by the workers:
-// the anchor is the episode's first frame in every sample of the episode, so each sample would
-// otherwise decode it after a seek of its own (about a tenth of LIBERO's decoding:
-// docs/BENCHMARKS.md, "The episodes' anchors kept", issue 24).
-// Counters: frames_decoded, frames_skipped (H.264 pictures no wanted frame needs and no other
-// picture predicts from, left undecoded), seeks, readers_opened (and passed_through with decode_if,
-// frame_cache_hits with frame_cache, anchor_cache_hits with anchor_cache, nvdec_readers_opened,
-// nvdec_overflow, nvdec_refused, decoders_moved (readers moved to another file with their
-// decoder) and frames_held_across_seeks on NVDEC; nvdec_samples with cpu_first).
-// Example: {"id": "decode", "type": "VideoDecode", "inputs": ["sampler"],
+// `cpu_first` decodes a sample on the CPU unless `cpu_decodes` samples are decoding there and have
+// been for most of the last `spill_after_s`; then on NVDEC, its frames kept in GPU memory (all of
+// them, no frame_planes: Augment augments such a sample on the GPU). NVDEC's frames and Augment's
+// kernels share the GPU with the step and slow it (docs/BENCHMARKS.md, "The data path beside the
+// step"), so this spends GPU time on the data path only when the CPU falls behind. `planes_size`
+// [H, W] (with `frames: all`) writes every frame also as RGB planes of that size, `frame_planes`
+// (uint8 [V, T, 3, H, W]), the canvas's cameras for Augment's planes_from_decode: converted
+// straight from the decoder's 4:2:0 at that size (RoboTwin's 640x480 cameras at 240x320: a quarter
+// of the conversion, and a quarter of the bytes on to Augment; LIBERO's 512x512 at 192x256: a
+// fifth), within a level of Augment's own stretch of the RGB frames. `frames` then holds only the
+// current frame (window[0], T = 1), at full size for the VLM (docs/BENCHMARKS.md, "CPU data path
+// per core" and "LIBERO's frames resized before their colour conversion", issue 24). `anchor_cache`
+// (with planes_size) keeps the planes of that many anchors, shared by the workers: the anchor is
+// the episode's first frame in every sample of the episode, so each sample would otherwise decode
+// it after a seek of its own (about a tenth of LIBERO's decoding: docs/BENCHMARKS.md, "The
+// episodes' anchors kept", issue 24). Counters: frames_decoded, frames_skipped (H.264 pictures no
+// wanted frame needs and no other picture predicts from, left undecoded), seeks, readers_opened
+// (and passed_through with decode_if, frame_cache_hits with frame_cache, anchor_cache_hits with
+// anchor_cache, nvdec_readers_opened, nvdec_overflow, nvdec_refused, decoders_moved (readers moved
+// to another file with their decoder) and frames_held_across_seeks on NVDEC; nvdec_samples with
+// cpu_first). Example: {"id": "decode", "type": "VideoDecode", "inputs": ["sampler"],
 //           "params": {"mode": "sparse", "frames": "all", "cache_readers": 4}}
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <shared_mutex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -87,6 +89,7 @@ struct VideoDecodeParams {
   std::string decoder = "cpu";
   int64_t nvdec_sessions = 64;
   int64_t cpu_decodes = 0;
+  double spill_after_s = 0.5;
   bool device_frames = false;
   std::vector<int64_t> planes_size;
   int64_t anchor_cache = 0;
@@ -111,15 +114,21 @@ struct VideoDecodeParams {
       "copied back to host memory unless device_frames (refused at validate where the machine has "
       "none; a stream "
       "the GPU cannot decode is an error); auto: nvdec where the machine has it, else cpu, and "
-      "cpu for the streams the GPU cannot decode (counted as nvdec_refused); cpu_first: cpu for "
-      "up to cpu_decodes samples at a time, nvdec with the frames kept in GPU memory for a sample "
-      "that finds them all busy (counted as nvdec_samples; Augment augments it on the GPU), cpu "
-      "alone where the machine has no NVDEC.",
+      "cpu for the streams the GPU cannot decode (counted as nvdec_refused); cpu_first: cpu, and "
+      "nvdec with the frames kept in GPU memory for the samples that find the CPU staying busy "
+      "(cpu_decodes, spill_after_s; counted as nvdec_samples; Augment augments them on the GPU), "
+      "cpu alone where the machine has no NVDEC.",
       OneOf{"cpu", "nvdec", "auto", "cpu_first"});
     v("cpu_decodes", cpu_decodes,
-      "decoder cpu_first: samples decoding on the CPU at once before NVDEC takes the next (0: "
-      "the run's worker threads less two, at least one).",
+      "decoder cpu_first: the samples decoding on the CPU at once that count as the CPU being "
+      "busy (0: half the run's worker threads, at least one).",
       Min{0});
+    v("spill_after_s", spill_after_s,
+      "decoder cpu_first: how long the CPU must stay busy before samples go to NVDEC: the time "
+      "constant, in seconds, of the moving average of the time at least cpu_decodes samples were "
+      "decoding on the CPU; a sample that finds them so goes to NVDEC while that average is 3/4 "
+      "or more (0: at once). Bursts shorter than it stay on the CPU.",
+      Min{0.0});
     v("nvdec_sessions", nvdec_sessions,
       "NVDEC decoders open at once in the process (one per open reader); readers opened beyond "
       "them decode on the CPU, counted as nvdec_overflow.",
@@ -284,7 +293,7 @@ class VideoDecodeStage final : public Stage {
       wanted = {plan.anchor, plan.recent};
       wanted.insert(wanted.end(), plan.window.begin(), plan.window.end());
     }
-    const CpuSlot slot(spill_ ? &cpu_decoding_ : nullptr, cpu_decodes_);
+    const CpuSlot slot(spill_ ? &cpu_slots_ : nullptr);
     const Route& route = slot.spilled() ? *spill_ : route_;
 
     // NVDEC's readers (their opening and closing too) and device frames work on the GPU beside the
@@ -310,29 +319,68 @@ class VideoDecodeStage final : public Stage {
     at::Device frames_device = at::kCPU;
   };
 
-  // One of cpu_first's CPU decoding slots, held for a sample's decoding; spilled() when all
-  // `limit` were taken (the sample goes to NVDEC). No slots to take: never spilled.
+  // cpu_first's CPU decoding slots. A sample decodes on the CPU unless every slot is taken and
+  // they have been for most of the last moments (a moving average of the time all were taken,
+  // time constant spill_after_s, at least kSaturatedShare): a burst, as when the step frees a
+  // batch's worth of samples at once, stays on the CPU, taking slots beyond the limit, and only a
+  // CPU that stays saturated, one that falls behind its consumer, sends samples to NVDEC.
+  class CpuSlots {
+   public:
+    void reset(int64_t limit, double window_seconds) {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      limit_ = limit;
+      window_seconds_ = window_seconds;
+      taken_ = 0;
+      saturated_share_ = 0;
+      since_ = Clock::now();
+    }
+    // Whether this sample goes to NVDEC; if not, it holds a slot until release().
+    bool spill() {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      advance();
+      if (taken_ >= limit_ && saturated_share_ >= kSaturatedShare) return true;
+      ++taken_;
+      return false;
+    }
+    void release() {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      advance();
+      --taken_;
+    }
+
+   private:
+    using Clock = std::chrono::steady_clock;
+    static constexpr double kSaturatedShare = 0.75;
+    void advance() {
+      const Clock::time_point now = Clock::now();
+      const double elapsed = std::chrono::duration<double>(now - since_).count();
+      const double decay = window_seconds_ > 0 ? std::exp(-elapsed / window_seconds_) : 0.0;
+      saturated_share_ = saturated_share_ * decay + (taken_ >= limit_ ? 1 - decay : 0);
+      since_ = now;
+    }
+    std::mutex mutex_;
+    int64_t limit_ = 1, taken_ = 0;
+    double window_seconds_ = 0, saturated_share_ = 0;
+    Clock::time_point since_ = Clock::now();
+  };
+
+  // A sample's claim on cpu_first's slots: a slot held for its decoding, or spilled() to NVDEC.
+  // No slots: never spilled.
   class CpuSlot {
    public:
-    CpuSlot(std::atomic<int64_t>* taken, int64_t limit) {
-      if (taken == nullptr) return;
-      if (taken->fetch_add(1) < limit) {
-        taken_ = taken;
-      } else {
-        taken->fetch_sub(1);
-        spilled_ = true;
-      }
+    explicit CpuSlot(CpuSlots* slots) : spilled_(slots && slots->spill()) {
+      if (!spilled_) slots_ = slots;
     }
     ~CpuSlot() {
-      if (taken_) taken_->fetch_sub(1);
+      if (slots_) slots_->release();
     }
     CpuSlot(const CpuSlot&) = delete;
     CpuSlot& operator=(const CpuSlot&) = delete;
     bool spilled() const { return spilled_; }
 
    private:
-    std::atomic<int64_t>* taken_ = nullptr;
-    bool spilled_ = false;
+    bool spilled_;
+    CpuSlots* slots_ = nullptr;
   };
 
   struct Decoded {
@@ -456,13 +504,17 @@ class VideoDecodeStage final : public Stage {
     if (params_.decoder == "cpu_first") {
       nvdec.device_frames = true;
       spill_ = Route{nvdec, gpu};
-      cpu_decodes_ =
-          params_.cpu_decodes > 0 ? params_.cpu_decodes : std::max<int64_t>(1, worker_threads_ - 2);
+      const int64_t slots =
+          params_.cpu_decodes > 0 ? params_.cpu_decodes : std::max<int64_t>(1, worker_threads_ / 2);
+      cpu_slots_.reset(slots, params_.spill_after_s);
       nvdec_samples_ = &context.counter("nvdec_samples");
-      context.log("VideoDecode: decoding on the CPU, " + std::to_string(cpu_decodes_) +
-                  " samples at a time, and a sample beyond them on NVDEC, CUDA device " +
-                  std::to_string(device) + ", frames kept in GPU memory, " + sessions +
-                  " (decoder cpu_first)");
+      std::ostringstream window;
+      window << params_.spill_after_s << " s";
+      context.log("VideoDecode: decoding on the CPU, and on NVDEC (CUDA device " +
+                  std::to_string(device) + ", frames kept in GPU memory, " + sessions + ") while " +
+                  std::to_string(slots) +
+                  " samples or more have been decoding on the CPU for most of the last " +
+                  window.str() + " (decoder cpu_first)");
       return;
     }
     route_.decoder = nvdec;
@@ -643,10 +695,9 @@ class VideoDecodeStage final : public Stage {
   std::once_flag nvdec_refusal_said_;
   Route route_;  // frames_device: a GPU with device_frames
   // cpu_first where the machine has NVDEC: the route of a sample that finds every one of the
-  // cpu_decodes_ CPU slots taken (cpu_decoding_ counts the taken ones).
+  // CPU slots saturated.
   std::optional<Route> spill_;
-  int64_t cpu_decodes_ = 0;
-  std::atomic<int64_t> cpu_decoding_{0};
+  CpuSlots cpu_slots_;
   Counter* nvdec_samples_ = nullptr;
   HostMemoryBudget* budget_ = nullptr;
   std::once_flag claimed_;

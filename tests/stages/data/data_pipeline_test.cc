@@ -235,10 +235,10 @@ TEST_F(DataPipeline, OnTheGpuDeviceFramesAndAugmentGiveTheCpusBatches) {
   EXPECT_EQ(decode.out + decode.skips, decode.in);
 }
 
-// On a GPU with NVDEC, decoder cpu_first with one CPU slot and eight threads: the samples that
-// find the slot taken decode on NVDEC and are augmented on the GPU, the others as the shipped
-// graph does on the CPU, and every batch is on the GPU within a level of the CPU's (deterministic
-// augment, as above).
+// On a GPU with NVDEC, decoder cpu_first with one CPU slot, spilling at once, and eight threads:
+// the samples that find the slot taken decode on NVDEC and are augmented on the GPU, the others as
+// the shipped graph does on the CPU, and every batch is on the GPU within a level of the CPU's
+// (deterministic augment, as above).
 TEST_F(DataPipeline, CpuFirstSpillsToNvdecAndGivesTheCpusBatchesWithinALevel) {
   if (const std::string& problem = video::nvdec_problem(0); !problem.empty()) {
     GTEST_SKIP() << "no NVDEC here: " << problem;
@@ -248,6 +248,7 @@ TEST_F(DataPipeline, CpuFirstSpillsToNvdecAndGivesTheCpusBatchesWithinALevel) {
   std::vector<std::string> cpu_first = deterministic;
   cpu_first.push_back("nodes.decode.params.decoder=cpu_first");
   cpu_first.push_back("nodes.decode.params.cpu_decodes=1");
+  cpu_first.push_back("nodes.decode.params.spill_after_s=0");
   Run cpu = run("robotwin_data_online.json", deterministic);
   Run mixed = run("robotwin_data_online.json", cpu_first);
   ASSERT_FALSE(cpu.result.error) << cpu.result.error->what();
