@@ -71,6 +71,30 @@ class DataPipeline : public ::testing::Test {
     }
   }
 
+  // The images of batches made on the GPU (`gpu`; with `mixed`, batches of host samples alone may
+  // stay in host memory) within a level of the CPU's on average, the other fields equal, the same
+  // samples in each batch.
+  static void expect_gpu_batches_within_a_level(const Run& gpu, const Run& cpu,
+                                                bool mixed = false) {
+    ASSERT_EQ(gpu.batches.size(), cpu.batches.size());
+    for (size_t i = 0; i < gpu.batches.size(); ++i) {
+      EXPECT_EQ(gpu.batches[i].get_json("sample_keys"), cpu.batches[i].get_json("sample_keys"));
+      for (const char* field :
+           {"video", "memory_video_anchor", "memory_video_recent", "vlm_current_images"}) {
+        const at::Tensor& got = gpu.batches[i].tensor(field);
+        const at::Tensor& want = cpu.batches[i].tensor(field);
+        ASSERT_TRUE(got.is_cuda() || mixed) << field;
+        ASSERT_EQ(got.sizes(), want.sizes()) << field;
+        ASSERT_EQ(got.scalar_type(), want.scalar_type()) << field;
+        const double scale = want.scalar_type() == at::kByte ? 1.0 : 127.5;
+        const double mean =
+            (got.cpu().to(at::kFloat) - want.to(at::kFloat)).abs().mean().item<double>() * scale;
+        EXPECT_LE(mean, 1.0) << "batch " << i << " field " << field;
+      }
+      EXPECT_TRUE(torch::equal(gpu.batches[i].tensor("action"), cpu.batches[i].tensor("action")));
+    }
+  }
+
   // Copies the dataset to `root` with episode 1's left wrist video cut in half; returns its path.
   static std::string copy_with_a_truncated_video(const std::string& root) {
     fs::copy(dataset_->file("robotwin"), root, fs::copy_options::recursive);
@@ -201,23 +225,7 @@ TEST_F(DataPipeline, OnTheGpuDeviceFramesAndAugmentGiveTheCpusBatches) {
   Run gpu = run("robotwin_data_online.json", with(on_gpu, deterministic));
   ASSERT_FALSE(cpu.result.error) << cpu.result.error->what();
   ASSERT_FALSE(gpu.result.error) << gpu.result.error->what();
-  ASSERT_EQ(gpu.batches.size(), cpu.batches.size());
-  for (size_t i = 0; i < gpu.batches.size(); ++i) {
-    EXPECT_EQ(gpu.batches[i].get_json("sample_keys"), cpu.batches[i].get_json("sample_keys"));
-    for (const char* field :
-         {"video", "memory_video_anchor", "memory_video_recent", "vlm_current_images"}) {
-      const at::Tensor& got = gpu.batches[i].tensor(field);
-      const at::Tensor& want = cpu.batches[i].tensor(field);
-      ASSERT_TRUE(got.is_cuda()) << field;
-      ASSERT_EQ(got.sizes(), want.sizes()) << field;
-      ASSERT_EQ(got.scalar_type(), want.scalar_type()) << field;
-      const double scale = want.scalar_type() == at::kByte ? 1.0 : 127.5;
-      const double mean =
-          (got.cpu().to(at::kFloat) - want.to(at::kFloat)).abs().mean().item<double>() * scale;
-      EXPECT_LE(mean, 1.0) << "batch " << i << " field " << field;
-    }
-    EXPECT_TRUE(torch::equal(gpu.batches[i].tensor("action"), cpu.batches[i].tensor("action")));
-  }
+  expect_gpu_batches_within_a_level(gpu, cpu);
 
   Run serial = run("robotwin_data_online.json", with(on_gpu, {"settings.threads=1"}));
   Run parallel = run("robotwin_data_online.json", with(on_gpu, {"settings.threads=4"}));
@@ -262,20 +270,7 @@ TEST_F(DataPipeline, CpuFirstSpillsToNvdecAndGivesTheCpusBatchesWithinALevel) {
   std::cout << spilled << " of " << decode.out << " samples decoded on NVDEC\n";
   EXPECT_GT(spilled, 0);
   EXPECT_LT(spilled, decode.out);
-  ASSERT_EQ(mixed.batches.size(), cpu.batches.size());
-  for (size_t i = 0; i < mixed.batches.size(); ++i) {
-    EXPECT_EQ(mixed.batches[i].get_json("sample_keys"), cpu.batches[i].get_json("sample_keys"));
-    for (const char* field :
-         {"video", "memory_video_anchor", "memory_video_recent", "vlm_current_images"}) {
-      const at::Tensor& got = mixed.batches[i].tensor(field);
-      const at::Tensor& want = cpu.batches[i].tensor(field);
-      ASSERT_EQ(got.sizes(), want.sizes()) << field;
-      const double scale = want.scalar_type() == at::kByte ? 1.0 : 127.5;
-      const double mean =
-          (got.cpu().to(at::kFloat) - want.to(at::kFloat)).abs().mean().item<double>() * scale;
-      EXPECT_LE(mean, 1.0) << "batch " << i << " field " << field;
-    }
-  }
+  expect_gpu_batches_within_a_level(mixed, cpu, /*mixed=*/true);
 }
 
 // LeRobot v3.0 keeps every episode of a camera in one mp4: the sampler plans frames inside the
