@@ -187,8 +187,13 @@ struct VideoDecodeParams {
                 "needs a CUDA device, and this LibTorch (" TORCH_VERSION
                 ") sees none; set it to false");
     }
-    if (decoder != "nvdec") return;
-    if (const std::string& problem = video::nvdec_problem(nvdec_device()); !problem.empty()) {
+    if (decoder == "cpu") return;
+    // NVDEC's device is made here, before any stage opens, for auto and cpu_first too: FFmpeg sets
+    // the flags of the GPU's primary context when it makes it, and refuses one that LibTorch has
+    // already made with others ("Operation not supported"; docs/BENCHMARKS.md, "cpu_first: the
+    // CPU first, NVDEC beyond it").
+    const std::string& problem = video::nvdec_problem(nvdec_device());
+    if (decoder == "nvdec" && !problem.empty()) {
       c.error("decoder",
               "\"nvdec\" needs NVIDIA's hardware decoder, and this machine has none: " + problem +
                   "; decode with \"cpu\", or \"auto\" to use it where present");
