@@ -45,8 +45,6 @@
 //           "params": {"mode": "sparse", "frames": "all", "cache_readers": 4}}
 #include <algorithm>
 #include <atomic>
-#include <chrono>
-#include <cmath>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -64,6 +62,7 @@
 #include "common/distributed.h"
 #include "common/lru_cache.h"
 #include "common/torch_threads.h"
+#include "data/cpu_decode_slots.h"
 #include "data/image_ops.h"
 #include "data/video_reader.h"
 #include "wam/host_memory.h"
@@ -324,60 +323,16 @@ class VideoDecodeStage final : public Stage {
     at::Device frames_device = at::kCPU;
   };
 
-  // cpu_first's CPU decoding slots. A sample decodes on the CPU unless every slot is taken and
-  // they have been for most of the last moments (a moving average of the time all were taken,
-  // time constant spill_after_s, at least kSaturatedShare): a burst, as when the step frees a
-  // batch's worth of samples at once, stays on the CPU, taking slots beyond the limit, and only a
-  // CPU that stays saturated, one that falls behind its consumer, sends samples to NVDEC.
-  class CpuSlots {
-   public:
-    void reset(int64_t limit, double window_seconds) {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      limit_ = limit;
-      window_seconds_ = window_seconds;
-      taken_ = 0;
-      saturated_share_ = 0;
-      since_ = Clock::now();
-    }
-    // Whether this sample goes to NVDEC; if not, it holds a slot until release().
-    bool spill() {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      advance();
-      if (taken_ >= limit_ && saturated_share_ >= kSaturatedShare) return true;
-      ++taken_;
-      return false;
-    }
-    void release() {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      advance();
-      --taken_;
-    }
-
-   private:
-    using Clock = std::chrono::steady_clock;
-    static constexpr double kSaturatedShare = 0.75;
-    void advance() {
-      const Clock::time_point now = Clock::now();
-      const double elapsed = std::chrono::duration<double>(now - since_).count();
-      const double decay = window_seconds_ > 0 ? std::exp(-elapsed / window_seconds_) : 0.0;
-      saturated_share_ = saturated_share_ * decay + (taken_ >= limit_ ? 1 - decay : 0);
-      since_ = now;
-    }
-    std::mutex mutex_;
-    int64_t limit_ = 1, taken_ = 0;
-    double window_seconds_ = 0, saturated_share_ = 0;
-    Clock::time_point since_ = Clock::now();
-  };
-
   // A sample's claim on cpu_first's slots: a slot held for its decoding, or spilled() to NVDEC.
   // No slots: never spilled.
   class CpuSlot {
    public:
-    explicit CpuSlot(CpuSlots* slots) : spilled_(slots && slots->spill()) {
+    explicit CpuSlot(data::CpuDecodeSlots* slots)
+        : spilled_(slots && slots->spill(data::CpuDecodeSlots::Clock::now())) {
       if (!spilled_) slots_ = slots;
     }
     ~CpuSlot() {
-      if (slots_) slots_->release();
+      if (slots_) slots_->release(data::CpuDecodeSlots::Clock::now());
     }
     CpuSlot(const CpuSlot&) = delete;
     CpuSlot& operator=(const CpuSlot&) = delete;
@@ -385,7 +340,7 @@ class VideoDecodeStage final : public Stage {
 
    private:
     bool spilled_;
-    CpuSlots* slots_ = nullptr;
+    data::CpuDecodeSlots* slots_ = nullptr;
   };
 
   struct Decoded {
@@ -511,7 +466,7 @@ class VideoDecodeStage final : public Stage {
       spill_ = Route{nvdec, gpu};
       const int64_t slots =
           params_.cpu_decodes > 0 ? params_.cpu_decodes : std::max<int64_t>(1, worker_threads_ / 2);
-      cpu_slots_.reset(slots, params_.spill_after_s);
+      cpu_slots_.reset(slots, params_.spill_after_s, data::CpuDecodeSlots::Clock::now());
       nvdec_samples_ = &context.counter("nvdec_samples");
       std::ostringstream window;
       window << params_.spill_after_s << " s";
@@ -702,7 +657,7 @@ class VideoDecodeStage final : public Stage {
   // cpu_first where the machine has NVDEC: the route of a sample that finds every one of the
   // CPU slots saturated.
   std::optional<Route> spill_;
-  CpuSlots cpu_slots_;
+  data::CpuDecodeSlots cpu_slots_;
   Counter* nvdec_samples_ = nullptr;
   HostMemoryBudget* budget_ = nullptr;
   std::once_flag claimed_;
