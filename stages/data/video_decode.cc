@@ -116,7 +116,9 @@ struct VideoDecodeParams {
       "cpu for the streams the GPU cannot decode (counted as nvdec_refused); cpu_first: cpu, and "
       "nvdec with the frames kept in GPU memory for the samples that find the CPU staying busy "
       "(cpu_decodes, spill_after_s; counted as nvdec_samples; Augment augments them on the GPU), "
-      "cpu alone where the machine has no NVDEC.",
+      "cpu alone where the machine has no NVDEC. Which samples spill depends on timing, and a "
+      "spilled sample's images are within a level of the CPU's, not the same bits (its sensor "
+      "noise is drawn on the GPU): runs with cpu_first do not repeat bit for bit.",
       OneOf{"cpu", "nvdec", "auto", "cpu_first"});
     v("cpu_decodes", cpu_decodes,
       "decoder cpu_first: the samples decoding on the CPU at once that count as the CPU being "
