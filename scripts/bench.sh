@@ -14,12 +14,14 @@
 #         (decoding and Augment on the CPU) against NVDEC with the frames kept in GPU memory and
 #         Augment there, against the CPU's decoding with Augment on the GPU, and against VideoDecode's
 #         cpu_first decoder (the CPU's, NVDEC and Augment on the GPU for the samples beyond
-#         cpu_decodes, $WAM_CPU_DECODES if set, else its default): the data path's
+#         cpu_decodes, $WAM_CPU_DECODES if set, else its default), and cpu_first again with twice
+#         the worker threads and the same cpu_decodes (a spilled sample's thread waits on NVDEC,
+#         so the extra threads keep the cores busy meanwhile): the data path's
 #         samples/s beside the step's (30 steps after $WAM_GPU_DATA_WARMUP, default 60), then
 #         alone (`run --stop-after h2d`, $WAM_DATA_PATH_STEPS batches, default 120: over all of it
 #         and over its second half).
 #         $WAM_LADDER_TASKS picks the tasks; $WAM_GPU_DATA_ROUTES the routes by number (default
-#         "1 2 3 4", in the order above); with $WAM_GPU_DATA_BEFORE (another build's wam-pipeline,
+#         "1 2 3 4 5", in the order above); with $WAM_GPU_DATA_BEFORE (another build's wam-pipeline,
 #         run on this tree's pipelines) each route is benched with it first, then with this build;
 #         WAM_GPU_DATA_PROFILE=1 adds `--profile --profile-graph` (this build only): the kernels the
 #         whole graph runs beyond the device part alone, the data path's GPU work per step.
@@ -284,9 +286,9 @@ PY
       ;;
     gpu-data)
       base=(--set include.model=configs/model/base.json --set settings.epochs=1000)
-      for route in ${WAM_GPU_DATA_ROUTES:-1 2 3 4}; do
-        [[ "$route" =~ ^[1234]$ ]] || {
-          echo "bench.sh gpu-data: WAM_GPU_DATA_ROUTES holds \"$route\": routes are 1 to 4" >&2
+      for route in ${WAM_GPU_DATA_ROUTES:-1 2 3 4 5}; do
+        [[ "$route" =~ ^[12345]$ ]] || {
+          echo "bench.sh gpu-data: WAM_GPU_DATA_ROUTES holds \"$route\": routes are 1 to 5" >&2
           exit 2
         }
       done
@@ -301,6 +303,7 @@ PY
         "NVDEC, frames and Augment on the GPU|--set nodes.decode.params.decoder=nvdec --set nodes.decode.params.device_frames=true --set ${full_frames/,/ --set }"
         "CPU decoding, Augment on the GPU|--set nodes.augment.params.device=cuda --set ${full_frames/,/ --set }"
         "CPU first, NVDEC and Augment on the GPU beyond|--set nodes.decode.params.decoder=cpu_first${WAM_CPU_DECODES:+ --set nodes.decode.params.cpu_decodes=$WAM_CPU_DECODES}"
+        "CPU first, twice the threads|--set nodes.decode.params.decoder=cpu_first --set nodes.decode.params.cpu_decodes=${WAM_CPU_DECODES:-$(($(nproc) / 2))} --set settings.threads=$((2 * $(nproc)))"
       )
       for task in ${WAM_LADDER_TASKS:-libero robotwin}; do
         ladder_data "$bin" "$task" "${WAM_LADDER_FRAMES:-128}" h264
@@ -308,7 +311,7 @@ PY
         "$bin" compile "pipelines/${task}_compile.json" "${base[@]}" --steps 3 >/dev/null
         builds=("$bin")
         if [ -n "${WAM_GPU_DATA_BEFORE:-}" ]; then builds=("$WAM_GPU_DATA_BEFORE" "$bin"); fi
-        for route in ${WAM_GPU_DATA_ROUTES:-1 2 3 4}; do
+        for route in ${WAM_GPU_DATA_ROUTES:-1 2 3 4 5}; do
           IFS='|' read -r name extra <<<"${runs[route - 1]}"
           for binary in "${builds[@]}"; do
             echo "## ${task}_compile: $name ($binary)"
