@@ -57,6 +57,7 @@ struct Column {
   std::vector<int64_t> sample_sizes;  // Tensor fields: the first sample's sizes, dtype, device
   at::ScalarType dtype = at::kFloat;
   at::Device device = at::kCPU;
+  std::string device_key;  // the sample whose tensor put the buffer on `device`
   at::Tensor buffer;
   nlohmann::json values = nlohmann::json::array();
 };
@@ -126,6 +127,7 @@ class CollateStage final : public Stage {
           column.sample_sizes = tensor.sizes().vec();
           column.dtype = tensor.scalar_type();
           column.device = tensor.device();
+          column.device_key = first.key();
           std::vector<int64_t> sizes = {batch_size_};
           sizes.insert(sizes.end(), tensor.sizes().begin(), tensor.sizes().end());
           column.buffer = acquire(name, sizes, tensor.scalar_type(), tensor.device());
@@ -222,12 +224,14 @@ class CollateStage final : public Stage {
     return (a.is_cpu() && b.is_cuda()) || (a.is_cuda() && b.is_cpu());
   }
 
-  // A host column's buffer, its first `rows` rows filled, moved to `device`.
-  void move_to(Column& column, at::Device device, int64_t rows) {
+  // A host column's buffer, its first `rows` rows filled, moved to the device of `sample`'s tensor.
+  void move_to(Column& column, const Sample& sample, int64_t rows) {
+    const at::Device device = sample.tensor(column.name).device();
     at::Tensor moved = acquire(column.name, column.buffer.sizes().vec(), column.dtype, device);
     moved.narrow(0, 0, rows).copy_(column.buffer.narrow(0, 0, rows));
     column.buffer = moved;
     column.device = device;
+    column.device_key = sample.key();
   }
 
   void check_matches_first(const Sample& sample) const {
@@ -260,7 +264,7 @@ class CollateStage final : public Stage {
       if (tensor.device() != column.device && !host_and_gpu(tensor.device(), column.device)) {
         throw Error("Collate: field " + quoted(column.name) + " is on " + tensor.device().str() +
                     " in sample " + quoted(sample.key()) + " but on " + column.device.str() +
-                    " in sample " + quoted(first_key) + where +
+                    " in sample " + quoted(column.device_key) + where +
                     "; samples of a batch must have their tensors in host memory or on one GPU");
       }
       if (tensor.sizes() != at::IntArrayRef(column.sample_sizes) ||
@@ -279,7 +283,7 @@ class CollateStage final : public Stage {
       switch (column.type) {
         case FieldType::kTensor: {
           const at::Tensor& tensor = sample.tensor(column.name);
-          if (column.device.is_cpu() && !tensor.is_cpu()) move_to(column, tensor.device(), row);
+          if (column.device.is_cpu() && !tensor.is_cpu()) move_to(column, sample, row);
           column.buffer.select(0, row).copy_(tensor);
           break;
         }

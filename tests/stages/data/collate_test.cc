@@ -151,6 +151,19 @@ TEST(CollateTest, HostAndGpuSamplesAreBatchedOnTheGpu) {
   }
 }
 
+// After a GPU sample has moved a host column to the GPU, a third device is named against that
+// sample, whose device the batch now has, not against the first (host) sample.
+TEST(CollateTest, ThirdDeviceAfterAMoveNamesTheSampleThatMovedTheBatch) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto inputs = numbered_samples(3);
+  inputs[1].set_tensor("action", torch::zeros({2, 3}, torch::Device(torch::kCUDA, 0)));
+  inputs[2].set_tensor("action", torch::zeros({2, 3}, torch::TensorOptions().device(at::kMeta)));
+  EXPECT_EQ(collate_error(inputs),
+            "Collate: field \"action\" is on meta in sample \"sample:2\" but on cuda:0 in sample "
+            "\"sample:1\" (batch 0); samples of a batch must have their tensors in host memory or "
+            "on one GPU");
+}
+
 TEST(CollateTest, ShapeMismatchNamesFieldBothSamplesAndBothShapes) {
   auto inputs = numbered_samples(3);
   inputs[1].set_tensor("action", torch::zeros({2, 4}));
