@@ -30,6 +30,7 @@
 #include <thread>
 
 #include "credit_ledger.h"
+#include "waiting_threads.h"
 #include "wam/autotune.h"
 #include "wam/host_memory.h"
 #include "wam/limits.h"
@@ -203,6 +204,8 @@ class Run {
         options_(options),
         metrics_(nodes_.size()),
         terminal_out_(nodes_.size()),
+        waiting_(static_cast<size_t>(
+            pipeline.settings().in_flight_limit(worker_threads(pipeline.settings())))),
         ledger_(pipeline.settings().in_flight_limit(worker_threads(pipeline.settings())),
                 pipeline.file() + ":/settings/max_in_flight", count_terminals(nodes_)),
         budget_(run_budget(pipeline.settings())),
@@ -222,9 +225,12 @@ class Run {
         series_.add_scalar(name, std::chrono::duration<double>(Clock::now() - start_).count(),
                            value);
       };
-      contexts_.push_back(std::make_unique<Context>(nodes_[i].id, nodes_[i].type,
-                                                    pipeline.settings(), log_, trace_sink,
-                                                    scalar_sink, nodes_[i].on_error, &budget_));
+      const Context::WaitingRunner waiting = [this](const std::function<void()>& work) {
+        waiting_.run(work);
+      };
+      contexts_.push_back(std::make_unique<Context>(
+          nodes_[i].id, nodes_[i].type, pipeline.settings(), log_, trace_sink, scalar_sink,
+          nodes_[i].on_error, &budget_, waiting));
       if (nodes_[i].inputs.size() > 1) joins_.emplace(i, std::make_unique<Join>(nodes_[i].inputs));
       for (size_t k = 0; k < terminal_out_.size(); ++k) terminal_out_[k].store(0);
     }
@@ -954,6 +960,7 @@ class Run {
   std::function<void(const std::string&)> log_;
   std::vector<NodeMetrics> metrics_;
   std::vector<std::atomic<int64_t>> terminal_out_;
+  WaitingThreads waiting_;  // before contexts_, whose run_waiting it serves
   std::vector<std::unique_ptr<Context>> contexts_;
   std::map<size_t, std::unique_ptr<Join>> joins_;
   CreditLedger ledger_;

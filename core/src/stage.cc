@@ -26,7 +26,7 @@ std::string Concurrency::to_string() const {
 
 Context::Context(std::string node_id, std::string type, const Settings& settings,
                  std::function<void(const std::string&)> log, TraceSink trace, ScalarSink scalars,
-                 OnError on_error, HostMemoryBudget* host_memory)
+                 OnError on_error, HostMemoryBudget* host_memory, WaitingRunner waiting)
     : node_id_(std::move(node_id)),
       type_(std::move(type)),
       settings_(settings),
@@ -34,7 +34,16 @@ Context::Context(std::string node_id, std::string type, const Settings& settings
       trace_(std::move(trace)),
       scalars_(std::move(scalars)),
       on_error_(on_error),
-      host_memory_(host_memory) {}
+      host_memory_(host_memory),
+      waiting_(std::move(waiting)) {}
+
+void Context::run_waiting(const std::function<void()>& work) const {
+  if (waiting_) {
+    waiting_(work);
+  } else {
+    work();
+  }
+}
 
 Counter& Context::counter(const std::string& name) {
   std::lock_guard<std::mutex> lock(counters_mutex_);

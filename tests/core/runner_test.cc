@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "testing/temp_dir.h"
@@ -301,6 +302,31 @@ TEST_P(Runner, InterruptStopsCleanlyWithStats) {
   EXPECT_GE(result.stats.nodes[1].out, 100);
   EXPECT_LT(result.stats.nodes[0].out, 100000000);
   EXPECT_GT(result.source_state.at("next").get<int64_t>(), 99);
+}
+
+// Six samples meet inside their waits with one or four worker threads: each wait runs on a
+// thread of the runtime's while its worker goes on to the next sample (Context::run_waiting).
+TEST_P(Runner, WaitsLeaveTheirWorkerThreadFree) {
+  const char* pipeline = R"({"version": 1, "name": "waits", "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 6}},
+    {"id": "wait", "type": "WaitTogether", "inputs": ["source"], "params": {"together": 6}}]})";
+  Outcome o = run_json(pipeline, {threads(), "settings.max_in_flight=6"});
+  ASSERT_FALSE(o.result.error) << o.result.error->what();
+  std::vector<int64_t> got = values(o.outputs);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, range(0, 6));
+  EXPECT_EQ(o.node("wait").out, 6);
+}
+
+TEST_P(Runner, WhatAWaitThrowsIsTheStagesErrorForItsSample) {
+  const char* pipeline = R"({"version": 1, "name": "waits", "nodes": [
+    {"id": "source", "type": "Count", "params": {"count": 3}},
+    {"id": "wait", "type": "WaitTogether", "inputs": ["source"],
+     "params": {"together": 1, "fail_at": 1}}]})";
+  Outcome o = run_json(pipeline, {threads()});
+  ASSERT_TRUE(o.result.error);
+  EXPECT_EQ(std::string(o.result.error->what()),
+            "[wait: WaitTogether] process item:1: wait failed at value 1");
 }
 
 INSTANTIATE_TEST_SUITE_P(SerialAndParallel, Runner, ::testing::Values(1, 4),

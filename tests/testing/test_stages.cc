@@ -1,8 +1,10 @@
 #include "testing/test_stages.h"
 
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 #include <thread>
 
 namespace wam::testing {
@@ -117,6 +119,57 @@ class DelayStage final : public Stage {
 
  private:
   Params p_;
+};
+
+struct WaitTogetherParams {
+  int64_t together = 4;
+  int64_t fail_at = -1;
+  template <class V>
+  void visit(V& v) {
+    v("together", together,
+      "Each sample's wait (Context::run_waiting) ends once this many samples are waiting at once; "
+      "after 10 s without, it throws.",
+      Min{1});
+    v("fail_at", fail_at, "The wait of the sample whose value equals this throws (-1: none).");
+  }
+};
+
+// Waits through Context::run_waiting until `together` samples wait at once: with fewer worker
+// threads than `together`, only waits that leave their worker thread free can all meet.
+class WaitTogetherStage final : public Stage {
+ public:
+  static constexpr std::string_view kType = "WaitTogether";
+  static constexpr std::string_view kSummary = "Test stage: samples wait for each other.";
+  using Params = WaitTogetherParams;
+  explicit WaitTogetherStage(Params p) : p_(p) {}
+  void declare(Contract& c) const override {
+    c.reads("value", FieldType::kInt);
+    c.concurrency(Concurrency::unlimited());
+  }
+  void open(Context& context) override { context_ = &context; }
+  void process(Sample s, Emitter& out) override {
+    const int64_t value = s.get_int("value");
+    context_->run_waiting([&] {
+      if (value == p_.fail_at) throw Error("wait failed at value " + std::to_string(value));
+      std::unique_lock lock(mutex_);
+      ++waiting_;
+      met_.notify_all();
+      const bool all_met =
+          met_.wait_for(lock, std::chrono::seconds(10), [&] { return waiting_ >= p_.together; });
+      if (!all_met) {
+        throw Error("only " + std::to_string(waiting_) + " of " + std::to_string(p_.together) +
+                    " samples were waiting at once");
+      }
+    });
+    out.emit(std::move(s));
+  }
+
+ private:
+  Params p_;
+  Context* context_ = nullptr;
+  std::mutex mutex_;
+  std::condition_variable met_;
+  int64_t waiting_ = 0;  // samples that have reached the wait, never lowered
 };
 
 struct FailAtParams {
@@ -385,6 +438,7 @@ void add_test_stages(StageRegistry& r) {
   r.add<CountSource>();
   r.add<IncrementStage>();
   r.add<DelayStage>();
+  r.add<WaitTogetherStage>();
   r.add<FailAtStage>();
   r.add<ExpandStage>();
   r.add<BatchStage>();

@@ -144,10 +144,13 @@ class Context {
   // Receives report_scalar()'s values: set by the runtime.
   using ScalarSink = std::function<void(const std::string& name, double value)>;
 
+  // Runs run_waiting()'s work on a thread of the runtime's own: set by the runtime.
+  using WaitingRunner = std::function<void(const std::function<void()>& work)>;
+
   Context(std::string node_id, std::string type, const Settings& settings,
           std::function<void(const std::string&)> log, TraceSink trace = nullptr,
           ScalarSink scalars = nullptr, OnError on_error = OnError::kFail,
-          HostMemoryBudget* host_memory = nullptr);
+          HostMemoryBudget* host_memory = nullptr, WaitingRunner waiting = nullptr);
 
   const std::string& node_id() const { return node_id_; }
   const std::string& type() const { return type_; }
@@ -175,6 +178,13 @@ class Context {
   // (caches, pools) before sizing them; null when the runtime keeps none (e.g. a test harness):
   // the stage then sizes them from its params alone.
   HostMemoryBudget* host_memory() const { return host_memory_; }
+  // Runs `work`, called from process() or next(), which spends most of its time waiting on
+  // something other than this CPU (a hardware decoder, a device), on a thread the runtime keeps for
+  // such waits; the worker thread that called it goes on with other samples meanwhile, and the
+  // call returns (possibly on another worker thread) once `work` has, rethrowing what it threw.
+  // `work` must not rely on the caller's thread: no thread-local state, no lock held across the
+  // call. Where the runtime keeps no such threads (e.g. a test harness) it runs `work` here.
+  void run_waiting(const std::function<void()>& work) const;
 
  private:
   std::string node_id_, type_;
@@ -184,6 +194,7 @@ class Context {
   ScalarSink scalars_;
   OnError on_error_;
   HostMemoryBudget* host_memory_;
+  WaitingRunner waiting_;
   mutable std::mutex counters_mutex_;
   std::deque<std::pair<std::string, Counter>> counters_;  // deque: stable addresses
 };
