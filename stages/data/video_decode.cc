@@ -287,7 +287,6 @@ class VideoDecodeStage final : public Stage {
       out.emit(std::move(sample));
       return;
     }
-    use_one_torch_thread();
     const std::vector<std::string> files = parse_video_files(sample.get_json("video_files"));
     const FramePlan plan = parse_frame_plan(sample.get_json("frame_plan"));
     if (!plan.video_offsets.empty() && plan.video_offsets.size() != files.size()) {
@@ -301,16 +300,26 @@ class VideoDecodeStage final : public Stage {
     }
     const CpuSlot slot(spill_ ? &cpu_slots_ : nullptr);
     const Route& route = slot.spilled() ? *spill_ : route_;
-
-    // NVDEC's readers (their opening and closing too) and device frames work on the GPU beside the
-    // step's graph capture (common/capture_gate.h); released before the sample goes on.
-    std::shared_lock<CaptureGate::Mutex> gpu_work;
-    if (route.decoder.decoder == video::Decoder::kNvdec || route.frames_device.is_cuda()) {
-      gpu_work = capture_gate().gpu_work();
-    }
     video::DecodeStats stats;
-    Decoded decoded = decode_cameras(files, plan, wanted, route, stats);
-    if (gpu_work.owns_lock()) gpu_work.unlock();
+    Decoded decoded;
+    const auto decode = [&] {
+      use_one_torch_thread();
+      // NVDEC's readers (their opening and closing too) and device frames work on the GPU beside
+      // the step's graph capture (common/capture_gate.h); released before the sample goes on.
+      std::shared_lock<CaptureGate::Mutex> gpu_work;
+      if (route.decoder.decoder == video::Decoder::kNvdec || route.frames_device.is_cuda()) {
+        gpu_work = capture_gate().gpu_work();
+      }
+      decoded = decode_cameras(files, plan, wanted, route, stats);
+    };
+    // A spilled sample mostly waits on NVDEC (FFmpeg's CUDA device syncs by blocking): it waits
+    // on a thread of the runtime's, and this worker decodes the next sample on the CPU meanwhile.
+    // Its readers are the shared pool's, so nothing here is the worker thread's own.
+    if (slot.spilled()) {
+      context_->run_waiting(decode);
+    } else {
+      decode();
+    }
     count(stats);
     if (slot.spilled()) nvdec_samples_->add();
     sample.set_tensor("frames", std::move(decoded.frames));
