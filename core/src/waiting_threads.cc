@@ -17,8 +17,9 @@ WaitingThreads::~WaitingThreads() {
 
 void WaitingThreads::run(const std::function<void()>& work) {
   std::exception_ptr failure;
-  // The callback runs on this thread once the task is suspended; resume() may come from the
-  // waiting thread before the callback has returned, which oneTBB allows.
+  // The callback runs on this thread once the task is suspended (oneTBB copies it onto the new
+  // stack). The task may be resumed, and return from here, before the callback has returned: once
+  // the job is queued, the callback touches nothing of this frame.
   oneapi::tbb::task::suspend([&](oneapi::tbb::task::suspend_point tag) {
     {
       std::lock_guard lock(mutex_);
