@@ -319,6 +319,14 @@ TEST_P(Runner, WaitsLeaveTheirWorkerThreadFree) {
 }
 
 TEST_P(Runner, WhatAWaitThrowsIsTheStagesErrorForItsSample) {
+#if defined(__SANITIZE_ADDRESS__)
+  // The error is rethrown on the stack of a task that oneTBB suspended and resumed, possibly on
+  // another thread. AddressSanitizer cannot follow that switch of stacks (it warns that its
+  // makecontext/swapcontext support is partial) and, now and then, reports a stack overflow in
+  // its own unwinding hook (__asan_handle_no_return) as the error leaves. The plain build runs it.
+  GTEST_SKIP() << "AddressSanitizer cannot follow oneTBB's resumed task stacks";
+#endif
+
   const char* pipeline = R"({"version": 1, "name": "waits", "nodes": [
     {"id": "source", "type": "Count", "params": {"count": 3}},
     {"id": "wait", "type": "WaitTogether", "inputs": ["source"],
