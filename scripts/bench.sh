@@ -25,6 +25,8 @@
 #         run on this tree's pipelines) each route is benched with it first, then with this build;
 #         WAM_GPU_DATA_PROFILE=1 adds `--profile --profile-graph` (this build only): the kernels the
 #         whole graph runs beyond the device part alone, the data path's GPU work per step.
+#         $WAM_GPU_DATA_SET adds `--set` overrides to every route, both runs (e.g.
+#         "settings.host_memory_gib=8": a larger host budget than auto's 1/32 of the machine).
 # ladder: the profile ladder on a CUDA machine, base preset, for each task of $WAM_LADDER_TASKS
 #         (default "libero robotwin"): `cache generate` samples/s, then one `wam-pipeline bench` of
 #         the baseline, online, compile and cache graphs (those that exist) on the same synthetic
@@ -313,8 +315,9 @@ PY
         if [ -n "${WAM_GPU_DATA_BEFORE:-}" ]; then builds=("$WAM_GPU_DATA_BEFORE" "$bin"); fi
         for route in ${WAM_GPU_DATA_ROUTES:-1 2 3 4 5}; do
           IFS='|' read -r name extra <<<"${runs[route - 1]}"
+          for assignment in ${WAM_GPU_DATA_SET:-}; do extra+=" --set $assignment"; done
           for binary in "${builds[@]}"; do
-            echo "## ${task}_compile: $name ($binary)"
+            echo "## ${task}_compile: $name${WAM_GPU_DATA_SET:+ [$WAM_GPU_DATA_SET]} ($binary)"
             profile=()
             if [ "${WAM_GPU_DATA_PROFILE:-0}" = 1 ] && [ "$binary" = "$bin" ]; then
               profile=(--profile --profile-graph)
