@@ -25,7 +25,7 @@
 #         run on this tree's pipelines) each route is benched with it first, then with this build;
 #         WAM_GPU_DATA_PROFILE=1 adds `--profile --profile-graph` (this build only): the kernels the
 #         whole graph runs beyond the device part alone, the data path's GPU work per step.
-#         $WAM_GPU_DATA_SET adds `--set` overrides to every route, both runs (e.g.
+#         $WAM_GPU_DATA_SET adds `--set` overrides to every route, beside the step and alone (e.g.
 #         "settings.host_memory_gib=8": a larger host budget than auto's 1/32 of the machine).
 # ladder: the profile ladder on a CUDA machine, base preset, for each task of $WAM_LADDER_TASKS
 #         (default "libero robotwin"): `cache generate` samples/s, then one `wam-pipeline bench` of
