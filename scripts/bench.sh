@@ -17,7 +17,8 @@
 #         cpu_decodes, $WAM_CPU_DECODES if set, else its default), and cpu_first again with twice
 #         the worker threads and the same cpu_decodes (a spilled sample's thread waits on NVDEC,
 #         so the extra threads keep the cores busy meanwhile): the data path's
-#         samples/s beside the step's (30 steps after $WAM_GPU_DATA_WARMUP, default 60), then
+#         samples/s beside the step's ($WAM_GPU_DATA_STEPS timed steps, default 30, after
+#         $WAM_GPU_DATA_WARMUP, default 60), then
 #         alone (`run --stop-after h2d`, $WAM_DATA_PATH_STEPS batches, default 120: over all of it
 #         and over its second half).
 #         $WAM_LADDER_TASKS picks the tasks; $WAM_GPU_DATA_ROUTES the routes by number (default
@@ -326,8 +327,9 @@ PY
             # seconds: docs/BENCHMARKS.md, "NVDEC's decoders moved between files").
             figures=$(mktemp)
             # shellcheck disable=SC2086  # extra holds several arguments
-            "$binary" bench "pipelines/${task}_compile.json" "${base[@]}" $extra --steps 30 \
-              --warmup "${WAM_GPU_DATA_WARMUP:-60}" --json "$figures" "${profile[@]}"
+            "$binary" bench "pipelines/${task}_compile.json" "${base[@]}" $extra \
+              --steps "${WAM_GPU_DATA_STEPS:-30}" --warmup "${WAM_GPU_DATA_WARMUP:-60}" \
+              --json "$figures" "${profile[@]}"
             python3 -c 'import json, sys
 nodes = {n["id"]: n for n in json.load(open(sys.argv[1])).get("graph_stats", {}).get("nodes", [])}
 decode = nodes.get("decode", {})
