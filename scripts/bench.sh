@@ -306,7 +306,7 @@ PY
         "NVDEC, frames and Augment on the GPU|--set nodes.decode.params.decoder=nvdec --set nodes.decode.params.device_frames=true --set ${full_frames/,/ --set }"
         "CPU decoding, Augment on the GPU|--set nodes.augment.params.device=cuda --set ${full_frames/,/ --set }"
         "CPU first, NVDEC and Augment on the GPU beyond|--set nodes.decode.params.decoder=cpu_first${WAM_CPU_DECODES:+ --set nodes.decode.params.cpu_decodes=$WAM_CPU_DECODES}"
-        "CPU first, twice the threads|--set nodes.decode.params.decoder=cpu_first --set nodes.decode.params.cpu_decodes=${WAM_CPU_DECODES:-$(($(nproc) / 2))} --set settings.threads=$((2 * $(nproc)))"
+        "CPU first, twice the threads|--set nodes.decode.params.decoder=cpu_first --set nodes.decode.params.cpu_decodes=${WAM_CPU_DECODES:-$(($(nproc) / 4))} --set settings.threads=$((2 * $(nproc)))"
       )
       for task in ${WAM_LADDER_TASKS:-libero robotwin}; do
         ladder_data "$bin" "$task" "${WAM_LADDER_FRAMES:-128}" h264

@@ -122,7 +122,7 @@ struct VideoDecodeParams {
       OneOf{"cpu", "nvdec", "auto", "cpu_first"});
     v("cpu_decodes", cpu_decodes,
       "decoder cpu_first: the samples decoding on the CPU at once that count as the CPU being "
-      "busy (0: half the run's worker threads, at least one).",
+      "busy (0: a quarter of the run's worker threads, at least one).",
       Min{0});
     v("spill_after_s", spill_after_s,
       "decoder cpu_first: how long the CPU must stay busy before samples go to NVDEC: the time "
@@ -475,8 +475,11 @@ class VideoDecodeStage final : public Stage {
     if (params_.decoder == "cpu_first") {
       nvdec.device_frames = true;
       spill_ = Route{nvdec, gpu};
+      // A quarter, not half: NVDEC takes the spilled samples faster than the CPU decodes them, and
+      // beside the step the CPU still keeps up alone (docs/BENCHMARKS.md, "cpu_first's share of
+      // the CPU").
       const int64_t slots =
-          params_.cpu_decodes > 0 ? params_.cpu_decodes : std::max<int64_t>(1, worker_threads_ / 2);
+          params_.cpu_decodes > 0 ? params_.cpu_decodes : std::max<int64_t>(1, worker_threads_ / 4);
       cpu_slots_.reset(slots, params_.spill_after_s, data::CpuDecodeSlots::Clock::now());
       nvdec_samples_ = &context.counter("nvdec_samples");
       std::ostringstream window;
