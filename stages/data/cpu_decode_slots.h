@@ -19,6 +19,14 @@ class CpuDecodeSlots {
   using Clock = std::chrono::steady_clock;
   static constexpr double kSaturatedShare = 0.75;
 
+  // The limit when none is given: a quarter of the run's worker threads, at least one. NVDEC takes
+  // the spilled samples faster than the CPU decodes them, and beside the step the CPU still keeps
+  // up alone; half the threads gave the data path alone about a fifth less (docs/BENCHMARKS.md,
+  // "cpu_first's share of the CPU").
+  static int64_t default_limit(int64_t worker_threads) {
+    return worker_threads / 4 > 1 ? worker_threads / 4 : 1;
+  }
+
   void reset(int64_t limit, double window_seconds, Clock::time_point now) {
     const std::lock_guard<std::mutex> lock(mutex_);
     limit_ = limit;

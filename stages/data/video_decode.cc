@@ -475,11 +475,9 @@ class VideoDecodeStage final : public Stage {
     if (params_.decoder == "cpu_first") {
       nvdec.device_frames = true;
       spill_ = Route{nvdec, gpu};
-      // A quarter, not half: NVDEC takes the spilled samples faster than the CPU decodes them, and
-      // beside the step the CPU still keeps up alone (docs/BENCHMARKS.md, "cpu_first's share of
-      // the CPU").
-      const int64_t slots =
-          params_.cpu_decodes > 0 ? params_.cpu_decodes : std::max<int64_t>(1, worker_threads_ / 4);
+      const int64_t slots = params_.cpu_decodes > 0
+                                ? params_.cpu_decodes
+                                : data::CpuDecodeSlots::default_limit(worker_threads_);
       cpu_slots_.reset(slots, params_.spill_after_s, data::CpuDecodeSlots::Clock::now());
       nvdec_samples_ = &context.counter("nvdec_samples");
       std::ostringstream window;

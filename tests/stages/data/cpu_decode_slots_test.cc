@@ -37,6 +37,14 @@ TEST(CpuDecodeSlotsTest, ABurstStaysOnTheCpuAndASaturatedCpuSpills) {
   EXPECT_FALSE(slots.spill(at(4.0)));
 }
 
+TEST(CpuDecodeSlotsTest, TheDefaultLimitIsAQuarterOfTheWorkerThreadsAndAtLeastOne) {
+  EXPECT_EQ(CpuDecodeSlots::default_limit(16), 4);
+  EXPECT_EQ(CpuDecodeSlots::default_limit(32), 8);
+  EXPECT_EQ(CpuDecodeSlots::default_limit(7), 1);
+  EXPECT_EQ(CpuDecodeSlots::default_limit(2), 1);
+  EXPECT_EQ(CpuDecodeSlots::default_limit(1), 1);
+}
+
 TEST(CpuDecodeSlotsTest, AZeroWindowSpillsAsSoonAsEverySlotIsTaken) {
   CpuDecodeSlots slots;
   slots.reset(1, 0.0, at(0));
