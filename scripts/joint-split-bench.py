@@ -65,8 +65,9 @@ def bias_of(allowed, dtype):
 
 
 def splits(frames, hw, actions):
-    """Row groups of the base preset's geometry, as (first row, rows, visible keys) lists, each
-    named by its key prefixes: every group's rows see no key beyond its prefix."""
+    """Row groups of the base preset's geometry, as (first row, rows, visible keys) lists, named by
+    their count ("+a": the action rows a group of their own): every group's rows see no key
+    beyond its prefix."""
     video = (frames + 1) * hw
     total = video + actions
     cond = CONDITION_FRAMES * hw
@@ -80,6 +81,11 @@ def splits(frames, hw, actions):
         per_frame.append((f * hw, hw, (f + 1) * hw))
     per_frame.append((frames * hw, total - frames * hw, total))
     groups[str(len(per_frame))] = per_frame
+    # Cut at the experts' boundary too (the video stream's rows, then the action rows), so that
+    # no group's output spans both experts' tokens.
+    groups["2+a"] = [(0, cond, cond), (cond, video - cond, video), (video, actions, total)]
+    groups[f"{len(per_frame)}+a"] = per_frame[:-1] + [(frames * hw, hw, video),
+                                                       (video, actions, total)]
     return groups
 
 
