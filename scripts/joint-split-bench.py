@@ -8,12 +8,12 @@ keys. One SDPA call with the mask as a bias computes every score, a third of the
 the 608 x 608 scores are visible at the base preset: 5 latent frames of 96 tokens, the delta
 group of 96, 32 action rows). Split into groups of rows, each group's call takes only the keys
 its rows can see, a prefix, as a narrowed view: no copy of q, k or v. What the split adds is each
-group's key and value gradients summed into the whole one. The output and the query gradient stay
-in pieces, one a group: the model's consumers read rows through strides (docs/KERNELS.md, version
-21 and fused_joint_qkv), so they would take the pieces where they take the whole today.
+group's key and value gradients summed into the whole one, and the query gradient gathered from
+the groups'. Every variant, the whole call too, copies its output once, as the model copies it
+into the experts' token tensors (models/split_attention.h, version 39 in docs/KERNELS.md).
 
 This times, replayed as a CUDA graph, cuDNN's forward and forward + backward of the whole masked
-call and of each split (its groups named by their key prefixes), the sums included, and checks
+call and of each split (named by their group count), the copies and sums included, and checks
 that each split gives the whole call's output and gradients (max abs difference, bfloat16).
 
 Usage (PyTorch 2 with CUDA):
@@ -127,23 +127,34 @@ def math_backward(grad, q, k, v, bias, out, lse):
 
 
 def split_forward(q, k, v, bias, groups, forward=cudnn_forward):
-    """Each group's output and logsumexp: its rows over its prefix of the keys, all views."""
-    return [forward(q.narrow(2, first, rows), k.narrow(2, 0, keys), v.narrow(2, 0, keys),
-                    bias.narrow(2, first, rows).narrow(3, 0, keys))
-            for first, rows, keys in groups]
+    """The output [B, H, N, d] (laid out as q) with each group's rows copied in, as the model
+    copies them into the experts' token tensors, and each group's logsumexp: its rows over its
+    prefix of the keys, all views."""
+    out = torch.empty_like(q)
+    lses = []
+    for first, rows, keys in groups:
+        piece, lse = forward(q.narrow(2, first, rows), k.narrow(2, 0, keys), v.narrow(2, 0, keys),
+                             bias.narrow(2, first, rows).narrow(3, 0, keys))
+        out.narrow(2, first, rows).copy_(piece)
+        lses.append(lse)
+    return out, lses
 
 
-def split_backward(q, k, v, bias, groups, results, grad, backward=cudnn_backward):
-    """The query gradient in pieces, and the key and value gradients summed into whole ones."""
+def split_backward(q, k, v, bias, groups, forward_result, grad, backward=cudnn_backward):
+    """The query gradient gathered into a whole one, the key and value gradients summed into whole
+    ones. Each group's output and output gradient go in as views of the same strides (cuDNN's
+    backward copies a gradient whose strides differ from the output's)."""
+    out, lses = forward_result
+    grad_q = torch.empty_like(q)
     grad_k = grad_v = None
-    grad_q = [None] * len(groups)
     # Largest prefix first: its gradients are the whole ones the others add into.
     for g in sorted(range(len(groups)), key=lambda g: -groups[g][2]):
         first, rows, keys = groups[g]
         dq, dk, dv = backward(grad.narrow(2, first, rows), q.narrow(2, first, rows),
                               k.narrow(2, 0, keys), v.narrow(2, 0, keys),
-                              bias.narrow(2, first, rows).narrow(3, 0, keys), *results[g])
-        grad_q[g] = dq
+                              bias.narrow(2, first, rows).narrow(3, 0, keys),
+                              out.narrow(2, first, rows), lses[g])
+        grad_q.narrow(2, first, rows).copy_(dq)
         if grad_k is None:
             grad_k, grad_v = dk, dv
         else:
@@ -162,16 +173,16 @@ def check_cpu():
     torch.manual_seed(0)
     q, k, v = (torch.randn(batch, heads, n, head_dim, dtype=torch.float64, requires_grad=True)
                for _ in range(3))
-    grad = torch.randn(batch, heads, n, head_dim, dtype=torch.float64)
+    grad = torch.randn(batch, n, heads, head_dim, dtype=torch.float64).transpose(1, 2)
     whole = math_forward(q, k, v, bias)[0]
     expected = (whole,) + torch.autograd.grad(whole, (q, k, v), grad)
     q, k, v = q.detach(), k.detach(), v.detach()
     for name, groups in splits(frames, hw, actions).items():
         check_groups(allowed, groups)
-        results = split_forward(q, k, v, bias, groups, math_forward)
-        grad_q, grad_k, grad_v = split_backward(q, k, v, bias, groups, results, grad,
+        result = split_forward(q, k, v, bias, groups, math_forward)
+        grad_q, grad_k, grad_v = split_backward(q, k, v, bias, groups, result, grad,
                                                 math_backward)
-        got = (torch.cat([r[0] for r in results], 2), torch.cat(grad_q, 2), grad_k, grad_v)
+        got = (result[0], grad_q, grad_k, grad_v)
         error = max((a - b).abs().max().item() for a, b in zip(got, expected))
         print(f"  split {name:6s} {len(groups)} groups: max abs difference {error:.2e}")
         if error > 1e-10:
@@ -207,7 +218,9 @@ def main():
     # [B, N, H, d] transposed to [B, H, N, d], the strides the model hands SDPA.
     q, k, v = (torch.randn(args.batch, n, HEADS, HEAD_DIM, device="cuda",
                            dtype=torch.bfloat16).transpose(1, 2) for _ in range(3))
-    grad = torch.randn(args.batch, HEADS, n, HEAD_DIM, device="cuda", dtype=torch.bfloat16)
+    # The output gradient laid out as the output: the experts' token tensors' [B, N, H * d].
+    grad = torch.randn(args.batch, n, HEADS, HEAD_DIM, device="cuda",
+                       dtype=torch.bfloat16).transpose(1, 2)
     visible = allowed[0, 0].sum().item() / n / n
     print(f"joint-split-bench: {torch.cuda.get_device_name()}, PyTorch {torch.__version__}, "
           f"batch {args.batch}, {n} x {n}, {HEADS} heads of {HEAD_DIM}, bfloat16, "
@@ -216,14 +229,12 @@ def main():
     for name, groups in splits(frames, hw, actions).items():
         check_groups(allowed, groups)
         with torch.no_grad():
-            results = split_forward(q, k, v, bias, groups)
-            grads = split_backward(q, k, v, bias, groups, results, grad)
-            out = torch.cat([r[0] for r in results], 2)
-            grad_q = torch.cat(grads[0], 2)
+            result = split_forward(q, k, v, bias, groups)
+            got = (result[0],) + split_backward(q, k, v, bias, groups, result, grad)
             if reference is None:
-                reference = (out, grad_q, grads[1], grads[2])
+                reference = got
             error = max((a.float() - b.float()).abs().max().item()
-                        for a, b in zip(reference, (out, grad_q, grads[1], grads[2])))
+                        for a, b in zip(reference, got))
             fwd = time_ms(lambda: split_forward(q, k, v, bias, groups), args.iters, False)
             both = time_ms(lambda: split_backward(q, k, v, bias, groups,
                                                   split_forward(q, k, v, bias, groups), grad),
