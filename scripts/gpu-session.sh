@@ -22,8 +22,6 @@
 #   exported-vae  scripts/exported-vae-bench.sh at width 128
 #   attention  scripts/attention-bench.py (SDPA's kernels on the step's attention shapes, as a
 #            replayed CUDA graph; its figures also in attention.json)
-#   joint-split scripts/joint-split-bench.py (the joint attention split by its rows' visible keys
-#            against one masked call, cuDNN, as a replayed CUDA graph)
 #   nvdec    scripts/bench.sh nvdec, $WAM_BENCH_ROUNDS rounds (default 3)
 #   nvdec-files  scripts/bench.sh nvdec-files (more files than NVDEC sessions)
 #   gpu-data scripts/bench.sh gpu-data (the data path on NVDEC and the GPU beside the step; with
@@ -95,7 +93,6 @@ case "${1:-}" in
         ;;
       exported-vae) WAM_EXPORTED_VAE_WIDTHS=128 scripts/exported-vae-bench.sh ;;
       attention) python3 scripts/attention-bench.py --iters 50 --json "$dir/attention.json" ;;
-      joint-split) python3 scripts/joint-split-bench.py --iters 50 ;;
       nvdec) WAM_BENCH_ROUNDS=${WAM_BENCH_ROUNDS:-3} scripts/bench.sh nvdec ;;
       nvdec-files) scripts/bench.sh nvdec-files ;;
       gpu-data)
@@ -140,7 +137,7 @@ case "${1:-}" in
     tail -c 3000 "$OUT/all.txt"
     ;;
   *)
-    sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"
     exit 2
     ;;
 esac
