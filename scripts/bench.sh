@@ -300,7 +300,8 @@ PY
           "wam-pipeline" >&2
         exit 2
       fi
-      # name | extra arguments
+      # name | extra arguments. Route 5 doubles the threads but keeps route 4's cpu_decodes: a
+      # quarter of the cores, as VideoDecode's default (CpuDecodeSlots::default_limit) gives route 4.
       runs=(
         "as shipped|"
         "NVDEC, frames and Augment on the GPU|--set nodes.decode.params.decoder=nvdec --set nodes.decode.params.device_frames=true --set ${full_frames/,/ --set }"
