@@ -21,7 +21,10 @@ constexpr int kThreads = 256;  // the widest block: rows of up to 4 * 4 * 256 = 
 // 1536, where 256 threads leave half the block idle for a row's second chunk (as the norm
 // kernels of adaln.cu, docs/KERNELS.md versions 27 and 30).
 constexpr int kNarrowBlock = 128;
-constexpr int kMinBackwardRowsPerBlock = 16;  // rows per block sharing one grad_weight partial
+// Rows per block sharing one grad_weight partial, at least. At 16 the video stream's 9216 rows made
+// 576 blocks, 0.9 of the 660 an H100 holds at once; at 8 they make one whole wave of 14 rows each
+// (docs/KERNELS.md, version 40).
+constexpr int kMinBackwardRowsPerBlock = 8;
 
 // The (cos, sin) of pairs 2c and 2c + 1 (counted over the row) of token `token`, as (cos_a,
 // sin_a, cos_b, sin_b); both in one head, as half_head is even. (1, 0, 1, 0) without RoPE.
