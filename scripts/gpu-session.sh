@@ -126,13 +126,20 @@ case "${1:-}" in
   wait)
     limit=${2:-540}
     [ -f "$dir/progress.txt" ] || { echo "gpu-session: nothing started on this machine"; exit 3; }
+    mkdir -p "${OUT:?set OUT to the folder the device call brings back}"
+    # What is done so far, in $OUT/all.txt: written every 5 s as well as at the end, so that a
+    # call stopped at its limit (the device budget left can cut it short) still brings it back.
+    collect() {
+      for f in "$dir"/*.txt; do echo "##### $(basename "$f")"; cat "$f"; done >"$OUT/all.txt.part"
+      mv "$OUT/all.txt.part" "$OUT/all.txt"
+    }
     began=$SECONDS
     while [ $((SECONDS - began)) -lt "$limit" ] && ! grep -q "=== .* done" "$dir/progress.txt"; do
       sleep 5
+      collect
     done
     cat "$dir/progress.txt"
-    mkdir -p "${OUT:?set OUT to the folder the device call brings back}"
-    for f in "$dir"/*.txt; do echo "##### $(basename "$f")"; cat "$f"; done >"$OUT/all.txt"
+    collect
     cp "$dir"/*.svg "$OUT/" 2>/dev/null || true
     tail -c 3000 "$OUT/all.txt"
     ;;
