@@ -26,12 +26,23 @@ constexpr int kNarrowBlock = 128;
 // (docs/KERNELS.md, version 40).
 constexpr int kMinBackwardRowsPerBlock = 8;
 
-// The (cos, sin) of pairs 2c and 2c + 1 (counted over the row) of token `token`, as (cos_a,
-// sin_a, cos_b, sin_b); both in one head, as half_head is even. (1, 0, 1, 0) without RoPE.
-__device__ __forceinline__ float4 rotation_of(const float* rotation, int64_t token, int c,
-                                              int half_head) {
-  if (rotation == nullptr) return make_float4(1.f, 0.f, 1.f, 0.f);
-  return *reinterpret_cast<const float4*>(rotation + 2 * (token * half_head + (2 * c) % half_head));
+// Where the (cos, sin) of pairs 2c and 2c + 1 (counted over the row) sit in a token's rotation
+// row: both in one head, as half_head is even.
+__device__ __forceinline__ int rotation_offset(int c, int half_head) {
+  return 2 * ((2 * c) % half_head);
+}
+
+// The (cos, sin) pairs at `offset` (rotation_offset) of the rotation row `token_rotation`, as
+// (cos_a, sin_a, cos_b, sin_b); (1, 0, 1, 0) without RoPE.
+__device__ __forceinline__ float4 rotation_at(const float* token_rotation, int offset) {
+  if (token_rotation == nullptr) return make_float4(1.f, 0.f, 1.f, 0.f);
+  return *reinterpret_cast<const float4*>(token_rotation + offset);
+}
+
+// Token `token`'s rotation row, or null without RoPE.
+__device__ __forceinline__ const float* token_rotation(const float* rotation, int64_t token,
+                                                       int half_head) {
+  return rotation == nullptr ? nullptr : rotation + 2 * token * half_head;
 }
 
 // The two pairs of z rotated by cs.
@@ -83,7 +94,7 @@ __global__ void __launch_bounds__(kBlock)
     if (c >= chunks) continue;
     h[k] = load4(in + 4 * c);
     w[k] = load4(weight + 4 * c);
-    cs[k] = rotation_of(rotation, token, c, half_head);
+    cs[k] = rotation_at(token_rotation(rotation, token, half_head), rotation_offset(c, half_head));
     squares += sum4(h[k] * h[k]);
   }
   const float r =
@@ -115,6 +126,9 @@ __global__ void __launch_bounds__(kBlock)
             half_head = static_cast<int>(shape.head_dim / 2);
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
   float4 dw[kChunks], w[kChunks], x_next[kChunks], grad_next[kChunks];
+  // Each chunk's place in a rotation row, the same for every row: computed once, not a division
+  // a chunk a row (docs/KERNELS.md, version 43).
+  int offsets[kChunks];
   float rstd_next = 0.f;
   const auto load_row = [&](int64_t row, int64_t sample, int64_t token) {
     rstd_next = rstd[row];
@@ -132,6 +146,7 @@ __global__ void __launch_bounds__(kBlock)
   for (int k = 0; k < kChunks; ++k) {
     const int c = threadIdx.x + k * kBlock;
     dw[k] = w[k] = zero;
+    offsets[k] = rotation_offset(c, half_head);
     if (c < chunks) w[k] = load4(weight + 4 * c);
   }
   const int64_t first = static_cast<int64_t>(blockIdx.x) * rows_per_block;
@@ -146,7 +161,7 @@ __global__ void __launch_bounds__(kBlock)
       g[k] = grad_next[k];
     }
     const float r = rstd_next;
-    const int64_t row_token = token;
+    const float* row_rotation = token_rotation(rotation, token, half_head);
     if (++token == shape.tokens) {
       token = 0;
       ++sample;
@@ -157,7 +172,7 @@ __global__ void __launch_bounds__(kBlock)
     for (int k = 0; k < kChunks; ++k) {
       const int c = threadIdx.x + k * kBlock;
       if (c >= chunks) continue;
-      const float4 dz = rotate_back(g[k], rotation_of(rotation, row_token, c, half_head));
+      const float4 dz = rotate_back(g[k], rotation_at(row_rotation, offsets[k]));
       h[k] = scaled(h[k], r);
       g[k] = dz * w[k];
       dw[k] = fma4(dz, h[k], dw[k]);
