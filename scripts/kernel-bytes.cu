@@ -133,8 +133,20 @@ int main() {
              [&] {
                wam::kernels::layer_norm_modulate_backward(grad_bf16, Precision::kBFloat16, x_f32,
                                                           Precision::kFloat32, modulation, rows_f32,
-                                                          rows_f32, residual_grad, out_f32,
+                                                          rows_f32, residual_grad, out_f32, nullptr,
                                                           partials_a, partials_b, video, stream);
+             },
+             stream));
+  // The same writing x's gradient in bfloat16 too, for the cross-attention's output product
+  // (models/fused_norm.cc, docs/KERNELS.md version 44).
+  report("layer norm + modulation backward, residual's gradient, bf16 copy",
+         n * (2 + 4 + 4 + 4 + 2) + 2 * partial_bytes,
+         micros(
+             [&] {
+               wam::kernels::layer_norm_modulate_backward(
+                   grad_bf16, Precision::kBFloat16, x_f32, Precision::kFloat32, modulation,
+                   rows_f32, rows_f32, residual_grad, out_f32, out_bf16, partials_a, partials_b,
+                   video, stream);
              },
              stream));
 

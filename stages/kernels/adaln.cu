@@ -91,7 +91,8 @@ template <class TX, class TO, int kBlock, int kChunks>
 __global__ void __launch_bounds__(kBlock)
     layer_norm_modulate_backward_kernel(const TO* grad_out, const TX* x, const float* scale,
                                         const float* mean, const float* rstd,
-                                        const TX* grad_residual, TX* grad_x, float* scale_partials,
+                                        const TX* grad_residual, TX* grad_x,
+                                        __nv_bfloat16* grad_x_bf16, float* scale_partials,
                                         float* shift_partials, ModulationLayout layout,
                                         int64_t rows_per_block) {
   __shared__ float2 scratch[kBlock / 32];
@@ -149,6 +150,7 @@ __global__ void __launch_bounds__(kBlock)
           r * (g[k].z - mean_g - h[k].z * mean_gh), r * (g[k].w - mean_g - h[k].w * mean_gh));
       if (grad_residual != nullptr) d = d + load4(grad_residual + row * layout.width + 4 * c);
       store4(grad_x + row * layout.width + 4 * c, d);
+      if (grad_x_bf16 != nullptr) store4(grad_x_bf16 + row * layout.width + 4 * c, d);
     }
   }
   const int64_t partial = static_cast<int64_t>(blockIdx.x) * layout.width;
@@ -322,7 +324,7 @@ void layer_norm_modulate_forward(const void* x, Precision x_precision, const flo
 void layer_norm_modulate_backward(const void* grad_out, Precision out_precision, const void* x,
                                   Precision x_precision, const float* scale, const float* mean,
                                   const float* rstd, const void* grad_residual, void* grad_x,
-                                  float* scale_partials, float* shift_partials,
+                                  void* grad_x_bf16, float* scale_partials, float* shift_partials,
                                   const ModulationLayout& layout, CUstream_st* stream) {
   if (layout.rows == 0) return;
   dispatch(x_precision, out_precision, [&](auto* tx, auto* to) {
@@ -332,8 +334,9 @@ void layer_norm_modulate_backward(const void* grad_out, Precision out_precision,
       layer_norm_modulate_backward_kernel<TX, TO, decltype(block)::value, decltype(chunks)::value>
           <<<backward_blocks(layout), decltype(block)::value, 0, stream>>>(
               static_cast<const TO*>(grad_out), static_cast<const TX*>(x), scale, mean, rstd,
-              static_cast<const TX*>(grad_residual), static_cast<TX*>(grad_x), scale_partials,
-              shift_partials, layout, adaln_backward_rows_per_block(layout));
+              static_cast<const TX*>(grad_residual), static_cast<TX*>(grad_x),
+              static_cast<__nv_bfloat16*>(grad_x_bf16), scale_partials, shift_partials, layout,
+              adaln_backward_rows_per_block(layout));
     });
   });
   check_launch("layer_norm_modulate_backward");

@@ -47,12 +47,14 @@ void layer_norm_modulate_forward(const void* x, Precision x_precision, const flo
 
 // grad_x (x's precision) from grad_out (out's precision), plus grad_residual (x's precision, [rows,
 // D]) where it is not null: the gradient of x's other use (the residual path), added here instead
-// of in a pass of its own. Per block of rows the sums of grad_out * xhat (scale_partials) and
-// grad_out (shift_partials), float [adaln_backward_blocks, D].
+// of in a pass of its own. Where grad_x_bf16 is not null, grad_x also written there in bfloat16
+// ([rows, D]), for the product that made x (docs/KERNELS.md, version 44). Per block of rows the
+// sums of grad_out * xhat (scale_partials) and grad_out (shift_partials), float
+// [adaln_backward_blocks, D].
 void layer_norm_modulate_backward(const void* grad_out, Precision out_precision, const void* x,
                                   Precision x_precision, const float* scale, const float* mean,
                                   const float* rstd, const void* grad_residual, void* grad_x,
-                                  float* scale_partials, float* shift_partials,
+                                  void* grad_x_bf16, float* scale_partials, float* shift_partials,
                                   const ModulationLayout& layout, CUstream_st* stream);
 
 // out[r] = residual[r] + (update[r] + bias) * gate[m(r)]; out in the residual's precision. gate:

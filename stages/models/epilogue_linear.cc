@@ -173,25 +173,44 @@ class EpilogueLinear : public torch::autograd::Function<EpilogueLinear> {
   }
 };
 
-// residual + linear(x, weight, bias): saves what EpilogueLinear saves, not the residual (its
-// gradient is the output's).
+// residual + linear(x, weight, bias), and the output's gradient channel (LinearResidual): saves
+// what EpilogueLinear saves, not the residual (its gradient is the output's). Grads are not
+// materialised, so that a channel no op gave a gradient comes back undefined, not as zeros.
 class EpilogueLinearResidual : public torch::autograd::Function<EpilogueLinearResidual> {
  public:
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
-                            const at::Tensor& bias, const at::Tensor& residual) {
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, const at::Tensor& weight,
+                               const at::Tensor& bias, const at::Tensor& residual) {
+    ctx->set_materialize_grads(false);
     const at::Tensor cast_weight = weight_in(weight, x.scalar_type());
+    const at::Tensor out = residual_plus_linear(x, cast_weight, bias, residual);
     ctx->save_for_backward({x, cast_weight, weight, bias});
     ctx->saved_data["x_dtype"] = static_cast<int64_t>(x.scalar_type());
+    // One element behind out's shape (every stride 0): no memory, a place for a gradient.
+    return {out, at::empty_strided(out.sizes(), std::vector<int64_t>(out.dim(), 0), x.options())};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    if (!grads[0].defined()) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
+    variable_list out =
+        saved_linear_grads(ctx, grads[1].defined() ? grads[1] : grads[0].to(x_dtype));
+    out.push_back(grads[0]);  // the residual's
+    return out;
+  }
+
+ private:
+  static at::Tensor residual_plus_linear(const at::Tensor& x, const at::Tensor& cast_weight,
+                                         const at::Tensor& bias, const at::Tensor& residual) {
 #if WAM_FUSED_KERNELS
     const at::Tensor rows = linear_rows(x);
     const bool applies =
         epilogue_linears_apply(x) && residual.is_cuda() && residual.is_contiguous() &&
         residual.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat &&
-        residual.sizes() == at::IntArrayRef(with_last_size(x.sizes(), weight.size(0))) &&
+        residual.sizes() == at::IntArrayRef(with_last_size(x.sizes(), cast_weight.size(0))) &&
         aligned16(residual) && aligned16(rows) && aligned16(cast_weight);
     if (applies) {
       const c10::cuda::CUDAGuard guard(x.device());
-      const kernels::LinearShape shape{rows.size(0), rows.size(1), weight.size(0)};
+      const kernels::LinearShape shape{rows.size(0), rows.size(1), cast_weight.size(0)};
       at::Tensor out = at::empty_like(residual);
       const at::Tensor workspace = workspace_for(rows), flat_bias = bias.contiguous();
       if (kernels::linear_forward_with_residual(
@@ -203,13 +222,6 @@ class EpilogueLinearResidual : public torch::autograd::Function<EpilogueLinearRe
     }
 #endif
     return residual + at::linear(x, cast_weight, weight_in(bias, x.scalar_type()));
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto x_dtype = static_cast<at::ScalarType>(ctx->saved_data["x_dtype"].toInt());
-    variable_list out = saved_linear_grads(ctx, grads[0].to(x_dtype));
-    out.push_back(grads[0]);  // the residual's
-    return out;
   }
 };
 
@@ -350,9 +362,11 @@ at::Tensor epilogue_linear_without_bias(const at::Tensor& x, const at::Tensor& w
   return EpilogueLinear::apply(x, weight, bias, /*with_bias=*/false);
 }
 
-at::Tensor epilogue_linear_residual(const at::Tensor& x, const at::Tensor& weight,
-                                    const at::Tensor& bias, const at::Tensor& residual) {
-  return EpilogueLinearResidual::apply(x, weight, bias, residual);
+LinearResidual epilogue_linear_residual(const at::Tensor& x, const at::Tensor& weight,
+                                        const at::Tensor& bias, const at::Tensor& residual) {
+  const variable_list outs = EpilogueLinearResidual::apply(x, weight, bias, residual);
+  if (x.scalar_type() == outs[0].scalar_type()) return {outs[0], at::Tensor()};  // no cast to skip
+  return {outs[0], outs[1]};
 }
 
 at::Tensor epilogue_joint_linear(const at::Tensor& x, at::TensorList weights,

@@ -56,15 +56,26 @@ at::Tensor epilogue_linear(const at::Tensor& x, const at::Tensor& weight, const 
 at::Tensor epilogue_linear_without_bias(const at::Tensor& x, const at::Tensor& weight,
                                         const at::Tensor& bias);
 
+// epilogue_linear_residual's output and, where its dtype is not x's, a gradient channel: a tensor
+// of out's shape in x's dtype with no memory behind it (every stride 0). An op that is out's only
+// reader, so that the gradient it gives out is the whole of out's, and that can write it in x's
+// dtype as well (fused_norm_modulate_and_residual, from its backward kernel, the residual path
+// passing through it) takes the channel and gives it that copy as its gradient; the backward then
+// skips its own cast of out's gradient (docs/KERNELS.md, version 44). Undefined: no channel.
+struct LinearResidual {
+  at::Tensor out, grad_channel;
+};
+
 // residual + at::linear(x, weight, bias), weight and bias used in x's dtype, the sum in the
 // residual's dtype (the compiled step's float32 stream after its cross-attention). Where the
 // epilogue product applies (x bfloat16 on CUDA, residual and bias float32, contiguous) one product
 // adds the float32 bias and the residual in its epilogue, so the layer's output is never rounded
 // to bfloat16 on its own, nor added in a mixed-dtype pass (docs/KERNELS.md, version 17); elsewhere
 // ATen's ops. Backward: the residual's gradient is the output's; x's and the parameters' as
-// epilogue_linear's, from the output's gradient in x's dtype.
-at::Tensor epilogue_linear_residual(const at::Tensor& x, const at::Tensor& weight,
-                                    const at::Tensor& bias, const at::Tensor& residual);
+// epilogue_linear's, from the output's gradient in x's dtype: the channel's gradient where an op
+// gave it one, else out's cast.
+LinearResidual epilogue_linear_residual(const at::Tensor& x, const at::Tensor& weight,
+                                        const at::Tensor& bias, const at::Tensor& residual);
 
 // Linear layers applied to one input as one product (q, k, v): at::linear(x, at::cat(weights),
 // at::cat(biases)) with the parameters used in x's dtype. In bfloat16 the weights come from

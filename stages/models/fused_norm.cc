@@ -53,6 +53,9 @@ const float* bias_or_null(const at::Tensor& bias) {
   return bias.numel() > 0 ? bias.data_ptr<float>() : nullptr;
 }
 
+// FusedLayerNormModulate's grad_channel when there is none (autograd takes no undefined inputs).
+at::Tensor no_grad_channel(const at::Tensor& x) { return at::empty({0}, x.options()); }
+
 class FusedRmsNormRope : public torch::autograd::Function<FusedRmsNormRope> {
  public:
   // rotation_pairs: float [N, head_dim / 2, 2] (cos, sin), or empty for no RoPE (autograd takes
@@ -236,14 +239,17 @@ at::Tensor sum_partials(const at::Tensor& partials, const kernels::ModulationLay
 
 // LayerNorm without affine, then scale_rows and shift_rows (float [M, D]) per `groups` and
 // `sample_stride`, written in out_dtype. `pass_input`: x itself as a second output (the residual
-// path's), whose gradient the backward kernel adds into x's.
+// path's), whose gradient the backward kernel adds into x's. grad_channel: x's producer's
+// (epilogue_linear_residual's LinearResidual), given x's gradient in bfloat16 by the same kernel;
+// empty for none.
 class FusedLayerNormModulate : public torch::autograd::Function<FusedLayerNormModulate> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 const at::Tensor& x, const at::Tensor& scale_rows,
                                                 const at::Tensor& shift_rows, int64_t groups,
                                                 int64_t sample_stride, at::ScalarType out_dtype,
-                                                double eps, bool pass_input) {
+                                                double eps, bool pass_input,
+                                                const at::Tensor& grad_channel) {
     const c10::cuda::CUDAGuard guard(x.device());
     const kernels::ModulationLayout layout = layout_of(x, groups, sample_stride);
     at::Tensor out = at::empty(x.sizes(), x.options().dtype(out_dtype));
@@ -258,6 +264,7 @@ class FusedLayerNormModulate : public torch::autograd::Function<FusedLayerNormMo
     ctx->saved_data["sample_stride"] = sample_stride;
     ctx->saved_data["out_dtype"] = static_cast<int64_t>(out_dtype);
     ctx->saved_data["pass_input"] = pass_input;
+    ctx->saved_data["grad_in_bf16"] = grad_channel.numel() > 0;
     if (pass_input) return {out, x};
     return {out};
   }
@@ -274,17 +281,20 @@ class FusedLayerNormModulate : public torch::autograd::Function<FusedLayerNormMo
     if (ctx->saved_data["pass_input"].toBool()) {
       grad_residual = grads[1].to(x.scalar_type()).contiguous();
     }
-    at::Tensor grad_x = at::empty_like(x);
+    at::Tensor grad_x = at::empty_like(x), grad_x_bf16;
+    if (ctx->saved_data["grad_in_bf16"].toBool()) {
+      grad_x_bf16 = at::empty(x.sizes(), x.options().dtype(at::kBFloat16));
+    }
     const at::Tensor partials = partials_for(layout, scale_rows, 2);  // scale's, shift's
     kernels::layer_norm_modulate_backward(
         grad_out.data_ptr(), precision_of(grad_out), x.data_ptr(), precision_of(x),
         scale_rows.data_ptr<float>(), mean.data_ptr<float>(), rstd.data_ptr<float>(),
         grad_residual.defined() ? grad_residual.data_ptr() : nullptr, grad_x.data_ptr(),
-        partials[0].data_ptr<float>(), partials[1].data_ptr<float>(), layout,
-        at::cuda::getCurrentCUDAStream().stream());
+        grad_x_bf16.defined() ? grad_x_bf16.data_ptr() : nullptr, partials[0].data_ptr<float>(),
+        partials[1].data_ptr<float>(), layout, at::cuda::getCurrentCUDAStream().stream());
     const at::Tensor sums = sum_partials(partials, layout);
-    return {grad_x,       sums[0],      sums[1],      at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_x,       sums[0],      sums[1],      at::Tensor(), at::Tensor(),
+            at::Tensor(), at::Tensor(), at::Tensor(), grad_x_bf16};
   }
 };
 
@@ -433,18 +443,22 @@ at::Tensor fused_norm_modulate(const at::Tensor& x, const at::Tensor& shift,
   require_applies(fused_norm_modulate_applies(x, layout, dtype), "fused_norm_modulate");
   return FusedLayerNormModulate::apply(x, rows_per_group(1 + scale, layout),
                                        rows_per_group(shift, layout), layout.groups, layout.groups,
-                                       dtype, eps, /*pass_input=*/false)[0];
+                                       dtype, eps, /*pass_input=*/false, no_grad_channel(x))[0];
 }
 
 NormedAndResidual fused_norm_modulate_and_residual(const at::Tensor& x, const at::Tensor& shift,
                                                    const at::Tensor& scale,
                                                    const TokenGroups& layout, at::ScalarType dtype,
-                                                   double eps) {
+                                                   double eps, const at::Tensor& grad_channel) {
   require_applies(fused_norm_modulate_applies(x, layout, dtype),
                   "fused_norm_modulate_and_residual");
+  const bool channel_taken = grad_channel.defined() && x.scalar_type() == at::kFloat &&
+                             grad_channel.scalar_type() == at::kBFloat16 &&
+                             grad_channel.sizes() == x.sizes();
   const torch::autograd::variable_list outs = FusedLayerNormModulate::apply(
       x, rows_per_group(1 + scale, layout), rows_per_group(shift, layout), layout.groups,
-      layout.groups, dtype, eps, /*pass_input=*/true);
+      layout.groups, dtype, eps, /*pass_input=*/true,
+      channel_taken ? grad_channel : no_grad_channel(x));
   return {outs[0], outs[1]};
 }
 
@@ -458,7 +472,8 @@ torch::autograd::variable_list layer_norm_op(const at::Tensor& x, const at::Tens
                       weight.scalar_type() == at::kFloat && bias.scalar_type() == at::kFloat,
                   "fused_layer_norm");
   return FusedLayerNormModulate::apply(x, weight.view({1, -1}), bias.view({1, -1}), 1,
-                                       /*sample_stride=*/0, dtype, eps, pass_input);
+                                       /*sample_stride=*/0, dtype, eps, pass_input,
+                                       no_grad_channel(x));
 }
 
 }  // namespace
@@ -550,7 +565,7 @@ at::Tensor fused_layer_norm(const at::Tensor&, const at::Tensor&, const at::Tens
 
 NormedAndResidual fused_norm_modulate_and_residual(const at::Tensor&, const at::Tensor&,
                                                    const at::Tensor&, const TokenGroups&,
-                                                   at::ScalarType, double) {
+                                                   at::ScalarType, double, const at::Tensor&) {
   throw Error(
       "fused_norm_modulate_and_residual: this build has no fused CUDA kernels (no CUDA compiler)");
 }

@@ -70,11 +70,15 @@ struct NormedAndResidual {
   at::Tensor normed, residual;
 };
 
-// fused_norm_modulate, with x as the residual (NormedAndResidual).
+// fused_norm_modulate, with x as the residual (NormedAndResidual). grad_channel: where x is
+// epilogue_linear_residual's output, its LinearResidual::grad_channel, to which the backward
+// kernel gives x's gradient in bfloat16 as it writes the float32 one (x float32, the channel
+// bfloat16 of x's shape; otherwise, or undefined, it is not taken).
 NormedAndResidual fused_norm_modulate_and_residual(const at::Tensor& x, const at::Tensor& shift,
                                                    const at::Tensor& scale,
                                                    const TokenGroups& layout, at::ScalarType dtype,
-                                                   double eps);
+                                                   double eps,
+                                                   const at::Tensor& grad_channel = at::Tensor());
 
 // layer_norm(x, weight, bias) (weight, bias float32 [D]) written in dtype, one kernel each way.
 // Where fused_norm_modulate_applies(x, {}, dtype).

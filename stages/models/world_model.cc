@@ -155,13 +155,15 @@ at::ScalarType matmul_input_dtype(const at::Tensor& x) {
 // residual after it. `fused` (the compiled step) writes the result in the next product's input
 // dtype in the same kernel and passes x through it, so that the gradients of x's two uses meet in
 // the norm's backward kernel (NormedAndResidual); the eager baseline keeps ATen's ops and
-// autocast's cast, and x as it is.
+// autocast's cast, and x as it is. grad_channel: x's, where x is epilogue_linear_residual's output
+// (LinearResidual), for the fused kernel to write x's gradient into in bfloat16 as well.
 NormedAndResidual modulated_norm(const at::Tensor& x, const at::Tensor& shift,
-                                 const at::Tensor& scale, const TokenGroups& layout, bool fused) {
+                                 const at::Tensor& scale, const TokenGroups& layout, bool fused,
+                                 const at::Tensor& grad_channel = at::Tensor()) {
   if (!fused) return {modulate(plain_layer_norm(x), shift, scale, layout), x};
   const at::ScalarType dtype = matmul_input_dtype(x);
   if (fused_norm_modulate_applies(x, layout, dtype)) {
-    return fused_norm_modulate_and_residual(x, shift, scale, layout, dtype, kNormEps);
+    return fused_norm_modulate_and_residual(x, shift, scale, layout, dtype, kNormEps, grad_channel);
   }
   return {modulate_as(plain_layer_norm(x), shift, scale, layout, dtype), x};
 }
@@ -446,9 +448,10 @@ class ExpertBlockImpl : public torch::nn::Module {
       x = gated_residual(x, linear(o_, attended, fused, fp8_), mods[2], layout, fused);
     }
     const NormedAndResidual crossed = cross_layer_norm(cross_norm_, x, fused);
-    x = cross_attention(crossed.normed, crossed.residual, context, context_allowed, fused,
-                        constant_context);
-    const NormedAndResidual normed = modulated_norm(x, mods[3], mods[4], layout, fused);
+    const LinearResidual crossed_out = cross_attention(crossed.normed, crossed.residual, context,
+                                                       context_allowed, fused, constant_context);
+    const NormedAndResidual normed =
+        modulated_norm(crossed_out.out, mods[3], mods[4], layout, fused, crossed_out.grad_channel);
     x = normed.residual;
     const at::Tensor& h = normed.normed;
     at::Tensor ffn;
@@ -480,10 +483,11 @@ class ExpertBlockImpl : public torch::nn::Module {
   }
 
   // residual + the cross-attention of x (the normed stream) over the context; the compiled step's
-  // bfloat16 products add the residual in the output product's epilogue.
-  at::Tensor cross_attention(const at::Tensor& x, const at::Tensor& residual,
-                             const at::Tensor& context, const at::Tensor& context_allowed,
-                             bool fused, const at::Tensor& constant_context) {
+  // bfloat16 products add the residual in the output product's epilogue, and give the sum's
+  // gradient channel (LinearResidual).
+  LinearResidual cross_attention(const at::Tensor& x, const at::Tensor& residual,
+                                 const at::Tensor& context, const at::Tensor& context_allowed,
+                                 bool fused, const at::Tensor& constant_context) {
     const int64_t b = x.size(0),
                   l = constant_context.defined() ? constant_context.size(1) : context.size(1);
     at::Tensor q = normed_heads(cross_q_norm_, linear(cross_q_, x, fused, fp8_), nullptr, fused);
@@ -495,7 +499,7 @@ class ExpertBlockImpl : public torch::nn::Module {
     if (fused && fp8_ == nullptr && epilogue_linears_apply(attended)) {
       return epilogue_linear_residual(attended, cross_o_->weight, cross_o_->bias, residual);
     }
-    return residual + linear(cross_o_, attended, fused, fp8_);
+    return {residual + linear(cross_o_, attended, fused, fp8_), at::Tensor()};
   }
 
   int64_t hidden_, heads_, head_dim_;

@@ -119,7 +119,7 @@ Result residual_composition(const at::Tensor& x, const Layer& layer, const at::T
 Result residual_fused(const at::Tensor& x, const Layer& layer, const at::Tensor& residual,
                       const at::Tensor& grad) {
   return residual_run(x, layer, residual, grad, [&] {
-    return models::epilogue_linear_residual(x, layer.weight, layer.bias, residual);
+    return models::epilogue_linear_residual(x, layer.weight, layer.bias, residual).out;
   });
 }
 
@@ -144,6 +144,52 @@ TEST(EpilogueLinearResidual, EqualsResidualPlusLinearWithItsGradients) {
   expect_close(got, residual_composition(x, layer, residual, grad), 1e-6);
   EXPECT_EQ(got.out.sizes(), (std::vector<int64_t>{3, 5, 6}));
   EXPECT_TRUE(at::equal(got.grads.back(), grad));  // the residual's: the output's own
+}
+
+// x in bfloat16, the residual in float32: the output float32 with a channel for its gradient in
+// bfloat16. A gradient given to the channel is the one the parameters' and x's gradients come
+// from (the same bits as the output's own cast where it is that cast; none where it is zero);
+// without one, the output's gradient cast, as before.
+TEST(EpilogueLinearResidual, ProductGradientsComeFromTheChannelWhereItHasAGradient) {
+  at::manual_seed(6);
+  const at::Tensor x = at::randn({2, 4, 8}).to(at::kBFloat16).requires_grad_();
+  const Layer layer = make_layer(8, 6, at::TensorOptions());
+  const at::Tensor residual = at::randn({2, 4, 6}).requires_grad_();
+  const at::Tensor grad = at::randn({2, 4, 6});
+  const auto grads_after = [&](const at::Tensor& channel_grad) {
+    clear_grads({x, layer.weight, layer.bias, residual});
+    const models::LinearResidual got =
+        models::epilogue_linear_residual(x, layer.weight, layer.bias, residual);
+    EXPECT_EQ(got.out.scalar_type(), at::kFloat);
+    EXPECT_EQ(got.grad_channel.scalar_type(), at::kBFloat16);
+    EXPECT_EQ(got.grad_channel.sizes(), got.out.sizes());
+    EXPECT_EQ(got.grad_channel.strides(), (std::vector<int64_t>{0, 0, 0}));
+    if (channel_grad.defined()) {
+      torch::autograd::backward({got.out, got.grad_channel}, {grad, channel_grad});
+    } else {
+      got.out.backward(grad);
+    }
+    return std::vector<at::Tensor>{x.grad(), layer.weight.grad(), layer.bias.grad(),
+                                   residual.grad()};
+  };
+  const std::vector<at::Tensor> cast = grads_after(at::Tensor()),
+                                through_channel = grads_after(grad.to(at::kBFloat16)),
+                                zero_channel = grads_after(at::zeros_like(grad, at::kBFloat16));
+  for (size_t i = 0; i < cast.size(); ++i) {
+    EXPECT_TRUE(at::equal(through_channel[i], cast[i])) << "gradient " << i;
+  }
+  EXPECT_EQ(zero_channel[0].abs().max().item<float>(), 0.f);  // x's
+  EXPECT_EQ(zero_channel[1].abs().max().item<float>(), 0.f);  // the weight's
+  EXPECT_TRUE(at::equal(zero_channel[3], grad));              // the residual's: the output's own
+  EXPECT_GT(cast[1].abs().max().item<float>(), 0.f);
+}
+
+TEST(EpilogueLinearResidual, HasNoChannelWhereXHasTheOutputsDtype) {
+  const Layer layer = make_layer(8, 6, at::TensorOptions());
+  const models::LinearResidual got = models::epilogue_linear_residual(
+      at::randn({2, 8}), layer.weight, layer.bias, at::randn({2, 6}));
+  EXPECT_EQ(got.out.sizes(), (std::vector<int64_t>{2, 6}));
+  EXPECT_FALSE(got.grad_channel.defined());
 }
 
 TEST(EpilogueGeluMlp, EqualsLinearGeluLinearWithItsGradients) {

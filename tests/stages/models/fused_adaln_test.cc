@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "models/epilogue_linear.h"
 #include "models/fused_norm.h"
 #include "models/modulation.h"
 #include "train/optimizer.h"
@@ -166,6 +167,51 @@ TEST_F(FusedAdaLnCudaTest, NormAndResidualSumXsGradientsInTheKernel) {
       EXPECT_EQ(x.grad().scalar_type(), s.x_dtype);
       EXPECT_LT(relative_error(x.grad(), x_ref.grad()), tolerance_of(s.x_dtype));
     }
+  }
+}
+
+// The cross-attention's output product and the FFN's norm after it, as post_attention runs them
+// on the video stream: given the product's gradient channel, the norm's backward kernel writes the
+// product's output gradient in bfloat16 there (the float32 one's bits, rounded), and every
+// gradient before the norm has the same bits as where the product casts that gradient itself.
+TEST_F(FusedAdaLnCudaTest, NormWritesTheProductsOutputGradientInBf16IntoItsChannel) {
+  const Shape& s = shapes()[0];
+  torch::manual_seed(10);
+  const models::TokenGroups layout = groups_of(s, device_);
+  const std::vector<int64_t> sizes = {s.batch, s.tokens, s.width};
+  const at::Tensor x0 = at::randn(sizes, floats()).to(at::kBFloat16);
+  const at::Tensor weight0 = at::randn({s.width, s.width}, floats()) * 0.03;
+  const at::Tensor bias0 = 0.1 * at::randn({s.width}, floats());
+  const at::Tensor residual0 = at::randn(sizes, floats());
+  const at::Tensor shift = at::randn({s.batch, segments_of(s), s.width}, floats());
+  const at::Tensor scale = at::randn({s.batch, segments_of(s), s.width}, floats()) * 0.2;
+  const at::Tensor grad_normed = at::randn(sizes, floats()).to(at::kBFloat16);
+  const at::Tensor grad_residual = at::randn(sizes, floats());
+  std::vector<at::Tensor> grads[2];
+  for (const bool with_channel : {false, true}) {
+    SCOPED_TRACE(with_channel ? "channel taken" : "no channel");
+    at::Tensor x = leaf(x0), weight = leaf(weight0), bias = leaf(bias0), residual = leaf(residual0);
+    const models::LinearResidual product =
+        models::epilogue_linear_residual(x, weight, bias, residual);
+    ASSERT_TRUE(product.grad_channel.defined());
+    at::Tensor out_grad, channel_grad;
+    product.out.register_hook([&](const at::Tensor& g) { out_grad = g; });
+    product.grad_channel.register_hook([&](const at::Tensor& g) { channel_grad = g; });
+    const models::NormedAndResidual normed = models::fused_norm_modulate_and_residual(
+        product.out, shift, scale, layout, at::kBFloat16, kEps,
+        with_channel ? product.grad_channel : at::Tensor());
+    torch::autograd::backward({normed.normed, normed.residual}, {grad_normed, grad_residual});
+    ASSERT_TRUE(out_grad.defined());
+    EXPECT_EQ(channel_grad.defined(), with_channel);
+    if (with_channel) {
+      EXPECT_EQ(channel_grad.scalar_type(), at::kBFloat16);
+      EXPECT_TRUE(at::equal(channel_grad, out_grad.to(at::kBFloat16)));
+    }
+    grads[with_channel] = {x.grad(), weight.grad(), bias.grad(), residual.grad()};
+  }
+  for (size_t i = 0; i < grads[0].size(); ++i) {
+    ASSERT_TRUE(grads[1][i].defined()) << "gradient " << i;
+    EXPECT_TRUE(at::equal(grads[1][i], grads[0][i])) << "gradient " << i;
   }
 }
 
