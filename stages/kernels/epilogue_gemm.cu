@@ -51,12 +51,17 @@ struct Product {
   cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   int64_t aux_ld = 0;   // 0: no auxiliary matrix
   bool adds_c = false;  // D = op(A) op(B) + C (C: D's type and layout), else C is unused
+  // A strided batch where batches > 1: product i reads A and B and writes D that many elements
+  // further on (a stride 0: every product the same matrix).
+  int32_t batches = 1;
+  int64_t a_batch_stride = 0, b_batch_stride = 0, d_batch_stride = 0;
   uint32_t align_a = 0, align_b = 0, align_c = 0, align_d = 0;
   int device = 0;
 
   auto key() const {
     return std::make_tuple(trans_a, trans_b, m, n, k, lda, ldb, ldd, a_type, b_type, d_type,
-                           bias_type, fast_accumulation, epilogue, aux_ld, adds_c, align_a, align_b,
+                           bias_type, fast_accumulation, epilogue, aux_ld, adds_c, batches,
+                           a_batch_stride, b_batch_stride, d_batch_stride, align_a, align_b,
                            align_c, align_d, device);
   }
   bool operator<(const Product& other) const { return key() < other.key(); }
@@ -109,6 +114,11 @@ class Descriptors {
     check(cublasLtMatrixLayoutCreate(&b_, p.b_type, b_n ? p.k : p.n, b_n ? p.n : p.k, p.ldb),
           "layout of B");
     check(cublasLtMatrixLayoutCreate(&d_, p.d_type, p.m, p.n, p.ldd), "layout of D");
+    if (p.batches > 1) {
+      batch(a_, p.batches, p.a_batch_stride);
+      batch(b_, p.batches, p.b_batch_stride);
+      batch(d_, p.batches, p.d_batch_stride);
+    }
   }
   ~Descriptors() {
     if (d_) cublasLtMatrixLayoutDestroy(d_);
@@ -126,6 +136,16 @@ class Descriptors {
 
   cublasLtMatmulDesc_t desc_ = nullptr;
   cublasLtMatrixLayout_t a_ = nullptr, b_ = nullptr, d_ = nullptr;
+
+ private:
+  static void batch(cublasLtMatrixLayout_t layout, int32_t count, int64_t stride) {
+    check(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                           sizeof(count)),
+          "batch count");
+    check(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                           &stride, sizeof(stride)),
+          "batch stride");
+  }
 };
 
 cublasLtHandle_t handle_for(int device) {
@@ -473,6 +493,29 @@ bool linear_forward_with_residual(const void* x, const void* weight, const float
   Pointers pointers{weight, x, out, const_cast<float*>(bias)};
   pointers.c = residual;
   return run(p, pointers, workspace, stream);
+}
+
+bool linear_row_groups(const void* x, const RowGroups& x_rows, const void* weight,
+                       WeightLayout layout, const void* bias, const LinearShape& shape, void* out,
+                       const RowGroups& out_rows, void* workspace, CUstream_st* stream) {
+  const int64_t groups = x_rows.groups;
+  if (groups < 1 || groups > INT32_MAX || out_rows.groups != groups || shape.rows % groups != 0 ||
+      x_rows.row_stride < shape.in || out_rows.row_stride < shape.out) {
+    return false;
+  }
+  // Per group, out^T [out, rows] = weight' [out, in] x^T [in, rows] as in linear_gelu_forward,
+  // B's and D's columns (x's and out's rows) row_stride apart. weight' is a [out, in] weight
+  // transposed (stored column-major [in, out]), or a [in, out] one as stored (column-major
+  // [out, in]).
+  const bool out_in = layout == WeightLayout::kOutIn;
+  const int64_t rows = shape.rows / groups;
+  Product p = product_of(out_in ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, shape.out, rows, shape.in,
+                         out_in ? shape.in : shape.out, x_rows.row_stride, out_rows.row_stride,
+                         bias != nullptr ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT);
+  p.batches = static_cast<int32_t>(groups);
+  p.b_batch_stride = x_rows.group_stride;
+  p.d_batch_stride = out_rows.group_stride;
+  return run(p, {weight, x, out, const_cast<void*>(bias)}, workspace, stream);
 }
 
 bool linear_gelu_forward(const void* x, const void* weight, const void* bias,

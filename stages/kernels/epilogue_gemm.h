@@ -56,6 +56,28 @@ bool linear_forward_with_residual(const void* x, const void* weight, const float
                                   const float* residual, const LinearShape& shape, float* out,
                                   void* workspace, CUstream_st* stream);
 
+// Where a product's input or output rows lie: `groups` equal groups of consecutive rows, group g's
+// first row g * group_stride elements from the start, rows row_stride elements apart.
+struct RowGroups {
+  int64_t groups = 1;
+  int64_t group_stride = 0;
+  int64_t row_stride = 0;
+};
+
+// How a product's weight is stored: [out, in] (a linear layer's, forward) or [in, out] (a layer's
+// weight where its input gradient is the product: rows of the output's gradient times it).
+enum class WeightLayout { kOutIn, kInOut };
+
+// out [rows, out] = x [rows, in] weight (+ bias [out] where not null), all bfloat16, x's and out's
+// rows laid out as `x_rows` and `out_rows` say (the same number of groups, dividing shape.rows):
+// one strided batched product, one batch a group, the weight the same for every group and the
+// bias in its epilogue. The compiled step's q/k/v products write each expert's rows of one buffer
+// of both experts' tokens this way, and its attention output products read them in place
+// (docs/KERNELS.md, versions 45 and 46).
+bool linear_row_groups(const void* x, const RowGroups& x_rows, const void* weight,
+                       WeightLayout layout, const void* bias, const LinearShape& shape, void* out,
+                       const RowGroups& out_rows, void* workspace, CUstream_st* stream);
+
 // pre_activation [rows, out] = x [rows, in] weight^T + bias [out], and
 // activated = gelu_tanh(pre_activation), in one product.
 bool linear_gelu_forward(const void* x, const void* weight, const void* bias,

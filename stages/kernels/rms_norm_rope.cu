@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kBlock)
   const int64_t row = blockIdx.x, sample = row / shape.tokens, token = row % shape.tokens;
   const int chunks = static_cast<int>(shape.width / 4),
             half_head = static_cast<int>(shape.head_dim / 2);
-  const T* in = x + row * shape.x_row_stride;
+  const T* in = x + sample * shape.x_sample_stride + token * shape.x_row_stride;
   const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
   float4 h[kChunks], w[kChunks], cs[kChunks];
   float squares = 0.f;
@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kBlock)
       const int c = threadIdx.x + k * kBlock;
       x_next[k] = grad_next[k] = zero;
       if (c >= chunks) continue;
-      x_next[k] = load4(x + row * shape.x_row_stride + 4 * c);
+      x_next[k] = load4(x + sample * shape.x_sample_stride + token * shape.x_row_stride + 4 * c);
       grad_next[k] = load4(g + 4 * c);
     }
   };
@@ -241,7 +241,9 @@ bool rms_norm_rope_supports(const RmsNormRopeShape& shape) {
          shape.width % shape.head_dim == 0 &&
          shape.width / 4 <= int64_t{kMaxChunksPerThread} * kThreads && shape.tokens > 0 &&
          shape.x_row_stride >= shape.width && shape.x_row_stride % 4 == 0 &&
-         shape.out_row_stride >= shape.width && shape.out_row_stride % 4 == 0 &&
+         shape.x_sample_stride >= shape.tokens * shape.x_row_stride &&
+         shape.x_sample_stride % 4 == 0 && shape.out_row_stride >= shape.width &&
+         shape.out_row_stride % 4 == 0 &&
          shape.out_sample_stride >= shape.tokens * shape.out_row_stride &&
          shape.out_sample_stride % 4 == 0 && shape.grad_x_row_stride >= shape.width &&
          shape.grad_x_row_stride % 4 == 0;

@@ -18,6 +18,10 @@ struct RmsNormRopeShape {
   int64_t head_dim = 0;      // RoPE pairs (2i, 2i+1) within each head
   int64_t tokens = 0;        // N: row r is token r % N, whose rotation row it reads
   int64_t x_row_stride = 0;  // elements between rows of x (a column slice of a fused QKV output)
+  // Elements between samples of x: tokens * x_row_stride where x's rows are evenly strided, more
+  // where each expert's QKV rows lie in one joint buffer of both experts' (docs/KERNELS.md,
+  // version 45).
+  int64_t x_sample_stride = 0;
   // Where out (and grad_out) rows lie: row r, token n = r % tokens of sample r / tokens, at
   // (r / tokens) * out_sample_stride + n * out_row_stride, so that the two experts' q (or k) are
   // written into one joint tensor without a concatenation (docs/KERNELS.md, version 5).

@@ -3,6 +3,8 @@
 #include <optional>
 
 #include "models/bf16_weights.h"
+#include "models/token_split.h"
+#include "wam/error.h"
 
 #if WAM_FUSED_KERNELS
 #include <ATen/cuda/CUDAContext.h>
@@ -225,15 +227,62 @@ class EpilogueLinearResidual : public torch::autograd::Function<EpilogueLinearRe
   }
 };
 
+// x's product written into rows [first, first + N_x) of `joint` [B, N, out] (bfloat16,
+// contiguous) and returned as a tensor of its own over them, or undefined where it cannot be.
+#if WAM_FUSED_KERNELS
+at::Tensor product_into_rows(const at::Tensor& x, const JointParams& params,
+                             const c10::optional<at::Tensor>& into, int64_t first) {
+  if (!into.has_value() || !into->defined()) return at::Tensor();
+  const at::Tensor& joint = *into;
+  const int64_t out_width = params.weight.size(0);
+  const bool applies =
+      epilogue_linears_apply(x) && x.dim() == 3 && joint.dim() == 3 &&
+      joint.scalar_type() == at::kBFloat16 && joint.is_contiguous() &&
+      joint.device() == x.device() && joint.size(0) == x.size(0) && joint.size(2) == out_width &&
+      first >= 0 && first + x.size(1) <= joint.size(1) && params.bias.defined() &&
+      params.weight.scalar_type() == at::kBFloat16 && params.bias.scalar_type() == at::kBFloat16;
+  if (applies) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    const at::Tensor rows = linear_rows(x), weight = params.weight.contiguous(),
+                     bias = params.bias.contiguous();
+    const int64_t tokens = joint.size(1);
+    at::Tensor out =
+        at::empty({0}, joint.options())
+            .set_(joint.storage(), joint.storage_offset() + first * out_width,
+                  {x.size(0), x.size(1), out_width}, {tokens * out_width, out_width, 1});
+    const int64_t per_sample = x.size(1);
+    const kernels::RowGroups x_rows{x.size(0), per_sample * rows.size(1), rows.size(1)},
+        out_rows{x.size(0), tokens * out_width, out_width};
+    const at::Tensor workspace = workspace_for(rows);
+    if (aligned16(rows) && aligned16(weight) && aligned16(bias) && aligned16(out) &&
+        kernels::linear_row_groups(
+            rows.data_ptr(), x_rows, weight.data_ptr(), kernels::WeightLayout::kOutIn,
+            bias.data_ptr(), {rows.size(0), rows.size(1), out_width}, out.data_ptr(), out_rows,
+            workspace.data_ptr(), at::cuda::getCurrentCUDAStream())) {
+      return out;
+    }
+  }
+  return at::Tensor();
+}
+#else
+at::Tensor product_into_rows(const at::Tensor&, const JointParams&,
+                             const c10::optional<at::Tensor>&, int64_t) {
+  return at::Tensor();
+}
+#endif
+
 // Saves x and the joint cast weight (a view of the kept copies: no memory of its own there).
+// `into`: a joint buffer for the output's rows from `first` (product_into_rows), or undefined.
 class EpilogueJointLinear : public torch::autograd::Function<EpilogueJointLinear> {
  public:
   static at::Tensor forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
-                            at::TensorList biases) {
+                            at::TensorList biases, const c10::optional<at::Tensor>& into,
+                            int64_t first) {
     const JointParams params = joint_params_in(weights, biases, x.scalar_type());
     remember_layers(ctx, weights, biases);
     ctx->save_for_backward({x, params.weight});
-    return at::linear(x, params.weight, params.bias);
+    const at::Tensor in_rows = product_into_rows(x, params, into, first);
+    return in_rows.defined() ? in_rows : at::linear(x, params.weight, params.bias);
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
@@ -249,6 +298,97 @@ class EpilogueJointLinear : public torch::autograd::Function<EpilogueJointLinear
       out.push_back(part);
     }
     for (const at::Tensor& part : params.bias.split_with_sizes(layers.widths)) out.push_back(part);
+    out.resize(out.size() + 2);  // none for `into` and `first`
+    return out;
+  }
+};
+
+#if WAM_FUSED_KERNELS
+// out [B, n, out] = x [B, n, in] times `weight` (stored as `layout` says) by one strided batched
+// product, x's and out's rows contiguous and their samples any distance apart (tokens of a
+// buffer of several experts'); false, having written nothing, where it does not apply.
+bool rows_product(const at::Tensor& x, const at::Tensor& weight, kernels::WeightLayout layout,
+                  const at::Tensor& out) {
+  const bool out_in = layout == kernels::WeightLayout::kOutIn;
+  const int64_t in = weight.size(out_in ? 1 : 0), out_width = weight.size(out_in ? 0 : 1);
+  const bool applies = epilogue_linears_apply(x) && out.scalar_type() == at::kBFloat16 &&
+                       weight.scalar_type() == at::kBFloat16 && weight.is_contiguous() &&
+                       x.dim() == 3 && out.dim() == 3 && x.size(2) == in &&
+                       out.size(2) == out_width && x.size(0) == out.size(0) &&
+                       x.size(1) == out.size(1) && x.stride(2) == 1 && out.stride(2) == 1 &&
+                       aligned16(x) && aligned16(out) && aligned16(weight);
+  if (!applies) return false;
+  const c10::cuda::CUDAGuard guard(x.device());
+  const at::Tensor workspace = workspace_for(x);
+  return kernels::linear_row_groups(x.data_ptr(), {x.size(0), x.stride(0), x.stride(1)},
+                                    weight.data_ptr(), layout, nullptr,
+                                    {x.size(0) * x.size(1), in, out_width}, out.data_ptr(),
+                                    {out.size(0), out.stride(0), out.stride(1)},
+                                    workspace.data_ptr(), at::cuda::getCurrentCUDAStream());
+}
+#endif
+
+// Each part e of x [B, N, W] along its tokens (`tokens`, summing to N) times its layer's weight
+// [out_e, W], no bias. Saves x and the cast weights: the parts are read in place forward, and
+// backward writes each part's input gradient into its rows of one [B, N, W] gradient, by strided
+// batched products where they apply; each weight's gradient is one product over a copy of its
+// part's rows, which samples N rows apart cannot be one reduction dimension of (docs/KERNELS.md,
+// version 46).
+class TokenPartsLinear : public torch::autograd::Function<TokenPartsLinear> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const at::Tensor& x, at::TensorList weights,
+                               const std::vector<int64_t>& tokens) {
+    variable_list saved = {x}, outs;
+    int64_t first = 0;
+    for (size_t e = 0; e < tokens.size(); ++e) {
+      const at::Tensor cast_weight = weight_in(weights[e], x.scalar_type()).contiguous(),
+                       part = x.narrow(1, first, tokens[e]);
+      at::Tensor out;
+#if WAM_FUSED_KERNELS
+      out = at::empty({x.size(0), tokens[e], cast_weight.size(0)}, x.options());
+      if (!rows_product(part, cast_weight, kernels::WeightLayout::kOutIn, out)) out = at::Tensor();
+#endif
+      outs.push_back(out.defined() ? out : at::linear(part, cast_weight));
+      saved.push_back(cast_weight);
+      first += tokens[e];
+    }
+    ctx->save_for_backward(saved);
+    ctx->saved_data["tokens"] = tokens;
+    std::vector<int64_t> weight_dtypes;
+    for (const at::Tensor& weight : weights) {
+      weight_dtypes.push_back(static_cast<int64_t>(weight.scalar_type()));
+    }
+    ctx->saved_data["weight_dtypes"] = weight_dtypes;
+    return outs;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& x = saved[0];
+    const std::vector<int64_t> tokens = ctx->saved_data["tokens"].toIntVector(),
+                               weight_dtypes = ctx->saved_data["weight_dtypes"].toIntVector();
+    const bool x_needs_grad = ctx->needs_input_grad(0);
+    at::Tensor grad_x = x_needs_grad ? at::empty(x.sizes(), x.options()) : at::Tensor();
+    variable_list out = {grad_x};
+    int64_t first = 0;
+    for (size_t e = 0; e < tokens.size(); ++e) {
+      const at::Tensor grad = grads[e].to(x.scalar_type()).contiguous(),
+                       &cast_weight = saved[1 + e];
+      if (x_needs_grad) {
+        const at::Tensor grad_part = grad_x.narrow(1, first, tokens[e]);
+        bool written = false;
+#if WAM_FUSED_KERNELS
+        written = rows_product(grad, cast_weight, kernels::WeightLayout::kInOut, grad_part);
+#endif
+        if (!written) grad_part.copy_(at::matmul(grad, cast_weight));
+      }
+      at::Tensor part_rows = at::empty({x.size(0), tokens[e], x.size(2)}, x.options());
+      copy_token_rows(part_rows, x.narrow(1, first, tokens[e]));
+      out.push_back(linear_weight_grad(linear_rows(grad), linear_rows(part_rows),
+                                       static_cast<at::ScalarType>(weight_dtypes[e])));
+      first += tokens[e];
+    }
+    out.push_back(at::Tensor());  // tokens
     return out;
   }
 };
@@ -371,7 +511,34 @@ LinearResidual epilogue_linear_residual(const at::Tensor& x, const at::Tensor& w
 
 at::Tensor epilogue_joint_linear(const at::Tensor& x, at::TensorList weights,
                                  at::TensorList biases) {
-  return EpilogueJointLinear::apply(x, weights, biases);
+  return EpilogueJointLinear::apply(x, weights, biases, c10::optional<at::Tensor>(), int64_t{0});
+}
+
+at::Tensor epilogue_joint_linear_into(const at::Tensor& x, at::TensorList weights,
+                                      at::TensorList biases, const TokenRows& rows) {
+  return EpilogueJointLinear::apply(x, weights, biases, c10::optional<at::Tensor>(rows.joint),
+                                    rows.first);
+}
+
+std::vector<at::Tensor> token_parts_linear_without_bias(const at::Tensor& x,
+                                                        const std::vector<int64_t>& tokens,
+                                                        at::TensorList weights) {
+  const char* what = "token_parts_linear_without_bias";
+  if (x.dim() != 3) {
+    throw Error(std::string(what) + ": x must be [B, N, W], got " + std::to_string(x.dim()) +
+                " dimensions");
+  }
+  if (weights.size() != tokens.size()) {
+    throw Error(std::string(what) + ": " + std::to_string(tokens.size()) + " token counts but " +
+                std::to_string(weights.size()) + " weights; give one weight a part");
+  }
+  int64_t sum = 0;
+  for (const int64_t count : tokens) sum += count;
+  if (sum != x.size(1)) {
+    throw Error(std::string(what) + ": the token counts sum to " + std::to_string(sum) +
+                ", not x's " + std::to_string(x.size(1)) + " tokens");
+  }
+  return TokenPartsLinear::apply(x, weights, tokens);
 }
 
 at::Tensor epilogue_gelu_mlp(const at::Tensor& x, const at::Tensor& in_weight,

@@ -85,6 +85,34 @@ LinearResidual epilogue_linear_residual(const at::Tensor& x, const at::Tensor& w
 at::Tensor epilogue_joint_linear(const at::Tensor& x, at::TensorList weights,
                                  at::TensorList biases);
 
+// Rows of a buffer [B, N, width] that holds several experts' tokens: one expert's, from `first`.
+struct TokenRows {
+  at::Tensor joint;
+  int64_t first = 0;
+};
+
+// epilogue_joint_linear with its output [B, N_x, width] written into `rows` (x [B, N_x, in]) where
+// the joint buffer is bfloat16 and contiguous and the epilogue product applies: one strided
+// batched product, returned as a tensor of its own over the buffer's rows (no autograd view of
+// the buffer), so that the buffer holds every expert's rows without a concatenation
+// (docs/KERNELS.md, version 45). Elsewhere the output is a tensor of its own and the buffer
+// untouched.
+at::Tensor epilogue_joint_linear_into(const at::Tensor& x, at::TensorList weights,
+                                      at::TensorList biases, const TokenRows& rows);
+
+// x [B, N, W] split along its tokens into parts of `tokens` (summing to N), part e times
+// weights[e] [out_e, W] used in x's dtype, with the bias left to the op each output goes to (as
+// epilogue_linear_without_bias): the experts' attention output products reading the joint
+// attention's output where it is, instead of split_tokens copying each part out and
+// concatenating their gradients back (docs/KERNELS.md, version 46). On bfloat16 CUDA each part is
+// one strided batched product forward, and one writing its rows of x's gradient backward; the
+// weights' gradients (in their dtypes) from a copy of each part's rows. Elsewhere ATen's ops.
+// Throws wam::Error where x is not 3-D, the counts do not sum to N, or there is not one weight
+// a part.
+std::vector<at::Tensor> token_parts_linear_without_bias(const at::Tensor& x,
+                                                        const std::vector<int64_t>& tokens,
+                                                        at::TensorList weights);
+
 // The FFN: linear(gelu_tanh(linear(x, in_weight, in_bias)), out_weight, out_bias), parameters used
 // in x's dtype. Forward, GELU in the first product's epilogue, which keeps the pre-activation for
 // backward (what ATen's GELU saves). Backward, GELU's derivative with the first layer's bias

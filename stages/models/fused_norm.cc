@@ -16,8 +16,8 @@ namespace wam::models {
 #if WAM_FUSED_KERNELS
 namespace {
 
-// x [B, N, W] (rows evenly strided), out (and grad_out) [B, N, W] with unit stride in W, grad_x
-// rows grad_x_row_stride apart.
+// x [B, N, W] (rows and samples strided), out (and grad_out) [B, N, W] with unit stride in W,
+// grad_x rows grad_x_row_stride apart.
 kernels::RmsNormRopeShape shape_of(const at::Tensor& x, const at::Tensor& out,
                                    int64_t grad_x_row_stride, int64_t head_dim) {
   kernels::RmsNormRopeShape shape;
@@ -26,6 +26,7 @@ kernels::RmsNormRopeShape shape_of(const at::Tensor& x, const at::Tensor& out,
   shape.head_dim = head_dim;
   shape.tokens = x.size(1);
   shape.x_row_stride = x.stride(1);
+  shape.x_sample_stride = x.stride(0);
   shape.out_row_stride = out.stride(1);
   shape.out_sample_stride = out.stride(0);
   shape.grad_x_row_stride = grad_x_row_stride;
@@ -95,9 +96,28 @@ class FusedRmsNormRope : public torch::autograd::Function<FusedRmsNormRope> {
   }
 };
 
+// Whether the action expert's QKV rows follow the video expert's in one buffer [B, Nv + Na, 3W]
+// (epilogue_joint_linear_into wrote them there): then that buffer's v columns are the joint v.
+bool rows_of_one_buffer(const at::Tensor& video_qkv, const at::Tensor& action_qkv) {
+  const int64_t tokens = video_qkv.size(1) + action_qkv.size(1), row = video_qkv.size(2);
+  return video_qkv.storage().is_alias_of(action_qkv.storage()) &&
+         action_qkv.storage_offset() == video_qkv.storage_offset() + video_qkv.size(1) * row &&
+         video_qkv.stride(0) == tokens * row && action_qkv.stride(0) == tokens * row;
+}
+
+// The joint v [B, N, W] over the buffer both experts' QKV rows lie in: a tensor of its own over
+// that memory, not an autograd view of the video input.
+at::Tensor v_in_one_buffer(const at::Tensor& video_qkv, int64_t tokens) {
+  const int64_t width = video_qkv.size(2) / 3;
+  return at::empty({0}, video_qkv.options())
+      .set_(video_qkv.storage(), video_qkv.storage_offset() + 2 * width,
+            {video_qkv.size(0), tokens, width}, {video_qkv.stride(0), 3 * width, 1});
+}
+
 // The joint attention's q, k and v [B, Nv + Na, W] from the two experts' fused QKV products
 // [B, Nv, 3W] and [B, Na, 3W]: RMSNorm + RoPE of each expert's q and k written straight into the
-// joint tensors and v copied there, and backward writing each expert's q/k/v gradients straight
+// joint tensors, v read in place where both products' rows are one buffer's (docs/KERNELS.md,
+// version 45) and copied otherwise, and backward writing each expert's q/k/v gradients straight
 // into one [B, N, 3W] gradient of its QKV product. Per expert and part this is
 // fused_rms_norm_rope; the point is the layout: no concatenation of q, k and v forward, no
 // contiguous copies of their gradients' slices and no concatenation of the QKV split's gradients
@@ -118,8 +138,13 @@ class FusedJointQkv : public torch::autograd::Function<FusedJointQkv> {
                      rotations[2] = {video_rotation, action_rotation},
                      weights[2][2] = {{video_q_weight, video_k_weight},
                                       {action_q_weight, action_k_weight}};
+    const bool v_in_place = rows_of_one_buffer(video_qkv, action_qkv);
     at::Tensor joint[3];
-    for (at::Tensor& t : joint) t = at::empty({batch, tokens, width}, video_qkv.options());
+    for (int part = 0; part < 3; ++part) {
+      joint[part] = part == 2 && v_in_place
+                        ? v_in_one_buffer(video_qkv, tokens)
+                        : at::empty({batch, tokens, width}, video_qkv.options());
+    }
     std::vector<at::Tensor> rstds;
     int64_t first = 0;
     for (int e = 0; e < 2; ++e) {
@@ -134,7 +159,9 @@ class FusedJointQkv : public torch::autograd::Function<FusedJointQkv> {
             static_cast<float>(eps), precision_of(x), at::cuda::getCurrentCUDAStream().stream());
         rstds.push_back(rstd);
       }
-      copy_token_rows(joint[2].narrow(1, first, rows), experts[e].narrow(2, 2 * width, width));
+      if (!v_in_place) {
+        copy_token_rows(joint[2].narrow(1, first, rows), experts[e].narrow(2, 2 * width, width));
+      }
       first += rows;
     }
     ctx->save_for_backward({video_qkv, action_qkv, video_q_weight, video_k_weight, action_q_weight,
@@ -393,7 +420,10 @@ bool fused_joint_qkv_applies(const at::Tensor& video_qkv, const at::Tensor& acti
                              int64_t head_dim) {
   for (const at::Tensor& qkv : {video_qkv, action_qkv}) {
     if (!qkv.is_cuda() || qkv.dim() != 3 || qkv.size(0) == 0 || qkv.size(1) == 0) return false;
-    if (!qkv.is_contiguous() || qkv.size(2) != video_qkv.size(2) || qkv.size(2) % 3 != 0) {
+    // Rows contiguous, samples any distance apart (each expert's rows of one joint buffer).
+    if (qkv.stride(2) != 1 || qkv.stride(1) != qkv.size(2) ||
+        qkv.stride(0) < qkv.size(1) * qkv.stride(1) || qkv.size(2) != video_qkv.size(2) ||
+        qkv.size(2) % 3 != 0) {
       return false;
     }
     if (qkv.scalar_type() != video_qkv.scalar_type() || !float_or_bfloat16(qkv.scalar_type())) {

@@ -34,16 +34,18 @@ struct JointQkv {
 };
 
 // Whether fused_joint_qkv takes these fused QKV products [B, Nv, 3W] and [B, Na, 3W]: CUDA,
-// contiguous, 16-byte aligned, the same dtype (float32 or bfloat16), batch and width, and W as
-// fused_rms_norm_rope_applies requires.
+// rows contiguous (samples may lie further apart), 16-byte aligned, the same dtype (float32 or
+// bfloat16), batch and width, and W as fused_rms_norm_rope_applies requires.
 bool fused_joint_qkv_applies(const at::Tensor& video_qkv, const at::Tensor& action_qkv,
                              int64_t head_dim);
 
 // The joint attention's q, k, v from the two experts' fused QKV products: q = cat(rope(rms_norm(
 // video q) * video.q), rope(rms_norm(action q) * action.q)) along tokens, k the same, v the
-// concatenation of the v columns, as one op whose backward writes each expert's q/k/v gradients
-// straight into one gradient of its QKV product (no concatenations, docs/KERNELS.md version 5).
-// Rotations as fused_rms_norm_rope's. Only where fused_joint_qkv_applies.
+// concatenation of the v columns (read in place where the action product's rows follow the
+// video's in one buffer, as epilogue_joint_linear_into writes them), as one op whose backward
+// writes each expert's q/k/v gradients straight into one gradient of its QKV product (no
+// concatenations, docs/KERNELS.md version 5). Rotations as fused_rms_norm_rope's. Only where
+// fused_joint_qkv_applies.
 JointQkv fused_joint_qkv(const at::Tensor& video_qkv, const at::Tensor& action_qkv,
                          const QkNormWeights& video, const QkNormWeights& action,
                          const at::Tensor& video_rotation, const at::Tensor& action_rotation,

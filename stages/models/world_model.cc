@@ -101,16 +101,18 @@ at::Tensor linear_act_linear(const torch::nn::Sequential& layers, const at::Tens
 
 // Linear layers applied to the same input as one GEMM over their concatenated weights: the input
 // is read (and cast, under autocast) once, and backward needs no gradient accumulation. The
-// compiled step's bfloat16 products read the weights' kept copies in place (epilogue_joint_linear).
+// compiled step's bfloat16 products read the weights' kept copies in place (epilogue_joint_linear)
+// and write their rows of `into` where it is given (epilogue_joint_linear_into).
 at::Tensor fused_linear(const at::Tensor& x, std::initializer_list<torch::nn::Linear> layers,
-                        bool fused, Fp8Linears* fp8) {
+                        bool fused, Fp8Linears* fp8, const TokenRows& into = {}) {
   std::vector<at::Tensor> weights, biases;
   for (const torch::nn::Linear& layer : layers) {
     weights.push_back(layer->weight);
     biases.push_back(layer->bias);
   }
   if (fused && fp8 == nullptr && epilogue_linears_apply(x)) {
-    return epilogue_joint_linear(x, weights, biases);
+    return into.joint.defined() ? epilogue_joint_linear_into(x, weights, biases, into)
+                                : epilogue_joint_linear(x, weights, biases);
   }
   return fused_product(x, at::cat(weights), at::cat(biases), fused, fp8,
                        layers.begin()->get()->weight);
@@ -371,9 +373,16 @@ class OutputHeadImpl : public torch::nn::Module {
 // What one expert contributes to the joint attention, and its modulation for the post block.
 struct ExpertAttentionInput {
   at::Tensor residual;  // the stream x, to add the attention's output to (NormedAndResidual)
+  at::Tensor normed;    // the modulated norm of x, the q/k/v product's input
   at::Tensor qkv;       // [B, N, 3*H*d]: the fused q, k, v product, before the q/k norms
   std::vector<at::Tensor>
       mods;  // 6 x [B, S, D]: shift/scale/gate (attention), shift/scale/gate (FFN)
+};
+
+// An expert's tokens of the joint attention's output: `projected`, its output projection already
+// applied without the bias (token_parts_linear_without_bias), or else `tokens` [B, N, H*d].
+struct AttentionOutput {
+  at::Tensor tokens, projected;
 };
 
 // One expert's half of a MoT layer.
@@ -402,7 +411,8 @@ class ExpertBlockImpl : public torch::nn::Module {
   }
 
   // x [B, N, D]; t_mod [B, S, 6*D], one row per segment of `layout`. `fused`: the modulated norm
-  // through the fused kernel where it applies.
+  // through the fused kernel where it applies. The q/k/v product is qkv_product's, left to the
+  // caller.
   ExpertAttentionInput pre_attention(const at::Tensor& x, const at::Tensor& t_mod,
                                      const TokenGroups& layout, bool fused) {
     ExpertAttentionInput out;
@@ -411,8 +421,14 @@ class ExpertBlockImpl : public torch::nn::Module {
             .unbind(2);
     const NormedAndResidual h = modulated_norm(x, out.mods[0], out.mods[1], layout, fused);
     out.residual = h.residual;
-    out.qkv = fused_linear(h.normed, {q_, k_, v_}, fused, fp8_);
+    out.normed = h.normed;
     return out;
+  }
+
+  // The fused q, k, v product [B, N, 3*H*d] of pre_attention's normed input, written into `rows`
+  // where they are given and the bfloat16 product applies.
+  at::Tensor qkv_product(const at::Tensor& normed, bool fused, const TokenRows& rows) {
+    return fused_linear(normed, {q_, k_, v_}, fused, fp8_, rows);
   }
 
   // This expert's q, k, v heads [B, N, H, d] from its QKV product: RMSNorm and RoPE on q and k,
@@ -429,23 +445,28 @@ class ExpertBlockImpl : public torch::nn::Module {
 
   // The compiled step's products in FP8 (WorldActionModelImpl::set_fp8); null: bf16.
   void set_fp8(Fp8Linears* fp8) { fp8_ = fp8; }
+  bool products_in_fp8() const { return fp8_ != nullptr; }
+  const at::Tensor& output_weight() const { return o_->weight; }
 
-  // x: the stream as pre_attention gave it (ExpertAttentionInput::residual); attended [B, N, H*d]
-  // from the joint attention; context [B, L, context_dim] with key mask
+  // x: the stream as pre_attention gave it (ExpertAttentionInput::residual); attended: this
+  // expert's part of the joint attention's output; context [B, L, context_dim] with key mask
   // context_allowed [B, 1, 1, L]. constant_context, when defined: all L rows of the context as a
   // constant [B, L, context_dim] whose first rows carry no gradient; context then holds the last
   // rows alone, which do (constant_rows_linear).
-  at::Tensor post_attention(at::Tensor x, const at::Tensor& attended,
+  at::Tensor post_attention(at::Tensor x, const AttentionOutput& attended,
                             const std::vector<at::Tensor>& mods, const TokenGroups& layout,
                             const at::Tensor& context, const at::Tensor& context_allowed,
                             bool fused, const at::Tensor& constant_context = at::Tensor()) {
     // The bf16 epilogue products leave the output projections' biases to the gated residuals.
     const bool bias_in_residual = fused && fp8_ == nullptr;
-    if (bias_in_residual && epilogue_linears_apply(attended)) {
-      x = biased_gated_residual(x, epilogue_linear_without_bias(attended, o_->weight, o_->bias),
+    if (attended.projected.defined()) {
+      x = biased_gated_residual(x, attended.projected, o_->bias, mods[2], layout);
+    } else if (bias_in_residual && epilogue_linears_apply(attended.tokens)) {
+      x = biased_gated_residual(x,
+                                epilogue_linear_without_bias(attended.tokens, o_->weight, o_->bias),
                                 o_->bias, mods[2], layout);
     } else {
-      x = gated_residual(x, linear(o_, attended, fused, fp8_), mods[2], layout, fused);
+      x = gated_residual(x, linear(o_, attended.tokens, fused, fp8_), mods[2], layout, fused);
     }
     const NormedAndResidual crossed = cross_layer_norm(cross_norm_, x, fused);
     const LinearResidual crossed_out = cross_attention(crossed.normed, crossed.residual, context,
@@ -540,7 +561,8 @@ struct LayerOutputs {
 
 class MoTLayerImpl : public torch::nn::Module {
  public:
-  explicit MoTLayerImpl(const MoTConfig& c) : head_dim_(c.head_dim) {
+  explicit MoTLayerImpl(const MoTConfig& c)
+      : head_dim_(c.head_dim), inner_(c.num_heads * c.head_dim) {
     video_ = register_module(
         "video", ExpertBlock(c.video_hidden, c.video_ffn, c.num_heads, c.head_dim, c.video_hidden));
     action_ = register_module(
@@ -553,20 +575,43 @@ class MoTLayerImpl : public torch::nn::Module {
         video_->pre_attention(video, in.video_t_mod, in.video_groups, in.fused_norms);
     ExpertAttentionInput a =
         action_->pre_attention(action, in.action_t_mod, in.action_groups, in.fused_norms);
+    // The compiled step's bfloat16 q/k/v products write their rows of one buffer of both experts'
+    // tokens, whose v columns the joint attention then reads in place (fused_joint_qkv;
+    // docs/KERNELS.md, version 45).
+    at::Tensor joint_qkv;
+    if (in.fused_norms && !video_->products_in_fp8() && epilogue_linears_apply(v.normed) &&
+        epilogue_linears_apply(a.normed)) {
+      joint_qkv = at::empty({video.size(0), video.size(1) + action.size(1), 3 * inner_},
+                            v.normed.options());
+    }
+    v.qkv = video_->qkv_product(v.normed, in.fused_norms, {joint_qkv, 0});
+    a.qkv = action_->qkv_product(a.normed, in.fused_norms, {joint_qkv, video.size(1)});
     const at::Tensor attended = joint_attention(v.qkv, a.qkv, in);
     const std::vector<int64_t> tokens = {video.size(1), action.size(1)};
-    // The compiled step gives each expert its tokens as a tensor of their own (split_tokens);
-    // eager keeps the reference's slices.
-    const std::vector<at::Tensor> parts =
-        in.fused_norms ? split_tokens(attended, tokens)
-                       : std::vector<at::Tensor>{attended.narrow(1, 0, tokens[0]),
-                                                 attended.narrow(1, tokens[0], tokens[1])};
+    AttentionOutput video_attended, action_attended;
+    if (in.fused_norms && !video_->products_in_fp8() && epilogue_linears_apply(attended)) {
+      // Both output projections read their tokens of the joint output in place, their input
+      // gradients written into one (docs/KERNELS.md, version 46).
+      const std::vector<at::Tensor> projected = token_parts_linear_without_bias(
+          attended, tokens, {video_->output_weight(), action_->output_weight()});
+      video_attended.projected = projected[0];
+      action_attended.projected = projected[1];
+    } else {
+      // The compiled step's other products take each expert's tokens as a tensor of their own
+      // (split_tokens); eager keeps the reference's slices.
+      const std::vector<at::Tensor> parts =
+          in.fused_norms ? split_tokens(attended, tokens)
+                         : std::vector<at::Tensor>{attended.narrow(1, 0, tokens[0]),
+                                                   attended.narrow(1, tokens[0], tokens[1])};
+      video_attended.tokens = parts[0];
+      action_attended.tokens = parts[1];
+    }
     at::Tensor video_out =
-        video_->post_attention(v.residual, parts[0], v.mods, in.video_groups, in.video_context,
-                               in.video_context_allowed, in.fused_norms);
-    at::Tensor action_out = action_->post_attention(a.residual, parts[1], a.mods, in.action_groups,
-                                                    in.action_context, in.action_context_allowed,
-                                                    in.fused_norms, in.action_constant_context);
+        video_->post_attention(v.residual, video_attended, v.mods, in.video_groups,
+                               in.video_context, in.video_context_allowed, in.fused_norms);
+    at::Tensor action_out = action_->post_attention(
+        a.residual, action_attended, a.mods, in.action_groups, in.action_context,
+        in.action_context_allowed, in.fused_norms, in.action_constant_context);
     return {video_out, action_out};
   }
 
@@ -596,7 +641,7 @@ class MoTLayerImpl : public torch::nn::Module {
   }
 
  private:
-  int64_t head_dim_;
+  int64_t head_dim_, inner_;  // inner_: heads x head_dim, each of q, k, v's width
   ExpertBlock video_{nullptr}, action_{nullptr};
 };
 

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "models/bf16_weights.h"
+#include "wam/error.h"
 
 #if WAM_WITH_CUDA
 #include <ATen/autocast_mode.h>
@@ -298,6 +299,109 @@ TEST(EpilogueJointLinear, EqualsLinearOfTheConcatenationWithItsGradients) {
   EXPECT_EQ(got.grads[6].sizes(), (std::vector<int64_t>{6}));     // the third layer's bias
 }
 
+// Without the bfloat16 CUDA product (here float32 on the CPU) the output is a tensor of its own, as
+// epilogue_joint_linear's, and the buffer is left as it was.
+TEST(EpilogueJointLinear, IntoRowsIsTheOwnOutputWhereTheProductCannotWriteThere) {
+  at::manual_seed(7);
+  const at::Tensor x = at::randn({2, 5, 8}).requires_grad_();
+  const std::vector<Layer> layers = {make_layer(8, 6, {}), make_layer(8, 6, {})};
+  const at::Tensor grad = at::randn({2, 5, 12});
+  const at::Tensor buffer = at::zeros({2, 9, 12});
+  const Result got = run(x, layers, grad, [&] {
+    return models::epilogue_joint_linear_into(x, {layers[0].weight, layers[1].weight},
+                                              {layers[0].bias, layers[1].bias}, {buffer, 4});
+  });
+  expect_close(got, joint_composition(x, layers, grad), 1e-6);
+  EXPECT_TRUE(got.out.is_contiguous());
+  EXPECT_FALSE(got.out.storage().is_alias_of(buffer.storage()));
+  EXPECT_EQ(buffer.abs().sum().item<float>(), 0.0f);
+}
+
+// Each part's outputs, then the gradients of x and of each part's weight, from
+// sum(out_e * grads[e]) for the parts of x along its tokens.
+template <class Forward>
+std::vector<at::Tensor> parts_run(const at::Tensor& x, const std::vector<at::Tensor>& weights,
+                                  const std::vector<at::Tensor>& grads, Forward forward) {
+  clear_grads({x});
+  for (const at::Tensor& weight : weights) clear_grads({weight});
+  const std::vector<at::Tensor> outs = forward();
+  at::Tensor loss = at::zeros({}, grads[0].options());
+  for (size_t e = 0; e < outs.size(); ++e) {
+    loss = loss + (outs[e] * grads[e].to(outs[e].scalar_type())).to(at::kFloat).sum();
+  }
+  loss.backward();
+  std::vector<at::Tensor> results;
+  for (const at::Tensor& out : outs) results.push_back(out.detach());
+  results.push_back(x.grad());
+  for (const at::Tensor& weight : weights) results.push_back(weight.grad());
+  return results;
+}
+
+std::vector<at::Tensor> parts_composition(const at::Tensor& x, const std::vector<int64_t>& tokens,
+                                          const std::vector<at::Tensor>& weights,
+                                          const std::vector<at::Tensor>& grads) {
+  return parts_run(x, weights, grads, [&] {
+    std::vector<at::Tensor> outs;
+    int64_t first = 0;
+    for (size_t e = 0; e < tokens.size(); ++e) {
+      outs.push_back(at::linear(x.narrow(1, first, tokens[e]), weights[e]));
+      first += tokens[e];
+    }
+    return outs;
+  });
+}
+
+std::vector<at::Tensor> parts_fused(const at::Tensor& x, const std::vector<int64_t>& tokens,
+                                    const std::vector<at::Tensor>& weights,
+                                    const std::vector<at::Tensor>& grads) {
+  return parts_run(x, weights, grads,
+                   [&] { return models::token_parts_linear_without_bias(x, tokens, weights); });
+}
+
+void expect_all_close(const std::vector<at::Tensor>& got, const std::vector<at::Tensor>& want,
+                      double tolerance) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i].defined()) << i;
+    EXPECT_EQ(got[i].sizes(), want[i].sizes()) << i;
+    EXPECT_EQ(got[i].scalar_type(), want[i].scalar_type()) << i;
+    const double error =
+        (got[i].to(at::kFloat) - want[i].to(at::kFloat)).abs().max().item<double>();
+    const double scale = want[i].to(at::kFloat).abs().max().item<double>();
+    EXPECT_LE(error, tolerance * scale) << i << ": max error " << error << " of " << scale;
+  }
+}
+
+// Two experts' attention output products over their tokens of one joint output: each the part's
+// product without bias, x's gradient both parts' input gradients in their rows, the weights'
+// gradients each part's own; token counts that do not fit x refused with what to fix.
+TEST(EpilogueLinear, TokenPartsAreEachPartsProductWithoutBias) {
+  at::manual_seed(12);
+  const at::Tensor x = at::randn({2, 7, 8}).requires_grad_();
+  const std::vector<at::Tensor> weights = {at::randn({6, 8}).requires_grad_(),
+                                           at::randn({4, 8}).requires_grad_()};
+  const std::vector<int64_t> tokens = {5, 2};
+  const std::vector<at::Tensor> grads = {at::randn({2, 5, 6}), at::randn({2, 2, 4})};
+  const std::vector<at::Tensor> got = parts_fused(x, tokens, weights, grads);
+  expect_all_close(got, parts_composition(x, tokens, weights, grads), 1e-6);
+  EXPECT_EQ(got[0].sizes(), (std::vector<int64_t>{2, 5, 6}));
+  EXPECT_EQ(got[1].sizes(), (std::vector<int64_t>{2, 2, 4}));
+  EXPECT_EQ(got[2].sizes(), x.sizes());
+  const auto error_of = [&](const std::vector<int64_t>& counts, at::TensorList layer_weights) {
+    try {
+      models::token_parts_linear_without_bias(x, counts, layer_weights);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error_of({5, 3}, weights),
+            "token_parts_linear_without_bias: the token counts sum to 8, not x's 7 tokens");
+  EXPECT_EQ(error_of({7}, weights),
+            "token_parts_linear_without_bias: 1 token counts but 2 weights; give one weight a "
+            "part");
+}
+
 // Copies kept one after another in one buffer are read in place; apart, they are concatenated;
 // either way the values are the float32 parameters' concatenation cast, refreshed after a change.
 TEST(ConcatenatedBf16Weights, AreAViewOfAdjacentCopiesElseTheirConcatenation) {
@@ -446,6 +550,76 @@ TEST_F(EpilogueLinearCuda, JointLinearReadsTheKeptCopiesAndMatchesTheComposition
 #endif
 
 #if WAM_FUSED_KERNELS
+// The video and action experts' q/k/v products (hidden 1536 and 512, q/k/v 3 x 1536 wide) written
+// into one buffer of both experts' tokens under autocast: every row of the buffer written (it
+// starts as NaN), each output a tensor over its rows, values and every gradient as the
+// composition's.
+TEST_F(EpilogueLinearCuda, JointLinearIntoRowsWritesTheBuffersRowsAndMatchesTheComposition) {
+  const at::TensorOptions cuda(at::kCUDA);
+  at::manual_seed(10);
+  const int64_t inner = 1536, hiddens[2] = {1536, 512}, tokens[2] = {300, 32};
+  const at::Tensor buffer =
+      at::full({2, tokens[0] + tokens[1], 3 * inner}, std::numeric_limits<float>::quiet_NaN(),
+               cuda.dtype(at::kBFloat16));
+  std::vector<Result> got, want;
+  for (int e = 0; e < 2; ++e) {
+    const at::Tensor x =
+        at::randn({2, tokens[e], hiddens[e]}, cuda).to(at::kBFloat16).requires_grad_();
+    const std::vector<Layer> layers = {make_layer(hiddens[e], inner, cuda),
+                                       make_layer(hiddens[e], inner, cuda),
+                                       make_layer(hiddens[e], inner, cuda)};
+    const at::Tensor grad = at::randn({2, tokens[e], 3 * inner}, cuda);
+    autocast(true);
+    want.push_back(joint_composition(x, layers, grad));
+    got.push_back(run(x, layers, grad, [&] {
+      return models::epilogue_joint_linear_into(
+          x, {layers[0].weight, layers[1].weight, layers[2].weight},
+          {layers[0].bias, layers[1].bias, layers[2].bias}, {buffer, e == 0 ? 0 : tokens[0]});
+    }));
+    autocast(false);
+    expect_close(got.back(), want.back(), 2e-2);
+  }
+  EXPECT_EQ(got[0].out.data_ptr(), buffer.data_ptr());
+  EXPECT_EQ(got[1].out.data_ptr(), buffer.narrow(1, tokens[0], tokens[1]).data_ptr());
+  EXPECT_EQ(got[1].out.strides(), buffer.strides());
+  EXPECT_FALSE(buffer.isnan().any().item<bool>());
+  EXPECT_TRUE(at::equal(buffer, at::cat({got[0].out, got[1].out}, 1)));
+}
+
+// The base preset's attention output products (16 heads of 96 = 1536 in; the video expert's 1536
+// out, the action expert's 512) over 300 and 32 tokens of one joint output under autocast: values
+// and gradients as each part's composition, the strided batched products taking both shapes.
+TEST_F(EpilogueLinearCuda, TokenPartsMatchEachPartsProductUnderBf16Autocast) {
+  const at::TensorOptions cuda(at::kCUDA);
+  at::manual_seed(13);
+  const std::vector<int64_t> tokens = {300, 32};
+  const at::Tensor x = at::randn({2, 332, 1536}, cuda).to(at::kBFloat16).requires_grad_();
+  const std::vector<at::Tensor> weights = {(at::randn({1536, 1536}, cuda) / 40).requires_grad_(),
+                                           (at::randn({512, 1536}, cuda) / 40).requires_grad_()};
+  const std::vector<at::Tensor> grads = {at::randn({2, 300, 1536}, cuda),
+                                         at::randn({2, 32, 512}, cuda)};
+  autocast(true);
+  const std::vector<at::Tensor> want = parts_composition(x, tokens, weights, grads),
+                                got = parts_fused(x, tokens, weights, grads);
+  autocast(false);
+  expect_all_close(got, want, 2e-2);
+  EXPECT_EQ(got[3].scalar_type(), at::kFloat);  // the weights' gradients in their dtype
+  for (size_t e = 0; e < tokens.size(); ++e) {
+    const at::Tensor weight = weights[e].detach().to(at::kBFloat16);
+    const at::Tensor part = x.detach().narrow(1, e == 0 ? 0 : tokens[0], tokens[e]);
+    at::Tensor out = at::empty({2, tokens[e], weight.size(0)}, part.options());
+    const at::Tensor workspace = at::empty(
+        {static_cast<int64_t>(kernels::kEpilogueGemmWorkspaceBytes)}, cuda.dtype(at::kByte));
+    ASSERT_TRUE(kernels::linear_row_groups(part.data_ptr(), {2, part.stride(0), part.stride(1)},
+                                           weight.data_ptr(), kernels::WeightLayout::kOutIn,
+                                           nullptr, {2 * tokens[e], 1536, weight.size(0)},
+                                           out.data_ptr(), {2, out.stride(0), out.stride(1)},
+                                           workspace.data_ptr(), at::cuda::getCurrentCUDAStream()))
+        << "part " << e;
+    expect_all_close({out}, {at::linear(part, weight)}, 1e-2);
+  }
+}
+
 // The epilogue products run (do not fall back) at the base preset's widths, and equal ATen's.
 TEST_F(EpilogueLinearCuda, CublasLtTakesTheBasePresetsShapes) {
   const at::TensorOptions bf16 = at::TensorOptions(at::kCUDA).dtype(at::kBFloat16);

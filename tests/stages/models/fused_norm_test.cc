@@ -104,18 +104,32 @@ TEST(FusedNormCudaTest, RefusesWhatTheKernelsCannotTake) {
       models::fused_rms_norm_rope_applies(torch::randn({4, 2, 32}, cuda).transpose(0, 1), 16));
 }
 
+// Rows [first, first + n) of `buffer` [B, N, C] as a leaf tensor of its own over its memory, as
+// epilogue_joint_linear_into returns each expert's QKV product.
+at::Tensor rows_of(const at::Tensor& buffer, int64_t first, int64_t n) {
+  const int64_t width = buffer.size(2);
+  return at::empty({0}, buffer.options())
+      .set_(buffer.storage(), buffer.storage_offset() + first * width, {buffer.size(0), n, width},
+            {buffer.size(1) * width, width, 1});
+}
+
 // fused_joint_qkv against the concatenation of each expert's reference q/k and v: values and the
 // gradients of both QKV products and all four norm weights. A NaN in one expert's q row stays NaN
-// in that row of the output and nowhere else.
+// in that row of the output and nowhere else. `one_buffer`: both experts' QKV rows in one buffer
+// [B, Nv + Na, 3W], whose v columns are then the joint v itself.
 void check_joint(at::ScalarType dtype, int64_t b, int64_t video_n, int64_t action_n, int64_t heads,
-                 int64_t head_dim, double tolerance) {
+                 int64_t head_dim, double tolerance, bool one_buffer = false) {
   const auto floats = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA);
   torch::manual_seed(7);
   const int64_t w = heads * head_dim;
   const int64_t lengths[2] = {video_n, action_n};
+  const at::Tensor buffer =
+      one_buffer ? at::randn({b, video_n + action_n, 3 * w}, floats).to(dtype) : at::Tensor();
   std::vector<at::Tensor> qkv, qkv_ref, weights, weights_ref, rotations;
   for (int e = 0; e < 2; ++e) {
-    qkv.push_back(at::randn({b, lengths[e], 3 * w}, floats).to(dtype).requires_grad_(true));
+    const at::Tensor x = one_buffer ? rows_of(buffer, e == 0 ? 0 : video_n, lengths[e])
+                                    : at::randn({b, lengths[e], 3 * w}, floats).to(dtype);
+    qkv.push_back(x.requires_grad_(true));
     qkv_ref.push_back(qkv.back().detach().clone().requires_grad_(true));
     for (int part = 0; part < 2; ++part) {
       weights.push_back((1 + 0.1 * at::randn({w}, floats)).requires_grad_(true));
@@ -127,6 +141,12 @@ void check_joint(at::ScalarType dtype, int64_t b, int64_t video_n, int64_t actio
   const models::JointQkv joint =
       models::fused_joint_qkv(qkv[0], qkv[1], {weights[0], weights[1]}, {weights[2], weights[3]},
                               rotations[0], rotations[1], head_dim, kEps);
+  if (one_buffer) {
+    EXPECT_EQ(joint.v.data_ptr(), buffer.narrow(2, 2 * w, w).data_ptr());
+    EXPECT_EQ(joint.v.strides(), (std::vector<int64_t>{(video_n + action_n) * 3 * w, 3 * w, 1}));
+  } else {
+    EXPECT_TRUE(joint.v.is_contiguous());
+  }
   std::vector<at::Tensor> expected(3);
   for (int part = 0; part < 3; ++part) {
     std::vector<at::Tensor> rows;
@@ -184,6 +204,15 @@ TEST(FusedNormCudaTest, JointQkvMatchesTheConcatenatedExperts) {
   check_joint(at::kBFloat16, 2, 37, 9, 16, 96, 2e-2);
 }
 
+// As epilogue_joint_linear_into leaves the two experts' QKV products in the compiled step: each
+// expert's rows read with the buffer's sample stride, v not copied, every gradient as before.
+TEST(FusedNormCudaTest, JointQkvReadsVInPlaceWhereTheProductsAreOneBuffersRows) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  if (!models::fused_kernels_built()) GTEST_SKIP() << "built without a CUDA compiler";
+  check_joint(at::kFloat, 2, 7, 5, 3, 8, 1e-5, /*one_buffer=*/true);
+  check_joint(at::kBFloat16, 2, 37, 9, 16, 96, 2e-2, /*one_buffer=*/true);
+}
+
 TEST(FusedNormCudaTest, JointQkvRefusesWhatItCannotTake) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   if (!models::fused_kernels_built()) GTEST_SKIP() << "built without a CUDA compiler";
@@ -196,6 +225,11 @@ TEST(FusedNormCudaTest, JointQkvRefusesWhatItCannotTake) {
   EXPECT_FALSE(models::fused_joint_qkv_applies(video.cpu(), action.cpu(), 16));
   EXPECT_FALSE(
       models::fused_joint_qkv_applies(video, torch::randn({2, 96, 3}, cuda).transpose(1, 2), 16));
+  // Rows of one buffer are taken; rows with a gap between them are not.
+  const at::Tensor buffer = torch::randn({2, 7, 96}, cuda);
+  EXPECT_TRUE(models::fused_joint_qkv_applies(rows_of(buffer, 0, 4), rows_of(buffer, 4, 3), 16));
+  EXPECT_FALSE(models::fused_joint_qkv_applies(torch::randn({2, 4, 192}, cuda).narrow(2, 0, 96),
+                                               action, 16));
 }
 
 // The whole model: the fused path (fused norms, attention masks as biases, the VLM context's
